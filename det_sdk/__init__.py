@@ -1,0 +1,52 @@
+"""det_sdk: train Keras models from one script, on a laptop, under Horovod, or on a cluster.
+
+The same training script runs three ways without a change::
+
+    import det_sdk as det
+
+    context = det.keras.init()          # local, horovodrun, or cluster: detected
+    hparams = context.training.hparams
+    x, y = context.wrap_data(x, y)
+    ...
+    history = context.fit(model, x=x, y=y, validation_data=(x_val, y_val))
+
+Importing ``det_sdk`` is cheap and never imports TensorFlow: ``det_sdk.keras``
+(which does) is loaded on first attribute access, so ``det.keras.init()``
+works after a plain ``import det_sdk as det``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from det_sdk import keras
+    from det_sdk.info import ClusterInfo, get_cluster_info
+
+__all__ = ["ClusterInfo", "__version__", "get_cluster_info", "keras"]
+
+# name -> module that defines it; loaded on first access so that the import of
+# det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.
+_LAZY = {
+    "keras": ("det_sdk.keras", None),
+    "ClusterInfo": ("det_sdk.info", "ClusterInfo"),
+    "get_cluster_info": ("det_sdk.info", "get_cluster_info"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'det_sdk' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

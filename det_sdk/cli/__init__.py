@@ -1,0 +1,1 @@
+"""The ``det`` command line. It never imports TensorFlow."""

@@ -1,0 +1,86 @@
+"""Where am I: the environment variables a cluster sets for the processes it launches.
+
+Off the cluster none of them is set and :func:`get_cluster_info` returns ``None``.
+A task launched by the master gets the whole protocol (named after Determined's)::
+
+    DET_MASTER, DET_SESSION_TOKEN, DET_ALLOCATION_ID, DET_TASK_TYPE (TRIAL | GENERIC),
+    DET_EXPERIMENT_ID, DET_TRIAL_ID, DET_TRIAL_SEED, DET_HPARAMS (JSON),
+    DET_LATEST_CHECKPOINT, DET_EXPERIMENT_CONFIG (JSON)
+
+>>> get_cluster_info({}) is None
+True
+
+``DET_ALLOCATION_ID`` is the marker: ``DET_MASTER`` alone is what a user sets on a
+laptop to point the CLI at a master, and must not make a local run look like a trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = ["ClusterInfo", "get_cluster_info"]
+
+
+class ClusterInfo(BaseModel):
+    """What the master told this process about the task it runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    master_url: str
+    session_token: str
+    allocation_id: str
+    task_type: Literal["TRIAL", "GENERIC"]
+    experiment_id: int | None = None
+    trial_id: int | None = None
+    trial_seed: int = 0
+    hparams: dict[str, Any] = {}
+    latest_checkpoint: str | None = None
+    config: dict[str, Any] = {}
+
+
+_ENV = {
+    "master_url": "DET_MASTER",
+    "session_token": "DET_SESSION_TOKEN",
+    "allocation_id": "DET_ALLOCATION_ID",
+    "task_type": "DET_TASK_TYPE",
+    "experiment_id": "DET_EXPERIMENT_ID",
+    "trial_id": "DET_TRIAL_ID",
+    "trial_seed": "DET_TRIAL_SEED",
+    "hparams": "DET_HPARAMS",
+    "latest_checkpoint": "DET_LATEST_CHECKPOINT",
+    "config": "DET_EXPERIMENT_CONFIG",
+}
+_JSON_FIELDS = ("hparams", "config")
+
+
+def get_cluster_info(environ: Mapping[str, str] | None = None) -> ClusterInfo | None:
+    """The cluster's description of this task, or ``None`` when not launched by a master.
+
+    Raises ``ValueError`` naming the variable when the protocol is set but malformed.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("DET_ALLOCATION_ID"):
+        return None
+    raw: dict[str, Any] = {}
+    for field, var in _ENV.items():
+        value = env.get(var)
+        if value in (None, ""):
+            continue
+        if field in _JSON_FIELDS:
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{var} is not valid JSON: {err}") from None
+        raw[field] = value
+    try:
+        return ClusterInfo.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{_ENV.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"incomplete cluster environment: {problems}") from None

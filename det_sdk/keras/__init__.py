@@ -1,0 +1,16 @@
+"""The Keras API: ``det.keras.init()`` and the context it returns.
+
+Importing this module imports TensorFlow; ``import det_sdk`` alone does not.
+
+>>> import det_sdk as det
+>>> context = det.keras.init(hparams={"global_batch_size": 64})
+>>> context.distributed.shard_batch_size(context.hparams["global_batch_size"])
+64
+"""
+
+from det_sdk.keras._checkpoint import CheckpointCorruptError
+from det_sdk.keras._context import KerasContext, TrainingContext
+from det_sdk.keras._data import ShardedArray
+from det_sdk.keras._init import init
+
+__all__ = ["CheckpointCorruptError", "KerasContext", "ShardedArray", "TrainingContext", "init"]

@@ -1,0 +1,255 @@
+"""The callbacks ``context.fit`` injects: each one cross-cutting behaviour in a small class.
+
+They share a :class:`Position` (epoch, batch within it, steps completed) that
+``context.fit`` creates per call, so each callback knows where training is even
+when a resumed run starts in the middle of an epoch.
+
+>>> pos = Position(epoch=2, batch=0, steps_completed=200)
+>>> pos.as_dict()
+{'epoch': 2, 'batch': 0, 'steps_completed': 200}
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from det_sdk.config import Length
+from det_sdk.session import Session
+
+__all__ = [
+    "MetricsReporter",
+    "PeriodicCheckpoint",
+    "Position",
+    "Preempted",
+    "RestoreState",
+    "StopOnSignal",
+    "TensorBoardScalars",
+    "TrackPosition",
+    "catch_stop_signals",
+]
+
+
+@dataclass
+class Position:
+    """Where training is: ``batch`` batches of epoch ``epoch`` are done."""
+
+    epoch: int
+    batch: int
+    steps_completed: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _Callback(tf.keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        # Our hooks never read the batch logs: let Keras skip converting them to
+        # numpy on every batch (it does so for callbacks without this flag).
+        self._supports_tf_logs = True
+
+
+class TrackPosition(_Callback):
+    """Keep ``position`` up to date; the first epoch may start at ``position.batch``.
+
+    >>> cb = TrackPosition(Position(epoch=0, batch=0, steps_completed=0))
+    """
+
+    def __init__(self, position: Position) -> None:
+        super().__init__()
+        self.position = position
+        self._offset = position.batch  # batches already done in the first epoch
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if epoch != self.position.epoch:
+            self._offset = 0
+        self.position.epoch = epoch
+        self.position.batch = self._offset
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        done = self._offset + batch + 1  # steps_per_execution may skip indices
+        self.position.steps_completed += done - self.position.batch
+        self.position.batch = done
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.position.epoch = epoch + 1
+        self.position.batch = 0
+        self._offset = 0
+
+
+class RestoreState(_Callback):
+    """Load weights, optimizer and RNG state from a checkpoint when training begins.
+
+    >>> cb = RestoreState(lambda: None)  # restore() runs in on_train_begin
+    """
+
+    def __init__(self, restore: Callable[[], None]) -> None:
+        super().__init__()
+        self._restore: Callable[[], None] | None = restore
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self._restore is not None:
+            self._restore()
+            self._restore = None  # once per fit, not per segment
+
+
+class PeriodicCheckpoint(_Callback):
+    """Save a checkpoint every ``period`` (epochs or batches) through ``save()``.
+
+    >>> cb = PeriodicCheckpoint(Length(epochs=1), Position(0, 0, 0), save=lambda: None)
+    """
+
+    def __init__(self, period: Length, position: Position, save: Callable[[], Any]) -> None:
+        super().__init__()
+        self.period = period
+        self.position = position
+        self.save = save
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.period.batches and self.position.steps_completed % self.period.batches == 0:
+            self.save()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.period.epochs and (epoch + 1) % self.period.epochs == 0:
+            self.save()
+
+
+class Preempted(Exception):
+    """Raised out of ``model.fit`` once a checkpoint is saved after a stop request."""
+
+    def __init__(self, reason: str, uuid: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.uuid = uuid
+
+
+class StopOnSignal(_Callback):
+    """After the current batch, checkpoint and leave ``fit`` when asked to stop.
+
+    ``should_stop()`` is polled after every batch and must be cheap: it reads a flag
+    set by a signal handler or by a background poller of the master.
+
+    >>> cb = StopOnSignal(lambda: None, save=lambda: "uuid")
+    """
+
+    def __init__(self, should_stop: Callable[[], str | None], save: Callable[[], str | None]):
+        super().__init__()
+        self.should_stop = should_stop
+        self.save = save
+
+    def _check(self) -> None:
+        reason = self.should_stop()
+        if reason:
+            raise Preempted(reason, self.save())
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._check()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._check()
+
+
+def split_logs(logs: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """Keras epoch logs -> (training metrics, validation metrics)."""
+    train, val = {}, {}
+    for k, v in logs.items():
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            continue
+        (val if k.startswith("val_") else train)[k] = value
+    return train, val
+
+
+class MetricsReporter(_Callback):
+    """Report each epoch's training and validation metrics to the session.
+
+    >>> # MetricsReporter(session, position), added by context.fit on the chief
+    """
+
+    def __init__(self, session: Session, position: Position) -> None:
+        super().__init__()
+        self.session = session
+        self.position = position
+        self.last_validation: dict[str, float] = {}
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        train, val = split_logs(logs or {})
+        steps = self.position.steps_completed
+        if train:
+            self.session.report_metrics("training", steps, epoch + 1, train)
+        if val:
+            self.session.report_metrics("validation", steps, epoch + 1, val)
+            self.last_validation = val
+
+
+class TensorBoardScalars(_Callback):
+    """Write each epoch's metrics as TensorBoard scalars (step = batches trained).
+
+    Lighter than ``keras.callbacks.TensorBoard``: no graph, no histograms, one write
+    per epoch.
+
+    >>> # TensorBoardScalars(Path("det-runs/1/tensorboard"), position)
+    """
+
+    def __init__(self, logdir: Path, position: Position) -> None:
+        super().__init__()
+        self.logdir = logdir
+        self.position = position
+        self._writers: dict[str, Any] = {}
+
+    def _writer(self, name: str) -> Any:
+        if name not in self._writers:
+            self._writers[name] = tf.summary.create_file_writer(str(self.logdir / name))
+        return self._writers[name]
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        train, val = split_logs(logs or {})
+        for name, metrics in (("train", train), ("validation", val)):
+            if not metrics:
+                continue
+            with self._writer(name).as_default(step=self.position.steps_completed):
+                for k, v in metrics.items():
+                    tf.summary.scalar(k.removeprefix("val_"), v)
+            self._writer(name).flush()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        for w in self._writers.values():
+            w.close()
+        self._writers.clear()
+
+
+_SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+
+
+@contextmanager
+def catch_stop_signals() -> Iterator[Callable[[], str | None]]:
+    """While inside, SIGTERM and Ctrl-C ask training to stop after the current batch.
+
+    Yields a function that returns the signal's name once one arrived. A second
+    Ctrl-C interrupts at once, as usual. Outside the main thread nothing is caught.
+    """
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        received.append(_SIGNAL_NAMES[signum])
+
+    previous = {s: signal.signal(s, handler) for s in _SIGNAL_NAMES}
+    try:
+        yield lambda: received[0] if received else None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

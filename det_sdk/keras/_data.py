@@ -1,0 +1,251 @@
+"""Data for training: sharding per process, and epoch-addressable input pipelines.
+
+``wrap_data`` dispatches on the kind of data and returns the same kind:
+
+* numpy arrays (alone, or lists/dicts of them for multi-input models) become
+  :class:`ShardedArray` views of this process's contiguous part, which remember
+  where they came from. ``fit`` uses that memory to draw one seeded permutation of
+  the *whole* data set per epoch and give each process its part of every batch;
+  ``predict`` uses it to put gathered rows back in their original order.
+* a ``keras.utils.Sequence`` is returned as is on one process.
+* a ``tf.data.Dataset`` is returned as is on one process.
+
+The pipelines ``fit`` builds are addressable by (epoch, batch): a run resumed from
+a checkpoint starts exactly where it stopped, in the same data order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from det_sdk.distributed import DistributedContext
+
+__all__ = ["EpochSequence", "ShardedArray", "array_pipeline", "is_array_data", "wrap_data"]
+
+
+# --- numpy ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Where a :class:`ShardedArray` sits in the full array it was cut from."""
+
+    full: np.ndarray
+    start: int
+    stop: int
+    rank: int
+    size: int
+
+
+class ShardedArray(np.ndarray):
+    """A numpy view of one process's rows that remembers the full array.
+
+    Anything derived from it (arithmetic, slicing, ``astype``) is a plain array
+    again as far as det_sdk is concerned: only the view ``wrap_data`` returned
+    vouches for its rows.
+    """
+
+    det_shard: Shard | None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.det_shard = None
+
+
+def _shard(arr: np.ndarray, dist: DistributedContext) -> ShardedArray:
+    n = len(arr)
+    start, stop = n * dist.rank // dist.size, n * (dist.rank + 1) // dist.size
+    view = arr[start:stop].view(ShardedArray)
+    view.det_shard = Shard(full=arr, start=start, stop=stop, rank=dist.rank, size=dist.size)
+    return view
+
+
+def _leaves(struct: Any) -> list[Any]:
+    if isinstance(struct, Mapping):
+        return [leaf for v in struct.values() for leaf in _leaves(v)]
+    if isinstance(struct, (list, tuple)):
+        return [leaf for v in struct for leaf in _leaves(v)]
+    return [struct]
+
+
+def _map(fn: Any, struct: Any) -> Any:
+    if isinstance(struct, Mapping):
+        return type(struct)({k: _map(fn, v) for k, v in struct.items()})
+    if isinstance(struct, (list, tuple)):
+        return type(struct)(_map(fn, v) for v in struct)
+    return fn(struct)
+
+
+def is_array_data(x: Any) -> bool:
+    """True for a numpy array or a (nested) list/dict of them."""
+    leaves = _leaves(x)
+    return bool(leaves) and all(isinstance(a, np.ndarray) for a in leaves)
+
+
+def _check_arrays(named: dict[str, Any]) -> int:
+    lengths: dict[str, int] = {}
+    for name, struct in named.items():
+        if struct is None:
+            continue
+        leaves = _leaves(struct)
+        if not leaves:
+            raise ValueError(f"wrap_data: {name} is empty (no arrays in it)")
+        for i, leaf in enumerate(leaves):
+            where = name if len(leaves) == 1 else f"{name}[{i}]"
+            if not isinstance(leaf, np.ndarray):
+                raise TypeError(
+                    f"wrap_data: {where} must be a numpy array (or a list/dict of them) "
+                    f"to go with numpy x, got {type(leaf).__name__}"
+                )
+            if leaf.ndim == 0:
+                raise ValueError(f"wrap_data: {where} is a scalar; expected rows of samples")
+            lengths[where] = len(leaf)
+    distinct = set(lengths.values())
+    if len(distinct) > 1:
+        detail = ", ".join(f"{k}: {v}" for k, v in lengths.items())
+        raise ValueError(f"wrap_data: arrays have different numbers of samples ({detail})")
+    n = distinct.pop()
+    if n == 0:
+        raise ValueError("wrap_data: the data is empty (0 samples)")
+    return n
+
+
+def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: Any = None) -> Any:
+    """Shard ``x`` (and ``y``, ``sample_weight``) for this process; see the module doc."""
+    if isinstance(x, tf.data.Dataset):
+        if y is not None or sample_weight is not None:
+            raise ValueError("wrap_data: with a tf.data.Dataset, pass only the dataset "
+                             "(its elements carry the targets)")
+        return x if dist.size == 1 else x.shard(dist.size, dist.rank)
+    if isinstance(x, tf.keras.utils.Sequence):
+        if y is not None or sample_weight is not None:
+            raise ValueError("wrap_data: with a keras.utils.Sequence, pass only the sequence "
+                             "(its batches carry the targets)")
+        if len(x) == 0:
+            raise ValueError("wrap_data: the Sequence is empty (len() == 0)")
+        return x
+    if x is None:
+        raise TypeError("wrap_data: x is required")
+    if not is_array_data(x):
+        raise TypeError(
+            "wrap_data: expected numpy arrays (or lists/dicts of them), a "
+            f"keras.utils.Sequence or a tf.data.Dataset; got {type(x).__name__}"
+        )
+    _check_arrays({"x": x, "y": y, "sample_weight": sample_weight})
+    out = [_map(lambda a: _shard(a, dist), s) for s in (x, y, sample_weight) if s is not None]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _full(struct: Any) -> Any:
+    """The whole arrays behind wrapped views; unwrapped arrays stand for themselves."""
+    return _map(lambda a: a.det_shard.full if getattr(a, "det_shard", None) else a, struct)
+
+
+def _shard_geometry(struct: Any) -> tuple[int, int] | None:
+    """(rank, size) the arrays were wrapped for, or None if they were not wrapped."""
+    shards = [getattr(a, "det_shard", None) for a in _leaves(struct)]
+    if not all(shards):
+        return None
+    return shards[0].rank, shards[0].size
+
+
+def array_pipeline(
+    x: Any,
+    y: Any,
+    sample_weight: Any,
+    *,
+    batch_size: int,
+    seed: int,
+    shuffle: bool,
+    start_epoch: int,
+    start_batch: int,
+    end_epoch: int,
+) -> tuple[tf.data.Dataset, int]:
+    """Batches of numpy data for epochs [start_epoch, end_epoch), from batch ``start_batch``.
+
+    Each epoch draws a permutation of the whole data from ``(seed, epoch)`` alone, so
+    the order does not depend on what ran before in this process: a resumed run sees
+    the batches an uninterrupted run would have. Arrays from ``wrap_data`` are
+    permuted as the full data set and each process takes its part of every global
+    batch; other arrays are this process's data as given.
+
+    Returns the dataset and the number of steps per epoch.
+    """
+    geometry = _shard_geometry([s for s in (x, y, sample_weight) if s is not None])
+    rank, size = geometry or (0, 1)
+    data = tuple(_full(s) for s in (x, y, sample_weight) if s is not None)
+    n = len(_leaves(data)[0])
+    global_batch = batch_size * size
+    steps = math.ceil(n / global_batch)
+    pad = steps * global_batch - n
+    seed_t = tf.constant(seed, tf.int64)
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = tf.range(n, dtype=tf.int64)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([seed_t, epoch]))
+        order = tf.concat([order, tf.fill([pad], tf.constant(-1, tf.int64))], 0)
+        rows = tf.reshape(order, [steps, global_batch])[:, rank::size]
+        return tf.data.Dataset.from_tensor_slices(rows)
+
+    indices = (
+        tf.data.Dataset.range(start_epoch, end_epoch)
+        .flat_map(epoch_batches)
+        .skip(start_batch)
+        .map(lambda row: tf.boolean_mask(row, row >= 0))
+    )
+    # from_tensors(...).repeat() hands the same tensors to every batch without
+    # embedding the arrays in the graph (as Keras does for its own numpy input).
+    tensors = tf.data.Dataset.from_tensors(data).repeat()
+
+    def gather(idx: tf.Tensor, arrays: Any) -> Any:
+        return tf.nest.map_structure(lambda a: tf.gather(a, idx), arrays)
+
+    ds = tf.data.Dataset.zip((indices, tensors)).map(
+        gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    return ds.prefetch(tf.data.AUTOTUNE), steps
+
+
+# --- keras.utils.Sequence --------------------------------------------------------------------
+
+
+class EpochSequence(tf.keras.utils.Sequence):
+    """A Sequence in a seeded per-epoch batch order, starting at (epoch, batch).
+
+    Keras's own ``shuffle=True`` for a Sequence draws from Python's global RNG, which
+    a resumed process cannot reproduce; this draws the order of epoch ``e`` from
+    ``(seed, e)`` alone.
+    """
+
+    def __init__(self, seq: Any, *, seed: int, shuffle: bool, epoch: int, start_batch: int) -> None:
+        super().__init__()
+        self.seq = seq
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = epoch
+        self.start_batch = start_batch
+        self._order = self._epoch_order()
+
+    def _epoch_order(self) -> np.ndarray:
+        n = len(self.seq)
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, self.epoch]).permutation(n)
+
+    def __len__(self) -> int:
+        return len(self.seq) - self.start_batch
+
+    def __getitem__(self, i: int) -> Any:
+        return self.seq[int(self._order[self.start_batch + i])]
+
+    def on_epoch_end(self) -> None:
+        self.seq.on_epoch_end()
+        self.epoch += 1
+        self.start_batch = 0
+        self._order = self._epoch_order()

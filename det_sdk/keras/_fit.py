@@ -1,0 +1,234 @@
+"""``context.fit``: Keras's ``model.fit`` with validation required, resumption, and records.
+
+One call trains from where the run's latest checkpoint left off to the end of the
+training length. A checkpoint taken in the middle of an epoch is continued with a
+short first ``model.fit`` over the rest of that epoch, then one over whole epochs:
+Keras's ``steps_per_epoch`` is the same for every epoch of one call.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorflow as tf
+
+from det_sdk.keras._callbacks import (
+    MetricsReporter,
+    PeriodicCheckpoint,
+    Position,
+    Preempted,
+    RestoreState,
+    StopOnSignal,
+    TensorBoardScalars,
+    TrackPosition,
+    catch_stop_signals,
+)
+from det_sdk.keras._data import EpochSequence, array_pipeline, is_array_data, wrap_data
+
+if TYPE_CHECKING:
+    from det_sdk.keras._context import KerasContext
+
+__all__ = ["fit"]
+
+
+def _validation_data(kwargs: dict[str, Any]) -> None:
+    """Fold the proposal's ``x_val``/``y_val`` into ``validation_data``; require some."""
+    x_val, y_val = kwargs.pop("x_val", None), kwargs.pop("y_val", None)
+    if x_val is not None or y_val is not None:
+        if kwargs.get("validation_data") is not None:
+            raise ValueError("context.fit: give validation data once: either validation_data "
+                             "or x_val/y_val, not both")
+        if x_val is None:
+            raise ValueError("context.fit: y_val was given without x_val")
+        kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
+    if kwargs.get("validation_data") is None and not kwargs.get("validation_split"):
+        raise ValueError(
+            "context.fit requires validation data: pass validation_data=(x_val, y_val), "
+            "x_val=/y_val=, or validation_split=<fraction>"
+        )
+
+
+def _split_arrays(ctx: KerasContext, kwargs: dict[str, Any]) -> None:
+    """``validation_split`` for numpy: the last fraction of the data, as Keras does."""
+    frac = kwargs.pop("validation_split", 0.0) or 0.0
+    if not frac:
+        return
+    if not 0 < frac < 1:
+        raise ValueError(f"context.fit: validation_split must be in (0, 1), got {frac}")
+    if not is_array_data(kwargs.get("x")):
+        raise ValueError("context.fit: validation_split works with numpy arrays only; "
+                         "pass validation_data for a Sequence or tf.data.Dataset")
+    from det_sdk.keras._data import _full, _leaves, _map
+
+    parts = {k: kwargs.get(k) for k in ("x", "y", "sample_weight")}
+    wrapped = any(getattr(a, "det_shard", None) for a in _leaves(parts["x"]))
+    parts = {k: None if v is None else _full(v) if wrapped else v for k, v in parts.items()}
+    n = len(_leaves(parts["x"])[0])
+    cut = int(n * (1 - frac))
+    if cut == 0 or cut == n:
+        raise ValueError(f"context.fit: validation_split={frac} of {n} samples leaves an "
+                         "empty training or validation set")
+    train = {k: None if v is None else _map(lambda a: np.asarray(a)[:cut], v)
+             for k, v in parts.items()}
+    val = {k: None if v is None else _map(lambda a: np.asarray(a)[cut:], v)
+           for k, v in parts.items()}
+    if wrapped:  # split the whole data set, then shard both parts again
+        train_parts = wrap_data(ctx.distributed, train["x"], train["y"], train["sample_weight"])
+        val_parts = wrap_data(ctx.distributed, val["x"], val["y"], val["sample_weight"])
+        train = dict(zip(("x", "y", "sample_weight"), _as_tuple(train_parts)))
+        val = dict(zip(("x", "y", "sample_weight"), _as_tuple(val_parts)))
+    kwargs.update({k: v for k, v in train.items() if v is not None})
+    kwargs["validation_data"] = tuple(v for v in val.values() if v is not None)
+
+
+def _as_tuple(parts: Any) -> tuple[Any, ...]:
+    return parts if isinstance(parts, tuple) else (parts,)
+
+
+class _Segment:
+    """One ``model.fit`` call: epochs [initial_epoch, epochs), maybe from mid-epoch."""
+
+    def __init__(self, initial_epoch: int, epochs: int, start_batch: int) -> None:
+        self.initial_epoch = initial_epoch
+        self.epochs = epochs
+        self.start_batch = start_batch
+
+
+def _segments(start_epoch: int, start_batch: int, end_epoch: int) -> list[_Segment]:
+    if start_epoch >= end_epoch:
+        return []
+    if start_batch == 0:
+        return [_Segment(start_epoch, end_epoch, 0)]
+    rest = [_Segment(start_epoch + 1, end_epoch, 0)] if start_epoch + 1 < end_epoch else []
+    return [_Segment(start_epoch, start_epoch + 1, start_batch), *rest]
+
+
+def _segment_inputs(
+    ctx: KerasContext, kwargs: dict[str, Any], seg: _Segment
+) -> dict[str, Any]:
+    """The data arguments of one segment's ``model.fit``, positioned at its start."""
+    x = kwargs.get("x")
+    shuffle = kwargs.get("shuffle", True)
+    out: dict[str, Any] = {}
+    if is_array_data(x):
+        if kwargs.get("steps_per_epoch") is not None:
+            raise ValueError("context.fit: steps_per_epoch is not supported with numpy input "
+                             "(an epoch is one pass over the arrays)")
+        batch_size = kwargs.get("batch_size") or 32
+        ds, steps = array_pipeline(
+            x, kwargs.get("y"), kwargs.get("sample_weight"),
+            batch_size=batch_size, seed=ctx.seed, shuffle=bool(shuffle),
+            start_epoch=seg.initial_epoch, start_batch=seg.start_batch, end_epoch=seg.epochs,
+        )
+        out.update(x=ds, y=None, sample_weight=None, batch_size=None,
+                   steps_per_epoch=steps - seg.start_batch, shuffle=False)
+        out.setdefault("validation_batch_size", kwargs.get("validation_batch_size") or batch_size)
+    elif isinstance(x, tf.keras.utils.Sequence):
+        out.update(x=EpochSequence(x, seed=ctx.seed, shuffle=bool(shuffle),
+                                   epoch=seg.initial_epoch, start_batch=seg.start_batch),
+                   shuffle=False)
+    elif isinstance(x, tf.data.Dataset):
+        if seg.start_batch:
+            steps = kwargs.get("steps_per_epoch") or int(x.cardinality())
+            if steps < 0:
+                raise ValueError("context.fit: cannot resume a tf.data.Dataset of unknown "
+                                 "length in mid-epoch; pass steps_per_epoch")
+            out.update(x=x.skip(seg.start_batch), steps_per_epoch=steps - seg.start_batch)
+    elif x is None:
+        raise ValueError("context.fit: x (the training data) is required")
+    return out
+
+
+def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.callbacks.History:
+    """See :meth:`KerasContext.fit`."""
+    if not isinstance(model, tf.keras.Model):
+        raise TypeError(f"context.fit: model must be a keras.Model, got {type(model).__name__}")
+    if model.optimizer is None:
+        raise ValueError("context.fit: compile the model first (model.compile(optimizer=...))")
+    _validation_data(kwargs)
+    _split_arrays(ctx, kwargs)
+
+    length = ctx.session.training_length()
+    end_epoch = length.epochs if length is not None else int(kwargs.pop("epochs", 1))
+    kwargs.pop("epochs", None)
+    initial_epoch = int(kwargs.pop("initial_epoch", 0))
+    resume = ctx._resume_position()
+    position = Position(**resume) if resume else Position(initial_epoch, 0, 0)
+
+    user_callbacks = list(kwargs.pop("callbacks", None) or [])
+    ours_first: list[tf.keras.callbacks.Callback] = [TrackPosition(position)]
+    if resume:
+        ours_first.append(RestoreState(ctx._restore_latest(model)))
+    ours_last: list[tf.keras.callbacks.Callback] = []
+    reporter = MetricsReporter(ctx.session, position)
+    save = _Saver(ctx, model, position, reporter)
+    if ctx.distributed.is_chief:
+        ours_last.append(reporter)
+        if ctx.session.tensorboard_dir is not None:
+            ours_last.append(TensorBoardScalars(ctx.session.tensorboard_dir, position))
+    if ctx.checkpoint_period is not None:
+        ours_last.append(PeriodicCheckpoint(ctx.checkpoint_period, position, save))
+
+    history = tf.keras.callbacks.History()
+    history.history, history.epoch = {}, []
+    segments = _segments(position.epoch, position.batch, end_epoch)
+    if not segments and resume:
+        ctx._restore_latest(model)()  # already trained to the end: hand back the result
+    with catch_stop_signals() as stop_signal:
+        def should_stop() -> str | None:
+            return stop_signal() or ("preempted by the master" if ctx.session.should_preempt()
+                                     else None)
+
+        stopper = StopOnSignal(should_stop, save if ctx.checkpoint_period else lambda: None)
+        try:
+            for seg in segments:
+                seg_kwargs = {**kwargs, **_segment_inputs(ctx, kwargs, seg)}
+                h = model.fit(
+                    **seg_kwargs,
+                    epochs=seg.epochs,
+                    initial_epoch=seg.initial_epoch,
+                    callbacks=[*ours_first, *user_callbacks, *ours_last, stopper],
+                )
+                for k, v in h.history.items():
+                    history.history.setdefault(k, []).extend(v)
+                history.epoch.extend(h.epoch)
+                history.params = h.params
+                if model.stop_training:
+                    break  # EarlyStopping and friends end the whole fit
+        except Preempted as stop:
+            _exit_preempted(ctx, stop, position)
+    history.model = model
+    if ctx.checkpoint_period is not None and segments:
+        save()
+    return history
+
+
+class _Saver:
+    """Save a checkpoint at the current position, once per position."""
+
+    def __init__(
+        self, ctx: KerasContext, model: tf.keras.Model, position: Position,
+        reporter: MetricsReporter,
+    ) -> None:
+        self.ctx, self.model, self.position, self.reporter = ctx, model, position, reporter
+        self._last: tuple[int, str | None] | None = None
+
+    def __call__(self) -> str | None:
+        if self._last is None or self._last[0] != self.position.steps_completed:
+            uuid = self.ctx._save_checkpoint(self.model, self.position,
+                                             self.reporter.last_validation)
+            self._last = (self.position.steps_completed, uuid)
+        return self._last[1]
+
+
+def _exit_preempted(ctx: KerasContext, stop: Preempted, position: Position) -> None:
+    where = f"epoch {position.epoch}, batch {position.batch}"
+    if ctx.distributed.is_chief:
+        saved = f"checkpoint {stop.uuid} saved" if stop.uuid else "no checkpoint saved"
+        hint = ctx.session.resume_hint() if hasattr(ctx.session, "resume_hint") else ""
+        print(f"det_sdk: stopped by {stop.reason} at {where}; {saved}. {hint}".rstrip(),
+              file=sys.stderr, flush=True)
+    ctx.close()
+    raise SystemExit(130 if stop.reason == "SIGINT" else 0)

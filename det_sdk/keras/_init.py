@@ -1,0 +1,150 @@
+"""``det.keras.init()``: read the environment once and choose each seam's implementation."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from det_sdk.config import ConfigError, ExperimentConfig, Length, parse_experiment_config
+from det_sdk.distributed import DistributedContext, SingleProcess
+from det_sdk.hparams import local_hparams
+from det_sdk.info import get_cluster_info
+from det_sdk.keras._context import KerasContext
+from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession
+
+__all__ = ["init"]
+
+_DEFAULT_CHECKPOINT_PERIOD = Length(epochs=1)
+
+
+def _load_config(config: Any) -> ExperimentConfig | None:
+    if config is None:
+        config = os.environ.get("DET_CONFIG") or None
+    if config is None:
+        return None
+    if isinstance(config, ExperimentConfig):
+        return config
+    if isinstance(config, (str, os.PathLike, Mapping)):
+        return parse_experiment_config(config)
+    raise TypeError(
+        f"init: config must be a path to a YAML file or a mapping, got {type(config).__name__}"
+    )
+
+
+def _resume_target(resume: Any) -> str | None:
+    if resume is None:
+        resume = os.environ.get("DET_RESUME") or None
+    if resume is None or resume is False:
+        return None
+    if resume is True:
+        return "latest"
+    return str(resume)
+
+
+def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
+    if seed is None and config is not None:
+        seed = config.reproducibility.experiment_seed
+    if seed is None:
+        seed = secrets.randbelow(2**31)  # recorded in the run and its checkpoints
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"init: seed must be an int in [0, 2**31), got {seed!r}")
+    return seed
+
+
+def _set_seeds(seed: int) -> None:
+    # Python, NumPy and TF global seeds in one call.
+    tf.keras.utils.set_random_seed(seed)
+    # Layers that draw random numbers (Dropout...) then use tf.random.Generator,
+    # whose state is a variable that checkpoints save: a resumed run draws the
+    # masks an uninterrupted one would have.
+    tf.keras.backend.experimental.enable_tf_random_generator()
+
+
+def _distributed() -> DistributedContext:
+    return SingleProcess()
+
+
+def init(
+    *,
+    hparams: Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    runs_dir: str | os.PathLike[str] | None = None,
+    resume: bool | int | str | None = None,
+    seed: int | None = None,
+    checkpoint_period: Length | Mapping[str, int] | bool = True,
+) -> KerasContext:
+    """The context of this training (or inference) process.
+
+    Off the cluster (no ``DET_ALLOCATION_ID`` in the environment):
+
+    - ``hparams``: default hyperparameter values; constants of the config override
+      them, and searched ones in the config need a value here.
+    - ``config``: an experiment config (YAML path or mapping); ``DET_CONFIG`` names
+      one when not given. Its ``data`` section is ``context.config_data``.
+    - ``runs_dir``: where local runs live (``DET_RUNS_DIR``, default ``./det-runs``);
+      each run is ``<runs_dir>/<n>`` with metrics, TensorBoard events and checkpoints.
+    - ``resume``: continue a run from its latest checkpoint: a run id, or ``"latest"``
+      / ``True`` (``DET_RESUME`` works the same). The run's recorded seed is reused.
+    - ``seed``: seeds Python, NumPy and TF; else the config's
+      ``reproducibility.experiment_seed``; else a random one, recorded.
+    - ``checkpoint_period``: ``Length(epochs=1)`` by default (or the config's
+      ``min_checkpoint_period``); ``False`` turns checkpoints off.
+
+    >>> import det_sdk as det
+    >>> context = det.keras.init(hparams={"learning_rate": 0.01}, config="const.yaml")
+    >>> context.training.hparams["learning_rate"]
+    0.01
+    """
+    info = get_cluster_info()
+    if info is not None:
+        raise RuntimeError(
+            "det_sdk: this process was launched by a cluster (DET_ALLOCATION_ID is set), "
+            "and this version of det_sdk runs locally only"
+        )
+    cfg = _load_config(config)
+    hp = local_hparams(cfg, hparams or {})
+    period = _checkpoint_period(checkpoint_period, cfg)
+    dist = _distributed()
+    runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    target = _resume_target(resume)
+    if target is not None:
+        session = LocalSession.reopen(runs, target)
+        run_seed = int(session.info["seed"])
+    else:
+        run_seed = _seed(cfg, seed)
+        session = LocalSession.create(
+            runs, hparams=hp.to_dict(), seed=run_seed,
+            config=cfg.model_dump(mode="json") if cfg else {},
+        )
+    _set_seeds(run_seed)
+    return KerasContext(
+        distributed=dist,
+        session=session,
+        hparams=hp,
+        config_data=cfg.data if cfg else {},
+        seed=run_seed,
+        checkpoint_period=period,
+    )
+
+
+def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | None:
+    if value is False:
+        return None
+    if value is True or value is None:
+        return (cfg.min_checkpoint_period if cfg else None) or _DEFAULT_CHECKPOINT_PERIOD
+    if isinstance(value, Length):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return Length.model_validate(value)
+        except Exception as err:
+            raise ConfigError(f"init: checkpoint_period: {err}") from None
+    raise TypeError(
+        "init: checkpoint_period must be True, False, or a length like {'epochs': 1}, "
+        f"got {value!r}"
+    )

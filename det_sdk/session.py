@@ -1,0 +1,329 @@
+"""The session seam: how a training process talks to whatever keeps its records.
+
+Off the cluster that is a local run directory; on the cluster (later) the master over
+HTTP. The Keras context holds one ``Session`` and never asks which one.
+
+A local run directory (default ``./det-runs/<run-id>/``)::
+
+    run.json            run id, seed, hparams, config, created
+    metrics.jsonl       one JSON object per report: group, steps_completed, epoch, metrics
+    checkpoints.jsonl   one JSON object per checkpoint: uuid, steps_completed, epoch, metrics
+    checkpoints/<uuid>/ the checkpoints themselves (see det_sdk.keras checkpoint format)
+    tensorboard/        TensorBoard event files
+
+>>> import tempfile
+>>> runs = tempfile.mkdtemp()
+>>> s = LocalSession.create(runs, hparams={"lr": 0.1}, seed=7, config={})
+>>> s.run_id
+1
+>>> s.report_metrics("validation", steps_completed=10, epoch=1, metrics={"val_loss": 0.5})
+>>> [r["metrics"] for r in s.read_metrics()]
+[{'val_loss': 0.5}]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from det_sdk.config import Length
+from det_sdk.storage import (
+    CheckpointNotFoundError,
+    CheckpointStorage,
+    SharedFSStorage,
+    check_uuid,
+    fsync_path,
+)
+
+__all__ = [
+    "LocalSession",
+    "RunNotFoundError",
+    "Session",
+    "find_runs_dir_checkpoint",
+    "list_runs",
+]
+
+MetricGroup = Literal["training", "validation"]
+DEFAULT_RUNS_DIR = "det-runs"
+
+
+class RunNotFoundError(LookupError):
+    """No local run with that id (or no run at all, for ``resume="latest"``)."""
+
+
+class Session:
+    """Records of one trial/run: metrics, checkpoints, and the outside's instructions."""
+
+    trial_id: int | str | None
+    storage: CheckpointStorage
+    latest_checkpoint: str | None
+    tensorboard_dir: Path | None
+
+    def report_metrics(
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+    ) -> None:
+        raise NotImplementedError
+
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
+        """UUID of a trial's latest (or best, by the searcher metric) checkpoint."""
+        raise NotImplementedError
+
+    def checkpoint_path(self, uuid: str) -> Path:
+        """Local directory holding checkpoint ``uuid`` (downloaded if need be)."""
+        raise NotImplementedError
+
+    def training_length(self) -> Length | None:
+        """How long to train when told by the outside; ``None``: as the script says."""
+        return None
+
+    def should_preempt(self) -> bool:
+        """True when the outside asks this process to checkpoint and stop."""
+        return False
+
+    def report_progress(self, fraction: float) -> None:
+        """Fraction of the training length done, for progress displays."""
+
+    def close(self) -> None:
+        """Deliver what is pending and release resources."""
+
+    def resume_hint(self) -> str:
+        """How a user continues this trial after it stopped (shown when it stops)."""
+        return ""
+
+
+class LocalSession(Session):
+    """A run directory on the local filesystem."""
+
+    def __init__(self, run_dir: Path, run_info: Mapping[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.runs_dir = run_dir.parent
+        self.run_id: int = int(run_info["run_id"])
+        self.trial_id = self.run_id
+        self.info = dict(run_info)
+        self.storage = SharedFSStorage(run_dir / "checkpoints")
+        self.tensorboard_dir = run_dir / "tensorboard"
+        self.latest_checkpoint = self._latest_checkpoint()
+        self._metrics_file = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 - kept open
+
+    # --- creating and reopening runs ----------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        runs_dir: str | os.PathLike[str],
+        *,
+        hparams: Mapping[str, Any],
+        seed: int,
+        config: Mapping[str, Any],
+    ) -> LocalSession:
+        """A new run ``<runs_dir>/<n>`` with the next free number."""
+        runs = Path(runs_dir)
+        runs.mkdir(parents=True, exist_ok=True)
+        run_id = max(_run_ids(runs), default=0) + 1
+        while True:  # mkdir is atomic: two runs started at once get different ids
+            try:
+                (runs / str(run_id)).mkdir()
+                break
+            except FileExistsError:
+                run_id += 1
+        run_dir = runs / str(run_id)
+        info = {
+            "run_id": run_id,
+            "created": time.time(),
+            "seed": seed,
+            "hparams": dict(hparams),
+            "config": dict(config),
+        }
+        _write_json_atomic(run_dir / "run.json", info)
+        return cls(run_dir, info)
+
+    @classmethod
+    def reopen(cls, runs_dir: str | os.PathLike[str], run_id: int | str) -> LocalSession:
+        """An existing run, to resume it. ``run_id="latest"`` is the newest run."""
+        run_dir = resolve_run_dir(runs_dir, run_id)
+        try:
+            info = json.loads((run_dir / "run.json").read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise RunNotFoundError(f"run directory {run_dir} has no readable run.json: {err}")
+        session = cls(run_dir, info)
+        session._forget_metrics_after_checkpoint()
+        return session
+
+    # --- the Session interface ----------------------------------------------------------
+
+    def report_metrics(
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+    ) -> None:
+        row = {
+            "group": group,
+            "steps_completed": int(steps_completed),
+            "epoch": int(epoch),
+            "time": time.time(),
+            "metrics": {k: float(v) for k, v in metrics.items()},
+        }
+        self._metrics_file.write(json.dumps(row) + "\n")
+        self._metrics_file.flush()
+
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+        row = {"uuid": uuid, "time": time.time(), **metadata}
+        with open(self.run_dir / "checkpoints.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.latest_checkpoint = uuid
+
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
+        run_dir = resolve_run_dir(self.runs_dir, trial_id)
+        rows = _read_checkpoint_rows(run_dir)
+        if not rows:
+            raise CheckpointNotFoundError(f"local run {trial_id} ({run_dir}) has no checkpoint")
+        if not best:
+            return rows[-1]["uuid"]
+        metric, smaller = _searcher_metric(run_dir)
+        scored = [r for r in rows if metric in (r.get("metrics") or {})]
+        if not scored:
+            raise CheckpointNotFoundError(
+                f"no checkpoint of local run {trial_id} recorded the metric {metric!r}"
+            )
+        pick = min if smaller else max
+        return pick(scored, key=lambda r: r["metrics"][metric])["uuid"]
+
+    def checkpoint_path(self, uuid: str) -> Path:
+        # Any run of this runs directory may hold it: batch inference loads another run's.
+        return find_runs_dir_checkpoint(self.runs_dir, uuid)
+
+    def resume_hint(self) -> str:
+        return f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}))."
+
+    def close(self) -> None:
+        if not self._metrics_file.closed:
+            self._metrics_file.close()
+
+    # --- reading back -------------------------------------------------------------------
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every metrics row of this run, oldest first."""
+        self._metrics_file.flush()
+        return _read_jsonl(self.run_dir / "metrics.jsonl")
+
+    def read_checkpoints(self) -> list[dict[str, Any]]:
+        """Every checkpoint row of this run whose directory exists, oldest first."""
+        return _read_checkpoint_rows(self.run_dir)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _latest_checkpoint(self) -> str | None:
+        rows = _read_checkpoint_rows(self.run_dir)
+        return rows[-1]["uuid"] if rows else None
+
+    def _forget_metrics_after_checkpoint(self) -> None:
+        """Drop metrics reported after the checkpoint we resume from.
+
+        Training repeats those steps, and a run keeps one value per group and step.
+        """
+        rows = _read_checkpoint_rows(self.run_dir)
+        done = rows[-1].get("steps_completed", 0) if rows else 0
+        path = self.run_dir / "metrics.jsonl"
+        kept = [r for r in _read_jsonl(path) if r["steps_completed"] <= done]
+        self._metrics_file.close()
+        _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._metrics_file = open(path, "a")  # noqa: SIM115
+
+
+def resolve_run_dir(runs_dir: str | os.PathLike[str], run_id: int | str) -> Path:
+    """The directory of local run ``run_id`` (an int, its string, or ``"latest"``)."""
+    runs = Path(runs_dir)
+    if str(run_id) == "latest":
+        ids = _run_ids(runs)
+        if not ids:
+            raise RunNotFoundError(f"no run to resume in {runs.resolve()}")
+        return runs / str(max(ids))
+    if not str(run_id).isdigit():
+        raise RunNotFoundError(
+            f"local run ids are numbers (the directories under {runs}); got {run_id!r}"
+        )
+    run_dir = runs / str(int(run_id))
+    if not (run_dir / "run.json").is_file():
+        known = ", ".join(str(i) for i in sorted(_run_ids(runs))) or "none"
+        raise RunNotFoundError(f"no local run {run_id} in {runs.resolve()} (runs: {known})")
+    return run_dir
+
+
+def list_runs(runs_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """A summary row per local run: id, position reached, checkpoints, last validation."""
+    rows = []
+    for run_id in sorted(_run_ids(Path(runs_dir))):
+        run_dir = Path(runs_dir) / str(run_id)
+        metrics = _read_jsonl(run_dir / "metrics.jsonl")
+        last = metrics[-1] if metrics else {}
+        vals = [m for m in metrics if m.get("group") == "validation"]
+        rows.append({
+            "run_id": run_id,
+            "epoch": last.get("epoch", 0),
+            "steps_completed": last.get("steps_completed", 0),
+            "checkpoints": len(_read_checkpoint_rows(run_dir)),
+            "last_validation": vals[-1]["metrics"] if vals else None,
+        })
+    return rows
+
+
+def find_runs_dir_checkpoint(runs_dir: str | os.PathLike[str], uuid: str) -> Path:
+    """Path of checkpoint ``uuid`` in any run under ``runs_dir``."""
+    check_uuid(uuid)
+    for run_dir in sorted(Path(runs_dir).iterdir()) if Path(runs_dir).is_dir() else []:
+        candidate = run_dir / "checkpoints" / uuid
+        if candidate.is_dir():
+            return candidate
+    raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in any run under {runs_dir}")
+
+
+def _run_ids(runs: Path) -> list[int]:
+    if not runs.is_dir():
+        return []
+    return [int(p.name) for p in runs.iterdir() if p.name.isdigit() and p.is_dir()]
+
+
+def _searcher_metric(run_dir: Path) -> tuple[str, bool]:
+    info = json.loads((run_dir / "run.json").read_text())
+    searcher = (info.get("config") or {}).get("searcher") or {}
+    return searcher.get("metric", "val_loss"), searcher.get("smaller_is_better", True)
+
+
+def _read_checkpoint_rows(run_dir: Path) -> list[dict[str, Any]]:
+    rows = _read_jsonl(run_dir / "checkpoints.jsonl")
+    return [r for r in rows if (run_dir / "checkpoints" / r["uuid"]).is_dir()]
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash: the rows before it stand
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    _write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")

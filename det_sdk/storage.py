@@ -1,0 +1,127 @@
+"""Checkpoint storage: a directory per checkpoint UUID, written atomically.
+
+A checkpoint is written into a hidden temporary directory beside its final place,
+flushed to disk, and renamed into place only when complete. A crash mid-save leaves
+a ``.tmp-*`` directory that is never listed and is swept on the next save, never a
+half checkpoint under a real UUID.
+
+>>> import tempfile, pathlib
+>>> storage = SharedFSStorage(tempfile.mkdtemp())
+>>> with storage.store() as (uuid, path):
+...     _ = (path / "weights.bin").write_bytes(b"...")
+>>> storage.list() == [uuid]
+True
+>>> (storage.path(uuid) / "weights.bin").read_bytes()
+b'...'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
+           "check_uuid", "fsync_path"]
+
+_TMP_PREFIX = ".tmp-"
+
+
+class CheckpointNotFoundError(LookupError):
+    """No checkpoint with that UUID in this storage."""
+
+
+class CheckpointStorage:
+    """Where checkpoint directories live. Subclasses: shared filesystem (object stores later)."""
+
+    def store(self, uuid: str | None = None) -> contextlib.AbstractContextManager[tuple[str, Path]]:
+        raise NotImplementedError
+
+    def path(self, uuid: str) -> Path:
+        raise NotImplementedError
+
+    def delete(self, uuid: str) -> None:
+        raise NotImplementedError
+
+    def list(self) -> list[str]:
+        raise NotImplementedError
+
+
+class SharedFSStorage(CheckpointStorage):
+    """Checkpoints as directories under ``base`` on a local or shared filesystem."""
+
+    def __init__(self, base: str | os.PathLike[str]) -> None:
+        self.base = Path(base)
+
+    @contextlib.contextmanager
+    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
+        """Yield ``(uuid, tmp_dir)`` to write into; publish it atomically on success."""
+        uuid = uuid or str(uuidlib.uuid4())
+        check_uuid(uuid)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self._sweep_abandoned()
+        tmp = self.base / f"{_TMP_PREFIX}{uuid}-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            yield uuid, tmp
+            for f in tmp.rglob("*"):
+                if f.is_file():
+                    fsync_path(f)
+            fsync_path(tmp)
+            os.rename(tmp, self.base / uuid)
+            fsync_path(self.base)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def path(self, uuid: str) -> Path:
+        check_uuid(uuid)
+        p = self.base / uuid
+        if not p.is_dir():
+            raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.base}")
+        return p
+
+    def delete(self, uuid: str) -> None:
+        shutil.rmtree(self.path(uuid))
+
+    def list(self) -> list[str]:
+        if not self.base.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.base.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def _sweep_abandoned(self) -> None:
+        """Remove temporary directories of saves whose process is gone."""
+        for p in self.base.glob(f"{_TMP_PREFIX}*"):
+            pid = p.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def check_uuid(uuid: str) -> None:
+    """Refuse names that would escape the storage directory."""
+    if not uuid or "/" in uuid or "\\" in uuid or uuid.startswith(".") or uuid in ("..",):
+        raise ValueError(f"not a checkpoint uuid: {uuid!r}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's data, or a directory's entries (a rename into it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
