@@ -70,7 +70,9 @@ def _rng_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
 
 def _optimizer_variables(opt: Any, model: tf.keras.Model) -> list[tf.Variable]:
     """All variables of an optimizer, created now if it has not run yet."""
-    if not getattr(opt, "_built", True) and hasattr(opt, "build"):
+    if isinstance(opt, tf.keras.optimizers.legacy.Optimizer):
+        opt._create_all_weights(model.trainable_variables)  # idempotent
+    elif not getattr(opt, "_built", False):
         opt.build(model.trainable_variables)
     variables = opt.variables
     return list(variables() if callable(variables) else variables)
@@ -134,7 +136,7 @@ def save_checkpoint(
     with open(path / "state.bin", "wb") as f:
         for group, variables in _state_groups(model, optimizers):
             for v in variables:
-                arr = np.ascontiguousarray(v.numpy())
+                arr = np.asarray(v.numpy(), order="C")  # keeps 0-d shapes (ascontiguousarray does not)
                 f.write(memoryview(arr).cast("B"))
                 index.append(
                     {

@@ -1,0 +1,90 @@
+"""A tiny training script for the tests: a dense net with dropout on generated data.
+
+Behaviour is set through the environment so that one file serves every test:
+  TINY_EPOCHS       epochs to train (default 4)
+  TINY_INPUT        numpy | sequence | dataset (default numpy)
+  TINY_STOP_AT      "E" or "E:B": send SIGTERM to this process after batch B of epoch E
+                    (0-based epoch; without B, at the end of epoch E)
+  TINY_WEIGHTS_OUT  where to save the final weights (.npz)
+Plus det_sdk's own: DET_RUNS_DIR, DET_RESUME.
+"""
+
+import os
+import signal
+
+import numpy as np
+import tensorflow as tf
+
+import det_sdk as det
+
+tf.config.experimental.enable_op_determinism()
+context = det.keras.init(
+    hparams={"learning_rate": 0.05, "global_batch_size": 16, "dropout": 0.3}, seed=1234
+)
+hp = context.training.hparams
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(200, 8)).astype("float32")
+y = (x @ rng.normal(size=(8, 1)) > 0).astype("float32")
+x_val, y_val = x[:40], y[:40]
+batch_size = context.distributed.shard_batch_size(hp["global_batch_size"])
+
+
+class Batches(tf.keras.utils.Sequence):
+    def __init__(self, x, y, bs):
+        self.x, self.y, self.bs = x, y, bs
+
+    def __len__(self):
+        return (len(self.x) + self.bs - 1) // self.bs
+
+    def __getitem__(self, i):
+        return self.x[i * self.bs:(i + 1) * self.bs], self.y[i * self.bs:(i + 1) * self.bs]
+
+
+kind = os.environ.get("TINY_INPUT", "numpy")
+if kind == "numpy":
+    train = dict(zip(("x", "y"), context.wrap_data(x, y)), batch_size=batch_size)
+elif kind == "sequence":
+    train = {"x": context.wrap_data(Batches(x, y, batch_size))}
+else:
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    train = {"x": context.wrap_data(ds)}
+
+model = tf.keras.Sequential([
+    tf.keras.Input((8,)),
+    tf.keras.layers.Dense(16, activation="relu"),
+    tf.keras.layers.Dropout(hp["dropout"]),
+    tf.keras.layers.Dense(1, activation="sigmoid"),
+])
+opt = context.wrap_optimizer(tf.keras.optimizers.Adam(hp["learning_rate"]))
+model.compile(optimizer=opt, loss="binary_crossentropy", metrics=["accuracy"])
+
+
+class StopAt(tf.keras.callbacks.Callback):
+    """Deliver a real SIGTERM to this process at a chosen point."""
+
+    def __init__(self, spec):
+        super().__init__()
+        epoch, _, batch = spec.partition(":")
+        self.epoch, self.batch = int(epoch), int(batch) if batch else None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.batch is not None and self._epoch == self.epoch and batch + 1 == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.batch is None and epoch == self.epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+callbacks = [StopAt(os.environ["TINY_STOP_AT"])] if os.environ.get("TINY_STOP_AT") else []
+hist = context.fit(
+    model, **train, epochs=int(os.environ.get("TINY_EPOCHS", "4")),
+    validation_data=(x_val, y_val), callbacks=callbacks, verbose=0,
+)
+if os.environ.get("TINY_WEIGHTS_OUT"):
+    np.savez(os.environ["TINY_WEIGHTS_OUT"], *model.get_weights())
+print("epochs run:", hist.epoch)
