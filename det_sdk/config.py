@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -148,7 +148,7 @@ class CategoricalHP(_Strict):
 
 
 Hyperparameter = Annotated[
-    Union[ConstHP, IntHP, DoubleHP, LogHP, CategoricalHP], Field(discriminator="type")
+    ConstHP | IntHP | DoubleHP | LogHP | CategoricalHP, Field(discriminator="type")
 ]
 _HP_ADAPTER: TypeAdapter[Any] = TypeAdapter(Hyperparameter)
 
@@ -207,7 +207,7 @@ class AdaptiveASHASearcher(_SearcherBase):
 
 
 Searcher = Annotated[
-    Union[SingleSearcher, GridSearcher, RandomSearcher, AdaptiveASHASearcher],
+    SingleSearcher | GridSearcher | RandomSearcher | AdaptiveASHASearcher,
     Field(discriminator="name"),
 ]
 

@@ -6,7 +6,7 @@
 >>> hp["lr"]
 Traceback (most recent call last):
 ...
-det_sdk.hparams.HParamKeyError: hyperparameter 'lr' is not defined; known: dropout, global_batch_size
+det_sdk.hparams.HParamKeyError: hyperparameter 'lr' is not defined; known: ...
 """
 
 from __future__ import annotations

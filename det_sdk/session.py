@@ -151,7 +151,9 @@ class LocalSession(Session):
         try:
             info = json.loads((run_dir / "run.json").read_text())
         except (OSError, json.JSONDecodeError) as err:
-            raise RunNotFoundError(f"run directory {run_dir} has no readable run.json: {err}")
+            raise RunNotFoundError(
+                f"run directory {run_dir} has no readable run.json: {err}"
+            ) from None
         session = cls(run_dir, info)
         session._forget_metrics_after_checkpoint()
         return session

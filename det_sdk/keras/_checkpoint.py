@@ -136,7 +136,8 @@ def save_checkpoint(
     with open(path / "state.bin", "wb") as f:
         for group, variables in _state_groups(model, optimizers):
             for v in variables:
-                arr = np.asarray(v.numpy(), order="C")  # keeps 0-d shapes (ascontiguousarray does not)
+                # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
+                arr = np.asarray(v.numpy(), order="C")
                 f.write(memoryview(arr).cast("B"))
                 index.append(
                     {
@@ -224,7 +225,9 @@ def _read_arrays(path: Path) -> dict[str, list[np.ndarray]]:
     return groups
 
 
-def _assign(group: str, variables: Sequence[Any], arrays: Sequence[np.ndarray], where: Path) -> None:
+def _assign(
+    group: str, variables: Sequence[Any], arrays: Sequence[np.ndarray], where: Path
+) -> None:
     if len(variables) != len(arrays):
         raise ValueError(
             f"checkpoint {where} holds {len(arrays)} {group} arrays but the model has "

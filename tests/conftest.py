@@ -1,0 +1,41 @@
+"""Shared test helpers: run a script in a fresh Python process, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def run_python(
+    script: Path | str, env: dict[str, str], cwd: Path | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with this interpreter and ``env`` added to the environment."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **env}
+    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID"):
+        if var not in env:
+            full_env.pop(var, None)
+    return subprocess.run(
+        [sys.executable, str(script)], env=full_env, cwd=cwd or REPO, timeout=timeout,
+        capture_output=True, text=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small MNIST-shaped .npz for examples/train.py (no download possible here)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import numpy as np
+        from make_mnist_npz import make
+    finally:
+        sys.path.pop(0)
+    path = tmp_path_factory.mktemp("data") / "mnist-small.npz"
+    np.savez(path, **make(n_train=512, n_test=128))
+    return path

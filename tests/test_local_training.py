@@ -1,0 +1,122 @@
+"""Local runs end to end: the example, interrupt and resume, and loading checkpoints.
+
+Training scripts run as real processes (a real SIGTERM must reach them); the
+checkpoint-loading tests train in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, SCRIPTS, run_python
+
+TINY = SCRIPTS / "tiny_train.py"
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = run_python(
+        REPO / "examples" / "train.py",
+        {"MNIST_NPZ": str(mnist_npz), "EPOCHS": "2", "DET_RUNS_DIR": str(runs)},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    acc = float(re.search(r"Test accuracy: ([\d.]+)", proc.stdout).group(1))
+    assert acc > 0.3  # ten classes: well above chance after two epochs
+
+    run = runs / "1"
+    metrics = _jsonl(run / "metrics.jsonl")
+    assert [(m["group"], m["epoch"]) for m in metrics] == [
+        ("training", 1), ("validation", 1), ("training", 2), ("validation", 2)
+    ]
+    assert {"loss", "accuracy"} <= set(metrics[0]["metrics"])
+    assert {"val_loss", "val_accuracy"} <= set(metrics[1]["metrics"])
+    assert metrics[-1]["steps_completed"] == 2 * 4  # 512 samples / batch 128, two epochs
+
+    checkpoints = _jsonl(run / "checkpoints.jsonl")
+    assert [c["epoch"] for c in checkpoints] == [1, 2]
+    for c in checkpoints:
+        ckpt = run / "checkpoints" / c["uuid"]
+        meta = json.loads((ckpt / "metadata.json").read_text())
+        assert meta["hparams"]["dropout"] == 0.5 and meta["seed"] == json.loads(
+            (run / "run.json").read_text())["seed"]
+        assert meta["framework"]["tensorflow"].startswith("2.15")
+    assert list((run / "tensorboard" / "validation").glob("events.out.tfevents.*"))
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
+    """Final weights of uninterrupted 4-epoch runs, per input kind."""
+    out = {}
+    for kind in ("numpy", "sequence"):
+        d = tmp_path_factory.mktemp(f"full-{kind}")
+        proc = run_python(TINY, {"DET_RUNS_DIR": str(d), "TINY_INPUT": kind,
+                                 "TINY_WEIGHTS_OUT": str(d / "w.npz")})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "epochs run: [0, 1, 2, 3]" in proc.stdout
+        out[kind] = dict(np.load(d / "w.npz"))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "stop_at", "resumed_epochs"),
+    [("numpy", "1", "[2, 3]"), ("numpy", "2:5", "[2, 3]"), ("sequence", "1:7", "[1, 2, 3]")],
+)
+def test_sigterm_then_resume_equals_uninterrupted(
+    tmp_path: Path, uninterrupted: dict, kind: str, stop_at: str, resumed_epochs: str
+) -> None:
+    env = {"DET_RUNS_DIR": str(tmp_path), "TINY_INPUT": kind}
+    stopped = run_python(TINY, {**env, "TINY_STOP_AT": stop_at})
+    assert stopped.returncode == 0, stopped.stderr[-3000:]  # SIGTERM: checkpoint, clean exit
+    assert "stopped by SIGTERM" in stopped.stderr
+    assert "epochs run" not in stopped.stdout  # fit did not return: the process ended
+
+    epoch, _, batch = stop_at.partition(":")
+    ckpts = _jsonl(tmp_path / "1" / "checkpoints.jsonl")
+    last = ckpts[-1]
+    expect = (int(epoch), int(batch)) if batch else (int(epoch) + 1, 0)
+    assert (last["epoch"], last["batch"]) == expect
+
+    resumed = run_python(TINY, {**env, "DET_RESUME": "1",
+                                "TINY_WEIGHTS_OUT": str(tmp_path / "w.npz")})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"epochs run: {resumed_epochs}" in resumed.stdout
+    weights = np.load(tmp_path / "w.npz")
+    for k, full in uninterrupted[kind].items():
+        np.testing.assert_array_equal(weights[k], full)
+
+    # one metrics row per group and step, however the run was interrupted
+    rows = _jsonl(tmp_path / "1" / "metrics.jsonl")
+    keys = [(r["group"], r["steps_completed"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 8
+
+
+def test_ctrl_c_checkpoints_and_exits_130(tmp_path: Path) -> None:
+    # SIGINT arrives from outside, as from a terminal, during a long run.
+    env = {"DET_RUNS_DIR": str(tmp_path), "TINY_EPOCHS": "100000", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen([sys.executable, str(TINY)], env={**os.environ, **env}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "1" / "checkpoints.jsonl").exists():
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopped by SIGINT" in err and "Traceback" not in err
+    assert "DET_RESUME=1" in err
