@@ -32,8 +32,8 @@ input_shape = (28, 28, 1)
 mnist_npz = context.config_data.get("mnist_npz") or os.environ.get("MNIST_NPZ")
 if mnist_npz:
     with np.load(mnist_npz) as f:
-        (x_train, y_train), (x_test, y_test) = (f["x_train"], f["y_train"]), (f["x_test"],
-                                                                           f["y_test"])
+        x_train, y_train = f["x_train"], f["y_train"]
+        x_test, y_test = f["x_test"], f["y_test"]
 else:
     (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
 
