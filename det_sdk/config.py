@@ -153,6 +153,9 @@ Hyperparameter = Annotated[
 _HP_ADAPTER: TypeAdapter[Any] = TypeAdapter(Hyperparameter)
 
 
+_RANGE_KEYS = {"minval", "maxval", "vals", "count", "base"}
+
+
 def _parse_hyperparameters(raw: Any) -> Any:
     """Turn bare values into ``ConstHP`` so that YAML can say ``dropout: 0.5``."""
     if not isinstance(raw, Mapping):
@@ -161,6 +164,9 @@ def _parse_hyperparameters(raw: Any) -> Any:
     for name, spec in raw.items():
         if isinstance(spec, Mapping) and "type" in spec:
             out[name] = spec
+        elif isinstance(spec, Mapping) and _RANGE_KEYS & set(spec):
+            # {minval: 1, maxval: 2} without a type is a forgotten type, not a constant
+            out[name] = {"type": "<missing>", **spec}
         else:
             out[name] = {"type": "const", "val": spec}
     return out
@@ -292,26 +298,42 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
     """One line per problem, each naming the field by its dotted path."""
     lines = []
     for e in err.errors():
-        # drop the union tags pydantic puts in paths ("int", "function-after[...]")
-        loc = [str(p) for p in e["loc"] if not _is_union_tag(p)]
+        loc = _user_path(e["loc"])
         path = ".".join(loc) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "union_tag_invalid" and e.get("ctx", {}).get("tag") == "<missing>":
+            msg = ("has a range but no 'type'; give one of: int, double, log, categorical "
+                   "(or write a constant as a plain value)")
+        elif e["type"] == "extra_forbidden":
             msg = "unknown field"
         elif e["type"] == "missing":
             msg = "required field is missing"
-        elif "input" in e and e["type"] not in ("value_error",):
+        elif "input" in e and e["type"] != "value_error":
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"  {path}: {msg}")
     return f"invalid {source}:\n" + "\n".join(lines)
 
 
-def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (
-        part in {"const", "int", "double", "log", "categorical"}
-        | {"single", "grid", "random", "adaptive_asha"}
-        or part.startswith("function-")
-    )
+_HP_TAGS = {"const", "int", "double", "log", "categorical"}
+_SEARCHER_TAGS = {"single", "grid", "random", "adaptive_asha"}
+
+
+def _user_path(loc: tuple[Any, ...]) -> list[str]:
+    """The path as the user wrote it: without the union tags pydantic inserts.
+
+    Tags sit at known places (``searcher.<name>``, ``hyperparameters.<hp>.<type>``),
+    so a user's key that happens to read like a tag ("log", "random") is kept.
+    """
+    out = []
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if i == 1 and loc[0] == "searcher" and part in _SEARCHER_TAGS:
+            continue
+        if i == 2 and loc[0] == "hyperparameters" and part in _HP_TAGS:
+            continue
+        out.append(str(part))
+    return out
 
 
 def _validate(model: type[BaseModel], raw: Any, source: str) -> Any:

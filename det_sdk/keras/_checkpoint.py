@@ -185,6 +185,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
         if not (path / name).is_file():
             raise CheckpointCorruptError(f"checkpoint {path} is incomplete: {name} is missing")
     meta = _read_json(path / "metadata.json")
+    if not isinstance(meta, dict):
+        raise CheckpointCorruptError(f"checkpoint {path}: metadata.json is not a JSON object")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointCorruptError(
             f"checkpoint {path} has format version {meta.get('format_version')!r}; "

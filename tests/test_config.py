@@ -1,0 +1,326 @@
+"""det_sdk.config: the proposal's YAMLs parse, and bad configs fail naming the field."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from det_sdk.config import (
+    CategoricalHP,
+    ConfigError,
+    ConstHP,
+    DoubleHP,
+    IntHP,
+    LogHP,
+    load_yaml_file,
+    parse_experiment_config,
+    parse_job_config,
+)
+
+EXPERIMENT_YAML = textwrap.dedent(
+    """\
+    hyperparameters:
+      dropout: 0.5
+      global_batch_size: 128
+    entrypoint_script: python3 train.py
+    """
+)
+
+JOB_YAML = textwrap.dedent(
+    """\
+    entrypoint_script: python3 batch_inference.py
+    data:
+      trial_id: 777
+      batch_size: 64
+    resources:
+      slots: 8
+    """
+)
+
+
+def _error(parse, raw) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(raw)
+    return str(info.value)
+
+
+# --- the proposal's configs, as written ---------------------------------------------------
+
+
+def test_proposal_experiment_yaml_file_parses(tmp_path):
+    path = tmp_path / "const.yaml"
+    path.write_text(EXPERIMENT_YAML)
+    cfg = parse_experiment_config(path)
+    assert cfg.entrypoint_script == "python3 train.py"
+    assert set(cfg.hyperparameters) == {"dropout", "global_batch_size"}
+    assert isinstance(cfg.hyperparameters["dropout"], ConstHP)
+    assert cfg.hyperparameters["dropout"].val == 0.5
+    assert cfg.hyperparameters["global_batch_size"].val == 128
+    assert cfg.searcher is None
+    assert cfg.resources.slots_per_trial == 1
+
+
+def test_proposal_experiment_yaml_parses_from_a_str_path_and_a_mapping(tmp_path):
+    path = tmp_path / "const.yaml"
+    path.write_text(EXPERIMENT_YAML)
+    from_str = parse_experiment_config(str(path))
+    from_mapping = parse_experiment_config(yaml.safe_load(EXPERIMENT_YAML))
+    assert from_str == from_mapping
+    assert from_mapping.hyperparameters["global_batch_size"].val == 128
+
+
+def test_proposal_job_yaml_parses(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB_YAML)
+    job = parse_job_config(path)
+    assert job.entrypoint_script == "python3 batch_inference.py"
+    assert job.data == {"trial_id": 777, "batch_size": 64}
+    assert job.resources.slots == 8
+
+
+def test_entrypoint_alias_works_for_experiment_and_job():
+    assert parse_experiment_config({"entrypoint": "python3 t.py"}).entrypoint_script == (
+        "python3 t.py"
+    )
+    assert parse_job_config({"entrypoint": "python3 bi.py"}).entrypoint_script == "python3 bi.py"
+
+
+# --- each kind of hyperparameter -----------------------------------------------------------
+
+
+def test_const_bare_value():
+    hp = parse_experiment_config({"hyperparameters": {"units": 64}}).hyperparameters["units"]
+    assert isinstance(hp, ConstHP)
+    assert hp.val == 64
+
+
+def test_const_bare_list_value():
+    hp = parse_experiment_config({"hyperparameters": {"sizes": [1, 2]}}).hyperparameters["sizes"]
+    assert isinstance(hp, ConstHP)
+    assert hp.val == [1, 2]
+
+
+def test_const_explicit():
+    hp = parse_experiment_config(
+        {"hyperparameters": {"act": {"type": "const", "val": "relu"}}}
+    ).hyperparameters["act"]
+    assert isinstance(hp, ConstHP)
+    assert hp.val == "relu"
+
+
+def test_int_hparam():
+    hp = parse_experiment_config(
+        {"hyperparameters": {"units": {"type": "int", "minval": 8, "maxval": 64, "count": 3}}}
+    ).hyperparameters["units"]
+    assert isinstance(hp, IntHP)
+    assert (hp.minval, hp.maxval, hp.count) == (8, 64, 3)
+
+
+def test_double_hparam():
+    hp = parse_experiment_config(
+        {"hyperparameters": {"dropout": {"type": "double", "minval": 0.1, "maxval": 0.5}}}
+    ).hyperparameters["dropout"]
+    assert isinstance(hp, DoubleHP)
+    assert (hp.minval, hp.maxval, hp.count) == (0.1, 0.5, None)
+
+
+def test_log_hparam_default_base_and_explicit_base():
+    hps = parse_experiment_config(
+        {
+            "hyperparameters": {
+                "lr": {"type": "log", "minval": -4, "maxval": -1},
+                "lr2": {"type": "log", "minval": -4, "maxval": -1, "base": 2},
+            }
+        }
+    ).hyperparameters
+    assert isinstance(hps["lr"], LogHP)
+    assert (hps["lr"].minval, hps["lr"].maxval, hps["lr"].base) == (-4.0, -1.0, 10.0)
+    assert hps["lr2"].base == 2.0
+
+
+def test_categorical_hparam():
+    hp = parse_experiment_config(
+        {"hyperparameters": {"opt": {"type": "categorical", "vals": ["sgd", "adam"]}}}
+    ).hyperparameters["opt"]
+    assert isinstance(hp, CategoricalHP)
+    assert hp.vals == ["sgd", "adam"]
+
+
+def test_categorical_needs_at_least_one_value():
+    msg = _error(
+        parse_experiment_config, {"hyperparameters": {"opt": {"type": "categorical", "vals": []}}}
+    )
+    assert "hyperparameters.opt.vals" in msg
+
+
+# --- rejections name the field by its dotted path -----------------------------------------
+
+
+def test_unknown_top_level_key():
+    msg = _error(parse_experiment_config, {"entrypoint_script": "x", "bogus_key": 1})
+    assert "bogus_key: unknown field" in msg
+    assert msg.startswith("invalid experiment config")
+
+
+def test_unknown_top_level_key_in_job_config():
+    msg = _error(parse_job_config, {"entrypoint_script": "x", "hyperparameters": {}})
+    assert "hyperparameters: unknown field" in msg
+    assert msg.startswith("invalid job config")
+
+
+def test_unknown_nested_key_in_searcher():
+    msg = _error(parse_experiment_config, {"searcher": {"name": "single", "foo": 1}})
+    assert "searcher.foo: unknown field" in msg
+
+
+def test_unknown_nested_key_in_resources():
+    msg = _error(parse_job_config, {"entrypoint_script": "x", "resources": {"gpus": 2}})
+    assert "resources.gpus: unknown field" in msg
+
+
+def test_wrong_type():
+    msg = _error(parse_experiment_config, {"resources": {"slots_per_trial": "two"}})
+    assert "resources.slots_per_trial:" in msg
+    assert "'two'" in msg  # shows what it got
+
+
+def test_wrong_type_in_job_config():
+    msg = _error(parse_job_config, {"entrypoint_script": "x", "resources": {"slots": "eight"}})
+    assert "resources.slots:" in msg
+    assert "'eight'" in msg
+
+
+def test_missing_entrypoint_in_job_config():
+    msg = _error(parse_job_config, {"data": {"trial_id": 1}})
+    assert "entrypoint_script: required field is missing" in msg
+
+
+def test_random_searcher_without_max_trials():
+    msg = _error(parse_experiment_config, {"searcher": {"name": "random"}})
+    assert "searcher.max_trials: required field is missing" in msg
+
+
+def test_unknown_searcher_name():
+    msg = _error(parse_experiment_config, {"searcher": {"name": "bayes"}})
+    assert "searcher" in msg
+    assert "'bayes'" in msg
+
+
+@pytest.mark.parametrize("kind", ["int", "double", "log"])
+def test_minval_greater_than_maxval(kind):
+    msg = _error(
+        parse_experiment_config,
+        {"hyperparameters": {"lr": {"type": kind, "minval": 5, "maxval": 1}}},
+    )
+    assert "hyperparameters.lr:" in msg
+    assert "must not exceed maxval" in msg
+
+
+def test_minval_greater_than_maxval_for_hparam_named_like_a_tag():
+    msg = _error(
+        parse_experiment_config,
+        {"hyperparameters": {"log": {"type": "log", "minval": 5, "maxval": 1}}},
+    )
+    assert "hyperparameters.log:" in msg
+
+
+def test_unknown_hyperparameter_type():
+    msg = _error(parse_experiment_config, {"hyperparameters": {"lr": {"type": "bogus"}}})
+    assert "hyperparameters.lr:" in msg
+    assert "'bogus'" in msg
+
+
+def test_hyperparameter_missing_range_field():
+    msg = _error(parse_experiment_config, {"hyperparameters": {"u": {"type": "int", "minval": 1}}})
+    assert "hyperparameters.u.maxval: required field is missing" in msg
+
+
+@pytest.mark.parametrize(
+    "length", [{"epochs": 1, "batches": 2}, {}], ids=["both", "neither"]
+)
+@pytest.mark.parametrize("field", ["min_validation_period", "min_checkpoint_period"])
+def test_length_needs_exactly_one_of_epochs_or_batches(field, length):
+    msg = _error(parse_experiment_config, {field: length})
+    assert f"{field}:" in msg
+    assert "exactly one of 'epochs' or 'batches'" in msg
+
+
+def test_length_in_searcher_max_length():
+    msg = _error(
+        parse_experiment_config,
+        {"searcher": {"name": "single", "max_length": {"epochs": 1, "batches": 1}}},
+    )
+    assert "searcher.max_length:" in msg
+
+
+def test_length_must_be_positive():
+    msg = _error(parse_experiment_config, {"min_validation_period": {"epochs": 0}})
+    assert "min_validation_period.epochs:" in msg
+
+
+def test_several_problems_are_all_reported():
+    msg = _error(
+        parse_experiment_config,
+        {"bogus": 1, "resources": {"slots_per_trial": "two"}, "max_restarts": -1},
+    )
+    assert "bogus: unknown field" in msg
+    assert "resources.slots_per_trial:" in msg
+    assert "max_restarts:" in msg
+
+
+@pytest.mark.parametrize("raw", [[1, 2], 5, None], ids=["list", "int", "none"])
+def test_non_mapping_top_level(raw):
+    msg = _error(parse_experiment_config, raw)
+    assert "expected a mapping at the top level" in msg
+    assert f"got {type(raw).__name__}" in msg
+
+
+def test_yaml_file_whose_top_level_is_a_list(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    msg = _error(parse_experiment_config, path)
+    assert "expected a mapping at the top level, got list" in msg
+    assert str(path) in msg
+
+
+def test_non_mapping_top_level_job_config():
+    msg = _error(parse_job_config, ["python3 x.py"])
+    assert "invalid job config: expected a mapping at the top level, got list" in msg
+
+
+def test_missing_yaml_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    msg = _error(parse_experiment_config, path)
+    assert "not found" in msg
+    assert str(path) in msg
+    msg = _error(parse_job_config, str(path))
+    assert str(path) in msg
+
+
+def test_invalid_yaml_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("hyperparameters: {dropout: 0.5\nentrypoint_script: [unclosed\n")
+    msg = _error(parse_experiment_config, path)
+    assert "not valid YAML" in msg
+    assert str(path) in msg
+
+
+def test_load_yaml_file_of_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_yaml_file(tmp_path)
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_range_without_type_is_an_error_not_a_constant():
+    msg = _error(parse_experiment_config, {"hyperparameters": {"lr": {"minval": 1, "maxval": 2}}})
+    assert "hyperparameters.lr:" in msg and "no 'type'" in msg
+
+
+def test_top_level_key_named_like_a_tag_keeps_its_name():
+    msg = _error(parse_experiment_config, {"random": 1})
+    assert "random: unknown field" in msg
