@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-__all__ = ["DistributedContext", "SingleProcess"]
+__all__ = ["DistributedContext", "HorovodProcesses", "SingleProcess", "launched_by_horovod"]
 
 T = TypeVar("T")
 
@@ -73,6 +75,24 @@ class DistributedContext(ABC):
         """Wait until every process gets here."""
         self.allgather(None)
 
+    def gather_arrays(self, arr: Any) -> Any:
+        """Every process's rows of ``arr`` (numpy, first axis), concatenated in rank order."""
+        import numpy as np
+
+        return np.concatenate(self.allgather(arr))
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is true on any: agree to stop together."""
+        return any(self.allgather(bool(flag)))
+
+    def distributed_optimizer(self, optimizer: Any) -> Any:
+        """An optimizer that averages gradients across processes (itself on one)."""
+        return optimizer
+
+    def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
+        """Set TF ``variables`` on every process to ``root``'s values (nothing on one)."""
+        return None
+
 
 class SingleProcess(DistributedContext):
     """One process: every collective is the identity."""
@@ -87,7 +107,78 @@ class SingleProcess(DistributedContext):
     def broadcast(self, obj: T, root: int = 0) -> T:
         return obj
 
+    def gather_arrays(self, arr: Any) -> Any:
+        return arr
+
+    def any(self, flag: bool) -> bool:
+        return bool(flag)
+
     def __repr__(self) -> str:
         return "SingleProcess()"
+
+
+_HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_SIZE")
+
+
+def launched_by_horovod(environ: Mapping[str, str] | None = None) -> bool:
+    """True in a process started by ``horovodrun`` (it sets ``HOROVOD_RANK``/``SIZE``)."""
+    env = os.environ if environ is None else environ
+    return all(env.get(v) for v in _HOROVOD_VARS)
+
+
+class HorovodProcesses(DistributedContext):
+    """One of N processes launched by ``horovodrun``; collectives go through Horovod.
+
+    Importing Horovod's TensorFlow binding loads TensorFlow, so this is only built
+    by ``det.keras.init()``, never by ``import det_sdk``.
+    """
+
+    def __init__(self) -> None:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        self._hvd = hvd
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        self.cross_rank, self.cross_size = hvd.cross_rank(), hvd.cross_size()
+        self._calls = 0
+
+    def _name(self, what: str) -> str:
+        # Horovod matches collectives across processes by name: a per-call counter
+        # keeps concurrent names distinct and identical on every rank.
+        self._calls += 1
+        return f"det_sdk.{what}.{self._calls}"
+
+    def allgather(self, obj: T) -> list[T]:
+        return list(self._hvd.allgather_object(obj, name=self._name("allgather")))
+
+    def broadcast(self, obj: T, root: int = 0) -> T:
+        return self._hvd.broadcast_object(obj, root_rank=root, name=self._name("broadcast"))
+
+    def gather_arrays(self, arr: Any) -> Any:
+        # allgather concatenates along the first axis and accepts different row
+        # counts per rank: no pickling of the arrays.
+        return self._hvd.allgather(arr, name=self._name("gather_arrays")).numpy()
+
+    def any(self, flag: bool) -> bool:
+        import numpy as np
+
+        total = self._hvd.allreduce(
+            np.array(1.0 if flag else 0.0, dtype=np.float32), op=self._hvd.Sum,
+            name=self._name("any"),
+        )
+        return float(total) > 0
+
+    def distributed_optimizer(self, optimizer: Any) -> Any:
+        import horovod.tensorflow.keras as hvd_keras
+
+        return hvd_keras.DistributedOptimizer(optimizer)
+
+    def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
+        if variables:
+            self._hvd.broadcast_variables(variables, root_rank=root)
+
+    def __repr__(self) -> str:
+        return f"HorovodProcesses(rank={self.rank}, size={self.size})"
 
 

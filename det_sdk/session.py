@@ -47,7 +47,7 @@ __all__ = [
     "list_runs",
 ]
 
-MetricGroup = Literal["training", "validation"]
+MetricGroup = Literal["training", "validation", "evaluation"]
 DEFAULT_RUNS_DIR = "det-runs"
 
 
@@ -101,8 +101,10 @@ class Session:
 class LocalSession(Session):
     """A run directory on the local filesystem."""
 
-    def __init__(self, run_dir: Path, run_info: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path, run_info: Mapping[str, Any], writer: bool = True) -> None:
         self.run_dir = run_dir
+        # One process of a distributed run writes; the others only read checkpoints.
+        self.writer = writer
         self.runs_dir = run_dir.parent
         self.run_id: int = int(run_info["run_id"])
         self.trial_id = self.run_id
@@ -110,7 +112,7 @@ class LocalSession(Session):
         self.storage = SharedFSStorage(run_dir / "checkpoints")
         self.tensorboard_dir = run_dir / "tensorboard"
         self.latest_checkpoint = self._latest_checkpoint()
-        self._metrics_file = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 - kept open
+        self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
 
     # --- creating and reopening runs ----------------------------------------------------
 
@@ -145,8 +147,13 @@ class LocalSession(Session):
         return cls(run_dir, info)
 
     @classmethod
-    def reopen(cls, runs_dir: str | os.PathLike[str], run_id: int | str) -> LocalSession:
-        """An existing run, to resume it. ``run_id="latest"`` is the newest run."""
+    def reopen(
+        cls, runs_dir: str | os.PathLike[str], run_id: int | str, writer: bool = True
+    ) -> LocalSession:
+        """An existing run, to resume it. ``run_id="latest"`` is the newest run.
+
+        ``writer=False`` opens it read-only, for the other processes of a distributed run.
+        """
         run_dir = resolve_run_dir(runs_dir, run_id)
         try:
             info = json.loads((run_dir / "run.json").read_text())
@@ -154,8 +161,9 @@ class LocalSession(Session):
             raise RunNotFoundError(
                 f"run directory {run_dir} has no readable run.json: {err}"
             ) from None
-        session = cls(run_dir, info)
-        session._forget_metrics_after_checkpoint()
+        session = cls(run_dir, info, writer=writer)
+        if writer:
+            session._forget_metrics_after_checkpoint()
         return session
 
     # --- the Session interface ----------------------------------------------------------
@@ -163,6 +171,8 @@ class LocalSession(Session):
     def report_metrics(
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
     ) -> None:
+        if self._metrics_file is None:
+            raise RuntimeError("this process opened the run read-only; rank 0 reports")
         row = {
             "group": group,
             "steps_completed": int(steps_completed),
@@ -205,14 +215,15 @@ class LocalSession(Session):
         return f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}))."
 
     def close(self) -> None:
-        if not self._metrics_file.closed:
+        if self._metrics_file is not None and not self._metrics_file.closed:
             self._metrics_file.close()
 
     # --- reading back -------------------------------------------------------------------
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """Every metrics row of this run, oldest first."""
-        self._metrics_file.flush()
+        if self._metrics_file is not None:
+            self._metrics_file.flush()
         return _read_jsonl(self.run_dir / "metrics.jsonl")
 
     def read_checkpoints(self) -> list[dict[str, Any]]:
@@ -234,7 +245,8 @@ class LocalSession(Session):
         done = rows[-1].get("steps_completed", 0) if rows else 0
         path = self.run_dir / "metrics.jsonl"
         kept = [r for r in _read_jsonl(path) if r["steps_completed"] <= done]
-        self._metrics_file.close()
+        if self._metrics_file is not None:
+            self._metrics_file.close()
         _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
         self._metrics_file = open(path, "a")  # noqa: SIM115
 

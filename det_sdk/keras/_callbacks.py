@@ -22,9 +22,12 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import Length
+from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.session import Session
 
 __all__ = [
+    "AverageMetrics",
+    "BroadcastState",
     "MetricsReporter",
     "PeriodicCheckpoint",
     "Position",
@@ -101,6 +104,51 @@ class RestoreState(_Callback):
             self._restore = None  # once per fit, not per segment
 
 
+class BroadcastState(_Callback):
+    """Start every process from rank 0's variables (after any restore).
+
+    Before the first step, not after it as Horovod's own callback does: the first
+    update is then the same as one process's.
+
+    >>> cb = BroadcastState(lambda: None)
+    """
+
+    def __init__(self, broadcast: Callable[[], None]) -> None:
+        super().__init__()
+        self._broadcast = broadcast
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._broadcast()
+
+
+class AverageMetrics(_Callback):
+    """Replace each epoch's metrics by their mean over all processes, before anyone reads them.
+
+    Validation metrics are weighted by each process's validation sample count (exact
+    for mean metrics with uneven shards); training metrics by equal weights (every
+    process runs the same steps). Mutates the logs in place, so History, the
+    reporters and user callbacks all see the averages.
+
+    >>> cb = AverageMetrics(SingleProcess(), validation_rows=100)  # doctest: +SKIP
+    """
+
+    def __init__(self, dist: DistributedContext, validation_rows: int | None) -> None:
+        super().__init__()
+        self.dist = dist
+        self.validation_rows = validation_rows
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if logs is None:
+            return
+        train, val = split_logs(logs)
+        parts = self.dist.allgather((train, val, self.validation_rows or 1))
+        for k in train:
+            logs[k] = sum(p[0][k] for p in parts) / len(parts)
+        total = sum(p[2] for p in parts)
+        for k in val:
+            logs[k] = sum(p[1][k] * p[2] for p in parts) / total
+
+
 class PeriodicCheckpoint(_Callback):
     """Save a checkpoint every ``period`` (epochs or batches) through ``save()``.
 
@@ -134,24 +182,40 @@ class Preempted(Exception):
 class StopOnSignal(_Callback):
     """After the current batch, checkpoint and leave ``fit`` when asked to stop.
 
-    ``should_stop()`` is polled after every batch and must be cheap: it reads a flag
-    set by a signal handler or by a background poller of the master.
+    ``should_stop()`` must be cheap: it reads a flag set by a signal handler or by a
+    background poller of the master. With several processes the decision is
+    collective (any process asked: all stop at the same batch, so that the
+    checkpoint, itself collective, is taken by all), made every ``every`` batches.
 
-    >>> cb = StopOnSignal(lambda: None, save=lambda: "uuid")
+    >>> cb = StopOnSignal(lambda: None, save=lambda: "uuid", dist=SingleProcess())
     """
 
-    def __init__(self, should_stop: Callable[[], str | None], save: Callable[[], str | None]):
+    def __init__(
+        self,
+        should_stop: Callable[[], str | None],
+        save: Callable[[], str | None],
+        dist: DistributedContext,
+        every: int = 1,
+    ) -> None:
         super().__init__()
         self.should_stop = should_stop
         self.save = save
+        self.dist = dist
+        self.every = every
+        self._batches = 0
 
     def _check(self) -> None:
         reason = self.should_stop()
+        if self.dist.size > 1:
+            reasons = [r for r in self.dist.allgather(reason) if r]
+            reason = reasons[0] if reasons else None
         if reason:
             raise Preempted(reason, self.save())
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._check()
+        self._batches += 1
+        if self._batches % self.every == 0:
+            self._check()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._check()

@@ -34,8 +34,10 @@ __all__ = [
     "CheckpointCorruptError",
     "framework_versions",
     "load_model",
+    "optimizer_variables",
     "read_metadata",
     "restore_state",
+    "rng_state",
     "save_checkpoint",
 ]
 
@@ -68,7 +70,7 @@ def _rng_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
     return gens
 
 
-def _optimizer_variables(opt: Any, model: tf.keras.Model) -> list[tf.Variable]:
+def optimizer_variables(opt: Any, model: tf.keras.Model) -> list[tf.Variable]:
     """All variables of an optimizer, created now if it has not run yet."""
     if isinstance(opt, tf.keras.optimizers.legacy.Optimizer):
         opt._create_all_weights(model.trainable_variables)  # idempotent
@@ -78,11 +80,19 @@ def _optimizer_variables(opt: Any, model: tf.keras.Model) -> list[tf.Variable]:
     return list(variables() if callable(variables) else variables)
 
 
-def _state_groups(model: tf.keras.Model, optimizers: Sequence[Any]) -> list[tuple[str, list]]:
+def rng_state(model: tf.keras.Model) -> list[np.ndarray]:
+    """This process's random-generator states (each process of a run has its own)."""
+    return [g.state.numpy() for g in _rng_generators(model)]
+
+
+def _state_groups(
+    model: tf.keras.Model, optimizers: Sequence[Any], rank: int = 0
+) -> list[tuple[str, list]]:
+    """Named lists of variables: the model's, each optimizer's, and this rank's RNGs."""
     groups: list[tuple[str, list]] = [("model", list(model.weights))]
     for i, opt in enumerate(optimizers):
-        groups.append((f"optimizer:{i}", _optimizer_variables(opt, model)))
-    groups.append(("rng", [g.state for g in _rng_generators(model)]))
+        groups.append((f"optimizer:{i}", optimizer_variables(opt, model)))
+    groups.append((f"rng:{rank}", [g.state for g in _rng_generators(model)]))
     return groups
 
 
@@ -125,25 +135,35 @@ def save_checkpoint(
     optimizers: Sequence[Any],
     metadata: Mapping[str, Any],
     plain_optimizer: Any = None,
+    rng_states: Sequence[Sequence[np.ndarray]] | None = None,
 ) -> int:
     """Write ``model``'s architecture and state and ``metadata`` into ``path``.
 
     ``optimizers[0]`` is the model's optimizer; more follow for multi-optimizer
-    models. Returns the number of bytes written.
+    models. ``rng_states[r]`` is process r's RNG state (default: this process's
+    alone, as rank 0). Returns the number of bytes written.
     """
+    groups = [
+        (group, [(v.name, v.numpy()) for v in variables])
+        for group, variables in _state_groups(model, optimizers)
+        if not group.startswith("rng:")
+    ]
+    names = [g.state.name for g in _rng_generators(model)]
+    for rank, states in enumerate(rng_states if rng_states is not None else [rng_state(model)]):
+        groups.append((f"rng:{rank}", list(zip(names, states))))
     index = []
     offset = 0
     with open(path / "state.bin", "wb") as f:
-        for group, variables in _state_groups(model, optimizers):
-            for v in variables:
+        for group, named in groups:
+            for name, value in named:
                 # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
-                arr = np.asarray(v.numpy(), order="C")
+                arr = np.asarray(value, order="C")
                 f.write(memoryview(arr).cast("B"))
                 index.append(
                     {
                         "group": group,
-                        "name": v.name,
-                        "dtype": v.dtype.name,
+                        "name": name,
+                        "dtype": tf.as_dtype(arr.dtype).name,
                         "shape": list(arr.shape),
                         "offset": offset,
                         "nbytes": arr.nbytes,
@@ -244,25 +264,31 @@ def _assign(
         v.assign(arr)
 
 
-def restore_state(path: Path, model: tf.keras.Model, optimizers: Sequence[Any]) -> dict[str, Any]:
-    """Load weights, optimizer and RNG state from ``path`` into an existing model.
+def restore_state(
+    path: Path, model: tf.keras.Model, optimizers: Sequence[Any], rank: int = 0
+) -> dict[str, Any]:
+    """Load weights, optimizer and process ``rank``'s RNG state from ``path``.
 
     Returns the checkpoint's metadata.
     """
     meta = read_metadata(path)
     arrays = _read_arrays(path)
-    _assign_groups(path, model, optimizers, arrays)
+    _assign_groups(path, model, optimizers, arrays, rank)
     return meta
 
 
 def _assign_groups(
-    path: Path, model: tf.keras.Model, optimizers: Sequence[Any], arrays: Mapping[str, list]
+    path: Path,
+    model: tf.keras.Model,
+    optimizers: Sequence[Any],
+    arrays: Mapping[str, list],
+    rank: int = 0,
 ) -> None:
-    for group, variables in _state_groups(model, optimizers):
+    for group, variables in _state_groups(model, optimizers, rank):
         saved = arrays.get(group, [])
         if group.startswith("optimizer:") and not saved:
             continue  # the run did not track this optimizer when it saved
-        if group == "rng" and len(saved) != len(variables):
+        if group.startswith("rng:") and len(saved) != len(variables):
             # Random-number state only matters to continue training exactly; a
             # process that did not enable Keras's tf.random generators has none.
             continue

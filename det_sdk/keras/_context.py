@@ -18,6 +18,13 @@ from det_sdk.session import Session
 
 __all__ = ["KerasContext", "TrainingContext"]
 
+
+def _weighted_mean(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Mean of per-process metric dicts, weighted by each process's sample count."""
+    total = sum(n for _, n in parts if n)
+    keys = next((list(m) for m, n in parts if m), [])
+    return {k: sum(float(m[k]) * n for m, n in parts if n and m) / total for k in keys}
+
 _OPTIMIZER_TYPES = (tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer)
 
 
@@ -63,6 +70,10 @@ class KerasContext:
         self._training = TrainingContext(hparams) if hparams is not None else None
         self._optimizers: list[Any] = []  # as wrapped, in the order wrapped
         self._given: dict[int, Any] = {}  # id(wrapped) -> the optimizer the user built
+        # The checkpoint a resumed run continues from: the first fit consumes it; a
+        # later fit in the same process trains its model afresh.
+        self._resume_uuid: str | None = session.latest_checkpoint
+        self._position: Position | None = None  # where the latest fit got to
 
     # --- hyperparameters ------------------------------------------------------------------
 
@@ -108,7 +119,7 @@ class KerasContext:
                 "wrap_optimizer: expected a keras optimizer instance, got "
                 f"{type(optimizer).__name__}"
             )
-        wrapped = optimizer
+        wrapped = self.distributed.distributed_optimizer(optimizer)
         self._optimizers.append(wrapped)
         self._given[id(wrapped)] = optimizer
         return wrapped
@@ -136,31 +147,67 @@ class KerasContext:
             kwargs[name] = value
         return _fit.fit(self, model, **kwargs)
 
-    def evaluate(self, model: tf.keras.Model, *args: Any, **kwargs: Any) -> Any:
-        """``model.evaluate`` that also records its metrics (group ``evaluation``).
+    def evaluate(
+        self, model: tf.keras.Model, x: Any = None, y: Any = None, **kwargs: Any
+    ) -> Any:
+        """``model.evaluate`` over all processes, recorded as metrics (group ``evaluation``).
 
+        Each process evaluates its shard (numpy data is sharded here if it was not
+        wrapped); the results are averaged weighted by each shard's sample count, so
+        mean metrics (loss, accuracy) equal those of one process on the whole data.
         Returns what ``model.evaluate`` returns for the same arguments.
 
         >>> loss, acc = context.evaluate(model, x_test, y_test)
         """
         want_dict = kwargs.pop("return_dict", False)
-        results = model.evaluate(*args, return_dict=True, **kwargs)
+        x, y, sw, rows, _ = _data.local_part(
+            self.distributed, x, y, kwargs.pop("sample_weight", None)
+        )
+        if self.distributed.size > 1 and not self.distributed.is_chief:
+            kwargs["verbose"] = 0
+        local = (
+            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
+            if rows != 0 else {}
+        )
+        if self.distributed.size == 1:
+            results = local
+        else:
+            results = _weighted_mean(self.distributed.allgather((local, rows or 0)))
         if self.distributed.is_chief:
-            pos = self._resume_position() or {"steps_completed": 0, "epoch": 0}
-            self.session.report_metrics(
-                "evaluation", pos["steps_completed"], pos["epoch"], results
-            )
+            pos = self._position or Position(**(self._resume_position() or
+                                                 {"epoch": 0, "batch": 0, "steps_completed": 0}))
+            self.session.report_metrics("evaluation", pos.steps_completed, pos.epoch, results)
         if want_dict:
             return results
         values = list(results.values())
         return values[0] if len(values) == 1 else values
 
-    def predict(self, model: tf.keras.Model, *args: Any, **kwargs: Any) -> Any:
-        """``model.predict``: the predictions for the rows of the data given.
+    def predict(
+        self, model: tf.keras.Model, x: Any, *, all_ranks: bool = True, **kwargs: Any
+    ) -> Any:
+        """``model.predict`` across processes: the predictions for the rows of ``x``.
+
+        Each process predicts its shard of ``x`` (as returned by ``wrap_data``; full
+        numpy data is sharded here) and the shards are gathered in rank order, so the
+        result has exactly the rows of the original data, in order, on every process
+        (``all_ranks=False``: on rank 0 only; the others get ``None``). For a
+        ``tf.data.Dataset`` sharded with ``wrap_data`` the rows come back rank by rank.
 
         >>> predictions = context.predict(model, context.wrap_data(x))
         """
-        return model.predict(*args, **kwargs)
+        dist = self.distributed
+        if dist.size == 1:
+            return model.predict(x, **kwargs)
+        x, _, _, rows, _ = _data.local_part(dist, x)
+        if not dist.is_chief:
+            kwargs["verbose"] = 0
+        if rows == 0:  # fewer rows than processes: an empty block of the right shape
+            probe = _data.first_rows(_data.full_data(x), 1)
+            local = tf.nest.map_structure(lambda a: a[:0], model.predict(probe, verbose=0))
+        else:
+            local = model.predict(x, **kwargs)
+        gathered = tf.nest.map_structure(dist.gather_arrays, local)
+        return gathered if all_ranks or dist.is_chief else None
 
     # --- checkpoints ----------------------------------------------------------------------
 
@@ -189,7 +236,7 @@ class KerasContext:
         return _checkpoint.load_model(path, custom_objects)
 
     def close(self) -> None:
-        """Deliver pending records and release the session. Called at exit too."""
+        """Deliver pending records and release the session."""
         self.session.close()
 
     # --- used by fit ----------------------------------------------------------------------
@@ -200,25 +247,36 @@ class KerasContext:
         return [model.optimizer, *[o for o in self._optimizers if o is not model.optimizer]]
 
     def _resume_position(self) -> dict[str, int] | None:
-        uuid = self.session.latest_checkpoint
+        uuid = self._resume_uuid
         if uuid is None:
             return None
         meta = _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
         return {k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")}
 
     def _restore_latest(self, model: tf.keras.Model) -> Any:
-        uuid = self.session.latest_checkpoint
+        uuid = self._resume_uuid
 
         def restore() -> None:
             if uuid is not None:
                 path = self.session.checkpoint_path(uuid)
-                _checkpoint.restore_state(path, model, self._tracked_optimizers(model))
+                _checkpoint.restore_state(
+                    path, model, self._tracked_optimizers(model), rank=self.distributed.rank
+                )
 
         return restore
+
+    def _broadcast_state(self, model: tf.keras.Model) -> None:
+        """Make every process start from rank 0's weights and optimizer state."""
+        variables = list(model.variables)
+        for opt in self._tracked_optimizers(model):
+            variables += _checkpoint.optimizer_variables(opt, model)
+        self.distributed.broadcast_variables(variables)
 
     def _save_checkpoint(
         self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float]
     ) -> str | None:
+        # Collective: every process calls this at the same point of training.
+        rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
         if not self.distributed.is_chief:
             return None
         opts = self._tracked_optimizers(model)
@@ -233,7 +291,8 @@ class KerasContext:
         }
         with self.session.storage.store() as (uuid, path):
             size = _checkpoint.save_checkpoint(
-                path, model, opts, metadata, plain_optimizer=self._given.get(id(opts[0]), opts[0])
+                path, model, opts, metadata, rng_states=rng_states,
+                plain_optimizer=self._given.get(id(opts[0]), opts[0]),
             )
         self.session.report_checkpoint(
             uuid, {**position.as_dict(), "metrics": dict(metrics), "size": size}

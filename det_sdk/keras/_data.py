@@ -26,7 +26,15 @@ import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
 
-__all__ = ["EpochSequence", "ShardedArray", "array_pipeline", "is_array_data", "wrap_data"]
+__all__ = [
+    "EpochSequence",
+    "ShardedArray",
+    "ShardedSequence",
+    "array_pipeline",
+    "is_array_data",
+    "local_part",
+    "wrap_data",
+]
 
 
 # --- numpy ----------------------------------------------------------------------------------
@@ -128,7 +136,7 @@ def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: An
                              "(its batches carry the targets)")
         if len(x) == 0:
             raise ValueError("wrap_data: the Sequence is empty (len() == 0)")
-        return x
+        return x if dist.size == 1 else ShardedSequence(x, dist.rank, dist.size)
     if x is None:
         raise TypeError("wrap_data: x is required")
     if not is_array_data(x):
@@ -144,6 +152,16 @@ def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: An
 def _full(struct: Any) -> Any:
     """The whole arrays behind wrapped views; unwrapped arrays stand for themselves."""
     return _map(lambda a: a.det_shard.full if getattr(a, "det_shard", None) else a, struct)
+
+
+def full_data(struct: Any) -> Any:
+    """The whole arrays behind ``wrap_data``'s views (others: as given)."""
+    return _full(struct)
+
+
+def first_rows(struct: Any, n: int) -> Any:
+    """The first ``n`` rows of every array in ``struct``."""
+    return _map(lambda a: np.asarray(a)[:n], struct)
 
 
 def _shard_geometry(struct: Any) -> tuple[int, int] | None:
@@ -174,10 +192,21 @@ def array_pipeline(
     permuted as the full data set and each process takes its part of every global
     batch; other arrays are this process's data as given.
 
+    Every process runs the same number of steps (Horovod's collectives hang
+    otherwise). When the last global batch has fewer samples than processes, a
+    process left without one trains on one padding row of weight 0: no sample is
+    dropped, none counts twice. With several processes, batches therefore always
+    carry sample weights (ones, or the user's).
+
     Returns the dataset and the number of steps per epoch.
     """
     geometry = _shard_geometry([s for s in (x, y, sample_weight) if s is not None])
     rank, size = geometry or (0, 1)
+    weighted = size > 1
+    if weighted and y is None:
+        raise ValueError("context.fit: numpy input needs y (targets) to be sharded")
+    if weighted and sample_weight is None:
+        sample_weight = np.ones(len(_leaves(_full(x))[0]), dtype=np.float32)
     data = tuple(_full(s) for s in (x, y, sample_weight) if s is not None)
     n = len(_leaves(data)[0])
     global_batch = batch_size * size
@@ -193,18 +222,31 @@ def array_pipeline(
         rows = tf.reshape(order, [steps, global_batch])[:, rank::size]
         return tf.data.Dataset.from_tensor_slices(rows)
 
+    def real_rows(row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        real = tf.boolean_mask(row, row >= 0)
+        if not weighted:
+            return real, tf.ones_like(real, tf.float32)
+        empty = tf.equal(tf.size(real), 0)
+        idx = tf.cond(empty, lambda: tf.zeros([1], tf.int64), lambda: real)
+        keep = tf.cond(empty, lambda: tf.zeros([1]), lambda: tf.ones_like(real, tf.float32))
+        return idx, keep
+
     indices = (
         tf.data.Dataset.range(start_epoch, end_epoch)
         .flat_map(epoch_batches)
         .skip(start_batch)
-        .map(lambda row: tf.boolean_mask(row, row >= 0))
+        .map(real_rows)
     )
     # from_tensors(...).repeat() hands the same tensors to every batch without
     # embedding the arrays in the graph (as Keras does for its own numpy input).
     tensors = tf.data.Dataset.from_tensors(data).repeat()
 
-    def gather(idx: tf.Tensor, arrays: Any) -> Any:
-        return tf.nest.map_structure(lambda a: tf.gather(a, idx), arrays)
+    def gather(rows: tuple[tf.Tensor, tf.Tensor], arrays: Any) -> Any:
+        idx, keep = rows
+        batch = tf.nest.map_structure(lambda a: tf.gather(a, idx), arrays)
+        if weighted:  # zero the weight of a padding row
+            batch = (*batch[:2], batch[2] * tf.cast(keep, batch[2].dtype))
+        return batch
 
     ds = tf.data.Dataset.zip((indices, tensors)).map(
         gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -212,7 +254,68 @@ def array_pipeline(
     return ds.prefetch(tf.data.AUTOTUNE), steps
 
 
+def local_part(
+    dist: DistributedContext, x: Any, y: Any = None, sample_weight: Any = None
+) -> tuple[Any, Any, Any, int | None, bool]:
+    """The data this process evaluates or predicts on, for data as a user passes it.
+
+    Returns ``(x, y, sample_weight, rows, in_rank_order)``: ``rows`` is this process's
+    sample count (None when unknown), ``in_rank_order`` says that concatenating the
+    processes' outputs in rank order restores the original order. Full numpy data is
+    sharded here so that N processes do not each predict all of it.
+    """
+    if is_array_data(x):
+        given = [s for s in (x, y, sample_weight) if s is not None]
+        if dist.size > 1 and _shard_geometry(given) is None:
+            _check_arrays({"x": x, "y": y, "sample_weight": sample_weight})
+
+            def shard(s: Any) -> Any:
+                return None if s is None else _map(lambda a: _shard(a, dist), s)
+
+            x, y, sample_weight = shard(x), shard(y), shard(sample_weight)
+        return x, y, sample_weight, len(_leaves(x)[0]), True
+    if isinstance(x, ShardedSequence):
+        return x, y, sample_weight, None, True
+    return x, y, sample_weight, None, dist.size == 1
+
+
 # --- keras.utils.Sequence --------------------------------------------------------------------
+
+
+class ShardedSequence(tf.keras.utils.Sequence):
+    """One process's contiguous block of another Sequence's batches.
+
+    ``context.fit`` looks through it to the whole Sequence (to share out every
+    epoch's batches anew); ``predict`` gathers the blocks back in rank order.
+    """
+
+    def __init__(self, seq: Any, rank: int, size: int) -> None:
+        super().__init__()
+        self.full, self.rank, self.size = seq, rank, size
+        n = len(seq)
+        self.start, self.stop = n * rank // size, n * (rank + 1) // size
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.full[self.start + i]
+
+    def on_epoch_end(self) -> None:
+        self.full.on_epoch_end()
+
+
+def _with_weights(batch: Any, keep: float) -> Any:
+    """A batch as (x, y, sample_weight), weights multiplied by ``keep`` (0: padding)."""
+    if not isinstance(batch, tuple) or len(batch) not in (2, 3):
+        raise ValueError("context.fit: with several processes, Sequence batches must be "
+                         "(x, y) or (x, y, sample_weight) tuples")
+    x, y = batch[0], batch[1]
+    n = len(_leaves(x)[0])
+    w = batch[2] if len(batch) == 3 else np.ones(n, dtype=np.float32)
+    return x, y, np.asarray(w, dtype=np.float32) * keep
 
 
 class EpochSequence(tf.keras.utils.Sequence):
@@ -220,16 +323,23 @@ class EpochSequence(tf.keras.utils.Sequence):
 
     Keras's own ``shuffle=True`` for a Sequence draws from Python's global RNG, which
     a resumed process cannot reproduce; this draws the order of epoch ``e`` from
-    ``(seed, e)`` alone.
+    ``(seed, e)`` alone. A :class:`ShardedSequence` is seen through: every epoch's
+    batches are dealt out to the processes in turn, each process runs
+    ``ceil(batches / processes)`` steps, and one left short trains on a repeated
+    batch of weight 0.
     """
 
     def __init__(self, seq: Any, *, seed: int, shuffle: bool, epoch: int, start_batch: int) -> None:
         super().__init__()
-        self.seq = seq
+        if isinstance(seq, ShardedSequence):
+            self.seq, self.rank, self.size = seq.full, seq.rank, seq.size
+        else:
+            self.seq, self.rank, self.size = seq, 0, 1
         self.seed = seed
         self.shuffle = shuffle
         self.epoch = epoch
         self.start_batch = start_batch
+        self.steps = math.ceil(len(self.seq) / self.size)
         self._order = self._epoch_order()
 
     def _epoch_order(self) -> np.ndarray:
@@ -239,10 +349,16 @@ class EpochSequence(tf.keras.utils.Sequence):
         return np.random.default_rng([self.seed, self.epoch]).permutation(n)
 
     def __len__(self) -> int:
-        return len(self.seq) - self.start_batch
+        return self.steps - self.start_batch
 
     def __getitem__(self, i: int) -> Any:
-        return self.seq[int(self._order[self.start_batch + i])]
+        step = self.start_batch + i
+        if self.size == 1:
+            return self.seq[int(self._order[step])]
+        pos = step * self.size + self.rank
+        if pos < len(self._order):
+            return _with_weights(self.seq[int(self._order[pos])], 1.0)
+        return _with_weights(self.seq[int(self._order[0])], 0.0)
 
     def on_epoch_end(self) -> None:
         self.seq.on_epoch_end()

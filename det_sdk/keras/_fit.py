@@ -15,6 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from det_sdk.keras._callbacks import (
+    AverageMetrics,
+    BroadcastState,
     MetricsReporter,
     PeriodicCheckpoint,
     Position,
@@ -31,6 +33,39 @@ if TYPE_CHECKING:
     from det_sdk.keras._context import KerasContext
 
 __all__ = ["fit"]
+
+# With several processes, how often (in batches) they agree whether to stop: a
+# collective per batch would cost more than small batches take.
+STOP_CHECK_EVERY = 10
+
+
+def _rows(data: Any) -> int | None:
+    """Sample count of validation data given as arrays (None for other kinds)."""
+    x = data[0] if isinstance(data, tuple) else data
+    if not is_array_data(x):
+        return None
+    from det_sdk.keras._data import _leaves
+
+    return len(_leaves(x)[0])
+
+
+def _check_same_steps(ctx: KerasContext, seg_kwargs: dict[str, Any]) -> None:
+    """Every process must run the same number of steps, or Horovod hangs: check first."""
+    if ctx.distributed.size == 1:
+        return
+    steps = seg_kwargs.get("steps_per_epoch")
+    x = seg_kwargs.get("x")
+    if steps is None and isinstance(x, tf.keras.utils.Sequence):
+        steps = len(x)
+    elif steps is None and isinstance(x, tf.data.Dataset):
+        steps = int(x.cardinality())
+    every = ctx.distributed.allgather(steps)
+    if len(set(every)) > 1:
+        raise ValueError(
+            "context.fit: the processes would run different numbers of steps per epoch "
+            f"({', '.join(f'rank {r}: {s}' for r, s in enumerate(every))}); Horovod needs "
+            "the same on all. Shard the data with context.wrap_data, or pass steps_per_epoch."
+        )
 
 
 def _validation_data(kwargs: dict[str, Any]) -> None:
@@ -156,11 +191,19 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
     resume = ctx._resume_position()
     position = Position(**resume) if resume else Position(initial_epoch, 0, 0)
+    restore = ctx._restore_latest(model)
+    ctx._resume_uuid, ctx._position = None, position
 
     user_callbacks = list(kwargs.pop("callbacks", None) or [])
+    dist = ctx.distributed
     ours_first: list[tf.keras.callbacks.Callback] = [TrackPosition(position)]
     if resume:
-        ours_first.append(RestoreState(ctx._restore_latest(model)))
+        ours_first.append(RestoreState(restore))
+    if dist.size > 1:
+        ours_first.append(BroadcastState(lambda: ctx._broadcast_state(model)))
+        ours_first.append(AverageMetrics(dist, _rows(kwargs.get("validation_data"))))
+        if not dist.is_chief:
+            kwargs["verbose"] = 0  # one progress bar, rank 0's
     ours_last: list[tf.keras.callbacks.Callback] = []
     reporter = MetricsReporter(ctx.session, position)
     save = _Saver(ctx, model, position, reporter)
@@ -175,16 +218,20 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
     history.history, history.epoch = {}, []
     segments = _segments(position.epoch, position.batch, end_epoch)
     if not segments and resume:
-        ctx._restore_latest(model)()  # already trained to the end: hand back the result
+        restore()  # already trained to the end: hand back the result
     with catch_stop_signals() as stop_signal:
         def should_stop() -> str | None:
             return stop_signal() or ("preempted by the master" if ctx.session.should_preempt()
                                      else None)
 
-        stopper = StopOnSignal(should_stop, save if ctx.checkpoint_period else lambda: None)
+        stopper = StopOnSignal(
+            should_stop, save if ctx.checkpoint_period else lambda: None, dist,
+            every=1 if dist.size == 1 else STOP_CHECK_EVERY,
+        )
         try:
             for seg in segments:
                 seg_kwargs = {**kwargs, **_segment_inputs(ctx, kwargs, seg)}
+                _check_same_steps(ctx, seg_kwargs)
                 h = model.fit(
                     **seg_kwargs,
                     epochs=seg.epochs,

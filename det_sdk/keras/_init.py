@@ -11,7 +11,12 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, Length, parse_experiment_config
-from det_sdk.distributed import DistributedContext, SingleProcess
+from det_sdk.distributed import (
+    DistributedContext,
+    HorovodProcesses,
+    SingleProcess,
+    launched_by_horovod,
+)
 from det_sdk.hparams import local_hparams
 from det_sdk.info import get_cluster_info
 from det_sdk.keras._context import KerasContext
@@ -56,9 +61,11 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
     return seed
 
 
-def _set_seeds(seed: int) -> None:
-    # Python, NumPy and TF global seeds in one call.
-    tf.keras.utils.set_random_seed(seed)
+def _set_seeds(seed: int, rank: int) -> None:
+    # Python, NumPy and TF global seeds in one call. Each process draws its own
+    # random numbers (dropout masks differ per shard, like per sample); weights
+    # start equal anyway because fit broadcasts rank 0's before training.
+    tf.keras.utils.set_random_seed((seed + rank) % 2**31)
     # Layers that draw random numbers (Dropout...) then use tf.random.Generator,
     # whose state is a variable that checkpoints save: a resumed run draws the
     # masks an uninterrupted one would have.
@@ -66,7 +73,45 @@ def _set_seeds(seed: int) -> None:
 
 
 def _distributed() -> DistributedContext:
-    return SingleProcess()
+    if not launched_by_horovod():
+        return SingleProcess()
+    dist = HorovodProcesses()
+    _place_process(dist)
+    return dist
+
+
+def _place_process(dist: DistributedContext) -> None:
+    """Give each of the processes on a host its own GPU, or its share of the cores.
+
+    Must run before TensorFlow starts its runtime (the first op).
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[dist.local_rank % len(gpus)]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+        return
+    # N processes that each start a thread per core oversubscribe the host
+    # (measured: 0.68x of one process's throughput with 2 on 2 cores, 0.76x shared).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    share = max(1, (cores or 1) // dist.local_size)
+    tf.config.threading.set_intra_op_parallelism_threads(share)
+    tf.config.threading.set_inter_op_parallelism_threads(share)
+
+
+def _open_session(
+    dist: DistributedContext, runs: Path, target: str | None, new_run: Mapping[str, Any]
+) -> LocalSession:
+    """Rank 0 creates (or reopens) the run; the other processes open it read-only."""
+    if dist.is_chief:
+        if target is not None:
+            session = LocalSession.reopen(runs, target)
+        else:
+            session = LocalSession.create(runs, **new_run)
+        dist.broadcast(session.run_id)
+        return session
+    run_id = dist.broadcast(None)
+    return LocalSession.reopen(runs, run_id, writer=False)
 
 
 def init(
@@ -112,16 +157,14 @@ def init(
     dist = _distributed()
     runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
     target = _resume_target(resume)
-    if target is not None:
-        session = LocalSession.reopen(runs, target)
-        run_seed = int(session.info["seed"])
-    else:
-        run_seed = _seed(cfg, seed)
-        session = LocalSession.create(
-            runs, hparams=hp.to_dict(), seed=run_seed,
-            config=cfg.model_dump(mode="json") if cfg else {},
-        )
-    _set_seeds(run_seed)
+    # Every process must use one seed (the data order depends on it): rank 0's.
+    new_seed = dist.broadcast(_seed(cfg, seed))
+    session = _open_session(dist, runs, target, {
+        "hparams": hp.to_dict(), "seed": new_seed,
+        "config": cfg.model_dump(mode="json") if cfg else {},
+    })
+    run_seed = int(session.info["seed"])
+    _set_seeds(run_seed, dist.rank)
     return KerasContext(
         distributed=dist,
         session=session,
