@@ -5,10 +5,14 @@ Behaviour is set through the environment so that one file serves every test:
   TINY_INPUT        numpy | sequence | dataset (default numpy)
   TINY_STOP_AT      "E" or "E:B": send SIGTERM to this process after batch B of epoch E
                     (0-based epoch; without B, at the end of epoch E)
-  TINY_WEIGHTS_OUT  where to save the final weights (.npz)
+  TINY_STOP_RANK    only this rank sends itself the signal (default: every rank)
+  TINY_DROPOUT      dropout rate (default 0.3)
+  TINY_WEIGHTS_OUT  where rank 0 saves the final weights (.npz)
+  TINY_HISTORY_OUT  where rank 0 saves the History (JSON)
 Plus det_sdk's own: DET_RUNS_DIR, DET_RESUME.
 """
 
+import json
 import os
 import signal
 
@@ -19,7 +23,9 @@ import det_sdk as det
 
 tf.config.experimental.enable_op_determinism()
 context = det.keras.init(
-    hparams={"learning_rate": 0.05, "global_batch_size": 16, "dropout": 0.3}, seed=1234
+    hparams={"learning_rate": 0.05, "global_batch_size": 16,
+             "dropout": float(os.environ.get("TINY_DROPOUT", "0.3"))},
+    seed=1234,
 )
 hp = context.training.hparams
 
@@ -80,11 +86,20 @@ class StopAt(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-callbacks = [StopAt(os.environ["TINY_STOP_AT"])] if os.environ.get("TINY_STOP_AT") else []
+stop_rank = os.environ.get("TINY_STOP_RANK")
+callbacks = (
+    [StopAt(os.environ["TINY_STOP_AT"])]
+    if os.environ.get("TINY_STOP_AT")
+    and (stop_rank is None or int(stop_rank) == context.distributed.rank)
+    else []
+)
 hist = context.fit(
     model, **train, epochs=int(os.environ.get("TINY_EPOCHS", "4")),
     validation_data=(x_val, y_val), callbacks=callbacks, verbose=0,
 )
-if os.environ.get("TINY_WEIGHTS_OUT"):
+if context.distributed.is_chief and os.environ.get("TINY_WEIGHTS_OUT"):
     np.savez(os.environ["TINY_WEIGHTS_OUT"], *model.get_weights())
+if context.distributed.is_chief and os.environ.get("TINY_HISTORY_OUT"):
+    with open(os.environ["TINY_HISTORY_OUT"], "w") as f:
+        json.dump(hist.history, f)
 print("epochs run:", hist.epoch)
