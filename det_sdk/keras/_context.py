@@ -202,7 +202,7 @@ class KerasContext:
         if not dist.is_chief:
             kwargs["verbose"] = 0
         if rows == 0:  # fewer rows than processes: an empty block of the right shape
-            probe = _data.first_rows(_data.full_data(x), 1)
+            probe = _data.slice_rows(_data.full_data(x), 0, 1)
             local = tf.nest.map_structure(lambda a: a[:0], model.predict(probe, verbose=0))
         else:
             local = model.predict(x, **kwargs)

@@ -31,8 +31,12 @@ __all__ = [
     "ShardedArray",
     "ShardedSequence",
     "array_pipeline",
+    "full_data",
     "is_array_data",
+    "is_wrapped",
     "local_part",
+    "num_rows",
+    "slice_rows",
     "wrap_data",
 ]
 
@@ -159,9 +163,19 @@ def full_data(struct: Any) -> Any:
     return _full(struct)
 
 
-def first_rows(struct: Any, n: int) -> Any:
-    """The first ``n`` rows of every array in ``struct``."""
-    return _map(lambda a: np.asarray(a)[:n], struct)
+def num_rows(struct: Any) -> int:
+    """Number of samples (rows) of array data."""
+    return len(_leaves(struct)[0])
+
+
+def slice_rows(struct: Any, start: int | None, stop: int | None) -> Any:
+    """Rows ``[start, stop)`` of every array in ``struct``, as plain arrays."""
+    return _map(lambda a: np.asarray(a)[start:stop], struct)
+
+
+def is_wrapped(struct: Any) -> bool:
+    """True for arrays that ``wrap_data`` returned (views that know their full data)."""
+    return _shard_geometry(struct) is not None
 
 
 def _shard_geometry(struct: Any) -> tuple[int, int] | None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import tensorflow as tf
 
+from det_sdk.keras import _data
 from det_sdk.keras._callbacks import (
     AverageMetrics,
     BroadcastState,
@@ -27,7 +27,6 @@ from det_sdk.keras._callbacks import (
     TrackPosition,
     catch_stop_signals,
 )
-from det_sdk.keras._data import EpochSequence, array_pipeline, is_array_data, wrap_data
 
 if TYPE_CHECKING:
     from det_sdk.keras._context import KerasContext
@@ -42,11 +41,7 @@ STOP_CHECK_EVERY = 10
 def _rows(data: Any) -> int | None:
     """Sample count of validation data given as arrays (None for other kinds)."""
     x = data[0] if isinstance(data, tuple) else data
-    if not is_array_data(x):
-        return None
-    from det_sdk.keras._data import _leaves
-
-    return len(_leaves(x)[0])
+    return _data.num_rows(x) if _data.is_array_data(x) else None
 
 
 def _check_same_steps(ctx: KerasContext, seg_kwargs: dict[str, Any]) -> None:
@@ -92,34 +87,35 @@ def _split_arrays(ctx: KerasContext, kwargs: dict[str, Any]) -> None:
         return
     if not 0 < frac < 1:
         raise ValueError(f"context.fit: validation_split must be in (0, 1), got {frac}")
-    if not is_array_data(kwargs.get("x")):
+    if not _data.is_array_data(kwargs.get("x")):
         raise ValueError("context.fit: validation_split works with numpy arrays only; "
                          "pass validation_data for a Sequence or tf.data.Dataset")
-    from det_sdk.keras._data import _full, _leaves, _map
-
-    parts = {k: kwargs.get(k) for k in ("x", "y", "sample_weight")}
-    wrapped = any(getattr(a, "det_shard", None) for a in _leaves(parts["x"]))
-    parts = {k: None if v is None else _full(v) if wrapped else v for k, v in parts.items()}
-    n = len(_leaves(parts["x"])[0])
+    names = [k for k in ("x", "y", "sample_weight") if kwargs.get(k) is not None]
+    wrapped = _data.is_wrapped(kwargs["x"])
+    # Split the whole data set (not this process's shard), then shard both parts again.
+    parts = [_data.full_data(kwargs[k]) if wrapped else kwargs[k] for k in names]
+    n = _data.num_rows(parts[0])
     cut = int(n * (1 - frac))
     if cut == 0 or cut == n:
         raise ValueError(f"context.fit: validation_split={frac} of {n} samples leaves an "
                          "empty training or validation set")
-    train = {k: None if v is None else _map(lambda a: np.asarray(a)[:cut], v)
-             for k, v in parts.items()}
-    val = {k: None if v is None else _map(lambda a: np.asarray(a)[cut:], v)
-           for k, v in parts.items()}
-    if wrapped:  # split the whole data set, then shard both parts again
-        train_parts = wrap_data(ctx.distributed, train["x"], train["y"], train["sample_weight"])
-        val_parts = wrap_data(ctx.distributed, val["x"], val["y"], val["sample_weight"])
-        train = dict(zip(("x", "y", "sample_weight"), _as_tuple(train_parts)))
-        val = dict(zip(("x", "y", "sample_weight"), _as_tuple(val_parts)))
-    kwargs.update({k: v for k, v in train.items() if v is not None})
-    kwargs["validation_data"] = tuple(v for v in val.values() if v is not None)
+    train = [_data.slice_rows(p, None, cut) for p in parts]
+    val = [_data.slice_rows(p, cut, None) for p in parts]
+    if wrapped:
+        train = _as_list(_data.wrap_data(ctx.distributed, *_by_name(names, train)))
+        val = _as_list(_data.wrap_data(ctx.distributed, *_by_name(names, val)))
+    kwargs.update(zip(names, train))
+    kwargs["validation_data"] = tuple(val)
 
 
-def _as_tuple(parts: Any) -> tuple[Any, ...]:
-    return parts if isinstance(parts, tuple) else (parts,)
+def _by_name(names: list[str], parts: list[Any]) -> tuple[Any, Any, Any]:
+    """(x, y, sample_weight) from the parts present, None for the missing ones."""
+    given = dict(zip(names, parts))
+    return given.get("x"), given.get("y"), given.get("sample_weight")
+
+
+def _as_list(parts: Any) -> list[Any]:
+    return list(parts) if isinstance(parts, tuple) else [parts]
 
 
 class _Segment:
@@ -147,12 +143,12 @@ def _segment_inputs(
     x = kwargs.get("x")
     shuffle = kwargs.get("shuffle", True)
     out: dict[str, Any] = {}
-    if is_array_data(x):
+    if _data.is_array_data(x):
         if kwargs.get("steps_per_epoch") is not None:
             raise ValueError("context.fit: steps_per_epoch is not supported with numpy input "
                              "(an epoch is one pass over the arrays)")
         batch_size = kwargs.get("batch_size") or 32
-        ds, steps = array_pipeline(
+        ds, steps = _data.array_pipeline(
             x, kwargs.get("y"), kwargs.get("sample_weight"),
             batch_size=batch_size, seed=ctx.seed, shuffle=bool(shuffle),
             start_epoch=seg.initial_epoch, start_batch=seg.start_batch, end_epoch=seg.epochs,
@@ -161,7 +157,7 @@ def _segment_inputs(
                    steps_per_epoch=steps - seg.start_batch, shuffle=False)
         out.setdefault("validation_batch_size", kwargs.get("validation_batch_size") or batch_size)
     elif isinstance(x, tf.keras.utils.Sequence):
-        out.update(x=EpochSequence(x, seed=ctx.seed, shuffle=bool(shuffle),
+        out.update(x=_data.EpochSequence(x, seed=ctx.seed, shuffle=bool(shuffle),
                                    epoch=seg.initial_epoch, start_batch=seg.start_batch),
                    shuffle=False)
     elif isinstance(x, tf.data.Dataset):

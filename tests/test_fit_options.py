@@ -1,0 +1,54 @@
+"""context.fit with Keras's own options: validation_split, user callbacks, repeated fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import det_sdk as det  # noqa: E402
+
+
+def _setup(tmp_path: Path):
+    ctx = det.keras.init(runs_dir=tmp_path, seed=7)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(100, 4)).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1, "sigmoid")])
+    model.compile(ctx.wrap_optimizer(tf.keras.optimizers.SGD(0.1)), "binary_crossentropy")
+    return ctx, model, x, y
+
+
+def test_validation_split_holds_out_the_last_rows(tmp_path: Path) -> None:
+    ctx, model, x, y = _setup(tmp_path)
+    xs, ys = ctx.wrap_data(x, y)
+    hist = ctx.fit(model, x=xs, y=ys, batch_size=10, epochs=2, validation_split=0.2, verbose=0)
+    assert hist.params["steps"] == 8  # 80 training rows in batches of 10
+    expected_val = model.evaluate(x[80:], y[80:], verbose=0)
+    assert hist.history["val_loss"][-1] == pytest.approx(expected_val, rel=1e-6)
+
+
+def test_user_callbacks_run_and_early_stopping_ends_the_fit(tmp_path: Path) -> None:
+    ctx, model, x, y = _setup(tmp_path)
+    seen = []
+    hist = ctx.fit(
+        model, x=x, y=y, batch_size=10, epochs=50, validation_data=(x, y), verbose=0,
+        callbacks=[
+            tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: seen.append(e)),
+            tf.keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0),
+        ],
+    )
+    assert seen == hist.epoch == [0, 1]  # stopped after patience ran out
+    last = ctx.session.read_checkpoints()[-1]
+    assert last["epoch"] == 2  # the final state is checkpointed
+
+
+def test_a_second_fit_in_the_same_process_starts_afresh(tmp_path: Path) -> None:
+    ctx, model, x, y = _setup(tmp_path)
+    ctx.fit(model, x=x, y=y, batch_size=10, epochs=2, validation_data=(x, y), verbose=0)
+    _, model2, _, _ = _setup(tmp_path / "other")
+    hist = ctx.fit(model2, x=x, y=y, batch_size=10, epochs=2, validation_data=(x, y), verbose=0)
+    assert hist.epoch == [0, 1]  # not "already trained" by the first fit's checkpoint
