@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +44,7 @@ from det_sdk.storage import (
 
 __all__ = [
     "LocalSession",
+    "MasterSession",
     "RunNotFoundError",
     "Session",
     "find_runs_dir_checkpoint",
@@ -341,3 +345,164 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
     _write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+class MasterSession(Session):
+    """A trial's (or job's) session with the master, over HTTP.
+
+    Reports never hold up training: they go into a queue that a background thread
+    delivers in order, retrying with backoff while the master is unreachable. The
+    master keeps one value per (trial, group, step), so a report delivered twice
+    after a retry counts once. ``close()`` waits for the queue to drain.
+    Only the chief process (``writer=True``) reports and watches for preemption.
+    """
+
+    def __init__(self, info: Any, writer: bool = True, client: Any = None) -> None:
+        from det_sdk.client import MasterClient
+
+        self.info = info
+        self.writer = writer
+        self.trial_id = info.trial_id
+        self.client = client or MasterClient(info.master_url, info.session_token)
+        storage = (info.config.get("checkpoint_storage") or {}).get("host_path")
+        self.storage = SharedFSStorage(storage) if storage else SharedFSStorage(".det-checkpoints")
+        self.latest_checkpoint = info.latest_checkpoint
+        self.tensorboard_dir = None
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._preempt = threading.Event()
+        self._closed = threading.Event()
+        self._failures = 0
+        if writer:
+            threading.Thread(target=self._deliver, daemon=True, name="det-reports").start()
+            if info.task_type == "TRIAL":
+                threading.Thread(target=self._watch_preemption, daemon=True,
+                                 name="det-preemption").start()
+
+    # --- reporting, off the training thread ------------------------------------------
+
+    def report_metrics(
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+    ) -> None:
+        if self.trial_id is None:
+            return  # a generic job has no trial to report to
+        body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
+                "metrics": {k: float(v) for k, v in metrics.items()}}
+        self._queue.put(("metrics", body))
+
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+        body = {"uuid": uuid, "trial_id": self.trial_id,
+                **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
+                   if k in metadata},
+                "metrics": dict(metadata.get("metrics") or {})}
+        self._queue.put(("checkpoint", body))
+        self.latest_checkpoint = uuid
+
+    def report_progress(self, fraction: float) -> None:
+        if self.trial_id is not None:
+            self._queue.put(("progress", min(max(float(fraction), 0.0), 1.0)))
+
+    def _send(self, kind: str, body: Any) -> None:
+        if kind == "metrics":
+            self.client.report_metrics(self.trial_id, body)
+        elif kind == "checkpoint":
+            self.client.report_checkpoint(body)
+        elif kind == "progress":
+            self.client.report_progress(self.trial_id, body)
+
+    def _deliver(self) -> None:
+        from det_sdk.client import MasterError
+
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            delay = 0.5
+            while True:
+                try:
+                    self._send(*item)
+                    break
+                except MasterError as err:
+                    if err.status < 500:  # refused: retrying cannot help
+                        print(f"det_sdk: master refused a {item[0]} report: {err}",
+                              file=sys.stderr, flush=True)
+                        break
+                except (ConnectionError, OSError):
+                    pass
+                self._failures += 1
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            self._queue.task_done()
+
+    # --- instructions from the master -------------------------------------------------
+
+    def _watch_preemption(self) -> None:
+        while not self._closed.is_set() and not self._preempt.is_set():
+            try:
+                if self.client.preemption(self.info.allocation_id, timeout_seconds=20):
+                    self._preempt.set()
+            except Exception:
+                time.sleep(1.0)  # master away: keep training, ask again
+
+    def should_preempt(self) -> bool:
+        return self._preempt.is_set()
+
+    def training_length(self) -> Length | None:
+        if self.trial_id is None:
+            return None
+        op = _retry(lambda: self.client.searcher_operation(self.trial_id))
+        if not op:
+            return None
+        return Length(**{op["unit"]: op["length"]})
+
+    # --- checkpoints of any trial (batch inference) ----------------------------------
+
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
+        from det_sdk.client import MasterError
+
+        try:
+            return _retry(lambda: self.client.trial_checkpoint(int(trial_id), best=best))["uuid"]
+        except MasterError as err:
+            raise CheckpointNotFoundError(str(err)) from None
+
+    def checkpoint_path(self, uuid: str) -> Path:
+        from det_sdk.client import MasterError
+
+        check_uuid(uuid)
+        try:
+            return self.storage.path(uuid)
+        except CheckpointNotFoundError:
+            pass
+        try:
+            info = _retry(lambda: self.client.checkpoint(uuid))
+        except MasterError as err:
+            raise CheckpointNotFoundError(str(err)) from None
+        if info.get("path") and Path(info["path"]).is_dir():
+            return Path(info["path"])
+        raise CheckpointNotFoundError(
+            f"checkpoint {uuid} is not on this machine's storage ({info.get('path')})"
+        )
+
+    def close(self, timeout: float = 120.0) -> None:
+        """Deliver what is queued (for up to ``timeout`` seconds), then stop."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self.writer:
+            deadline = time.time() + timeout
+            while self._queue.unfinished_tasks and time.time() < deadline:
+                time.sleep(0.05)
+            self._queue.put(None)
+
+
+def _retry(call: Any, attempts: int = 8) -> Any:
+    """A synchronous call the process cannot go on without: retry while unreachable."""
+    delay = 0.5
+    for i in range(attempts):
+        try:
+            return call()
+        except (ConnectionError, OSError):
+            if i == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    return None

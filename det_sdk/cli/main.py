@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 import det_sdk
+
+DEFAULT_MASTER = "http://127.0.0.1:8080"
 
 
 def _runs_list(args: argparse.Namespace) -> int:
@@ -35,13 +38,68 @@ def _runs_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_ARG_HELP = {
+    "config": "the YAML config file",
+    "model_dir": "the directory to upload (the entrypoint runs in a copy of it)",
+    "id": "the id",
+    "uuid": "the checkpoint's UUID",
+    "dir": "where to put the checkpoint's files",
+}
+_ARG_TYPES = {"id": int, "--trial": int}
+
+
+def _add_task_commands(sub: argparse._SubParsersAction) -> None:
+    from det_sdk.cli.tasks import COMMANDS
+
+    for noun, verbs in COMMANDS.items():
+        p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)")
+        verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+        for verb, (func, help_text, arguments) in verbs.items():
+            v = verbs_sub.add_parser(verb, help=help_text)
+            for (name,) in arguments:
+                if name == "--follow":
+                    v.add_argument("--follow", "-f", action="store_true",
+                                   help="print logs until it ends; exit 0 only if it completed")
+                elif name.startswith("--"):
+                    v.add_argument(name, type=_ARG_TYPES.get(name), help="filter by trial id")
+                else:
+                    v.add_argument(name, type=_ARG_TYPES.get(name), help=_ARG_HELP[name])
+            v.add_argument("--json", action="store_true", help="machine-readable output")
+            v.set_defaults(func=func)
+
+
+def _add_master_commands(sub: argparse._SubParsersAction) -> None:
+    from det_sdk.cli import master_cmd
+
+    p = sub.add_parser("master", help="run the embedded master on this machine")
+    m = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = m.add_parser("up", help="start a master in the background")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8080)
+    up.add_argument("--slots", type=int, default=os.cpu_count() or 1,
+                    help="slots to schedule on (GPUs, or on a CPU machine as you choose)")
+    up.set_defaults(func=master_cmd.master_up)
+    down = m.add_parser("down", help="stop the master")
+    down.set_defaults(func=master_cmd.master_down)
+    status = m.add_parser("status", help="is the master up? (exit 3 if not)")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=master_cmd.master_status)
+    for q in (up, down, status):
+        q.add_argument("--data-dir", help="state, logs, checkpoints (default ~/.det/master, "
+                                           "or DET_MASTER_DIR)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="det",
         description="det_sdk: train Keras models locally, under Horovod, or on a cluster.",
     )
     parser.add_argument("--version", action="version", version=f"det_sdk {det_sdk.__version__}")
+    parser.add_argument("-m", "--master", default=os.environ.get("DET_MASTER", DEFAULT_MASTER),
+                        help=f"the master's URL (DET_MASTER; default {DEFAULT_MASTER})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_master_commands(sub)
+    _add_task_commands(sub)
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
     runs_sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -60,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, LookupError, OSError) as err:
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, LookupError, OSError, RuntimeError) as err:
+        # ConfigError, MasterError, MasterUnreachable...: the message says it all
         print(f"det: error: {err}", file=sys.stderr)
         return 1
 

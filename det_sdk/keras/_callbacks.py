@@ -33,6 +33,7 @@ __all__ = [
     "Position",
     "Preempted",
     "RestoreState",
+    "StopAtSteps",
     "StopOnSignal",
     "TensorBoardScalars",
     "TrackPosition",
@@ -239,10 +240,12 @@ class MetricsReporter(_Callback):
     >>> # MetricsReporter(session, position), added by context.fit on the chief
     """
 
-    def __init__(self, session: Session, position: Position) -> None:
+    def __init__(self, session: Session, position: Position,
+                 total_steps: int | None = None) -> None:
         super().__init__()
         self.session = session
         self.position = position
+        self.total_steps = total_steps
         self.last_validation: dict[str, float] = {}
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -253,6 +256,26 @@ class MetricsReporter(_Callback):
         if val:
             self.session.report_metrics("validation", steps, epoch + 1, val)
             self.last_validation = val
+        if self.total_steps:
+            self.session.report_progress(steps / self.total_steps)
+
+
+class StopAtSteps(_Callback):
+    """End training after exactly ``total`` batches (a length given in batches).
+
+    Keras then finishes the epoch as usual, validation included.
+
+    >>> cb = StopAtSteps(Position(0, 0, 0), total=100)
+    """
+
+    def __init__(self, position: Position, total: int) -> None:
+        super().__init__()
+        self.position = position
+        self.total = total
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.position.steps_completed >= self.total:
+            self.model.stop_training = True
 
 
 class TensorBoardScalars(_Callback):

@@ -8,6 +8,7 @@ Keras's ``steps_per_epoch`` is the same for every epoch of one call.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from det_sdk.keras._callbacks import (
     Position,
     Preempted,
     RestoreState,
+    StopAtSteps,
     StopOnSignal,
     TensorBoardScalars,
     TrackPosition,
@@ -61,6 +63,25 @@ def _check_same_steps(ctx: KerasContext, seg_kwargs: dict[str, Any]) -> None:
             f"({', '.join(f'rank {r}: {s}' for r, s in enumerate(every))}); Horovod needs "
             "the same on all. Shard the data with context.wrap_data, or pass steps_per_epoch."
         )
+
+
+def _steps_per_epoch(ctx: KerasContext, kwargs: dict[str, Any]) -> int | None:
+    """Batches per epoch of the training input, when it can be known up front."""
+    x = kwargs.get("x")
+    if kwargs.get("steps_per_epoch"):
+        return int(kwargs["steps_per_epoch"])
+    if _data.is_array_data(x):
+        if _data.is_wrapped(x):
+            rows, size = _data.num_rows(_data.full_data(x)), ctx.distributed.size
+        else:
+            rows, size = _data.num_rows(x), 1
+        return math.ceil(rows / ((kwargs.get("batch_size") or 32) * size))
+    if isinstance(x, tf.keras.utils.Sequence):
+        return len(_data.EpochSequence(x, seed=0, shuffle=False, epoch=0, start_batch=0))
+    if isinstance(x, tf.data.Dataset):
+        n = int(x.cardinality())
+        return n if n > 0 else None
+    return None
 
 
 def _validation_data(kwargs: dict[str, Any]) -> None:
@@ -181,9 +202,24 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
     _validation_data(kwargs)
     _split_arrays(ctx, kwargs)
 
+    # On the cluster the searcher sets the length; `epochs` is the script's own
+    # (off the cluster, or when the experiment gives no max_length).
     length = ctx.session.training_length()
-    end_epoch = length.epochs if length is not None else int(kwargs.pop("epochs", 1))
-    kwargs.pop("epochs", None)
+    script_epochs = int(kwargs.pop("epochs", 1))
+    steps = _steps_per_epoch(ctx, kwargs)
+    total_steps = None
+    if length is None:
+        end_epoch = script_epochs
+    elif length.epochs is not None:
+        end_epoch = length.epochs
+    else:
+        if steps is None:
+            raise ValueError("context.fit: a length in batches needs input of known length "
+                             "(numpy, a Sequence, a finite tf.data.Dataset or steps_per_epoch)")
+        total_steps = length.value
+        end_epoch = math.ceil(total_steps / steps)
+    if total_steps is None and steps is not None:
+        total_steps = end_epoch * steps
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
     resume = ctx._resume_position()
     position = Position(**resume) if resume else Position(initial_epoch, 0, 0)
@@ -201,7 +237,7 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
         if not dist.is_chief:
             kwargs["verbose"] = 0  # one progress bar, rank 0's
     ours_last: list[tf.keras.callbacks.Callback] = []
-    reporter = MetricsReporter(ctx.session, position)
+    reporter = MetricsReporter(ctx.session, position, total_steps)
     save = _Saver(ctx, model, position, reporter)
     if ctx.distributed.is_chief:
         ours_last.append(reporter)
@@ -209,6 +245,8 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
             ours_last.append(TensorBoardScalars(ctx.session.tensorboard_dir, position))
     if ctx.checkpoint_period is not None:
         ours_last.append(PeriodicCheckpoint(ctx.checkpoint_period, position, save))
+    if length is not None and length.batches is not None:
+        ours_last.append(StopAtSteps(position, length.batches))
 
     history = tf.keras.callbacks.History()
     history.history, history.epoch = {}, []

@@ -10,35 +10,53 @@ from typing import Any
 
 import tensorflow as tf
 
-from det_sdk.config import ConfigError, ExperimentConfig, Length, parse_experiment_config
+from det_sdk.config import (
+    ConfigError,
+    ExperimentConfig,
+    JobConfig,
+    Length,
+    load_yaml_file,
+    parse_experiment_config,
+    parse_job_config,
+)
 from det_sdk.distributed import (
     DistributedContext,
     HorovodProcesses,
     SingleProcess,
     launched_by_horovod,
 )
-from det_sdk.hparams import local_hparams
-from det_sdk.info import get_cluster_info
+from det_sdk.hparams import HParams, local_hparams
+from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.keras._context import KerasContext
-from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession
+from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession
 
 __all__ = ["init"]
 
 _DEFAULT_CHECKPOINT_PERIOD = Length(epochs=1)
 
 
-def _load_config(config: Any) -> ExperimentConfig | None:
+def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
+    """An experiment config, or a job config (``det job run``'s) for inference scripts."""
     if config is None:
         config = os.environ.get("DET_CONFIG") or None
     if config is None:
         return None
-    if isinstance(config, ExperimentConfig):
+    if isinstance(config, (ExperimentConfig, JobConfig)):
         return config
-    if isinstance(config, (str, os.PathLike, Mapping)):
-        return parse_experiment_config(config)
-    raise TypeError(
-        f"init: config must be a path to a YAML file or a mapping, got {type(config).__name__}"
-    )
+    if not isinstance(config, (str, os.PathLike, Mapping)):
+        raise TypeError(
+            f"init: config must be a path to a YAML file or a mapping, got {type(config).__name__}"
+        )
+    raw = load_yaml_file(config) if isinstance(config, (str, os.PathLike)) else config
+    try:
+        return parse_experiment_config(raw)
+    except ConfigError as as_experiment:
+        try:
+            return parse_job_config(raw)
+        except ConfigError:
+            source = f" {config}" if isinstance(config, (str, os.PathLike)) else ""
+            raise ConfigError(str(as_experiment).replace(
+                "invalid experiment config", f"invalid experiment config{source}", 1)) from None
 
 
 def _resume_target(resume: Any) -> str | None:
@@ -147,11 +165,11 @@ def init(
     """
     info = get_cluster_info()
     if info is not None:
-        raise RuntimeError(
-            "det_sdk: this process was launched by a cluster (DET_ALLOCATION_ID is set), "
-            "and this version of det_sdk runs locally only"
-        )
-    cfg = _load_config(config)
+        return _init_on_cluster(info, hparams or {}, checkpoint_period)
+    loaded = _load_config(config)
+    if isinstance(loaded, JobConfig):  # an inference script: no training here
+        return _init_local_job(loaded, runs_dir)
+    cfg = loaded
     hp = local_hparams(cfg, hparams or {})
     period = _checkpoint_period(checkpoint_period, cfg)
     dist = _distributed()
@@ -172,6 +190,39 @@ def init(
         config_data=cfg.data if cfg else {},
         seed=run_seed,
         checkpoint_period=period,
+    )
+
+
+def _init_local_job(job: JobConfig, runs_dir: Any) -> KerasContext:
+    """A job config off the cluster (batch inference): reads runs, trains nothing."""
+    dist = _distributed()
+    runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    session = _open_session(dist, runs, None, {"hparams": {}, "seed": 0,
+                                               "config": job.model_dump(mode="json")})
+    _set_seeds(0, dist.rank)
+    return KerasContext(distributed=dist, session=session, hparams=None, config_data=job.data,
+                        seed=0, checkpoint_period=None)
+
+
+def _init_on_cluster(
+    info: ClusterInfo, defaults: Mapping[str, Any], checkpoint_period: Any
+) -> KerasContext:
+    """A process launched by the master: everything comes from the environment."""
+    dist = _distributed()
+    _set_seeds(info.trial_seed, dist.rank)
+    session = MasterSession(info, writer=dist.is_chief)
+    if info.task_type == "GENERIC":
+        job = parse_job_config(info.config)
+        return KerasContext(distributed=dist, session=session, hparams=None,
+                            config_data=job.data, seed=info.trial_seed,
+                            checkpoint_period=None, info=info)
+    cfg = parse_experiment_config(info.config)
+    hp = HParams({**defaults, **info.hparams})
+    return KerasContext(
+        distributed=dist, session=session, hparams=hp, config_data=cfg.data,
+        seed=info.trial_seed, checkpoint_period=_checkpoint_period(
+            True if checkpoint_period is False else checkpoint_period, cfg),
+        info=info,
     )
 
 

@@ -1,0 +1,116 @@
+"""``det master up|down|status``: the embedded master as a background process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+__all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("DET_MASTER_DIR") or Path.home() / ".det" / "master")
+
+
+def _pid(data_dir: Path) -> int | None:
+    try:
+        pid = int((data_dir / "master.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def _healthy(url: str, timeout: float = 1.0) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def master_up(args: Namespace) -> int:
+    from det_sdk.client import save_token
+
+    data_dir = Path(args.data_dir or default_data_dir()).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"http://{args.host}:{args.port}"
+    pid = _pid(data_dir)
+    if pid is not None:
+        print(f"det: a master already runs from {data_dir} (pid {pid})", file=sys.stderr)
+        return 1
+    if _healthy(url):
+        print(f"det: something already answers at {url}; pick another --port", file=sys.stderr)
+        return 1
+    log = open(data_dir / "master.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",
+         args.host, "--port", str(args.port), "--slots", str(args.slots)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    (data_dir / "master.pid").write_text(f"{proc.pid}\n")
+    deadline = time.time() + 60
+    while not _healthy(url):
+        if proc.poll() is not None or time.time() > deadline:
+            tail = (data_dir / "master.log").read_text(errors="replace").splitlines()[-15:]
+            print("det: the master did not start:\n" + "\n".join(tail), file=sys.stderr)
+            if proc.poll() is None:
+                proc.kill()
+            (data_dir / "master.pid").unlink(missing_ok=True)
+            return 1
+        time.sleep(0.2)
+    save_token(url, (data_dir / "user.token").read_text().strip())
+    print(f"master listening on {url} (pid {proc.pid}, {args.slots} slots)")
+    print(f"  data and logs: {data_dir}")
+    print(f"  use it: export DET_MASTER={url}")
+    return 0
+
+
+def master_down(args: Namespace) -> int:
+    data_dir = Path(args.data_dir or default_data_dir())
+    pid = _pid(data_dir)
+    if pid is None:
+        print(f"det: no master runs from {data_dir}", file=sys.stderr)
+        return 1
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    (data_dir / "master.pid").unlink(missing_ok=True)
+    print(f"master (pid {pid}) stopped; trials it started keep running until it is back")
+    return 0
+
+
+def master_status(args: Namespace) -> int:
+    data_dir = Path(args.data_dir or default_data_dir())
+    pid = _pid(data_dir)
+    info = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        info = json.loads((data_dir / "master.json").read_text())
+    url = info.get("url", args.master)
+    up = _healthy(url)
+    status = {"running": up, "pid": pid, "url": url, "data_dir": str(data_dir),
+              "slots": info.get("slots")}
+    if args.json:
+        print(json.dumps(status))
+    else:
+        state = "up" if up else "down"
+        print(f"master {state} at {url} (pid {pid or '-'}, data {data_dir})")
+    return 0 if up else 3

@@ -1,0 +1,49 @@
+"""Output for people (tables, progress) and for scripts (``--json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["print_json", "progress_bar", "table"]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table with columns as wide as their widest cell.
+
+    >>> print(table(["ID", "STATE"], [[1, "RUNNING"]]))
+    ID  STATE
+    1   RUNNING
+    """
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def progress_bar(label: str) -> Any:
+    """A callback ``(done, total)`` drawing a progress bar on stderr (when it is a terminal)."""
+    interactive = sys.stderr.isatty()
+
+    def draw(done: int, total: int) -> None:
+        if not total:
+            return
+        frac = done / total
+        if interactive:
+            bar = "#" * int(frac * 30)
+            sys.stderr.write(f"\r{label} [{bar:<30}] {done / 1e6:.1f}/{total / 1e6:.1f} MB")
+            if done >= total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif done >= total:
+            print(f"{label}: {total / 1e6:.1f} MB sent", file=sys.stderr)
+
+    return draw

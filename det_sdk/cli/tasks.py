@@ -1,0 +1,267 @@
+"""``det experiment|trial|checkpoint|job ...``: talking to a master."""
+
+from __future__ import annotations
+
+import io
+import sys
+import tarfile
+import time
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+from det_sdk.cli.render import print_json, progress_bar, table
+
+__all__ = ["COMMANDS"]
+
+TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
+
+
+def _client(args: Namespace) -> Any:
+    from det_sdk.client import MasterClient, load_token
+
+    token = load_token(args.master)
+    if token is None:
+        raise ValueError(f"no token for {args.master}: start it with `det master up`, or set "
+                         "DET_USER_TOKEN")
+    return MasterClient(args.master, token)
+
+
+def _read_config(path: str, kind: str) -> dict[str, Any]:
+    from det_sdk.config import load_yaml_file, parse_experiment_config, parse_job_config
+
+    raw = load_yaml_file(path)
+    # Validate here first: a bad config fails before anything is packed or sent.
+    (parse_experiment_config if kind == "experiment" else parse_job_config)(raw)
+    return raw
+
+
+def _pack(directory: str) -> bytes:
+    from det_sdk.master.archive import MAX_ARCHIVE_BYTES, pack
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise ValueError(f"model directory {directory!r} does not exist or is not a directory")
+    data = pack(d)
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise ValueError(f"{directory} packs to {len(data)} bytes, over the master's limit of "
+                         f"{MAX_ARCHIVE_BYTES}; leave data sets out of the model directory")
+    return data
+
+
+def _follow(client: Any, kind: str, task_id: int, done: Any) -> str:
+    """Print a task's log as it grows until ``done()`` returns a final state."""
+    offset = 0
+    while True:
+        state = done()
+        chunk = client.logs(kind, task_id, offset)
+        if chunk["text"]:
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+        offset = chunk["offset"]
+        if state in TERMINAL and not chunk["text"]:
+            return state
+        time.sleep(0.5)
+
+
+# --- experiments ----------------------------------------------------------------------------
+
+
+def experiment_create(args: Namespace) -> int:
+    config = _read_config(args.config, "experiment")
+    archive = _pack(args.model_dir)
+    client = _client(args)
+    exp_id = client.create_experiment(config, archive, progress_bar("uploading model directory"))
+    if args.json:
+        print_json({"id": exp_id})
+    else:
+        print(f"Created experiment {exp_id}")
+    if args.follow:
+        return experiment_wait(Namespace(**{**vars(args), "id": exp_id, "logs": True}))
+    return 0
+
+
+def experiment_list(args: Namespace) -> int:
+    exps = _client(args).experiments()
+    if args.json:
+        print_json(exps)
+        return 0
+    rows = [[e["id"], e["name"] or "", e["state"], len(e["trials"]),
+             f"{100 * e['progress']:.0f}%"] for e in exps]
+    print(table(["ID", "NAME", "STATE", "TRIALS", "PROGRESS"], rows))
+    return 0
+
+
+def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
+    return [[t["id"], t["state"], t["steps_completed"], t["epoch"],
+             "" if t["best_metric"] is None else f"{t['best_metric']:.4g}",
+             t["restarts"], " ".join(f"{k}={v}" for k, v in t["hparams"].items())]
+            for t in trials]
+
+
+def experiment_describe(args: Namespace) -> int:
+    exp = _client(args).experiment(args.id)
+    if args.json:
+        print_json(exp)
+        return 0
+    searcher = (exp["config"].get("searcher") or {})
+    print(f"Experiment {exp['id']} {exp['name'] or ''}: {exp['state']}, "
+          f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
+          f"metric {searcher.get('metric', 'val_loss')})")
+    print(table(["TRIAL", "STATE", "BATCHES", "EPOCHS", "BEST", "RESTARTS", "HPARAMS"],
+                _trial_rows(exp["trials"])))
+    for t in exp["trials"]:
+        if t["last_error"]:
+            print(f"\ntrial {t['id']}: {t['last_error']}")
+    return 0
+
+
+def experiment_wait(args: Namespace) -> int:
+    client = _client(args)
+
+    def state() -> str:
+        return client.experiment(args.id)["state"]
+
+    if getattr(args, "logs", False):
+        trials = client.experiment(args.id)["trials"]
+        for t in trials:
+            _follow(client, "trials", t["id"], lambda tid=t["id"]: client.trial(tid)["state"])
+    final = state()
+    while final not in TERMINAL:
+        time.sleep(0.5)
+        final = state()
+    print(f"experiment {args.id}: {final}", file=sys.stderr)
+    return 0 if final == "COMPLETED" else 1
+
+
+def experiment_kill(args: Namespace) -> int:
+    out = _client(args).kill_experiment(args.id)
+    print(f"experiment {args.id}: {out['state']}")
+    return 0
+
+
+def experiment_logs(args: Namespace) -> int:
+    client = _client(args)
+    for t in client.experiment(args.id)["trials"]:
+        print(f"==> trial {t['id']} <==")
+        sys.stdout.write(client.logs("trials", t["id"])["text"])
+    return 0
+
+
+# --- trials -----------------------------------------------------------------------------------
+
+
+def trial_describe(args: Namespace) -> int:
+    client = _client(args)
+    t = client.trial(args.id)
+    metrics = client.trial_metrics(args.id)
+    if args.json:
+        print_json({**t, "metrics": metrics})
+        return 0
+    print(table(["TRIAL", "STATE", "BATCHES", "EPOCHS", "BEST", "RESTARTS", "HPARAMS"],
+                _trial_rows([t])))
+    rows = [[m["group"], m["steps_completed"], m["epoch"],
+             " ".join(f"{k}={v:.4g}" for k, v in m["metrics"].items())] for m in metrics]
+    if rows:
+        print()
+        print(table(["GROUP", "BATCHES", "EPOCH", "METRICS"], rows))
+    if t["last_error"]:
+        print(f"\n{t['last_error']}")
+    return 0
+
+
+def trial_logs(args: Namespace) -> int:
+    client = _client(args)
+    if args.follow:
+        final = _follow(client, "trials", args.id, lambda: client.trial(args.id)["state"])
+        return 0 if final == "COMPLETED" else 1
+    sys.stdout.write(client.logs("trials", args.id)["text"])
+    return 0
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+def checkpoint_list(args: Namespace) -> int:
+    rows = _client(args).checkpoints(args.trial)
+    if args.json:
+        print_json(rows)
+        return 0
+    print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
+                [[c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c["size"],
+                  " ".join(f"{k}={v:.4g}" for k, v in c["metrics"].items())] for c in rows]))
+    return 0
+
+
+def checkpoint_download(args: Namespace) -> int:
+    data = _client(args).download_checkpoint(args.uuid)
+    dest = Path(args.dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(dest, **kwargs)
+    print(f"checkpoint {args.uuid} -> {dest}")
+    return 0
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def job_run(args: Namespace) -> int:
+    config = _read_config(args.config, "job")
+    archive = _pack(args.model_dir)
+    client = _client(args)
+    job_id = client.create_job(config, archive, progress_bar("uploading directory"))
+    print(f"Created job {job_id}")
+    if args.follow:
+        final = _follow(client, "jobs", job_id, lambda: client.job(job_id)["state"])
+        print(f"job {job_id}: {final}", file=sys.stderr)
+        return 0 if final == "COMPLETED" else 1
+    return 0
+
+
+def job_list(args: Namespace) -> int:
+    jobs = _client(args).jobs()
+    if args.json:
+        print_json(jobs)
+        return 0
+    print(table(["ID", "NAME", "STATE", "EXIT", "ENTRYPOINT"],
+                [[j["id"], j["name"] or "", j["state"], j["exit_code"],
+                  j["config"]["entrypoint_script"]] for j in jobs]))
+    return 0
+
+
+def job_logs(args: Namespace) -> int:
+    client = _client(args)
+    if args.follow:
+        final = _follow(client, "jobs", args.id, lambda: client.job(args.id)["state"])
+        return 0 if final == "COMPLETED" else 1
+    sys.stdout.write(client.logs("jobs", args.id)["text"])
+    return 0
+
+
+COMMANDS = {
+    "experiment": {
+        "create": (experiment_create, "submit an experiment: CONFIG DIR",
+                   [("config",), ("model_dir",), ("--follow",)]),
+        "list": (experiment_list, "list experiments", []),
+        "describe": (experiment_describe, "trials, states and metrics of one", [("id",)]),
+        "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [("id",)]),
+        "kill": (experiment_kill, "stop its trials (CANCELED)", [("id",)]),
+        "logs": (experiment_logs, "logs of its trials", [("id",)]),
+    },
+    "trial": {
+        "describe": (trial_describe, "state and metrics of a trial", [("id",)]),
+        "logs": (trial_logs, "a trial's logs", [("id",), ("--follow",)]),
+    },
+    "checkpoint": {
+        "list": (checkpoint_list, "checkpoints (of one trial with --trial)", [("--trial",)]),
+        "download": (checkpoint_download, "copy a checkpoint into DIR", [("uuid",), ("dir",)]),
+    },
+    "job": {
+        "run": (job_run, "run a generic job (batch inference): CONFIG DIR",
+                [("config",), ("model_dir",), ("--follow",)]),
+        "list": (job_list, "list jobs", []),
+        "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
+    },
+}

@@ -1,0 +1,196 @@
+"""An HTTP client of the master, shared by the CLI and by training processes.
+
+Errors come out as :class:`MasterError` with the master's own message, or
+:class:`MasterUnreachable` when nothing answers.
+
+>>> # client = MasterClient("http://127.0.0.1:8080", token); client.experiments()
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "MasterClient",
+    "MasterError",
+    "MasterUnreachable",
+    "credentials_path",
+    "load_token",
+    "save_token",
+]
+
+DEFAULT_MASTER = "http://127.0.0.1:8080"
+
+
+class MasterError(RuntimeError):
+    """The master answered with an error; ``status`` is its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class MasterUnreachable(ConnectionError):
+    """No master answered at the address."""
+
+
+def credentials_path() -> Path:
+    return Path(os.environ.get("DET_CREDENTIALS") or Path.home() / ".det" / "credentials.json")
+
+
+def load_token(url: str) -> str | None:
+    """The user token for ``url``: ``DET_USER_TOKEN``, else the one ``det master up`` saved."""
+    if os.environ.get("DET_USER_TOKEN"):
+        return os.environ["DET_USER_TOKEN"]
+    try:
+        return json.loads(credentials_path().read_text()).get(url.rstrip("/"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def save_token(url: str, token: str) -> None:
+    """Remember ``token`` for ``url``, in a file only its owner can read."""
+    path = credentials_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        data = {}
+    data[url.rstrip("/")] = token
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+class MasterClient:
+    """Calls of the master's REST API."""
+
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
+                                  transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as err:
+            raise MasterUnreachable(f"no master answers at {self.url} ({err})") from None
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text
+            if isinstance(detail, list):  # FastAPI validation errors
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}"
+                    for d in detail
+                )
+            raise MasterError(resp.status_code, f"master: {detail} (HTTP {resp.status_code})")
+        if resp.status_code == 204 or not resp.content:
+            return None
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            return resp.json()
+        return resp.content
+
+    # --- experiments, trials, jobs ------------------------------------------------------
+
+    def create_experiment(self, config: dict[str, Any], archive: bytes,
+                          progress: Callable[[int, int], None] | None = None) -> int:
+        return self._create("/api/v1/experiments", config, archive, progress)
+
+    def create_job(self, config: dict[str, Any], archive: bytes,
+                   progress: Callable[[int, int], None] | None = None) -> int:
+        return self._create("/api/v1/jobs", config, archive, progress)
+
+    def _create(self, path: str, config: dict[str, Any], archive: bytes,
+                progress: Callable[[int, int], None] | None) -> int:
+        body = json.dumps({"config": config,
+                           "model_definition": base64.b64encode(archive).decode()}).encode()
+
+        def chunks() -> Iterator[bytes]:
+            step = 256 * 1024
+            for i in range(0, len(body), step):
+                yield body[i:i + step]
+                if progress:
+                    progress(min(i + step, len(body)), len(body))
+
+        out = self.request("POST", path, content=chunks(),
+                           headers={"content-type": "application/json",
+                                    "content-length": str(len(body))})
+        return int(out["id"])
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/api/v1/experiments")
+
+    def experiment(self, exp_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/experiments/{exp_id}")
+
+    def kill_experiment(self, exp_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/experiments/{exp_id}/kill")
+
+    def trial(self, trial_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/trials/{trial_id}")
+
+    def trial_metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+        params = {"group": group} if group else {}
+        return self.request("GET", f"/api/v1/trials/{trial_id}/metrics", params=params)
+
+    def logs(self, kind: str, task_id: int, offset: int = 0) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/{kind}/{task_id}/logs", params={"offset": offset})
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/api/v1/jobs")
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}")
+
+    # --- checkpoints --------------------------------------------------------------------
+
+    def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
+        params = {"trial_id": trial_id} if trial_id is not None else {}
+        return self.request("GET", "/api/v1/checkpoints", params=params)
+
+    def trial_checkpoint(self, trial_id: int, best: bool = False) -> dict[str, Any]:
+        params = {"best": "true"} if best else {"latest": "true"}
+        return self.request("GET", f"/api/v1/trials/{trial_id}/checkpoints", params=params)[0]
+
+    def checkpoint(self, uuid: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/checkpoints/{uuid}")
+
+    def download_checkpoint(self, uuid: str) -> bytes:
+        return self.request("GET", f"/api/v1/checkpoints/{uuid}/download")
+
+    # --- what a running task reports ----------------------------------------------------------
+
+    def report_metrics(self, trial_id: int, body: dict[str, Any]) -> None:
+        self.request("POST", f"/api/v1/trials/{trial_id}/metrics", json=body)
+
+    def report_checkpoint(self, body: dict[str, Any]) -> None:
+        self.request("POST", "/api/v1/checkpoints", json=body)
+
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        self.request("POST", f"/api/v1/trials/{trial_id}/progress", json={"progress": progress})
+
+    def searcher_operation(self, trial_id: int) -> dict[str, Any] | None:
+        return self.request("GET", f"/api/v1/trials/{trial_id}/searcher/operation")
+
+    def preemption(self, alloc_id: str, timeout_seconds: float) -> bool:
+        out = self.request(
+            "GET", f"/api/v1/allocations/{alloc_id}/signals/preemption",
+            params={"timeout_seconds": timeout_seconds}, timeout=timeout_seconds + 10,
+        )
+        return bool(out["preempt"])

@@ -1,0 +1,55 @@
+"""``python -m det_sdk.master``: serve a master in the foreground (``det master up`` runs this)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+TOKEN_FILE = "user.token"
+INFO_FILE = "master.json"
+
+
+def _user_token(master: object, data_dir: Path) -> None:
+    """Create the user token once; owner-only, for ``det master up`` to hand to the CLI."""
+    path = data_dir / TOKEN_FILE
+    if path.exists():
+        master.store.add_user_token(path.read_text().strip())  # type: ignore[attr-defined]
+        return
+    token = secrets.token_urlsafe(32)
+    master.store.add_user_token(token)  # type: ignore[attr-defined]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m det_sdk.master")
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--slots", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    from det_sdk.master.app import create_app
+    from det_sdk.master.core import Master
+
+    url = f"http://{args.host}:{args.port}"
+    master = Master(args.data_dir.resolve(), slots=args.slots, url=url)
+    _user_token(master, args.data_dir)
+    master.start()
+    info = {"url": url, "pid": os.getpid(), "slots": args.slots}
+    (args.data_dir / INFO_FILE).write_text(json.dumps(info) + "\n")
+    print(f"master listening on {url} with {args.slots} slots", flush=True)
+    uvicorn.run(create_app(master), host=args.host, port=args.port, log_level="warning")
+    master.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

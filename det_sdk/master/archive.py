@@ -1,0 +1,94 @@
+"""Model directories travel as .tar.gz; the master checks every member before unpacking.
+
+Refused, with the member named: absolute paths, ``..`` components, links that lead
+outside the directory, device files and fifos, and archives over the size limits.
+Nothing is written unless the whole archive passes.
+
+>>> import io, tarfile
+>>> buf = io.BytesIO()
+>>> with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+...     info = tarfile.TarInfo("../evil"); tar.addfile(info, io.BytesIO(b""))
+>>> check_archive(buf.getvalue())
+Traceback (most recent call last):
+...
+det_sdk.master.archive.ArchiveError: archive member '../evil' leaves the directory
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import tarfile
+from pathlib import Path
+
+__all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "check_archive", "unpack"]
+
+MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # compressed, as uploaded
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+
+
+class ArchiveError(ValueError):
+    """An uploaded model directory that the master refuses."""
+
+
+def _escapes(name: str) -> bool:
+    norm = posixpath.normpath(name)
+    return norm == ".." or norm.startswith("../") or posixpath.isabs(name)
+
+
+def check_archive(data: bytes, max_bytes: int = MAX_ARCHIVE_BYTES,
+                  max_unpacked: int = MAX_UNPACKED_BYTES) -> list[tarfile.TarInfo]:
+    """The members of a .tar.gz, each checked; raises :class:`ArchiveError`."""
+    if len(data) > max_bytes:
+        raise ArchiveError(
+            f"model directory archive is {len(data)} bytes, over the limit of {max_bytes}"
+        )
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise ArchiveError(f"model directory is not a readable .tar.gz: {err}") from None
+    total = 0
+    for m in members:
+        if posixpath.isabs(m.name) or m.name.startswith("/"):
+            raise ArchiveError(f"archive member {m.name!r} has an absolute path")
+        if _escapes(m.name):
+            raise ArchiveError(f"archive member {m.name!r} leaves the directory")
+        if m.issym() or m.islnk():
+            target = m.linkname
+            if m.issym():
+                target = posixpath.join(posixpath.dirname(m.name), target)
+            if posixpath.isabs(m.linkname) or _escapes(target):
+                raise ArchiveError(
+                    f"archive member {m.name!r} links outside the directory ({m.linkname!r})"
+                )
+        elif not (m.isfile() or m.isdir()):
+            raise ArchiveError(f"archive member {m.name!r} is not a file or directory")
+        total += max(m.size, 0)
+        if total > max_unpacked:
+            raise ArchiveError(f"model directory unpacks to over {max_unpacked} bytes")
+    return members
+
+
+def unpack(data: bytes, dest: Path) -> None:
+    """Check, then unpack ``data`` into the new directory ``dest``."""
+    check_archive(data)
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        # The "data" filter re-checks what check_archive did (Python >= 3.11.4).
+        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(dest, **kwargs)  # members checked above
+    os.chmod(dest, 0o755)
+
+
+def pack(directory: Path) -> bytes:
+    """A .tar.gz of ``directory``'s contents (paths relative to it)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            rel = path.relative_to(directory)
+            if any(part in (".git", "__pycache__", ".venv", "det-runs") for part in rel.parts):
+                continue
+            tar.add(path, arcname=str(rel), recursive=False)
+    return buf.getvalue()

@@ -1,0 +1,247 @@
+"""The master's state: one SQLite file (WAL), safe to use from the server's threads.
+
+Everything the master knows survives a restart: experiments, trials and their
+processes, metrics (one value per trial, group and step), checkpoints, jobs, tokens.
+
+>>> s = Store(":memory:")
+>>> exp = s.create_experiment({"name": "x"}, "/tmp/a.tgz")
+>>> s.experiment(exp)["state"]
+'ACTIVE'
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Store"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT, config TEXT NOT NULL, state TEXT NOT NULL, archive TEXT NOT NULL,
+    created REAL NOT NULL, ended REAL
+);
+CREATE TABLE IF NOT EXISTS trials (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    hparams TEXT NOT NULL, seed INTEGER NOT NULL, state TEXT NOT NULL,
+    restarts INTEGER NOT NULL DEFAULT 0, steps_completed INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0, progress REAL NOT NULL DEFAULT 0,
+    latest_checkpoint TEXT, best_metric REAL, last_error TEXT,
+    created REAL NOT NULL, ended REAL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT, config TEXT NOT NULL, state TEXT NOT NULL, archive TEXT NOT NULL,
+    exit_code INTEGER, created REAL NOT NULL, ended REAL
+);
+CREATE TABLE IF NOT EXISTS allocations (
+    id TEXT PRIMARY KEY, task_type TEXT NOT NULL, trial_id INTEGER, job_id INTEGER,
+    token TEXT NOT NULL UNIQUE, state TEXT NOT NULL, pid INTEGER, slots INTEGER NOT NULL,
+    workdir TEXT, preempt INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
+    started REAL NOT NULL, ended REAL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    trial_id INTEGER NOT NULL, grp TEXT NOT NULL, steps INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, metrics TEXT NOT NULL, time REAL NOT NULL,
+    PRIMARY KEY (trial_id, grp, steps)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    uuid TEXT PRIMARY KEY, trial_id INTEGER NOT NULL, steps INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, batch INTEGER NOT NULL, size INTEGER NOT NULL,
+    metrics TEXT NOT NULL, created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT NULL);
+"""
+
+_JSON_COLUMNS = ("config", "hparams", "metrics")
+ACTIVE_TRIAL_STATES = ("QUEUED", "RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")
+
+
+def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    d = dict(r)
+    for k in _JSON_COLUMNS:
+        if k in d and isinstance(d[k], str):
+            d[k] = json.loads(d[k])
+    return d
+
+
+class Store:
+    """Thin, typed access to the master's SQLite database."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: all or nothing."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _one(self, sql: str, *args: Any) -> dict[str, Any] | None:
+        with self._lock:
+            return _row(self._db.execute(sql, args).fetchone())
+
+    def _all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        with self._lock:
+            return [_row(r) for r in self._db.execute(sql, args).fetchall()]  # type: ignore[misc]
+
+    def _exec(self, sql: str, *args: Any) -> None:
+        with self.tx() as db:
+            db.execute(sql, args)
+
+    # --- tokens -----------------------------------------------------------------------
+
+    def add_user_token(self, token: str) -> None:
+        self._exec("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", token, time.time())
+
+    def is_user_token(self, token: str) -> bool:
+        return self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", token) is not None
+
+    def allocation_by_token(self, token: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM allocations WHERE token = ?", token)
+
+    # --- experiments and trials --------------------------------------------------------
+
+    def create_experiment(self, config: dict[str, Any], archive: str) -> int:
+        with self.tx() as db:
+            cur = db.execute(
+                "INSERT INTO experiments (name, config, state, archive, created)"
+                " VALUES (?, ?, 'ACTIVE', ?, ?)",
+                (config.get("name"), json.dumps(config), archive, time.time()),
+            )
+            return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def experiment(self, exp_id: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM experiments WHERE id = ?", exp_id)
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM experiments ORDER BY id")
+
+    def set_experiment_state(self, exp_id: int, state: str) -> None:
+        ended = time.time() if state in ("COMPLETED", "CANCELED", "ERROR") else None
+        self._exec("UPDATE experiments SET state = ?, ended = ? WHERE id = ?", state, ended,
+                   exp_id)
+
+    def create_trial(self, exp_id: int, hparams: dict[str, Any], seed: int) -> int:
+        with self.tx() as db:
+            cur = db.execute(
+                "INSERT INTO trials (experiment_id, hparams, seed, state, created)"
+                " VALUES (?, ?, ?, 'QUEUED', ?)",
+                (exp_id, json.dumps(hparams), seed, time.time()),
+            )
+            return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def trial(self, trial_id: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM trials WHERE id = ?", trial_id)
+
+    def trials(self, exp_id: int | None = None) -> list[dict[str, Any]]:
+        if exp_id is None:
+            return self._all("SELECT * FROM trials ORDER BY id")
+        return self._all("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", exp_id)
+
+    def update_trial(self, trial_id: int, **fields: Any) -> None:
+        if not fields:
+            return
+        if fields.get("state") in ("COMPLETED", "CANCELED", "ERROR"):
+            fields.setdefault("ended", time.time())
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._exec(f"UPDATE trials SET {cols} WHERE id = ?", *fields.values(), trial_id)
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    def create_job(self, config: dict[str, Any], archive: str) -> int:
+        with self.tx() as db:
+            cur = db.execute(
+                "INSERT INTO jobs (name, config, state, archive, created)"
+                " VALUES (?, ?, 'QUEUED', ?, ?)",
+                (config.get("name"), json.dumps(config), archive, time.time()),
+            )
+            return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM jobs WHERE id = ?", job_id)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM jobs ORDER BY id")
+
+    def update_job(self, job_id: int, **fields: Any) -> None:
+        if fields.get("state") in ("COMPLETED", "CANCELED", "ERROR"):
+            fields.setdefault("ended", time.time())
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._exec(f"UPDATE jobs SET {cols} WHERE id = ?", *fields.values(), job_id)
+
+    # --- allocations (running processes) --------------------------------------------------
+
+    def create_allocation(self, alloc: dict[str, Any]) -> None:
+        cols = ", ".join(alloc)
+        marks = ", ".join("?" for _ in alloc)
+        self._exec(f"INSERT INTO allocations ({cols}) VALUES ({marks})", *alloc.values())
+
+    def allocation(self, alloc_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM allocations WHERE id = ?", alloc_id)
+
+    def running_allocations(self) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM allocations WHERE state = 'RUNNING' ORDER BY started")
+
+    def update_allocation(self, alloc_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._exec(f"UPDATE allocations SET {cols} WHERE id = ?", *fields.values(), alloc_id)
+
+    # --- metrics and checkpoints ----------------------------------------------------------
+
+    def put_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
+                    metrics: dict[str, float]) -> None:
+        """One value per (trial, group, steps): a repeat replaces, never adds."""
+        self._exec(
+            "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
+            trial_id, group, steps, epoch, json.dumps(metrics), time.time(),
+        )
+
+    def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+        if group is None:
+            return self._all("SELECT * FROM metrics WHERE trial_id = ? ORDER BY steps, grp",
+                             trial_id)
+        return self._all("SELECT * FROM metrics WHERE trial_id = ? AND grp = ? ORDER BY steps",
+                         trial_id, group)
+
+    def put_checkpoint(self, c: dict[str, Any]) -> None:
+        self._exec(
+            "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c.get("batch", 0),
+            c.get("size", 0), json.dumps(c.get("metrics", {})), time.time(),
+        )
+
+    def checkpoint(self, uuid: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM checkpoints WHERE uuid = ?", uuid)
+
+    def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
+        if trial_id is None:
+            return self._all("SELECT * FROM checkpoints ORDER BY trial_id, steps")
+        return self._all("SELECT * FROM checkpoints WHERE trial_id = ? ORDER BY steps, created",
+                         trial_id)
+
+    def delete_checkpoint(self, uuid: str) -> None:
+        self._exec("DELETE FROM checkpoints WHERE uuid = ?", uuid)
