@@ -23,6 +23,7 @@ A local run directory (default ``./det-runs/<run-id>/``)::
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -374,6 +375,8 @@ class MasterSession(Session):
         self._failures = 0
         if writer:
             threading.Thread(target=self._deliver, daemon=True, name="det-reports").start()
+            # The script may end right after fit: deliver what is queued before exit.
+            atexit.register(self.close)
             if info.task_type == "TRIAL":
                 threading.Thread(target=self._watch_preemption, daemon=True,
                                  name="det-preemption").start()

@@ -1,0 +1,47 @@
+"""A tiny trial for the cluster tests; `data:` in the config steers it.
+
+data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
+data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
+"""
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+import det_sdk as det
+
+context = det.keras.init(hparams={"learning_rate": 0.05, "global_batch_size": 16})
+hp = context.training.hparams
+data = context.config_data
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(160, 8)).astype("float32")
+y = (x @ rng.normal(size=(8, 1)) > 0).astype("float32")
+xs, ys = context.wrap_data(x, y)
+xv, yv = context.wrap_data(x[:40], y[:40])
+
+model = tf.keras.Sequential([
+    tf.keras.Input((8,)),
+    tf.keras.layers.Dense(16, activation="relu"),
+    tf.keras.layers.Dense(1, activation="sigmoid"),
+])
+model.compile(context.wrap_optimizer(tf.keras.optimizers.Adam(hp["learning_rate"])),
+              "binary_crossentropy", metrics=["accuracy"])
+
+
+class Steer(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(float(data.get("sleep_per_epoch", 0)))
+        marker = Path("crashed-once")
+        if data.get("fail_once_at_epoch") == epoch and not marker.exists():
+            marker.write_text("x")
+            os._exit(3)
+
+
+context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(
+    hp["global_batch_size"]), epochs=1, validation_data=(xv, yv), callbacks=[Steer()],
+    verbose=0)
+print("rank", context.distributed.rank, "done")

@@ -1,0 +1,316 @@
+"""The cluster: a real master on 127.0.0.1, driven by the real `det` CLI and httpx.
+
+One master serves the module (starting one costs seconds); each test makes its own
+experiments. Trials are real processes running real TensorFlow.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+DET = Path(sys.executable).with_name("det")
+MODEL_DIR = Path(__file__).parent / "cluster_model"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data_dir = root / "master"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
+                    "TF_CPP_MIN_LOG_LEVEL": "2"}
+        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN"):
+            self.env.pop(var, None)
+
+    def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=self.root)
+
+    def up(self) -> None:
+        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
+                       str(self.port), "--slots", "2")
+        assert out.returncode == 0, out.stderr
+
+    def down(self) -> None:
+        self.det("master", "down", "--data-dir", str(self.data_dir))
+
+    @property
+    def token(self) -> str:
+        creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
+        return creds[self.url]
+
+    def http(self, token: str | None = "user") -> httpx.Client:
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {self.token if token == 'user' else token}"
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def write_config(self, name: str, **overrides: object) -> Path:
+        config = {
+            "name": name,
+            "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 16},
+            "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 2}},
+            "entrypoint_script": "python3 train.py",
+            "max_restarts": 2,
+        }
+        config.update(overrides)
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
+    c.up()
+    yield c
+    c.down()
+    # trials are process groups of their own: stop any a failing test left behind
+    db = c.data_dir / "master.db"
+    if db.exists():
+        for (pid,) in sqlite3.connect(db).execute(
+                "SELECT pid FROM allocations WHERE state = 'RUNNING'"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, 9)
+
+
+def _describe(cluster: Cluster, exp_id: int) -> dict:
+    out = cluster.det("experiment", "describe", str(exp_id), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _create(cluster: Cluster, config: Path, model_dir: Path = MODEL_DIR, *extra: str) -> int:
+    out = cluster.det("experiment", "create", str(config), str(model_dir), "--json", *extra)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads(out.stdout)["id"]
+
+
+def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
+                                                            mnist_npz: Path) -> None:
+    config = yaml.safe_load((REPO / "examples" / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"epochs": 2}
+    config["data"] = {"mnist_npz": str(mnist_npz)}
+    path = cluster.root / "const.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    out = cluster.det("experiment", "create", str(path), str(REPO / "examples"), "--follow")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    exp_id = int(out.stdout.split("Created experiment ")[1].split()[0])
+    exp = _describe(cluster, exp_id)
+    assert exp["state"] == "COMPLETED"
+    (trial,) = exp["trials"]
+    assert trial["state"] == "COMPLETED" and trial["epoch"] == 2 and trial["progress"] == 1.0
+
+    # metrics through the CLI and through the API agree
+    cli = json.loads(cluster.det("trial", "describe", str(trial["id"]), "--json").stdout)
+    with cluster.http() as http:
+        api = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+    assert cli["metrics"] == api
+    assert [(m["group"], m["epoch"]) for m in api] == [
+        ("training", 1), ("validation", 1), ("training", 2), ("validation", 2)]
+    ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
+                                   "--json").stdout)
+    assert [c["epoch"] for c in ckpts] == [1, 2]
+
+    # batch inference on the trained trial, as a generic job on 2 Horovod processes
+    job = {"entrypoint_script": "python3 batch_inference.py", "resources": {"slots": 2},
+           "data": {"trial_id": trial["id"], "batch_size": 32, "mnist_npz": str(mnist_npz),
+                    "predictions_path": str(cluster.root / "preds.npy")}}
+    job_path = cluster.root / "bi.yaml"
+    job_path.write_text(yaml.safe_dump(job))
+    out = cluster.det("job", "run", str(job_path), str(REPO / "examples"), "--follow")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    preds = np.load(cluster.root / "preds.npy")
+
+    from det_sdk.keras._checkpoint import load_model
+
+    model = load_model(Path(ckpts[-1]["path"]))
+    with np.load(mnist_npz) as f:
+        x = np.expand_dims(f["x_test"].astype("float32") / 255, -1)
+    np.testing.assert_allclose(preds, model.predict(x, verbose=0), atol=1e-6)
+    jobs = json.loads(cluster.det("job", "list", "--json").stdout)
+    assert jobs[-1]["state"] == "COMPLETED"
+
+
+def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
+    config = cluster.write_config("two-slots", resources={"slots_per_trial": 2})
+    exp_id = _create(cluster, config)
+    out = cluster.det("experiment", "wait", str(exp_id))
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    assert "rank 0 done" in logs and "rank 1 done" in logs
+    ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
+                                   "--json").stdout)
+    assert [c["epoch"] for c in ckpts] == [1, 2]  # one writer: one checkpoint per epoch
+    # 160 samples, global batch 16: 10 steps per epoch whatever the number of processes
+    assert trial["steps_completed"] == 20
+
+
+def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None:
+    config = cluster.write_config("crash", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
+        data={"fail_once_at_epoch": 1})
+    exp_id = _create(cluster, config)
+    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
+    with cluster.http() as http:
+        rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+    keys = [(r["group"], r["steps_completed"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 6  # one value per group and step
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"bogus_key": 1}, "bogus_key: unknown field"),
+        ({"resources": {"slots_per_trial": "two"}}, "resources.slots_per_trial"),
+        ({"searcher": {"name": "random", "metric": "val_loss"}}, "searcher.max_trials"),
+        ({"hyperparameters": {"lr": {"type": "double", "minval": 2, "maxval": 1}}},
+         "hyperparameters.lr"),
+        ({"entrypoint_script": None}, "entrypoint_script"),
+    ],
+)
+def test_invalid_configs_are_refused_with_their_field(cluster: Cluster, overrides: dict,
+                                                      expected: str) -> None:
+    before = len(json.loads(cluster.det("experiment", "list", "--json").stdout))
+    config = cluster.write_config("bad", **overrides)
+    if overrides.get("entrypoint_script", "x") is None:
+        raw = yaml.safe_load(config.read_text())
+        raw.pop("entrypoint_script")
+        config.write_text(yaml.safe_dump(raw))
+    out = cluster.det("experiment", "create", str(config), str(MODEL_DIR))
+    assert out.returncode != 0
+    assert expected in out.stderr
+    assert len(json.loads(cluster.det("experiment", "list", "--json").stdout)) == before
+
+
+def test_missing_model_directory(cluster: Cluster) -> None:
+    out = cluster.det("experiment", "create", str(cluster.write_config("nodir")),
+                      str(cluster.root / "no-such-dir"))
+    assert out.returncode != 0 and "does not exist" in out.stderr
+
+
+def _tar(members: list[tarfile.TarInfo], payload: bytes = b"print('hi')\n") -> str:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for m in members:
+            if m.isfile():
+                m.size = len(payload)
+                tar.addfile(m, io.BytesIO(payload))
+            else:
+                tar.addfile(m)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _link(name: str, target: str, hard: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE if hard else tarfile.SYMTYPE
+    info.linkname = target
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "expected"),
+    [
+        ([tarfile.TarInfo("/etc/evil.py")], "absolute path"),
+        ([tarfile.TarInfo("../evil.py")], "leaves the directory"),
+        ([tarfile.TarInfo("a/../../evil.py")], "leaves the directory"),
+        ([_link("data", "/etc")], "links outside"),
+        ([_link("data", "../../outside")], "links outside"),
+        ([_link("hard", "../outside", hard=True)], "links outside"),
+    ],
+)
+def test_crafted_archives_are_refused(cluster: Cluster, members: list, expected: str) -> None:
+    uploads = cluster.data_dir / "uploads" / "experiments"
+    before = sorted(uploads.iterdir()) if uploads.exists() else []
+    n_before = len(json.loads(cluster.det("experiment", "list", "--json").stdout))
+    config = {"entrypoint_script": "python3 train.py"}
+    with cluster.http() as http:
+        r = http.post("/api/v1/experiments",
+                      json={"config": config, "model_definition": _tar(members)})
+    assert r.status_code == 400, r.text
+    assert expected in r.json()["detail"]
+    after = sorted(uploads.iterdir()) if uploads.exists() else []
+    assert after == before  # nothing written
+    assert len(json.loads(cluster.det("experiment", "list", "--json").stdout)) == n_before
+
+
+def test_archive_over_the_size_limit(cluster: Cluster) -> None:
+    from det_sdk.master.archive import MAX_ARCHIVE_BYTES
+
+    blob = base64.b64encode(os.urandom(MAX_ARCHIVE_BYTES + 1)).decode()
+    with cluster.http() as http:
+        r = http.post("/api/v1/experiments",
+                      json={"config": {"entrypoint_script": "x"}, "model_definition": blob})
+    assert r.status_code == 400 and "over the limit" in r.json()["detail"]
+
+
+def test_tokens(cluster: Cluster) -> None:
+    with cluster.http(token=None) as anonymous:
+        assert anonymous.get("/api/v1/experiments").status_code == 401
+    with cluster.http(token="not-a-token") as wrong:
+        assert wrong.get("/api/v1/experiments").status_code == 401
+    # a task's token acts on its own trial only
+    db = sqlite3.connect(cluster.data_dir / "master.db")
+    token, trial_id = db.execute(
+        "SELECT token, trial_id FROM allocations WHERE trial_id IS NOT NULL LIMIT 1").fetchone()
+    report = {"group": "training", "steps_completed": 1, "metrics": {"loss": 1.0}}
+    with cluster.http(token=token) as task:
+        assert task.post(f"/api/v1/trials/{trial_id + 1000}/metrics",
+                         json=report).status_code == 403
+        assert task.get("/api/v1/experiments").status_code == 403  # user-only
+        assert task.get(f"/api/v1/trials/{trial_id}").status_code == 200
+
+
+def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
+    config = cluster.write_config("restart", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": 6}},
+        data={"sleep_per_epoch": 1.0})
+    exp_id = _create(cluster, config)
+    deadline = time.time() + 120
+    while not json.loads(cluster.det("checkpoint", "list", "--json").stdout) or \
+            _describe(cluster, exp_id)["trials"][0]["epoch"] < 1:
+        assert time.time() < deadline
+        time.sleep(0.5)
+    master_pid = int((cluster.data_dir / "master.pid").read_text())
+    os.kill(master_pid, 9)  # no goodbye
+    time.sleep(4)  # the trial keeps training and keeps its reports for later
+    cluster.up()
+    out = cluster.det("experiment", "wait", str(exp_id))
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0  # it never stopped
+    with cluster.http() as http:
+        rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+        ckpts = http.get("/api/v1/checkpoints", params={"trial_id": trial["id"]}).json()
+    keys = [(r["group"], r["steps_completed"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 12  # 6 epochs x (training, validation)
+    assert sorted(c["epoch"] for c in ckpts) == [1, 2, 3, 4, 5, 6]
