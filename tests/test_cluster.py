@@ -314,3 +314,47 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     keys = [(r["group"], r["steps_completed"]) for r in rows]
     assert len(keys) == len(set(keys)) == 12  # 6 epochs x (training, validation)
     assert sorted(c["epoch"] for c in ckpts) == [1, 2, 3, 4, 5, 6]
+
+
+def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
+    config = cluster.write_config("kill", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": 50}},
+        data={"sleep_per_epoch": 1.0})
+    exp_id = _create(cluster, config)
+    deadline = time.time() + 120
+    while _describe(cluster, exp_id)["trials"][0]["state"] != "RUNNING":
+        assert time.time() < deadline
+        time.sleep(0.3)
+    db = sqlite3.connect(cluster.data_dir / "master.db")
+    (pid,) = db.execute("SELECT pid FROM allocations WHERE trial_id = ? AND state = 'RUNNING'",
+                        (_describe(cluster, exp_id)["trials"][0]["id"],)).fetchone()
+    assert cluster.det("experiment", "kill", str(exp_id)).returncode == 0
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=60)
+    assert out.returncode == 1  # not COMPLETED
+    exp = _describe(cluster, exp_id)
+    assert exp["state"] == "CANCELED" and exp["trials"][0]["state"] == "CANCELED"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the whole process group is gone
+
+
+def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
+    ckpts = json.loads(cluster.det("checkpoint", "list", "--json").stdout)
+    dest = cluster.root / "downloaded"
+    out = cluster.det("checkpoint", "download", ckpts[0]["uuid"], str(dest))
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "metadata.json", "model.json", "state.bin", "state.json"]
+    assert (dest / "state.bin").read_bytes() == (Path(ckpts[0]["path"]) / "state.bin").read_bytes()
+    bad = cluster.det("checkpoint", "download", "no-such-uuid", str(dest))
+    assert bad.returncode == 1 and "no checkpoint" in bad.stderr
+    spec = httpx.get(f"{cluster.url}/openapi.json").json()
+    assert "/api/v1/trials/{trial_id}/metrics" in spec["paths"]
+
+
+def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
+    nowhere = f"http://127.0.0.1:{_free_port()}"
+    out = cluster.det("-m", nowhere, "experiment", "list")
+    assert out.returncode == 1 and f"no token for {nowhere}" in out.stderr
+    out = subprocess.run([str(DET), "-m", nowhere, "experiment", "list"], capture_output=True,
+                         text=True, env={**cluster.env, "DET_USER_TOKEN": "t"})
+    assert out.returncode == 1 and f"no master answers at {nowhere}" in out.stderr

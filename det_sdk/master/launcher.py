@@ -47,6 +47,17 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    """Wait until no process of group ``pgid`` is left (a task ends with its last one)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+
+
 class Launcher:
     """Runs tasks within a number of slots; calls ``on_exit(allocation, code)`` at the end."""
 
@@ -90,7 +101,10 @@ class Launcher:
             horovodrun = Path(sys.executable).with_name("horovodrun")
             command = (f"{shlex.quote(str(horovodrun))} -np {slots} --gloo "
                        f"sh -c {shlex.quote(entrypoint)}")
-        wrapped = f"{command}; echo $? > {shlex.quote(str(exit_file))}"
+        # The shell outlives a SIGTERM to the group (a trap, not an ignore: the
+        # entrypoint gets the default disposition back) so that it records the
+        # entrypoint's own exit status once the entrypoint has finished.
+        wrapped = f"trap 'true' TERM INT; {command}; echo $? > {shlex.quote(str(exit_file))}"
         full_env = {
             **os.environ,
             # `python3` in an entrypoint is the interpreter that runs det_sdk
@@ -122,6 +136,7 @@ class Launcher:
 
     def _wait_child(self, alloc_id: str, proc: subprocess.Popen[bytes]) -> None:
         code = proc.wait()
+        _wait_group_gone(proc.pid, KILL_GRACE_SECONDS + 5)
         self._finish(alloc_id, code)
 
     def adopt(self, alloc: dict[str, Any]) -> None:
@@ -131,6 +146,7 @@ class Launcher:
     def _watch_pid(self, alloc: dict[str, Any]) -> None:
         while alloc["pid"] and _alive(alloc["pid"]):
             time.sleep(0.5)
+        _wait_group_gone(alloc["pid"], KILL_GRACE_SECONDS + 5)
         exit_file = Path(alloc["workdir"]).parent / f"{alloc['id']}.exit_code"
         try:
             code = int(exit_file.read_text().strip())
