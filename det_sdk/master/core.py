@@ -47,6 +47,7 @@ class Master:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.RLock()
+        self._configs: dict[int, ExperimentConfig] = {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -147,26 +148,23 @@ class Master:
         return {k: t[k] for k in keys}
 
     def trial_config(self, trial_id: int) -> ExperimentConfig:
-        t = self.trial(trial_id)
-        return ExperimentConfig.model_validate(self._experiment(t["experiment_id"])["config"])
+        """The experiment config of a trial (parsed once: configs never change)."""
+        cfg = self._configs.get(trial_id)
+        if cfg is None:
+            t = self.trial(trial_id)
+            cfg = ExperimentConfig.model_validate(self._experiment(t["experiment_id"])["config"])
+            self._configs[trial_id] = cfg
+        return cfg
 
     def report_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float]) -> None:
-        t = self.trial(trial_id)
-        self.store.put_metrics(trial_id, group, steps, epoch, metrics)
-        fields: dict[str, Any] = {}
-        if steps >= t["steps_completed"]:
-            fields.update(steps_completed=steps, epoch=epoch)
-        if group == "validation":
-            cfg = self.trial_config(trial_id)
-            metric = cfg.searcher.metric if cfg.searcher else "val_loss"
-            smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
-            if metric in metrics:
-                v = metrics[metric]
-                best = t["best_metric"]
-                if best is None or (v < best if smaller else v > best):
-                    fields["best_metric"] = v
-        self.store.update_trial(trial_id, **fields)
+        cfg = self.trial_config(trial_id)
+        metric = cfg.searcher.metric if cfg.searcher else "val_loss"
+        smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
+        searcher_value = metrics.get(metric) if group == "validation" else None
+        if not self.store.record_metrics(trial_id, group, steps, epoch, metrics,
+                                         searcher_value, smaller):
+            raise RequestError(f"no trial {trial_id}", status=404)
 
     def report_progress(self, trial_id: int, progress: float) -> None:
         self.trial(trial_id)

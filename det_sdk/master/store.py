@@ -82,6 +82,8 @@ class Store:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        self._user_tokens: set[str] = set()
+        self._token_allocations: dict[str, dict[str, Any]] = {}
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -116,12 +118,24 @@ class Store:
 
     def add_user_token(self, token: str) -> None:
         self._exec("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", token, time.time())
+        self._user_tokens.add(token)
 
     def is_user_token(self, token: str) -> bool:
-        return self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", token) is not None
+        if token in self._user_tokens:
+            return True
+        if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", token) is not None:
+            self._user_tokens.add(token)
+            return True
+        return False
 
     def allocation_by_token(self, token: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM allocations WHERE token = ?", token)
+        """The allocation a task token belongs to (its id and trial never change: cached)."""
+        alloc = self._token_allocations.get(token)
+        if alloc is None:
+            alloc = self._one("SELECT * FROM allocations WHERE token = ?", token)
+            if alloc is not None:
+                self._token_allocations[token] = alloc
+        return alloc
 
     # --- experiments and trials --------------------------------------------------------
 
@@ -219,6 +233,30 @@ class Store:
             "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
             trial_id, group, steps, epoch, json.dumps(metrics), time.time(),
         )
+
+    def record_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
+                       metrics: dict[str, float], searcher_value: float | None,
+                       smaller_is_better: bool) -> bool:
+        """Store a report and advance the trial's progress and best metric, atomically.
+
+        One value per (trial, group, steps). Returns False if there is no such trial.
+        """
+        better = "<" if smaller_is_better else ">"
+        with self.tx() as db:
+            cur = db.execute(
+                "UPDATE trials SET"
+                " epoch = CASE WHEN ? >= steps_completed THEN ? ELSE epoch END,"
+                " steps_completed = MAX(steps_completed, ?),"
+                f" best_metric = CASE WHEN ? IS NOT NULL AND (best_metric IS NULL"
+                f" OR ? {better} best_metric) THEN ? ELSE best_metric END"
+                " WHERE id = ?",
+                (steps, epoch, steps, searcher_value, searcher_value, searcher_value, trial_id),
+            )
+            if cur.rowcount == 0:
+                return False
+            db.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
+                       (trial_id, group, steps, epoch, json.dumps(metrics), time.time()))
+        return True
 
     def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
         if group is None:
