@@ -142,6 +142,12 @@ class MasterClient:
     def kill_experiment(self, exp_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/experiments/{exp_id}/kill")
 
+    def pause_experiment(self, exp_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/experiments/{exp_id}/pause")
+
+    def activate_experiment(self, exp_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/experiments/{exp_id}/activate")
+
     def trial(self, trial_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/trials/{trial_id}")
 

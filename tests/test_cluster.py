@@ -358,3 +358,36 @@ def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
     out = subprocess.run([str(DET), "-m", nowhere, "experiment", "list"], capture_output=True,
                          text=True, env={**cluster.env, "DET_USER_TOKEN": "t"})
     assert out.returncode == 1 and f"no master answers at {nowhere}" in out.stderr
+
+
+def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> None:
+    common = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
+              "reproducibility": {"experiment_seed": 42}}
+    full = cluster.write_config("full", **common, data={
+        "weights_out": str(cluster.root / "full.npz")})
+    assert cluster.det("experiment", "wait", str(_create(cluster, full))).returncode == 0
+
+    paused = cluster.write_config("paused", **common, data={
+        "weights_out": str(cluster.root / "paused.npz"), "sleep_per_batch": 0.15})
+    exp_id = _create(cluster, paused)
+    deadline = time.time() + 120
+    while _describe(cluster, exp_id)["trials"][0]["epoch"] < 1:  # into the second epoch
+        assert time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(0.5)
+    assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    while _describe(cluster, exp_id)["trials"][0]["state"] != "PAUSED":
+        assert time.time() < deadline
+        time.sleep(0.2)
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    with cluster.http() as http:
+        last = http.get(f"/api/v1/trials/{trial['id']}/checkpoints",
+                        params={"latest": "true"}).json()[0]
+    assert last["batch"] > 0  # stopped in the middle of an epoch, and checkpointed there
+    assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
+    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 30
+    a, b = np.load(cluster.root / "full.npz"), np.load(cluster.root / "paused.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])

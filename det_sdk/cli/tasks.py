@@ -140,6 +140,18 @@ def experiment_kill(args: Namespace) -> int:
     return 0
 
 
+def experiment_pause(args: Namespace) -> int:
+    out = _client(args).pause_experiment(args.id)
+    print(f"experiment {args.id}: {out['state']} (running trials checkpoint and stop)")
+    return 0
+
+
+def experiment_activate(args: Namespace) -> int:
+    out = _client(args).activate_experiment(args.id)
+    print(f"experiment {args.id}: {out['state']}")
+    return 0
+
+
 def experiment_logs(args: Namespace) -> int:
     client = _client(args)
     for t in client.experiment(args.id)["trials"]:
@@ -248,6 +260,8 @@ COMMANDS = {
         "describe": (experiment_describe, "trials, states and metrics of one", [("id",)]),
         "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [("id",)]),
         "kill": (experiment_kill, "stop its trials (CANCELED)", [("id",)]),
+        "pause": (experiment_pause, "checkpoint and stop its trials (PAUSED)", [("id",)]),
+        "activate": (experiment_activate, "continue a paused experiment", [("id",)]),
         "logs": (experiment_logs, "logs of its trials", [("id",)]),
     },
     "trial": {

@@ -92,6 +92,16 @@ def create_app(master: Master) -> FastAPI:
     def get_experiment(exp_id: int, p: Principal = Depends(user)) -> api.ExperimentInfo:
         return api.ExperimentInfo(**master.experiment_info(exp_id))
 
+    @app.post("/api/v1/experiments/{exp_id}/pause")
+    def pause_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
+        master.pause_experiment(exp_id)
+        return {"state": master.store.experiment(exp_id)["state"]}  # type: ignore[index]
+
+    @app.post("/api/v1/experiments/{exp_id}/activate")
+    def activate_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
+        master.activate_experiment(exp_id)
+        return {"state": master.store.experiment(exp_id)["state"]}  # type: ignore[index]
+
     @app.post("/api/v1/experiments/{exp_id}/kill")
     def kill_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
         master.kill_experiment(exp_id)

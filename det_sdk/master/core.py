@@ -103,6 +103,33 @@ class Master:
                         self.launcher.kill(alloc)
             self._update_experiment_state(exp_id)
 
+    def pause_experiment(self, exp_id: int) -> None:
+        """Ask running trials to checkpoint and exit (PAUSED); queued ones wait."""
+        exp = self._experiment(exp_id)
+        if exp["state"] != "ACTIVE":
+            raise RequestError(f"experiment {exp_id} is {exp['state']}, not ACTIVE", status=409)
+        with self._lock:
+            self.store.set_experiment_state(exp_id, "PAUSED")
+            for t in self.store.trials(exp_id):
+                if t["state"] == "QUEUED":
+                    self.store.update_trial(t["id"], state="PAUSED")
+                elif t["state"] == "RUNNING":
+                    # the trial's preemption long-poll sees this state and stops
+                    self.store.update_trial(t["id"], state="STOPPING_PAUSED")
+
+    def activate_experiment(self, exp_id: int) -> None:
+        """Queue paused trials again; they continue from their latest checkpoint."""
+        exp = self._experiment(exp_id)
+        if exp["state"] not in ("PAUSED", "ACTIVE"):
+            raise RequestError(f"experiment {exp_id} is {exp['state']}; it cannot run again",
+                               status=409)
+        with self._lock:
+            self.store.set_experiment_state(exp_id, "ACTIVE")
+            for t in self.store.trials(exp_id):
+                if t["state"] == "PAUSED":
+                    self.store.update_trial(t["id"], state="QUEUED")
+        self._wake.set()
+
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
         trials = [self.trial_info(t["id"]) for t in self.store.trials(exp_id)]

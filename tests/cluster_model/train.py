@@ -1,7 +1,9 @@
 """A tiny trial for the cluster tests; `data:` in the config steers it.
 
 data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
+data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
+data.weights_out: where rank 0 saves the final weights (.npz)
 """
 
 import os
@@ -13,6 +15,7 @@ import tensorflow as tf
 
 import det_sdk as det
 
+tf.config.experimental.enable_op_determinism()
 context = det.keras.init(hparams={"learning_rate": 0.05, "global_batch_size": 16})
 hp = context.training.hparams
 data = context.config_data
@@ -33,6 +36,9 @@ model.compile(context.wrap_optimizer(tf.keras.optimizers.Adam(hp["learning_rate"
 
 
 class Steer(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(float(data.get("sleep_per_batch", 0)))
+
     def on_epoch_end(self, epoch, logs=None):
         time.sleep(float(data.get("sleep_per_epoch", 0)))
         marker = Path("crashed-once")
@@ -44,4 +50,6 @@ class Steer(tf.keras.callbacks.Callback):
 context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(
     hp["global_batch_size"]), epochs=1, validation_data=(xv, yv), callbacks=[Steer()],
     verbose=0)
+if context.distributed.is_chief and data.get("weights_out"):
+    np.savez(data["weights_out"], *model.get_weights())
 print("rank", context.distributed.rank, "done")
