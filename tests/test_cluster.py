@@ -77,6 +77,8 @@ class Cluster:
             "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 2}},
             "entrypoint_script": "python3 train.py",
             "max_restarts": 2,
+            # keep every checkpoint unless a test is about retention
+            "checkpoint_storage": {"save_trial_latest": 100},
         }
         config.update(overrides)
         path = self.root / f"{name}.yaml"
@@ -116,6 +118,7 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     config = yaml.safe_load((REPO / "examples" / "const.yaml").read_text())
     config["searcher"]["max_length"] = {"epochs": 2}
     config["data"] = {"mnist_npz": str(mnist_npz)}
+    config["checkpoint_storage"] = {"save_trial_latest": 100}
     path = cluster.root / "const.yaml"
     path.write_text(yaml.safe_dump(config))
 
@@ -391,3 +394,29 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
     a, b = np.load(cluster.root / "full.npz"), np.load(cluster.root / "paused.npz")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster) -> None:
+    config = cluster.write_config(
+        "retention", searcher={"name": "single", "metric": "val_loss",
+                               "max_length": {"epochs": 5}},
+        checkpoint_storage={"save_trial_latest": 2, "save_trial_best": 1})
+    exp_id = _create(cluster, config)
+    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
+    (trial,) = _describe(cluster, exp_id)["trials"]
+    with cluster.http() as http:
+        metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics",
+                           params={"group": "validation"}).json()
+    by_epoch = {m["epoch"]: m["metrics"]["val_loss"] for m in metrics}
+    best_epoch = min(by_epoch, key=by_epoch.get)
+    ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
+                                   "--json").stdout)
+    assert sorted(c["epoch"] for c in ckpts) == sorted({4, 5, best_epoch})
+    base = Path(ckpts[0]["path"]).parent
+    on_disk = {p.name for p in base.iterdir() if not p.name.startswith(".")}
+    kept = {c["uuid"] for c in ckpts}
+    assert kept <= on_disk
+    # the deleted ones are gone from disk too (other tests' checkpoints share the dir)
+    with cluster.http() as http:
+        all_known = {c["uuid"] for c in http.get("/api/v1/checkpoints").json()}
+    assert on_disk == all_known

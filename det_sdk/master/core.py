@@ -10,6 +10,7 @@ import base64
 import binascii
 import os
 import secrets
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -199,8 +200,40 @@ class Master:
 
     def report_checkpoint(self, report: dict[str, Any]) -> None:
         self.trial(report["trial_id"])
-        self.store.put_checkpoint(report)
-        self.store.update_trial(report["trial_id"], latest_checkpoint=report["uuid"])
+        with self._lock:
+            self.store.put_checkpoint(report)
+            self.store.update_trial(report["trial_id"], latest_checkpoint=report["uuid"])
+            self._apply_retention(report["trial_id"])
+
+    def _apply_retention(self, trial_id: int) -> None:
+        """Delete the trial's checkpoints (files, then records) the policy no longer keeps.
+
+        Kept: the ``save_trial_latest`` newest (never fewer than one: a paused or
+        restarting trial resumes from it), the ``save_trial_best`` best by the
+        searcher metric, and any among the experiment's ``save_experiment_best``.
+        """
+        cfg = self.trial_config(trial_id)
+        policy = cfg.checkpoint_storage
+        metric = cfg.searcher.metric if cfg.searcher else "val_loss"
+        smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
+
+        def best(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+            scored = [r for r in rows if metric in r["metrics"]]
+            return sorted(scored, key=lambda r: r["metrics"][metric], reverse=not smaller)[:n]
+
+        rows = self.store.checkpoints(trial_id)
+        keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
+        keep |= {r["uuid"] for r in best(rows, policy.save_trial_best)}
+        if policy.save_experiment_best:
+            exp_id = self.trial(trial_id)["experiment_id"]
+            everyone = [c for t in self.store.trials(exp_id)
+                        for c in self.store.checkpoints(t["id"])]
+            keep |= {r["uuid"] for r in best(everyone, policy.save_experiment_best)}
+        base = self.checkpoint_dir(cfg)
+        for r in rows:
+            if r["uuid"] not in keep:
+                shutil.rmtree(base / r["uuid"], ignore_errors=True)
+                self.store.delete_checkpoint(r["uuid"])
 
     def checkpoint_dir(self, config: ExperimentConfig) -> Path:
         host_path = config.checkpoint_storage.host_path
