@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
-           "check_uuid", "fsync_path"]
+           "check_uuid", "fsync_path", "pid_alive"]
 
 _TMP_PREFIX = ".tmp-"
 
@@ -98,7 +98,7 @@ class SharedFSStorage(CheckpointStorage):
         """Remove temporary directories of saves whose process is gone."""
         for p in self.base.glob(f"{_TMP_PREFIX}*"):
             pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -108,7 +108,8 @@ def check_uuid(uuid: str) -> None:
         raise ValueError(f"not a checkpoint uuid: {uuid!r}")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process with this id exists (zombies included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -182,13 +182,19 @@ def trial_describe(args: Namespace) -> int:
     return 0
 
 
-def trial_logs(args: Namespace) -> int:
+def _print_logs(args: Namespace, kind: str) -> int:
+    """A trial's or job's log; with --follow, until it ends (exit 0 if it completed)."""
     client = _client(args)
     if args.follow:
-        final = _follow(client, "trials", args.id, lambda: client.trial(args.id)["state"])
+        state = client.trial if kind == "trials" else client.job
+        final = _follow(client, kind, args.id, lambda: state(args.id)["state"])
         return 0 if final == "COMPLETED" else 1
-    sys.stdout.write(client.logs("trials", args.id)["text"])
+    sys.stdout.write(client.logs(kind, args.id)["text"])
     return 0
+
+
+def trial_logs(args: Namespace) -> int:
+    return _print_logs(args, "trials")
 
 
 # --- checkpoints ------------------------------------------------------------------------------
@@ -244,12 +250,7 @@ def job_list(args: Namespace) -> int:
 
 
 def job_logs(args: Namespace) -> int:
-    client = _client(args)
-    if args.follow:
-        final = _follow(client, "jobs", args.id, lambda: client.job(args.id)["state"])
-        return 0 if final == "COMPLETED" else 1
-    sys.stdout.write(client.logs("jobs", args.id)["text"])
-    return 0
+    return _print_logs(args, "jobs")
 
 
 COMMANDS = {

@@ -26,6 +26,7 @@ from typing import Any
 
 from det_sdk.master.archive import unpack
 from det_sdk.master.store import Store
+from det_sdk.storage import pid_alive
 
 __all__ = ["Launcher"]
 
@@ -33,12 +34,8 @@ KILL_GRACE_SECONDS = 10.0
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     # A zombie child still answers kill(0): reap it if it is ours.
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
