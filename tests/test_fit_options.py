@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -52,3 +53,22 @@ def test_a_second_fit_in_the_same_process_starts_afresh(tmp_path: Path) -> None:
     _, model2, _, _ = _setup(tmp_path / "other")
     hist = ctx.fit(model2, x=x, y=y, batch_size=10, epochs=2, validation_data=(x, y), verbose=0)
     assert hist.epoch == [0, 1]  # not "already trained" by the first fit's checkpoint
+
+
+def test_two_models_with_wrapped_optimizers_each_fit(tmp_path: Path) -> None:
+    """Each checkpoint holds its own model's optimizers, not every one the context wrapped."""
+    ctx = det.keras.init(runs_dir=tmp_path, seed=1)
+
+    def make():
+        m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        m.compile(optimizer=ctx.wrap_optimizer(tf.keras.optimizers.Adam(0.1)), loss="mse")
+        return m
+
+    a, b = make(), make()  # both wrapped before either trains
+    x = np.random.default_rng(0).random((64, 4)).astype("float32")
+    ctx.fit(a, x=x, y=x[:, :2], epochs=1, validation_data=(x, x[:, :2]), verbose=0)
+    ctx.fit(b, x=x, y=x[:, :2], epochs=1, validation_data=(x, x[:, :2]), verbose=0)
+    path = ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
+    index = json.loads((path / "state.json").read_text())["arrays"]
+    groups = {e["group"] for e in index}
+    assert "optimizer:0" in groups and "optimizer:1" not in groups

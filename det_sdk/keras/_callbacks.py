@@ -207,9 +207,12 @@ class StopOnSignal(_Callback):
 
     def _check(self) -> None:
         reason = self.should_stop()
-        if self.dist.size > 1:
+        if self.dist.size > 1 and self.dist.any(reason is not None):
+            # someone asked: learn why (rare, so the object allgather is affordable)
             reasons = [r for r in self.dist.allgather(reason) if r]
-            reason = reasons[0] if reasons else None
+            reason = reasons[0]
+        elif self.dist.size > 1:
+            reason = None
         if reason:
             raise Preempted(reason, self.save())
 

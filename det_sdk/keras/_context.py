@@ -19,6 +19,15 @@ from det_sdk.session import Session
 __all__ = ["KerasContext", "TrainingContext"]
 
 
+def _trains_only(optimizer: Any, model: tf.keras.Model) -> bool:
+    """True if ``optimizer`` has been built, for variables of ``model`` only."""
+    built_for = getattr(optimizer, "_index_dict", None)
+    if not getattr(optimizer, "_built", False) or not built_for:
+        return False
+    own = {optimizer._var_key(v) for v in model.trainable_variables}
+    return set(built_for) <= own
+
+
 def _weighted_mean(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
     """Mean of per-process metric dicts, weighted by each process's sample count."""
     total = sum(n for _, n in parts if n)
@@ -243,8 +252,11 @@ class KerasContext:
 
     def _tracked_optimizers(self, model: tf.keras.Model) -> list[Any]:
         """The optimizers whose state a checkpoint holds: the model's first, then the
-        other wrapped ones."""
-        return [model.optimizer, *[o for o in self._optimizers if o is not model.optimizer]]
+        other wrapped ones that train this model's variables (another model's
+        optimizer, or one not used yet, is not this model's state)."""
+        extra = [o for o in self._optimizers
+                 if o is not model.optimizer and _trains_only(o, model)]
+        return [model.optimizer, *extra]
 
     def _resume_position(self) -> dict[str, int] | None:
         uuid = self._resume_uuid
