@@ -33,6 +33,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,8 +42,6 @@ import json
 import statistics
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tensorflow as tf
+from _bench_hooks import HookProfile
 from make_mnist_npz import make
 
 MODES = ("det", "plain", "predict-det", "predict-single")
@@ -137,46 +137,6 @@ class SpanTimer(tf.keras.callbacks.Callback):
         return self.end - self.begin
 
 
-class HookProfile:
-    """Wall time in each hook of det_sdk's injected callbacks, on this process (``--profile``)."""
-
-    HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
-             "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end")
-
-    def __init__(self) -> None:
-        self.total: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-        self.active = False
-
-    def install(self) -> None:
-        from det_sdk.keras import _callbacks
-
-        for name in _callbacks.__all__:
-            cls = getattr(_callbacks, name)
-            if not (isinstance(cls, type) and issubclass(cls, tf.keras.callbacks.Callback)):
-                continue
-            for hook in self.HOOKS:
-                if hook in vars(cls):
-                    setattr(cls, hook, self._wrap(f"{name}.{hook}", vars(cls)[hook]))
-
-    def _wrap(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return fn(*args, **kwargs)
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.total[key] += time.perf_counter() - t0
-                self.calls[key] += 1
-
-        return timed
-
-    def as_dict(self) -> dict[str, list[float]]:
-        return {k: [round(v, 5), self.calls[k]] for k, v in
-                sorted(self.total.items(), key=lambda kv: -kv[1])}
-
-
 class ProfileWindow(tf.keras.callbacks.Callback):
     """Switch a :class:`HookProfile` on after the warm-up epoch(s)."""
 
@@ -221,14 +181,14 @@ def fit_det(args: argparse.Namespace) -> None:
     profile = HookProfile()
     callbacks: list[tf.keras.callbacks.Callback] = []
     if args.profile:
-        profile.install()
         callbacks.append(ProfileWindow(profile, args.warmup_epochs))
     timer = SpanTimer(args.warmup_epochs)
     callbacks.append(timer)
     t0 = time.perf_counter()
-    context.fit(model, x=x, y=y, batch_size=dist.shard_batch_size(args.global_batch),
-                epochs=args.epochs + args.warmup_epochs, validation_data=(x_val, y_val),
-                verbose=0, callbacks=callbacks)
+    with profile.installed() if args.profile else contextlib.nullcontext():
+        context.fit(model, x=x, y=y, batch_size=dist.shard_batch_size(args.global_batch),
+                    epochs=args.epochs + args.warmup_epochs, validation_data=(x_val, y_val),
+                    verbose=0, callbacks=callbacks)
     wall = time.perf_counter() - t0
     spans = dist.allgather((timer.span, timer.cpu))
     profiles = dist.allgather(profile.as_dict()) if args.profile else None

@@ -38,6 +38,7 @@ Exit status 1 when the median span ratio exceeds ``--max-ratio``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -46,14 +47,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from _bench_hooks import HookProfile
 
 import det_sdk as det
 
@@ -155,61 +154,6 @@ class Timing:
     foreign: float  # share of the machine's CPU other processes used during the span
 
 
-class HookProfile:
-    """Wall time spent in each hook of det_sdk's injected callbacks (``--profile``)."""
-
-    HOOKS = (
-        "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
-        "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
-        "on_test_batch_end",
-    )
-
-    def __init__(self) -> None:
-        self.total: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-        self.active = False
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        """Wrap the hooks the det_sdk callback classes define themselves."""
-        from det_sdk.keras import _callbacks
-
-        saved: list[tuple[type, str, Callable[..., Any]]] = []
-        for name in _callbacks.__all__:
-            cls = getattr(_callbacks, name)
-            if not (isinstance(cls, type) and issubclass(cls, tf.keras.callbacks.Callback)):
-                continue
-            for hook in self.HOOKS:
-                if hook in vars(cls):
-                    original = vars(cls)[hook]
-                    saved.append((cls, hook, original))
-                    setattr(cls, hook, self._wrap(f"{name}.{hook}", original))
-        try:
-            yield
-        finally:
-            for cls, hook, original in saved:
-                setattr(cls, hook, original)
-
-    def _wrap(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return fn(*args, **kwargs)
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.total[key] += time.perf_counter() - t0
-                self.calls[key] += 1
-
-        return timed
-
-    def report(self, runs: int) -> None:
-        print(f"\ninjected callback hooks, per context.fit (mean of {runs} runs):")
-        for key, total in sorted(self.total.items(), key=lambda kv: -kv[1]):
-            calls = self.calls[key] / runs
-            print(f"  {key:<40} {1e3 * total / runs:8.2f} ms  ({calls:.0f} calls)")
-
-
 def run_a(context: Any, model: tf.keras.Model, data: dict[str, Any], epochs: int
           ) -> Timing:
     timer = SpanTimer()
@@ -267,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = HookProfile()
         pairs: list[tuple[Timing, Timing, bool]] = []  # (A, B, clean)
         max_attempts = args.max_attempts or 3 * args.reps
-        with profile.installed() if args.profile else _nothing():
+        with profile.installed() if args.profile else contextlib.nullcontext():
             while (sum(clean for *_, clean in pairs) < args.reps
                    and len(pairs) < max_attempts):
                 i = len(pairs)
@@ -318,11 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median wall ratio context.fit/model.fit: {wall:.4f} (information only)")
     print(f"median span CPU-time ratio context.fit/model.fit: {cpu:.4f} (information)")
     return 0 if ok else 1
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""Timing of det_sdk's injected callback hooks, shared by the benchmark scripts (--profile).
+
+    profile = HookProfile()
+    with profile.installed():
+        profile.active = True
+        context.fit(...)
+    profile.report(runs=1)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import tensorflow as tf
+
+
+class HookProfile:
+    """Wall time spent in each hook the det_sdk callback classes define themselves."""
+
+    HOOKS = (
+        "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
+        "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
+        "on_test_batch_end",
+    )
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.active = False
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Wrap the hooks while inside; put the originals back on the way out."""
+        from det_sdk.keras import _callbacks
+
+        saved: list[tuple[type, str, Callable[..., Any]]] = []
+        for name in _callbacks.__all__:
+            cls = getattr(_callbacks, name)
+            if not (isinstance(cls, type) and issubclass(cls, tf.keras.callbacks.Callback)):
+                continue
+            for hook in self.HOOKS:
+                if hook in vars(cls):
+                    original = vars(cls)[hook]
+                    saved.append((cls, hook, original))
+                    setattr(cls, hook, self._wrap(f"{name}.{hook}", original))
+        try:
+            yield
+        finally:
+            for cls, hook, original in saved:
+                setattr(cls, hook, original)
+
+    def _wrap(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total[key] += time.perf_counter() - t0
+                self.calls[key] += 1
+
+        return timed
+
+    def as_dict(self) -> dict[str, list[float]]:
+        """``{hook: [seconds, calls]}``, the most expensive first."""
+        return {k: [round(v, 5), self.calls[k]] for k, v in
+                sorted(self.total.items(), key=lambda kv: -kv[1])}
+
+    def report(self, runs: int) -> None:
+        print(f"\ninjected callback hooks, per context.fit (mean of {runs} runs):")
+        for key, total in sorted(self.total.items(), key=lambda kv: -kv[1]):
+            calls = self.calls[key] / runs
+            print(f"  {key:<40} {1e3 * total / runs:8.2f} ms  ({calls:.0f} calls)")
