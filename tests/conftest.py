@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.cluster_harness import Cluster, running_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -39,3 +42,10 @@ def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "mnist-small.npz"
     np.savez(path, **make(n_train=512, n_test=128))
     return path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One real master per test module (starting one costs seconds)."""
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c

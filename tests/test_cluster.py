@@ -7,14 +7,11 @@ experiments. Trials are real processes running real TensorFlow.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import os
-import socket
 import sqlite3
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -24,93 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.cluster_harness import DET, MODEL_DIR, Cluster, create, describe, free_port
 from tests.conftest import REPO
-
-DET = Path(sys.executable).with_name("det")
-MODEL_DIR = Path(__file__).parent / "cluster_model"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.data_dir = root / "master"
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN"):
-            self.env.pop(var, None)
-
-    def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)
-
-    def up(self) -> None:
-        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--slots", "2")
-        assert out.returncode == 0, out.stderr
-
-    def down(self) -> None:
-        self.det("master", "down", "--data-dir", str(self.data_dir))
-
-    @property
-    def token(self) -> str:
-        creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
-        return creds[self.url]
-
-    def http(self, token: str | None = "user") -> httpx.Client:
-        headers = {}
-        if token:
-            headers["Authorization"] = f"Bearer {self.token if token == 'user' else token}"
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
-
-    def write_config(self, name: str, **overrides: object) -> Path:
-        config = {
-            "name": name,
-            "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 16},
-            "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 2}},
-            "entrypoint_script": "python3 train.py",
-            "max_restarts": 2,
-            # keep every checkpoint unless a test is about retention
-            "checkpoint_storage": {"save_trial_latest": 100},
-        }
-        config.update(overrides)
-        path = self.root / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    c.up()
-    yield c
-    c.down()
-    # trials are process groups of their own: stop any a failing test left behind
-    db = c.data_dir / "master.db"
-    if db.exists():
-        for (pid,) in sqlite3.connect(db).execute(
-                "SELECT pid FROM allocations WHERE state = 'RUNNING'"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, 9)
-
-
-def _describe(cluster: Cluster, exp_id: int) -> dict:
-    out = cluster.det("experiment", "describe", str(exp_id), "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def _create(cluster: Cluster, config: Path, model_dir: Path = MODEL_DIR, *extra: str) -> int:
-    out = cluster.det("experiment", "create", str(config), str(model_dir), "--json", *extra)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return json.loads(out.stdout)["id"]
 
 
 def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
@@ -125,7 +37,7 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     out = cluster.det("experiment", "create", str(path), str(REPO / "examples"), "--follow")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     exp_id = int(out.stdout.split("Created experiment ")[1].split()[0])
-    exp = _describe(cluster, exp_id)
+    exp = describe(cluster, exp_id)
     assert exp["state"] == "COMPLETED"
     (trial,) = exp["trials"]
     assert trial["state"] == "COMPLETED" and trial["epoch"] == 2 and trial["progress"] == 1.0
@@ -163,10 +75,10 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
 
 def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
     config = cluster.write_config("two-slots", resources={"slots_per_trial": 2})
-    exp_id = _create(cluster, config)
+    exp_id = create(cluster, config)
     out = cluster.det("experiment", "wait", str(exp_id))
     assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     logs = cluster.det("trial", "logs", str(trial["id"])).stdout
     assert "rank 0 done" in logs and "rank 1 done" in logs
     ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
@@ -180,9 +92,9 @@ def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None
     config = cluster.write_config("crash", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
         data={"fail_once_at_epoch": 1})
-    exp_id = _create(cluster, config)
+    exp_id = create(cluster, config)
     assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
     with cluster.http() as http:
         rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
@@ -297,10 +209,10 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     config = cluster.write_config("restart", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 6}},
         data={"sleep_per_epoch": 1.0})
-    exp_id = _create(cluster, config)
+    exp_id = create(cluster, config)
     deadline = time.time() + 120
     while not json.loads(cluster.det("checkpoint", "list", "--json").stdout) or \
-            _describe(cluster, exp_id)["trials"][0]["epoch"] < 1:
+            describe(cluster, exp_id)["trials"][0]["epoch"] < 1:
         assert time.time() < deadline
         time.sleep(0.5)
     master_pid = int((cluster.data_dir / "master.pid").read_text())
@@ -309,7 +221,7 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     cluster.up()
     out = cluster.det("experiment", "wait", str(exp_id))
     assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     assert trial["restarts"] == 0  # it never stopped
     with cluster.http() as http:
         rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
@@ -323,18 +235,18 @@ def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
     config = cluster.write_config("kill", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 50}},
         data={"sleep_per_epoch": 1.0})
-    exp_id = _create(cluster, config)
+    exp_id = create(cluster, config)
     deadline = time.time() + 120
-    while _describe(cluster, exp_id)["trials"][0]["state"] != "RUNNING":
+    while describe(cluster, exp_id)["trials"][0]["state"] != "RUNNING":
         assert time.time() < deadline
         time.sleep(0.3)
     db = sqlite3.connect(cluster.data_dir / "master.db")
     (pid,) = db.execute("SELECT pid FROM allocations WHERE trial_id = ? AND state = 'RUNNING'",
-                        (_describe(cluster, exp_id)["trials"][0]["id"],)).fetchone()
+                        (describe(cluster, exp_id)["trials"][0]["id"],)).fetchone()
     assert cluster.det("experiment", "kill", str(exp_id)).returncode == 0
     out = cluster.det("experiment", "wait", str(exp_id), timeout=60)
     assert out.returncode == 1  # not COMPLETED
-    exp = _describe(cluster, exp_id)
+    exp = describe(cluster, exp_id)
     assert exp["state"] == "CANCELED" and exp["trials"][0]["state"] == "CANCELED"
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the whole process group is gone
@@ -355,7 +267,7 @@ def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
 
 
 def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
-    nowhere = f"http://127.0.0.1:{_free_port()}"
+    nowhere = f"http://127.0.0.1:{free_port()}"
     out = cluster.det("-m", nowhere, "experiment", "list")
     assert out.returncode == 1 and f"no token for {nowhere}" in out.stderr
     out = subprocess.run([str(DET), "-m", nowhere, "experiment", "list"], capture_output=True,
@@ -368,28 +280,28 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
               "reproducibility": {"experiment_seed": 42}}
     full = cluster.write_config("full", **common, data={
         "weights_out": str(cluster.root / "full.npz")})
-    assert cluster.det("experiment", "wait", str(_create(cluster, full))).returncode == 0
+    assert cluster.det("experiment", "wait", str(create(cluster, full))).returncode == 0
 
     paused = cluster.write_config("paused", **common, data={
         "weights_out": str(cluster.root / "paused.npz"), "sleep_per_batch": 0.15})
-    exp_id = _create(cluster, paused)
+    exp_id = create(cluster, paused)
     deadline = time.time() + 120
-    while _describe(cluster, exp_id)["trials"][0]["epoch"] < 1:  # into the second epoch
+    while describe(cluster, exp_id)["trials"][0]["epoch"] < 1:  # into the second epoch
         assert time.time() < deadline
         time.sleep(0.2)
     time.sleep(0.5)
     assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
-    while _describe(cluster, exp_id)["trials"][0]["state"] != "PAUSED":
+    while describe(cluster, exp_id)["trials"][0]["state"] != "PAUSED":
         assert time.time() < deadline
         time.sleep(0.2)
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     with cluster.http() as http:
         last = http.get(f"/api/v1/trials/{trial['id']}/checkpoints",
                         params={"latest": "true"}).json()[0]
     assert last["batch"] > 0  # stopped in the middle of an epoch, and checkpointed there
     assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
     assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     assert trial["restarts"] == 0 and trial["steps_completed"] == 30
     a, b = np.load(cluster.root / "full.npz"), np.load(cluster.root / "paused.npz")
     for k in a:
@@ -401,9 +313,9 @@ def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster) -> None:
         "retention", searcher={"name": "single", "metric": "val_loss",
                                "max_length": {"epochs": 5}},
         checkpoint_storage={"save_trial_latest": 2, "save_trial_best": 1})
-    exp_id = _create(cluster, config)
+    exp_id = create(cluster, config)
     assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = _describe(cluster, exp_id)["trials"]
+    (trial,) = describe(cluster, exp_id)["trials"]
     with cluster.http() as http:
         metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics",
                            params={"group": "validation"}).json()
