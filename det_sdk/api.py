@@ -99,6 +99,15 @@ class SearcherOperation(_Model):
     completed: bool = False
 
 
+class CompletedOperation(_Model):
+    """``POST /api/v1/trials/{id}/searcher/completed_operation``: trained to ``length``;
+    the answer is the next :class:`SearcherOperation` (``completed``: stop)."""
+
+    unit: Literal["epochs", "batches"]
+    length: int = Field(ge=1)
+    searcher_metric: float
+
+
 class CheckpointInfo(_Model):
     uuid: str
     trial_id: int
@@ -110,6 +119,20 @@ class CheckpointInfo(_Model):
     metrics: dict[str, float] = Field(default_factory=dict)
     created: float
     path: str | None = None
+
+
+class RungResult(_Model):
+    """A trial's searcher metric at one rung of ASHA, and whether it went on from there."""
+
+    rung: int
+    metric: float
+    promoted: bool
+    order: int  # arrival order among all rung results of the master
+
+
+class SearcherLength(_Model):
+    unit: Literal["epochs", "batches"]
+    length: int
 
 
 class TrialInfo(_Model):
@@ -125,6 +148,9 @@ class TrialInfo(_Model):
     best_metric: float | None = None
     latest_checkpoint: str | None = None
     last_error: str | None = None
+    bracket: int = 0
+    searcher_length: SearcherLength | None = None  # what the searcher has it train to now
+    rungs: list[RungResult] = Field(default_factory=list)
 
 
 class ExperimentInfo(_Model):

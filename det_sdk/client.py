@@ -194,6 +194,11 @@ class MasterClient:
     def searcher_operation(self, trial_id: int) -> dict[str, Any] | None:
         return self.request("GET", f"/api/v1/trials/{trial_id}/searcher/operation")
 
+    def complete_operation(self, trial_id: int, unit: str, length: int,
+                           metric: float) -> dict[str, Any] | None:
+        return self.request("POST", f"/api/v1/trials/{trial_id}/searcher/completed_operation",
+                            json={"unit": unit, "length": length, "searcher_metric": metric})
+
     def preemption(self, alloc_id: str, timeout_seconds: float) -> bool:
         out = self.request(
             "GET", f"/api/v1/allocations/{alloc_id}/signals/preemption",

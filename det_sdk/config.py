@@ -202,9 +202,16 @@ class RandomSearcher(_SearcherBase):
 
 
 class AdaptiveASHASearcher(_SearcherBase):
-    """Asynchronous successive halving: promote the top 1/divisor of each rung."""
+    """Asynchronous successive halving: promote the top 1/divisor of each rung.
+
+    Rung ``k`` of ``num_rungs`` (at most ``max_rungs``) trains to
+    ``max_length / divisor**(num_rungs - 1 - k)``. ``mode`` sets how many brackets
+    (trials that start at a later rung): aggressive 1, standard half the rungs,
+    conservative one per rung. See ``det_sdk.master.searchers``.
+    """
 
     name: Literal["adaptive_asha"]
+    max_length: Length  # required: the rungs are fractions of it
     max_trials: int = Field(ge=1)
     num_rungs: int = Field(default=3, ge=1)
     divisor: int = Field(default=4, ge=2)
@@ -257,6 +264,8 @@ class ExperimentConfig(_Strict):
     resources: ExperimentResources = Field(default_factory=ExperimentResources)
     min_validation_period: Length | None = None
     min_checkpoint_period: Length | None = None
+    # batches between reports of the training metrics' running averages (Determined's name)
+    scheduling_unit: int = Field(default=100, ge=1)
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
     max_restarts: int = Field(default=5, ge=0)
     reproducibility: Reproducibility = Field(default_factory=Reproducibility)

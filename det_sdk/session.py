@@ -88,6 +88,14 @@ class Session:
         """How long to train when told by the outside; ``None``: as the script says."""
         return None
 
+    def complete_operation(self, length: Length, searcher_metric: float | None) -> Length | None:
+        """Training reached ``length`` (from :meth:`training_length`) and was validated.
+
+        Returns the next length to train to, or None: stop. Off the cluster there is
+        one length only.
+        """
+        return None
+
     def should_preempt(self) -> bool:
         """True when the outside asks this process to checkpoint and stop."""
         return False
@@ -452,8 +460,19 @@ class MasterSession(Session):
     def training_length(self) -> Length | None:
         if self.trial_id is None:
             return None
-        op = _retry(lambda: self.client.searcher_operation(self.trial_id))
+        op = _retry(lambda: self.client.searcher_operation(self.trial_id), _WAIT_FOR_MASTER)
         if not op:
+            return None
+        return Length(**{op["unit"]: op["length"]})
+
+    def complete_operation(self, length: Length, searcher_metric: float | None) -> Length | None:
+        if self.trial_id is None or searcher_metric is None:
+            return None
+        # The searcher's answer decides what this process does next: wait for it
+        # (retrying while the master is away, e.g. restarting).
+        op = _retry(lambda: self.client.complete_operation(
+            self.trial_id, length.unit, length.value, searcher_metric), _WAIT_FOR_MASTER)
+        if not op or op["completed"]:
             return None
         return Length(**{op["unit"]: op["length"]})
 
@@ -495,6 +514,10 @@ class MasterSession(Session):
             while self._queue.unfinished_tasks and time.time() < deadline:
                 time.sleep(0.05)
             self._queue.put(None)
+
+
+# Retries (about 10 minutes) for the calls a trial cannot go on without.
+_WAIT_FOR_MASTER = 64
 
 
 def _retry(call: Any, attempts: int = 8) -> Any:

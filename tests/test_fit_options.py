@@ -72,3 +72,60 @@ def test_two_models_with_wrapped_optimizers_each_fit(tmp_path: Path) -> None:
     index = json.loads((path / "state.json").read_text())["arrays"]
     groups = {e["group"] for e in index}
     assert "optimizer:0" in groups and "optimizer:1" not in groups
+
+
+def _dropout_model(ctx):
+    model = tf.keras.Sequential([
+        tf.keras.Input((4,)), tf.keras.layers.Dense(8, "relu"), tf.keras.layers.Dropout(0.3),
+        tf.keras.layers.Dense(1, "sigmoid"),
+    ])
+    model.compile(ctx.wrap_optimizer(tf.keras.optimizers.Adam(0.01)), "binary_crossentropy")
+    return model
+
+
+def _rows(run_dir: Path, group: str) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["group"] == group]
+
+
+def test_min_validation_period_in_batches_validates_mid_epoch_without_changing_training(
+    tmp_path: Path,
+) -> None:
+    """Validation every 4 batches (10 per epoch) splits the epochs; training is the same."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(100, 4)).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+    weights = []
+    for name, config in (("plain", {}), ("periodic", {"min_validation_period": {"batches": 4},
+                                                       "scheduling_unit": 3})):
+        tf.keras.utils.set_random_seed(0)
+        ctx = det.keras.init(runs_dir=tmp_path / name, seed=7, config=config)
+        model = _dropout_model(ctx)
+        hist = ctx.fit(model, x=x, y=y, batch_size=10, epochs=2, validation_data=(x, y),
+                       verbose=0)
+        weights.append(model.get_weights())
+        run_dir = tmp_path / name / "1"
+        val_steps = [r["steps_completed"] for r in _rows(run_dir, "validation")]
+        train_steps = [r["steps_completed"] for r in _rows(run_dir, "training")]
+        if name == "plain":
+            assert val_steps == [10, 20]  # Keras's default: each epoch end
+            assert hist.epoch == [0, 1]
+        else:
+            assert val_steps == [4, 8, 12, 16, 20]  # the period, and the end
+            # running averages every scheduling_unit batches, and at each call's end
+            assert set(train_steps) == {3, 4, 6, 8, 9, 10, 12, 15, 16, 18, 20}
+            last = ctx.session.read_checkpoints()[-1]
+            assert (last["epoch"], last["steps_completed"]) == (2, 20)
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_validation_freq_is_honoured_with_the_last_epoch_always_validated(
+    tmp_path: Path,
+) -> None:
+    ctx, model, x, y = _setup(tmp_path)
+    hist = ctx.fit(model, x=x, y=y, batch_size=10, epochs=5, validation_data=(x, y),
+                   validation_freq=2, verbose=0)
+    val_steps = [r["steps_completed"] for r in _rows(tmp_path / "1", "validation")]
+    assert val_steps == [20, 40, 50]
+    assert len(hist.history["val_loss"]) == 3

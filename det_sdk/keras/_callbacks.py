@@ -33,7 +33,7 @@ __all__ = [
     "Position",
     "Preempted",
     "RestoreState",
-    "StopAtSteps",
+    "StopAt",
     "StopOnSignal",
     "TensorBoardScalars",
     "TrackPosition",
@@ -64,6 +64,10 @@ class _Callback(tf.keras.callbacks.Callback):
 class TrackPosition(_Callback):
     """Keep ``position`` up to date; the first epoch may start at ``position.batch``.
 
+    An epoch that ends early (``stop_training`` in the middle of it, as
+    :class:`StopAt` does) leaves ``position`` in that epoch, so the next call
+    continues it.
+
     >>> cb = TrackPosition(Position(epoch=0, batch=0, steps_completed=0))
     """
 
@@ -71,6 +75,9 @@ class TrackPosition(_Callback):
         super().__init__()
         self.position = position
         self._offset = position.batch  # batches already done in the first epoch
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._offset = self.position.batch  # a new call may start mid-epoch
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         if epoch != self.position.epoch:
@@ -84,6 +91,9 @@ class TrackPosition(_Callback):
         self.position.batch = done
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        steps = self.params.get("steps") if self.params else None
+        if steps is not None and self.position.batch - self._offset < steps:
+            return  # stopped inside the epoch: the rest is still to come
         self.position.epoch = epoch + 1
         self.position.batch = 0
         self._offset = 0
@@ -167,7 +177,9 @@ class PeriodicCheckpoint(_Callback):
             self.save()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self.period.epochs and (epoch + 1) % self.period.epochs == 0:
+        # position (updated by TrackPosition before us) says whether the epoch is complete
+        done = self.position.batch == 0 and self.position.epoch == epoch + 1
+        if self.period.epochs and done and self.position.epoch % self.period.epochs == 0:
             self.save()
 
 
@@ -238,46 +250,75 @@ def split_logs(logs: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, flo
 
 
 class MetricsReporter(_Callback):
-    """Report each epoch's training and validation metrics to the session.
+    """Report training and validation metrics to the session, and progress.
 
-    >>> # MetricsReporter(session, position), added by context.fit on the chief
+    At each epoch end (or early end of a call): the epoch's training averages and
+    any validation. Every ``report_every`` batches in between: the running
+    averages of the epoch so far, averaged over all processes (a collective, so
+    every process runs this callback; only the one with ``publish`` reports).
+    Remembers the last validation and where it was taken.
+
+    >>> # MetricsReporter(session, position, dist, publish=dist.is_chief), from context.fit
     """
 
-    def __init__(self, session: Session, position: Position,
+    def __init__(self, session: Session, position: Position, dist: DistributedContext,
+                 *, publish: bool = True, report_every: int | None = None,
                  total_steps: int | None = None) -> None:
         super().__init__()
         self.session = session
         self.position = position
+        self.dist = dist
+        self.publish = publish
+        self.report_every = report_every
         self.total_steps = total_steps
         self.last_validation: dict[str, float] = {}
+        self.last_validation_steps: int | None = None
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        steps = self.position.steps_completed
+        if not self.report_every or steps % self.report_every or not logs:
+            return
+        train, _ = split_logs(logs)  # converting the logs waits for this batch: rare
+        if self.dist.size > 1:
+            parts = self.dist.allgather(train)
+            train = {k: sum(p[k] for p in parts) / len(parts) for k in train}
+        if self.publish and train:
+            self.session.report_metrics("training", steps, self.position.epoch, train)
+            self._progress()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         train, val = split_logs(logs or {})
         steps = self.position.steps_completed
-        if train:
-            self.session.report_metrics("training", steps, epoch + 1, train)
         if val:
-            self.session.report_metrics("validation", steps, epoch + 1, val)
-            self.last_validation = val
+            self.last_validation, self.last_validation_steps = val, steps
+        if not self.publish:
+            return
+        if train:
+            self.session.report_metrics("training", steps, self.position.epoch, train)
+        if val:
+            self.session.report_metrics("validation", steps, self.position.epoch, val)
+        self._progress()
+
+    def _progress(self) -> None:
         if self.total_steps:
-            self.session.report_progress(steps / self.total_steps)
+            self.session.report_progress(self.position.steps_completed / self.total_steps)
 
 
-class StopAtSteps(_Callback):
-    """End training after exactly ``total`` batches (a length given in batches).
+class StopAt(_Callback):
+    """End the ``model.fit`` call once ``position`` reaches ``(epoch, batch)``.
 
-    Keras then finishes the epoch as usual, validation included.
+    Keras then ends the epoch early as usual, validation included.
 
-    >>> cb = StopAtSteps(Position(0, 0, 0), total=100)
+    >>> cb = StopAt(Position(0, 0, 0), (2, 5))
     """
 
-    def __init__(self, position: Position, total: int) -> None:
+    def __init__(self, position: Position, at: tuple[int, int]) -> None:
         super().__init__()
         self.position = position
-        self.total = total
+        self.at = at
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.position.steps_completed >= self.total:
+        if (self.position.epoch, self.position.batch) >= self.at:
             self.model.stop_training = True
 
 

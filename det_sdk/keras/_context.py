@@ -69,6 +69,10 @@ class KerasContext:
         seed: int,
         checkpoint_period: Length | None,
         info: ClusterInfo | None = None,
+        validation_period: Length | None = None,
+        report_every: int | None = None,
+        searcher_metric: str = "val_loss",
+        max_length: Length | None = None,
     ) -> None:
         self.distributed = distributed
         self.session = session
@@ -76,6 +80,10 @@ class KerasContext:
         self.seed = seed
         self.checkpoint_period = checkpoint_period
         self.info = info
+        self.validation_period = validation_period  # the config's min_validation_period
+        self.report_every = report_every  # batches between training-metric reports
+        self.searcher_metric = searcher_metric
+        self.max_length = max_length  # the searcher's full length, for progress
         self._training = TrainingContext(hparams) if hparams is not None else None
         self._optimizers: list[Any] = []  # as wrapped, in the order wrapped
         self._given: dict[int, Any] = {}  # id(wrapped) -> the optimizer the user built
@@ -169,19 +177,7 @@ class KerasContext:
         >>> loss, acc = context.evaluate(model, x_test, y_test)
         """
         want_dict = kwargs.pop("return_dict", False)
-        x, y, sw, rows, _ = _data.local_part(
-            self.distributed, x, y, kwargs.pop("sample_weight", None)
-        )
-        if self.distributed.size > 1 and not self.distributed.is_chief:
-            kwargs["verbose"] = 0
-        local = (
-            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
-            if rows != 0 else {}
-        )
-        if self.distributed.size == 1:
-            results = local
-        else:
-            results = _weighted_mean(self.distributed.allgather((local, rows or 0)))
+        results = self._evaluate_all(model, x, y, **kwargs)
         if self.distributed.is_chief:
             pos = self._position or Position(**(self._resume_position() or
                                                  {"epoch": 0, "batch": 0, "steps_completed": 0}))
@@ -249,6 +245,22 @@ class KerasContext:
         self.session.close()
 
     # --- used by fit ----------------------------------------------------------------------
+
+    def _evaluate_all(self, model: tf.keras.Model, x: Any, y: Any = None,
+                      **kwargs: Any) -> dict[str, float]:
+        """``model.evaluate`` of every process's part, weighted by sample counts; no records."""
+        x, y, sw, rows, _ = _data.local_part(
+            self.distributed, x, y, kwargs.pop("sample_weight", None)
+        )
+        if self.distributed.size > 1 and not self.distributed.is_chief:
+            kwargs["verbose"] = 0
+        local = (
+            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
+            if rows != 0 else {}
+        )
+        if self.distributed.size == 1:
+            return local
+        return _weighted_mean(self.distributed.allgather((local, rows or 0)))
 
     def _tracked_optimizers(self, model: tf.keras.Model) -> list[Any]:
         """The optimizers whose state a checkpoint holds: the model's first, then the

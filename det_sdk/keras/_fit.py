@@ -1,19 +1,23 @@
 """``context.fit``: Keras's ``model.fit`` with validation required, resumption, and records.
 
 One call trains from where the run's latest checkpoint left off to the end of the
-training length. A checkpoint taken in the middle of an epoch is continued with a
-short first ``model.fit`` over the rest of that epoch, then one over whole epochs:
-Keras's ``steps_per_epoch`` is the same for every epoch of one call.
+training length: the script's ``epochs`` off the cluster; on it, the searcher's
+operations one after another ("train to length L, validate, report the searcher
+metric", then continue or stop as the searcher says). ``_plan.plan_calls`` cuts
+each stretch into ``model.fit`` calls that start and end where needed (mid-epoch
+resumption, mid-epoch validation).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from det_sdk.config import Length
 from det_sdk.keras import _data
 from det_sdk.keras._callbacks import (
     AverageMetrics,
@@ -23,12 +27,13 @@ from det_sdk.keras._callbacks import (
     Position,
     Preempted,
     RestoreState,
-    StopAtSteps,
+    StopAt,
     StopOnSignal,
     TensorBoardScalars,
     TrackPosition,
     catch_stop_signals,
 )
+from det_sdk.keras._plan import FitCall, plan_calls
 
 if TYPE_CHECKING:
     from det_sdk.keras._context import KerasContext
@@ -139,31 +144,11 @@ def _as_list(parts: Any) -> list[Any]:
     return list(parts) if isinstance(parts, tuple) else [parts]
 
 
-class _Segment:
-    """One ``model.fit`` call: epochs [initial_epoch, epochs), maybe from mid-epoch."""
-
-    def __init__(self, initial_epoch: int, epochs: int, start_batch: int) -> None:
-        self.initial_epoch = initial_epoch
-        self.epochs = epochs
-        self.start_batch = start_batch
-
-
-def _segments(start_epoch: int, start_batch: int, end_epoch: int) -> list[_Segment]:
-    if start_epoch >= end_epoch:
-        return []
-    if start_batch == 0:
-        return [_Segment(start_epoch, end_epoch, 0)]
-    rest = [_Segment(start_epoch + 1, end_epoch, 0)] if start_epoch + 1 < end_epoch else []
-    return [_Segment(start_epoch, start_epoch + 1, start_batch), *rest]
-
-
-def _segment_inputs(
-    ctx: KerasContext, kwargs: dict[str, Any], seg: _Segment
-) -> dict[str, Any]:
-    """The data arguments of one segment's ``model.fit``, positioned at its start."""
+def _call_inputs(ctx: KerasContext, kwargs: dict[str, Any], call: FitCall) -> dict[str, Any]:
+    """The data arguments of one ``model.fit`` call, positioned at its start."""
     x = kwargs.get("x")
     shuffle = kwargs.get("shuffle", True)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"validation_freq": call.validate_epochs}
     if _data.is_array_data(x):
         if kwargs.get("steps_per_epoch") is not None:
             raise ValueError("context.fit: steps_per_epoch is not supported with numpy input "
@@ -172,25 +157,44 @@ def _segment_inputs(
         ds, steps = _data.array_pipeline(
             x, kwargs.get("y"), kwargs.get("sample_weight"),
             batch_size=batch_size, seed=ctx.seed, shuffle=bool(shuffle),
-            start_epoch=seg.initial_epoch, start_batch=seg.start_batch, end_epoch=seg.epochs,
+            start_epoch=call.initial_epoch, start_batch=call.start_batch, end_epoch=call.epochs,
         )
         out.update(x=ds, y=None, sample_weight=None, batch_size=None,
-                   steps_per_epoch=steps - seg.start_batch, shuffle=False)
+                   steps_per_epoch=steps - call.start_batch, shuffle=False)
         out.setdefault("validation_batch_size", kwargs.get("validation_batch_size") or batch_size)
     elif isinstance(x, tf.keras.utils.Sequence):
         out.update(x=_data.EpochSequence(x, seed=ctx.seed, shuffle=bool(shuffle),
-                                   epoch=seg.initial_epoch, start_batch=seg.start_batch),
+                                   epoch=call.initial_epoch, start_batch=call.start_batch),
                    shuffle=False)
     elif isinstance(x, tf.data.Dataset):
-        if seg.start_batch:
+        if call.start_batch:
             steps = kwargs.get("steps_per_epoch") or int(x.cardinality())
             if steps < 0:
                 raise ValueError("context.fit: cannot resume a tf.data.Dataset of unknown "
                                  "length in mid-epoch; pass steps_per_epoch")
-            out.update(x=x.skip(seg.start_batch), steps_per_epoch=steps - seg.start_batch)
+            out.update(x=x.skip(call.start_batch), steps_per_epoch=steps - call.start_batch)
     elif x is None:
         raise ValueError("context.fit: x (the training data) is required")
     return out
+
+
+def _validation_period(ctx: KerasContext, kwargs: dict[str, Any]) -> Length | None:
+    """The config's ``min_validation_period``, else Keras's ``validation_freq`` (an int)."""
+    freq = kwargs.pop("validation_freq", None)
+    if ctx.validation_period is not None:
+        return ctx.validation_period
+    if freq is None or freq == 1:
+        return None
+    if not isinstance(freq, int) or freq < 1:
+        raise ValueError(f"context.fit: validation_freq must be a positive int, got {freq!r} "
+                         "(or set min_validation_period in the config)")
+    return Length(epochs=freq)
+
+
+def _length_in_steps(length: Length | None, steps: int | None) -> int | None:
+    if length is None or steps is None:
+        return length.batches if length is not None else None
+    return length.epochs * steps if length.epochs is not None else length.batches
 
 
 def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.callbacks.History:
@@ -201,33 +205,21 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
         raise ValueError("context.fit: compile the model first (model.compile(optimizer=...))")
     _validation_data(kwargs)
     _split_arrays(ctx, kwargs)
+    dist = ctx.distributed
 
-    # On the cluster the searcher sets the length; `epochs` is the script's own
-    # (off the cluster, or when the experiment gives no max_length).
-    length = ctx.session.training_length()
+    # On the cluster the searcher sets the length, one operation at a time; `epochs`
+    # is the script's own (off the cluster, or when the experiment gives no length).
+    operation = dist.broadcast(ctx.session.training_length() if dist.is_chief else None)
     script_epochs = int(kwargs.pop("epochs", 1))
     steps = _steps_per_epoch(ctx, kwargs)
-    total_steps = None
-    if length is None:
-        end_epoch = script_epochs
-    elif length.epochs is not None:
-        end_epoch = length.epochs
-    else:
-        if steps is None:
-            raise ValueError("context.fit: a length in batches needs input of known length "
-                             "(numpy, a Sequence, a finite tf.data.Dataset or steps_per_epoch)")
-        total_steps = length.value
-        end_epoch = math.ceil(total_steps / steps)
-    if total_steps is None and steps is not None:
-        total_steps = end_epoch * steps
+    period = _validation_period(ctx, kwargs)
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
     resume = ctx._resume_position()
     position = Position(**resume) if resume else Position(initial_epoch, 0, 0)
-    restore = ctx._restore_latest(model)
+    restore = _once(ctx._restore_latest(model))
     ctx._resume_uuid, ctx._position = None, position
 
     user_callbacks = list(kwargs.pop("callbacks", None) or [])
-    dist = ctx.distributed
     ours_first: list[tf.keras.callbacks.Callback] = [TrackPosition(position)]
     if resume:
         ours_first.append(RestoreState(restore))
@@ -236,23 +228,21 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
         ours_first.append(AverageMetrics(dist, _rows(kwargs.get("validation_data"))))
         if not dist.is_chief:
             kwargs["verbose"] = 0  # one progress bar, rank 0's
-    ours_last: list[tf.keras.callbacks.Callback] = []
-    reporter = MetricsReporter(ctx.session, position, total_steps)
+    reporter = MetricsReporter(
+        ctx.session, position, dist, publish=dist.is_chief, report_every=ctx.report_every,
+        total_steps=_length_in_steps(ctx.max_length or operation or Length(epochs=script_epochs),
+                                     steps),
+    )
+    ours_last: list[tf.keras.callbacks.Callback] = [reporter]
     save = _Saver(ctx, model, position, reporter)
-    if ctx.distributed.is_chief:
-        ours_last.append(reporter)
-        if ctx.session.tensorboard_dir is not None:
-            ours_last.append(TensorBoardScalars(ctx.session.tensorboard_dir, position))
+    if dist.is_chief and ctx.session.tensorboard_dir is not None:
+        ours_last.append(TensorBoardScalars(ctx.session.tensorboard_dir, position))
     if ctx.checkpoint_period is not None:
         ours_last.append(PeriodicCheckpoint(ctx.checkpoint_period, position, save))
-    if length is not None and length.batches is not None:
-        ours_last.append(StopAtSteps(position, length.batches))
 
     history = tf.keras.callbacks.History()
     history.history, history.epoch = {}, []
-    segments = _segments(position.epoch, position.batch, end_epoch)
-    if not segments and resume:
-        restore()  # already trained to the end: hand back the result
+    trained = False
     with catch_stop_signals() as stop_signal:
         def should_stop() -> str | None:
             return stop_signal() or ("preempted by the master" if ctx.session.should_preempt()
@@ -263,27 +253,106 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
             every=1 if dist.size == 1 else STOP_CHECK_EVERY,
         )
         try:
-            for seg in segments:
-                seg_kwargs = {**kwargs, **_segment_inputs(ctx, kwargs, seg)}
-                _check_same_steps(ctx, seg_kwargs)
-                h = model.fit(
-                    **seg_kwargs,
-                    epochs=seg.epochs,
-                    initial_epoch=seg.initial_epoch,
-                    callbacks=[*ours_first, *user_callbacks, *ours_last, stopper],
-                )
-                for k, v in h.history.items():
-                    history.history.setdefault(k, []).extend(v)
-                history.epoch.extend(h.epoch)
-                history.params = h.params
-                if model.stop_training:
-                    break  # EarlyStopping and friends end the whole fit
+            while True:
+                target = operation or Length(epochs=script_epochs)
+                calls = plan_calls(position.epoch, position.batch, target=target,
+                                   steps_per_epoch=steps, validation_period=period)
+                for call in calls:
+                    seg_kwargs = {**kwargs, **_call_inputs(ctx, kwargs, call)}
+                    _check_same_steps(ctx, seg_kwargs)
+                    stop_at = [StopAt(position, call.stop_at)] if call.stop_at else []
+                    h = model.fit(
+                        **seg_kwargs,
+                        epochs=call.epochs,
+                        initial_epoch=call.initial_epoch,
+                        callbacks=[*ours_first, *user_callbacks, *ours_last, *stop_at, stopper],
+                    )
+                    trained = True
+                    for k, v in h.history.items():
+                        history.history.setdefault(k, []).extend(v)
+                    history.epoch.extend(h.epoch)
+                    history.params = h.params
+                    if model.stop_training and not _reached(position, call.stop_at):
+                        operation = None  # EarlyStopping and friends end the whole fit
+                        break
+                else:
+                    if operation is not None:
+                        operation = _complete_operation(ctx, model, kwargs, operation,
+                                                        position, reporter, save, restore)
+                        trained = True
+                        if operation is not None:
+                            continue
+                break
         except Preempted as stop:
             _exit_preempted(ctx, stop, position)
+    if not trained and resume:
+        restore()  # already trained to the end: hand back the result
     history.model = model
-    if ctx.checkpoint_period is not None and segments:
+    if ctx.checkpoint_period is not None and trained:
         save()
     return history
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def call() -> None:
+        if not done:
+            done.append(True)
+            fn()
+
+    return call
+
+
+def _reached(position: Position, stop_at: tuple[int, int] | None) -> bool:
+    return stop_at is not None and (position.epoch, position.batch) >= stop_at
+
+
+def _complete_operation(
+    ctx: KerasContext, model: tf.keras.Model, kwargs: dict[str, Any], operation: Length,
+    position: Position, reporter: MetricsReporter, save: _Saver, restore: Callable[[], None],
+) -> Length | None:
+    """Tell the searcher its length is trained, with its metric; its next length, or None.
+
+    The plan validated at the target. A trial resumed exactly there (it stopped
+    after its checkpoint, before telling the master) validates again: the same
+    weights give the same metric. A checkpoint is taken first, so a trial the
+    searcher stops keeps it, and a promoted one that crashes resumes from here.
+    """
+    dist = ctx.distributed
+    if reporter.last_validation_steps != position.steps_completed:
+        restore()  # the checkpoint's state, unless a call of this fit restored it already
+        reporter.last_validation = _validate_now(ctx, model, kwargs)
+        reporter.last_validation_steps = position.steps_completed
+        if dist.is_chief:
+            ctx.session.report_metrics("validation", position.steps_completed, position.epoch,
+                                       reporter.last_validation)
+    if ctx.checkpoint_period is not None:
+        save()
+    metric = None
+    if dist.is_chief:
+        name = ctx.searcher_metric
+        if name not in reporter.last_validation:
+            raise ValueError(
+                f"searcher.metric: {name!r} is not among the validation metrics "
+                f"({', '.join(sorted(reporter.last_validation)) or 'none'}); name one of "
+                "them in the experiment config"
+            )
+        metric = reporter.last_validation[name]
+    return dist.broadcast(
+        ctx.session.complete_operation(operation, metric) if dist.is_chief else None)
+
+
+def _validate_now(ctx: KerasContext, model: tf.keras.Model,
+                  kwargs: dict[str, Any]) -> dict[str, float]:
+    """The validation metrics of the model as it is (``val_`` names, as fit reports them)."""
+    data = kwargs["validation_data"]
+    parts = data if isinstance(data, tuple) else (data,)
+    x, y, sw = (*parts, None, None)[:3]
+    results = ctx._evaluate_all(model, x, y, sample_weight=sw, verbose=0,
+                                batch_size=kwargs.get("validation_batch_size")
+                                or kwargs.get("batch_size"))
+    return {f"val_{k}": float(v) for k, v in results.items()}
 
 
 class _Saver:

@@ -190,6 +190,7 @@ def init(
         config_data=cfg.data if cfg else {},
         seed=run_seed,
         checkpoint_period=period,
+        **_training_policy(cfg),
     )
 
 
@@ -222,8 +223,20 @@ def _init_on_cluster(
         distributed=dist, session=session, hparams=hp, config_data=cfg.data,
         seed=info.trial_seed, checkpoint_period=_checkpoint_period(
             True if checkpoint_period is False else checkpoint_period, cfg),
-        info=info,
+        info=info, max_length=cfg.searcher.max_length if cfg.searcher else None,
+        **_training_policy(cfg),
     )
+
+
+def _training_policy(cfg: ExperimentConfig | None) -> dict[str, Any]:
+    """What the config says about validating and reporting during ``fit``."""
+    if cfg is None:
+        return {"report_every": ExperimentConfig().scheduling_unit}
+    return {
+        "validation_period": cfg.min_validation_period,
+        "report_every": cfg.scheduling_unit,
+        "searcher_metric": cfg.searcher.metric if cfg.searcher else "val_loss",
+    }
 
 
 def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | None:

@@ -141,11 +141,15 @@ def create_app(master: Master) -> FastAPI:
     def searcher_operation(trial_id: int,
                            p: Principal = Depends(principal)) -> api.SearcherOperation | None:
         own_trial(trial_id, p)
-        cfg = master.trial_config(trial_id)
-        length = cfg.searcher.max_length if cfg.searcher else None
-        if length is None:
-            return None
-        return api.SearcherOperation(unit=length.unit, length=length.value)
+        op = master.searcher_operation(trial_id)
+        return api.SearcherOperation(**op) if op else None
+
+    @app.post("/api/v1/trials/{trial_id}/searcher/completed_operation")
+    def complete_operation(trial_id: int, done: api.CompletedOperation,
+                           p: Principal = Depends(principal)) -> api.SearcherOperation | None:
+        own_trial(trial_id, p)
+        op = master.complete_operation(trial_id, done.unit, done.length, done.searcher_metric)
+        return api.SearcherOperation(**op) if op else None
 
     @app.get("/api/v1/trials/{trial_id}/checkpoints")
     def trial_checkpoints(trial_id: int, latest: bool = False, best: bool = False,

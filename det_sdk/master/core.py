@@ -18,8 +18,8 @@ from typing import Any
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.master.archive import check_archive
 from det_sdk.master.launcher import Launcher, task_env
-from det_sdk.master.searchers import initial_trials
-from det_sdk.master.store import Store
+from det_sdk.master.searchers import brackets, initial_trials, promotes, rung_lengths
+from det_sdk.master.store import ACTIVE_TRIAL_STATES, Store
 from det_sdk.storage import fsync_path
 
 __all__ = ["Master", "RequestError"]
@@ -82,11 +82,17 @@ class Master:
         except ValueError as err:
             raise RequestError(f"invalid experiment config: {err}") from None
         stored = config.model_dump(mode="json", exclude_none=False)
+        # Every trial the search will run is created now, with its bracket and first
+        # length: the search survives a master restart without creating any twice.
+        trials = [
+            {"hparams": hp, "seed": (seed + i) % 2**31, "bracket": b,
+             "target": (rung_lengths(config, b) or [None])[0]}
+            for i, (hp, b) in enumerate(zip(trial_hparams,
+                                            brackets(config, len(trial_hparams))))
+        ]
         archive_path = self._store_archive("experiments", archive)
         with self._lock:
-            exp_id = self.store.create_experiment(stored, str(archive_path))
-            for i, hp in enumerate(trial_hparams):
-                self.store.create_trial(exp_id, hp, (seed + i) % 2**31)
+            exp_id = self.store.create_experiment_with_trials(stored, str(archive_path), trials)
         self._wake.set()
         return exp_id
 
@@ -172,8 +178,12 @@ class Master:
         t = self.trial(trial_id)
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
-                "last_error")
-        return {k: t[k] for k in keys}
+                "last_error", "bracket")
+        info = {k: t[k] for k in keys}
+        op = self.searcher_operation(trial_id)
+        info["searcher_length"] = op and {"unit": op["unit"], "length": op["length"]}
+        info["rungs"] = self.store.trial_rungs(trial_id)
+        return info
 
     def trial_config(self, trial_id: int) -> ExperimentConfig:
         """The experiment config of a trial (parsed once: configs never change)."""
@@ -193,6 +203,52 @@ class Master:
         if not self.store.record_metrics(trial_id, group, steps, epoch, metrics,
                                          searcher_value, smaller):
             raise RequestError(f"no trial {trial_id}", status=404)
+
+    # --- searcher operations ----------------------------------------------------------------
+
+    def searcher_operation(self, trial_id: int) -> dict[str, Any] | None:
+        """What the trial trains to now: ``{unit, length, completed}``; None: its own choice."""
+        t = self.trial(trial_id)
+        length = self._max_length(trial_id)
+        if length is None:
+            return None
+        target = t["target"] if t["target"] is not None else length.value
+        return {"unit": length.unit, "length": target, "completed": bool(t["searcher_done"])}
+
+    def complete_operation(self, trial_id: int, unit: str, length: int,
+                           metric: float) -> dict[str, Any] | None:
+        """The trial trained to ``length`` and validated: decide, and answer its next operation.
+
+        Idempotent: a report repeated after a retry gets the decision made the first time.
+        """
+        cfg = self.trial_config(trial_id)
+        max_length = self._max_length(trial_id)
+        if max_length is None:
+            return None
+        if unit != max_length.unit:
+            raise RequestError(f"unit: the searcher counts in {max_length.unit}, not {unit}")
+        with self._lock:
+            t = self.trial(trial_id)
+            ladder = rung_lengths(cfg, t["bracket"])
+            target = t["target"] if t["target"] is not None else max_length.value
+            if t["searcher_done"] or length < target:
+                return self.searcher_operation(trial_id)  # a repeat, or not there yet
+            if target not in ladder[:-1]:  # the last rung (or the only length): done
+                self.store.update_trial(trial_id, searcher_done=1)
+                return self.searcher_operation(trial_id)
+            rung = ladder.index(target)
+            if self.store.rung_result(trial_id, rung) is None:
+                results = [(r["trial_id"], r["metric"]) for r in
+                           self.store.rung_results(t["experiment_id"], t["bracket"], rung)]
+                results.append((trial_id, metric))
+                go_on = promotes(results, trial_id, cfg.searcher.divisor,  # type: ignore[union-attr]
+                                 cfg.searcher.smaller_is_better)  # type: ignore[union-attr]
+                self.store.record_rung(trial_id, rung, metric, go_on, ladder[rung + 1])
+        return self.searcher_operation(trial_id)
+
+    def _max_length(self, trial_id: int) -> Any:
+        cfg = self.trial_config(trial_id)
+        return cfg.searcher.max_length if cfg.searcher else None
 
     def report_progress(self, trial_id: int, progress: float) -> None:
         self.trial(trial_id)
@@ -320,16 +376,25 @@ class Master:
                     slots = j["config"]["resources"]["slots"]
                     if slots <= self.launcher.free_slots():
                         self._launch_job(j)
-            for t in self.store.trials():
+            trials = self.store.trials()
+            running: dict[int, int] = {}
+            for t in trials:
+                if t["state"] in ACTIVE_TRIAL_STATES and t["state"] != "QUEUED":
+                    running[t["experiment_id"]] = running.get(t["experiment_id"], 0) + 1
+            for t in trials:
                 if t["state"] != "QUEUED":
                     continue
                 exp = self.store.experiment(t["experiment_id"])
                 if exp is None or exp["state"] != "ACTIVE":
                     continue
-                cfg = ExperimentConfig.model_validate(exp["config"])
+                cfg = self.trial_config(t["id"])
+                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
+                if limit and running.get(exp["id"], 0) >= limit:
+                    continue
                 if cfg.resources.slots_per_trial > self.launcher.free_slots():
                     break  # first come, first served: do not starve big trials
                 self._launch_trial(t, exp, cfg)
+                running[exp["id"]] = running.get(exp["id"], 0) + 1
 
     def _launch_trial(self, t: dict[str, Any], exp: dict[str, Any],
                       cfg: ExperimentConfig) -> None:

@@ -20,6 +20,7 @@ import random
 from typing import Any
 
 from det_sdk.config import (
+    AdaptiveASHASearcher,
     CategoricalHP,
     ConstHP,
     DoubleHP,
@@ -28,7 +29,7 @@ from det_sdk.config import (
     LogHP,
 )
 
-__all__ = ["initial_trials"]
+__all__ = ["brackets", "initial_trials", "promotes", "rung_lengths"]
 
 _DEFAULT_GRID_COUNT = 3
 
@@ -90,3 +91,80 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         n = config.searcher.max_trials  # type: ignore[union-attr]
         return [{k: _random_point(v, rng) for k, v in hps.items()} for _ in range(n)]
     raise ValueError(f"unknown searcher {name!r}")
+
+
+# --- searcher operations: how long each trial trains -------------------------------------
+#
+# A trial is told "train to length L, then report the searcher metric"; when it
+# reports, the searcher answers with the next length or "done". single, grid and
+# random give one operation: max_length. adaptive_asha gives the rungs of the
+# trial's bracket one after another while the trial stays in the top 1/divisor.
+
+
+def _n_rungs(searcher: AdaptiveASHASearcher) -> int:
+    return min(searcher.num_rungs, searcher.max_rungs or searcher.num_rungs)
+
+
+def _n_brackets(searcher: AdaptiveASHASearcher) -> int:
+    rungs = _n_rungs(searcher)
+    return {"aggressive": 1, "standard": math.ceil(rungs / 2), "conservative": rungs}[
+        searcher.mode]
+
+
+def brackets(config: ExperimentConfig, n_trials: int) -> list[int]:
+    """The bracket of each trial, in creation order (all 0 but for adaptive_asha).
+
+    Bracket ``b`` starts its trials at rung ``b``. Earlier (more aggressive)
+    brackets get ``divisor`` times as many trials as the next one, interleaved
+    so that any prefix of the trials is spread the same way.
+    """
+    searcher = config.searcher
+    if not isinstance(searcher, AdaptiveASHASearcher):
+        return [0] * n_trials
+    n = _n_brackets(searcher)
+    weights = [searcher.divisor ** (n - 1 - b) for b in range(n)]
+    counts = [0] * n
+    out = []
+    for _ in range(n_trials):
+        b = min(range(n), key=lambda i: (counts[i] / weights[i], i))
+        counts[b] += 1
+        out.append(b)
+    return out
+
+
+def rung_lengths(config: ExperimentConfig, bracket: int = 0) -> list[int]:
+    """The lengths (in the searcher's unit) a trial of ``bracket`` trains to, in order."""
+    searcher = config.searcher
+    if searcher is None or searcher.max_length is None:
+        return []
+    top = searcher.max_length.value
+    if not isinstance(searcher, AdaptiveASHASearcher):
+        return [top]
+    n = _n_rungs(searcher)
+    ladder = sorted({max(1, math.ceil(top / searcher.divisor ** (n - 1 - k))) for k in range(n)})
+    return ladder[min(bracket, len(ladder) - 1):]
+
+
+def promotes(results: list[tuple[int, float]], trial_id: int, divisor: int,
+             smaller_is_better: bool) -> bool:
+    """Whether ``trial_id`` goes on from a rung, given the rung's results so far.
+
+    ``results`` are (trial id, metric) in the order they arrived, ``trial_id``'s
+    among them. A trial goes on if it ranks among the best ``max(1, n // divisor)``
+    of the ``n`` results so far (ties: the earlier arrival ranks first); the others
+    stop for good ("stop once": a trial process never waits for later arrivals).
+    The best trial seen at a rung therefore always goes on.
+
+    >>> promotes([(1, 0.5), (2, 0.4)], 2, divisor=2, smaller_is_better=True)
+    True
+    >>> promotes([(1, 0.5), (2, 0.4), (3, 0.45)], 3, divisor=2, smaller_is_better=True)
+    False
+    """
+    def key(item: tuple[int, tuple[int, float]]) -> tuple[float, int]:
+        order, (_, metric) = item
+        if math.isnan(metric):
+            return (math.inf, order)
+        return (metric if smaller_is_better else -metric, order)
+
+    ranked = [tid for _, (tid, _m) in sorted(enumerate(results), key=key)]
+    return ranked.index(trial_id) < max(1, len(results) // divisor)

@@ -4,7 +4,7 @@ Everything the master knows survives a restart: experiments, trials and their
 processes, metrics (one value per trial, group and step), checkpoints, jobs, tokens.
 
 >>> s = Store(":memory:")
->>> exp = s.create_experiment({"name": "x"}, "/tmp/a.tgz")
+>>> exp = s.create_experiment_with_trials({"name": "x"}, "/tmp/a.tgz", [])
 >>> s.experiment(exp)["state"]
 'ACTIVE'
 """
@@ -35,7 +35,13 @@ CREATE TABLE IF NOT EXISTS trials (
     restarts INTEGER NOT NULL DEFAULT 0, steps_completed INTEGER NOT NULL DEFAULT 0,
     epoch INTEGER NOT NULL DEFAULT 0, progress REAL NOT NULL DEFAULT 0,
     latest_checkpoint TEXT, best_metric REAL, last_error TEXT,
-    created REAL NOT NULL, ended REAL
+    created REAL NOT NULL, ended REAL,
+    bracket INTEGER NOT NULL DEFAULT 0, target INTEGER, searcher_done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS rungs (
+    trial_id INTEGER NOT NULL REFERENCES trials(id), rung INTEGER NOT NULL,
+    metric REAL NOT NULL, promoted INTEGER NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (trial_id, rung)
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,6 +67,11 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT NULL);
 """
 
+# Columns added after a table was first released: added to older databases on open.
+_ADDED_COLUMNS = {
+    "trials": ("bracket INTEGER NOT NULL DEFAULT 0", "target INTEGER",
+               "searcher_done INTEGER NOT NULL DEFAULT 0"),
+}
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 ACTIVE_TRIAL_STATES = ("QUEUED", "RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")
 
@@ -89,6 +100,11 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                for col in columns:
+                    if col.split()[0] not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -139,15 +155,6 @@ class Store:
 
     # --- experiments and trials --------------------------------------------------------
 
-    def create_experiment(self, config: dict[str, Any], archive: str) -> int:
-        with self.tx() as db:
-            cur = db.execute(
-                "INSERT INTO experiments (name, config, state, archive, created)"
-                " VALUES (?, ?, 'ACTIVE', ?, ?)",
-                (config.get("name"), json.dumps(config), archive, time.time()),
-            )
-            return int(cur.lastrowid)  # type: ignore[arg-type]
-
     def experiment(self, exp_id: int) -> dict[str, Any] | None:
         return self._one("SELECT * FROM experiments WHERE id = ?", exp_id)
 
@@ -159,14 +166,26 @@ class Store:
         self._exec("UPDATE experiments SET state = ?, ended = ? WHERE id = ?", state, ended,
                    exp_id)
 
-    def create_trial(self, exp_id: int, hparams: dict[str, Any], seed: int) -> int:
+    def create_experiment_with_trials(
+        self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]]
+    ) -> int:
+        """An experiment and all its trials (``hparams``, ``seed``, ``bracket``, ``target``),
+        in one transaction: a crash leaves all of them or none."""
         with self.tx() as db:
             cur = db.execute(
-                "INSERT INTO trials (experiment_id, hparams, seed, state, created)"
-                " VALUES (?, ?, ?, 'QUEUED', ?)",
-                (exp_id, json.dumps(hparams), seed, time.time()),
+                "INSERT INTO experiments (name, config, state, archive, created)"
+                " VALUES (?, ?, 'ACTIVE', ?, ?)",
+                (config.get("name"), json.dumps(config), archive, time.time()),
             )
-            return int(cur.lastrowid)  # type: ignore[arg-type]
+            exp_id = int(cur.lastrowid)  # type: ignore[arg-type]
+            for t in trials:
+                db.execute(
+                    "INSERT INTO trials (experiment_id, hparams, seed, state, created, bracket,"
+                    " target) VALUES (?, ?, ?, 'QUEUED', ?, ?, ?)",
+                    (exp_id, json.dumps(t["hparams"]), t["seed"], time.time(), t["bracket"],
+                     t["target"]),
+                )
+            return exp_id
 
     def trial(self, trial_id: int) -> dict[str, Any] | None:
         return self._one("SELECT * FROM trials WHERE id = ?", trial_id)
@@ -183,6 +202,37 @@ class Store:
             fields.setdefault("ended", time.time())
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE trials SET {cols} WHERE id = ?", *fields.values(), trial_id)
+
+    # --- searcher state ---------------------------------------------------------------------
+
+    def rung_result(self, trial_id: int, rung: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM rungs WHERE trial_id = ? AND rung = ?", trial_id, rung)
+
+    def trial_rungs(self, trial_id: int) -> list[dict[str, Any]]:
+        """The trial's results at each rung it reached, with the searcher's decisions."""
+        return [{"rung": r["rung"], "metric": r["metric"], "promoted": bool(r["promoted"]),
+                 "order": r["seq"]}
+                for r in self._all("SELECT * FROM rungs WHERE trial_id = ? ORDER BY rung",
+                                   trial_id)]
+
+    def rung_results(self, exp_id: int, bracket: int, rung: int) -> list[dict[str, Any]]:
+        """A rung's results in the order they arrived."""
+        return self._all(
+            "SELECT r.* FROM rungs r JOIN trials t ON t.id = r.trial_id"
+            " WHERE t.experiment_id = ? AND t.bracket = ? AND r.rung = ? ORDER BY r.seq",
+            exp_id, bracket, rung)
+
+    def record_rung(self, trial_id: int, rung: int, metric: float, promoted: bool,
+                    target: int | None) -> None:
+        """A trial's result at a rung and the decision, with its new target, atomically."""
+        with self.tx() as db:
+            (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM rungs").fetchone()
+            db.execute("INSERT INTO rungs VALUES (?, ?, ?, ?, ?)",
+                       (trial_id, rung, metric, int(promoted), seq))
+            if promoted:
+                db.execute("UPDATE trials SET target = ? WHERE id = ?", (target, trial_id))
+            else:
+                db.execute("UPDATE trials SET searcher_done = 1 WHERE id = ?", (trial_id,))
 
     # --- jobs ---------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
 data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
 data.weights_out: where rank 0 saves the final weights (.npz)
+hparam handicap: added to val_loss as val_handicapped_loss, a searcher metric whose
+    order between trials the test knows in advance
 """
 
 import os
@@ -40,6 +42,8 @@ class Steer(tf.keras.callbacks.Callback):
         time.sleep(float(data.get("sleep_per_batch", 0)))
 
     def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and "val_loss" in logs and "handicap" in hp:
+            logs["val_handicapped_loss"] = logs["val_loss"] + hp["handicap"]
         time.sleep(float(data.get("sleep_per_epoch", 0)))
         marker = Path("crashed-once")
         if data.get("fail_once_at_epoch") == epoch and not marker.exists():

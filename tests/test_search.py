@@ -1,0 +1,170 @@
+"""Hyperparameter search: grid, random and adaptive ASHA, in the master and end to end.
+
+The searcher tests at the top drive a real ``Master`` (real SQLite file) in this
+process, without launching trials; the ones below run real trials on a real master.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from det_sdk.master.archive import pack
+from det_sdk.master.core import Master, RequestError
+from tests.cluster_harness import Cluster, create, describe
+
+ASHA = {
+    "name": "adaptive_asha", "metric": "val_handicapped_loss", "max_length": {"epochs": 4},
+    "max_trials": 8, "divisor": 2, "num_rungs": 3, "mode": "aggressive",
+}
+
+
+def _master(data_dir: Path) -> Master:
+    return Master(data_dir, slots=1, url="http://127.0.0.1:1")
+
+
+def _experiment(master: Master, tmp_path: Path, searcher: dict, **hps: object) -> int:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "train.py").write_text("print('hi')\n")
+    config = {"entrypoint": "python3 train.py", "searcher": searcher,
+              "hyperparameters": hps, "reproducibility": {"experiment_seed": 5}}
+    return master.create_experiment(config, base64.b64encode(pack(tmp_path / "model")).decode())
+
+
+def test_asha_decisions_follow_the_rule_and_survive_a_master_restart(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m")
+    exp = _experiment(master, tmp_path, ASHA, h={"type": "double", "minval": 0, "maxval": 1})
+    trials = [t["id"] for t in master.store.trials(exp)]
+    assert len(trials) == 8
+    op = master.searcher_operation(trials[0])
+    assert op == {"unit": "epochs", "length": 1, "completed": False}  # rungs: 1, 2, 4 epochs
+    # metrics arrive in this order at rung 0; divisor 2: top max(1, n // 2) go on
+    arrivals = [(trials[0], 0.5), (trials[1], 0.4), (trials[2], 0.45), (trials[3], 0.3)]
+    answers = [master.complete_operation(t, "epochs", 1, m)["length"] for t, m in arrivals]
+    assert answers == [2, 2, 1, 2]  # 0.45 ranks 2nd of 3: max(1, 3 // 2) = 1 go on
+    assert master.searcher_operation(trials[2])["completed"] is True
+
+    restarted = _master(tmp_path / "m")  # a new master on the same database
+    again = restarted.complete_operation(trials[2], "epochs", 1, 0.1)  # a retried report
+    assert again == {"unit": "epochs", "length": 1, "completed": True}  # first decision kept
+    assert restarted.searcher_operation(trials[1])["length"] == 2
+    # rung 1: trial 1 first (always goes on), then trial 0 worse (1 // 2 -> max 1: stops)
+    assert restarted.complete_operation(trials[1], "epochs", 2, 0.35)["length"] == 4
+    assert restarted.complete_operation(trials[0], "epochs", 2, 0.6)["completed"] is True
+    final = restarted.complete_operation(trials[1], "epochs", 4, 0.2)
+    assert final == {"unit": "epochs", "length": 4, "completed": True}  # the top rung ends it
+    with pytest.raises(RequestError, match="counts in epochs"):
+        restarted.complete_operation(trials[4], "batches", 10, 0.1)
+
+
+def test_asha_modes_spread_trials_over_brackets(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m")
+    searcher = {**ASHA, "mode": "conservative", "max_length": {"batches": 40}}
+    exp = _experiment(master, tmp_path, searcher, h={"type": "double", "minval": 0, "maxval": 1})
+    firsts = [master.searcher_operation(t["id"])["length"] for t in master.store.trials(exp)]
+    # rungs of 10, 20 and 40 batches; bracket b starts at rung b, more trials in bracket 0
+    assert sorted(set(firsts)) == [10, 20, 40] and firsts.count(10) > firsts.count(40)
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def _config(cluster: Cluster, name: str, **fields: object) -> Path:
+    config = {"name": name, "entrypoint_script": "true", **fields}
+    path = cluster.root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_grid_creates_exactly_the_product(cluster: Cluster) -> None:
+    config = _config(cluster, "grid", searcher={"name": "grid", "metric": "val_loss"},
+                     hyperparameters={
+                         "layers": {"type": "int", "minval": 1, "maxval": 3, "count": 3},
+                         "act": {"type": "categorical", "vals": ["relu", "tanh"]},
+                         "lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1,
+                                "count": 3},
+                         "batch": 32})
+    trials = describe(cluster, create(cluster, config))["trials"]
+    got = sorted((t["hparams"]["layers"], t["hparams"]["act"], round(t["hparams"]["lr"], 9),
+                  t["hparams"]["batch"]) for t in trials)
+    assert got == sorted((n, a, lr, 32) for n in (1, 2, 3) for a in ("relu", "tanh")
+                         for lr in (0.001, 0.01, 0.1))
+
+
+def test_random_with_the_same_seed_creates_the_same_trials(cluster: Cluster) -> None:
+    def hparams(seed: int) -> list[dict]:
+        config = _config(cluster, f"random-{seed}", searcher={
+            "name": "random", "metric": "val_loss", "max_trials": 5},
+            hyperparameters={"lr": {"type": "double", "minval": 0, "maxval": 1},
+                             "units": {"type": "int", "minval": 1, "maxval": 1000}},
+            reproducibility={"experiment_seed": seed})
+        trials = describe(cluster, create(cluster, config))["trials"]
+        assert len(trials) == 5
+        return [t["hparams"] for t in trials]
+
+    first = hparams(11)
+    assert hparams(11) == first
+    assert hparams(12) != first
+    assert len({json.dumps(h, sort_keys=True) for h in first}) == 5
+
+
+def _wait(cluster: Cluster, exp_id: int, until, timeout: float = 300) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        exp = describe(cluster, exp_id)
+        if until(exp):
+            return exp
+        assert time.time() < deadline, exp
+        time.sleep(0.5)
+
+
+def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluster) -> None:
+    """8 real trials, rungs of 1, 2 and 4 epochs, divisor 2; the master is killed mid-search."""
+    config = cluster.write_config(
+        "asha", searcher=ASHA, reproducibility={"experiment_seed": 3},
+        hyperparameters={"learning_rate": 0.05, "global_batch_size": 16,
+                         "handicap": {"type": "double", "minval": 0, "maxval": 10}})
+    exp_id = create(cluster, config)
+    _wait(cluster, exp_id, lambda e: sum(len(t["rungs"]) for t in e["trials"]) >= 3)
+    os.kill(int((cluster.data_dir / "master.pid").read_text()), 9)
+    time.sleep(2)
+    cluster.up()
+    assert cluster.det("experiment", "wait", str(exp_id), timeout=600).returncode == 0
+    exp = describe(cluster, exp_id)
+    trials = exp["trials"]
+    assert len(trials) == 8 and {t["state"] for t in trials} == {"COMPLETED"}
+
+    steps_per_epoch = 10  # 160 rows, batches of 16
+    rung_epochs = [1, 2, 4]
+    arrivals = []
+    with cluster.http() as http:
+        for t in trials:
+            rows = http.get(f"/api/v1/trials/{t['id']}/metrics").json()
+            keys = [(r["group"], r["steps_completed"]) for r in rows]
+            assert len(keys) == len(set(keys))  # one value per step, restart or not
+            val = {r["steps_completed"]: r["metrics"]["val_handicapped_loss"]
+                   for r in rows if r["group"] == "validation"}
+            for r in t["rungs"]:
+                # the searcher decided on the metric the trial reported at that length
+                assert r["metric"] == pytest.approx(val[rung_epochs[r["rung"]] * steps_per_epoch])
+                arrivals.append((r["order"], r["rung"], t["id"], r["metric"], r["promoted"]))
+            reached = max((r["rung"] + r["promoted"] for r in t["rungs"]), default=0)
+            assert t["steps_completed"] == rung_epochs[reached] * steps_per_epoch
+    # replay: each decision is "in the top max(1, n // 2) of the rung's results so far"
+    seen: dict[int, list[float]] = {}
+    for _, rung, _tid, metric, promoted in sorted(arrivals):
+        seen.setdefault(rung, []).append(metric)
+        better = sum(m < metric for m in seen[rung])
+        assert promoted == (rung < 2 and better < max(1, len(seen[rung]) // 2))
+    assert len([a for a in arrivals if a[1] == 0]) == 8  # every trial reported rung 0
+    assert any(not a[4] for a in arrivals if a[1] == 0)  # and some stopped there
+    total = sum(t["steps_completed"] for t in trials)
+    assert total < 8 * 4 * steps_per_epoch
+    best = min(trials, key=lambda t: t["hparams"]["handicap"])
+    assert best["steps_completed"] == 4 * steps_per_epoch  # the best one went the distance
