@@ -168,3 +168,15 @@ def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluste
     assert total < 8 * 4 * steps_per_epoch
     best = min(trials, key=lambda t: t["hparams"]["handicap"])
     assert best["steps_completed"] == 4 * steps_per_epoch  # the best one went the distance
+
+
+def test_a_searcher_metric_the_trial_does_not_report_is_a_clear_error(cluster: Cluster) -> None:
+    config = cluster.write_config("bad-metric", max_restarts=0, searcher={
+        "name": "single", "metric": "val_nope", "max_length": {"epochs": 1}})
+    exp_id = create(cluster, config)
+    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 1
+    (trial,) = describe(cluster, exp_id)["trials"]
+    assert trial["state"] == "ERROR"
+    assert "searcher.metric: 'val_nope' is not among the validation metrics" in \
+        trial["last_error"]
+    assert "val_loss" in trial["last_error"]  # it names the ones there are

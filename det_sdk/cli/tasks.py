@@ -92,10 +92,21 @@ def experiment_list(args: Namespace) -> int:
     return 0
 
 
+# TARGET: the length the searcher has the trial train to (ASHA: its current rung)
+_TRIAL_HEADERS = ["TRIAL", "STATE", "BATCHES", "EPOCHS", "TARGET", "BEST", "RESTARTS", "HPARAMS"]
+
+
 def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[t["id"], t["state"], t["steps_completed"], t["epoch"],
+    def target(t: dict[str, Any]) -> str:
+        op = t.get("searcher_length")
+        return f"{op['length']} {op['unit']}" if op else ""
+
+    def value(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return [[t["id"], t["state"], t["steps_completed"], t["epoch"], target(t),
              "" if t["best_metric"] is None else f"{t['best_metric']:.4g}",
-             t["restarts"], " ".join(f"{k}={v}" for k, v in t["hparams"].items())]
+             t["restarts"], " ".join(f"{k}={value(v)}" for k, v in t["hparams"].items())]
             for t in trials]
 
 
@@ -108,8 +119,7 @@ def experiment_describe(args: Namespace) -> int:
     print(f"Experiment {exp['id']} {exp['name'] or ''}: {exp['state']}, "
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
-    print(table(["TRIAL", "STATE", "BATCHES", "EPOCHS", "BEST", "RESTARTS", "HPARAMS"],
-                _trial_rows(exp["trials"])))
+    print(table(_TRIAL_HEADERS, _trial_rows(exp["trials"])))
     for t in exp["trials"]:
         if t["last_error"]:
             print(f"\ntrial {t['id']}: {t['last_error']}")
@@ -170,8 +180,7 @@ def trial_describe(args: Namespace) -> int:
     if args.json:
         print_json({**t, "metrics": metrics})
         return 0
-    print(table(["TRIAL", "STATE", "BATCHES", "EPOCHS", "BEST", "RESTARTS", "HPARAMS"],
-                _trial_rows([t])))
+    print(table(_TRIAL_HEADERS, _trial_rows([t])))
     rows = [[m["group"], m["steps_completed"], m["epoch"],
              " ".join(f"{k}={v:.4g}" for k, v in m["metrics"].items())] for m in metrics]
     if rows:
