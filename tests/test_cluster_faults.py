@@ -1,0 +1,211 @@
+"""Faults on the cluster: trials killed with SIGKILL, a trial that dies while the master
+is down, and Horovod trials paused at an epoch boundary.
+
+Real end to end, as in test_cluster.py: a real master on 127.0.0.1 (one per module),
+the real `det` CLI, trials that are real processes running TensorFlow. Nothing mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.cluster_harness import Cluster, create, describe
+
+DEADLINE = 180.0  # seconds; generous for a loaded 2-core machine
+STEPS_PER_EPOCH = 10  # tests/cluster_model: 160 samples, global batch 16
+
+
+def _until(what: str, cond: Callable[[], Any], timeout: float = DEADLINE,
+           every: float = 0.1) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.time() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+
+
+def _trial(cluster: Cluster, exp_id: int) -> dict:
+    (trial,) = describe(cluster, exp_id)["trials"]
+    return trial
+
+
+def _trial_api(cluster: Cluster, trial_id: int) -> dict:
+    with cluster.http() as http:
+        return http.get(f"/api/v1/trials/{trial_id}").json()
+
+
+def _checkpoints(cluster: Cluster, trial_id: int) -> list[dict]:
+    with cluster.http() as http:
+        return http.get(f"/api/v1/trials/{trial_id}/checkpoints").json()
+
+
+def _metric_keys(cluster: Cluster, trial_id: int) -> list[tuple[str, int]]:
+    with cluster.http() as http:
+        rows = http.get(f"/api/v1/trials/{trial_id}/metrics").json()
+    return [(r["group"], r["steps_completed"]) for r in rows]
+
+
+def _allocations(cluster: Cluster, trial_id: int) -> list[dict]:
+    db = sqlite3.connect(cluster.data_dir / "master.db")
+    db.row_factory = sqlite3.Row
+    try:
+        rows = db.execute("SELECT * FROM allocations WHERE trial_id = ? ORDER BY started",
+                          (trial_id,)).fetchall()
+    finally:
+        db.close()
+    return [dict(r) for r in rows]
+
+
+def _group(pgid: int) -> list[tuple[int, str]]:
+    """The live processes of group ``pgid``: (pid, command line)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append((int(entry.name), cmdline))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    """True once no process (not even a zombie) has this pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _assert_one_value_per_step(cluster: Cluster, trial_id: int, epochs: int) -> None:
+    keys = _metric_keys(cluster, trial_id)
+    assert len(keys) == len(set(keys)) == 2 * epochs, keys
+    assert sorted(keys) == sorted((g, STEPS_PER_EPOCH * e) for e in range(1, epochs + 1)
+                                  for g in ("training", "validation"))
+
+
+def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -> None:
+    epochs = 2
+    config = cluster.write_config("sigkill", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
+        data={"sleep_per_epoch": 1.0})
+    exp_id = create(cluster, config)
+    trial_id = _until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
+    _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    (alloc,) = _allocations(cluster, trial_id)
+    # kill -9 the training python only, as the OOM killer would; its shell survives it
+    (pid,) = [p for p, cmd in _group(alloc["pid"]) if "train.py" in cmd and
+              not cmd.startswith("sh ")]
+    os.kill(pid, signal.SIGKILL)
+
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=DEADLINE)
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    trial = _trial(cluster, exp_id)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    first, second = _allocations(cluster, trial_id)
+    assert first["exit_code"] == 128 + signal.SIGKILL  # the shell saw its child killed
+    assert second["exit_code"] == 0
+    # resumed, not restarted from scratch: that would have saved a second epoch-1 checkpoint
+    ckpts = _checkpoints(cluster, trial_id)
+    assert [(c["epoch"], c["batch"], c["steps_completed"]) for c in ckpts] == [
+        (e, 0, STEPS_PER_EPOCH * e) for e in range(1, epochs + 1)]
+    _assert_one_value_per_step(cluster, trial_id, epochs)
+
+
+def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> None:
+    epochs = 3
+    config = cluster.write_config("dies-master-down", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
+        data={"sleep_per_epoch": 1.0})
+    exp_id = create(cluster, config)
+    trial_id = _until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
+    known = _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    (alloc,) = _allocations(cluster, trial_id)
+
+    master_pid = int((cluster.data_dir / "master.pid").read_text())
+    os.kill(master_pid, signal.SIGKILL)
+    os.killpg(alloc["pid"], signal.SIGKILL)  # the shell and the training python
+    _until("the old master and the trial to be gone", lambda: _gone(master_pid) and not
+           _group(alloc["pid"]) and _gone(alloc["pid"]), timeout=60)
+    # the trial cannot have finished: it had (at least) one more epoch of >= 1 s to go
+    assert not (Path(alloc["workdir"]).parent / f"{alloc['id']}.exit_code").exists()
+
+    cluster.up()
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=DEADLINE)
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    trial = _trial(cluster, exp_id)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    first, second = _allocations(cluster, trial_id)
+    assert first["state"] == "EXITED" and first["exit_code"] != 0
+    assert second["exit_code"] == 0
+    ckpts = _checkpoints(cluster, trial_id)
+    # what the first run had reported is kept, and the second continued from the latest of it
+    assert [c["uuid"] for c in ckpts[:len(known)]] == [c["uuid"] for c in known]
+    assert [(c["epoch"], c["batch"]) for c in ckpts] == [(e, 0) for e in range(1, epochs + 1)]
+    _assert_one_value_per_step(cluster, trial_id, epochs)
+
+
+def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
+        cluster: Cluster) -> None:
+    epochs, steps = 2, 5  # global batch 32: 5 steps per epoch
+    common = {"searcher": {"name": "single", "metric": "val_loss",
+                           "max_length": {"epochs": epochs}},
+              "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 32},
+              "resources": {"slots_per_trial": 2},
+              "reproducibility": {"experiment_seed": 42}}
+    full = cluster.write_config("hvd-full", **common, data={
+        "weights_out": str(cluster.root / "hvd-full.npz")})
+    out = cluster.det("experiment", "wait", str(create(cluster, full)), timeout=DEADLINE)
+    assert out.returncode == 0, out.stderr
+
+    # Two processes decide to stop together every 10 batches and at each epoch end.
+    # With 5 steps per epoch the first epoch's end comes before the first 10-batch
+    # check, so a pause asked any time before it stops both processes exactly there:
+    # ask as soon as the trial is launched (its processes are still starting), and
+    # let them sit 1 s at the epoch end (Steer's sleep, before the epoch's checkpoint
+    # and the stop check) so that the preemption poll has surely seen it by then.
+    paused = cluster.write_config("hvd-paused", **common, data={
+        "weights_out": str(cluster.root / "hvd-paused.npz"), "sleep_per_epoch": 1.0})
+    exp_id = create(cluster, paused)
+    trial = _until("the trial running", lambda: next(
+        (t for t in describe(cluster, exp_id)["trials"] if t["state"] == "RUNNING"), None))
+    assert trial["epoch"] == 0  # nothing trained yet
+    assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    _until("PAUSED", lambda: _trial_api(cluster, trial["id"])["state"] == "PAUSED", every=0.3)
+    assert describe(cluster, exp_id)["state"] == "PAUSED"
+    ckpts = _checkpoints(cluster, trial["id"])
+    assert [(c["epoch"], c["batch"], c["steps_completed"]) for c in ckpts] == [
+        (1, 0, steps)]  # an epoch boundary, before the end of training
+    assert "stopped by preempted by the master at epoch 1, batch 0" in cluster.det(
+        "trial", "logs", str(trial["id"])).stdout
+
+    assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=DEADLINE)
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    trial = _trial(cluster, exp_id)
+    assert trial["restarts"] == 0 and trial["steps_completed"] == steps * epochs
+    assert len(_allocations(cluster, trial["id"])) == 2  # it did stop, and ran again
+    # ... from its checkpoint: from scratch it would have saved a second epoch-1 one
+    assert [(c["epoch"], c["batch"]) for c in _checkpoints(cluster, trial["id"])] == [
+        (e, 0) for e in range(1, epochs + 1)]
+    with np.load(cluster.root / "hvd-full.npz") as a, \
+            np.load(cluster.root / "hvd-paused.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and a.files
+        for k in a.files:
+            np.testing.assert_array_equal(a[k], b[k])
