@@ -109,14 +109,22 @@ def check_uuid(uuid: str) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while a process with this id exists (zombies included)."""
+    """True while a process with this id exists and has not exited.
+
+    A zombie (exited, not yet reaped by its parent) counts as dead: where nothing
+    reaps orphans, a dead trial or master would otherwise look alive for ever.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all we know
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def fsync_path(path: Path) -> None:

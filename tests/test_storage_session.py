@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 
 import pytest
 
 from det_sdk.session import LocalSession, RunNotFoundError
-from det_sdk.storage import CheckpointNotFoundError, SharedFSStorage
+from det_sdk.storage import CheckpointNotFoundError, SharedFSStorage, pid_alive
 
 
 class Boom(Exception):
@@ -278,3 +281,17 @@ def test_checkpoint_path_refuses_bad_uuid(tmp_path, sessions):
     s = sessions(_create(tmp_path))
     with pytest.raises(ValueError, match="not a checkpoint uuid"):
         s.checkpoint_path("../1")
+
+
+def test_a_zombie_process_is_not_alive() -> None:
+    """An exited process nobody reaped yet must not keep a trial or a master 'running'."""
+    child = subprocess.Popen(["sleep", "100"])
+    assert pid_alive(child.pid)
+    child.kill()
+    deadline = time.time() + 10
+    while pid_alive(child.pid):  # a zombie until we wait for it
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(child.pid, 0)  # still in the process table: only the state says it exited
+    child.wait()
+    assert not pid_alive(child.pid)

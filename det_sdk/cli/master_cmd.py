@@ -12,6 +12,8 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
+from det_sdk.storage import pid_alive
+
 __all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
 
 
@@ -24,11 +26,7 @@ def _pid(data_dir: Path) -> int | None:
         pid = int((data_dir / "master.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    return pid
+    return pid if pid_alive(pid) else None
 
 
 def _healthy(url: str, timeout: float = 1.0) -> bool:
@@ -86,9 +84,7 @@ def master_down(args: Namespace) -> int:
     os.kill(pid, signal.SIGTERM)
     deadline = time.time() + 20
     while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             break
         time.sleep(0.1)
     else:
