@@ -510,9 +510,11 @@ class MasterSession(Session):
             return
         self._closed.set()
         if self.writer:
-            deadline = time.time() + timeout
-            while self._queue.unfinished_tasks and time.time() < deadline:
-                time.sleep(0.05)
+            deadline = time.monotonic() + timeout
+            done = self._queue.all_tasks_done  # notified as the queue drains: no polling
+            with done:
+                while self._queue.unfinished_tasks and time.monotonic() < deadline:
+                    done.wait(deadline - time.monotonic())
             self._queue.put(None)
 
 

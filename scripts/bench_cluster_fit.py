@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-DET = Path(sys.executable).with_name("det")
+from _bench_master import BenchMaster
 
 TRAIN = '''
 import json, os, time
@@ -76,13 +74,8 @@ def main() -> int:
     model_dir = root / "model"
     model_dir.mkdir()
     (model_dir / "train.py").write_text(TRAIN)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HOME": str(root), "DET_MASTER": url, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([str(DET), "master", "up", "--data-dir", str(root / "m"), "--port", str(port),
-                    "--slots", "1"], env=env, check=True, capture_output=True)
+    master = BenchMaster(root, slots=1)
+    master.up()
 
     def config(name: str, out: Path) -> Path:
         import yaml
@@ -101,19 +94,19 @@ def main() -> int:
             local_out, cluster_out = root / f"local-{i}.json", root / f"cluster-{i}.json"
             subprocess.run([sys.executable, str(model_dir / "train.py")], check=True,
                            capture_output=True, cwd=root,
-                           env={**env, "BENCH_CONFIG": str(config(f"local-{i}", local_out)),
+                           env={**master.env, "BENCH_CONFIG": str(config(f"local-{i}", local_out)),
                                 "DET_RUNS_DIR": str(root / "runs")})
-            subprocess.run([str(DET), "experiment", "create",
-                            str(config(f"cluster-{i}", cluster_out)), str(model_dir), "--follow"],
-                           check=True, capture_output=True, env=env)
+            created = master.det("experiment", "create", str(config(f"cluster-{i}", cluster_out)),
+                                 str(model_dir), "--follow")
+            if created.returncode != 0:
+                raise RuntimeError(f"the cluster run failed: {created.stderr[-2000:]}")
             local = json.loads(local_out.read_text())["samples_per_s"]
             cluster = json.loads(cluster_out.read_text())["samples_per_s"]
             ratios.append(cluster / local)
             print(f"rep {i}: local {local:.0f} samples/s, cluster {cluster:.0f} samples/s, "
                   f"ratio {cluster / local:.3f}", flush=True)
     finally:
-        subprocess.run([str(DET), "master", "down", "--data-dir", str(root / "m")], env=env,
-                       capture_output=True)
+        master.down()
     median = statistics.median(ratios)
     print(f"median cluster/local samples/s: {median:.3f} (target >= {args.min_ratio})")
     return 0 if median >= args.min_ratio else 1

@@ -69,7 +69,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -81,59 +80,33 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _bench_master import BenchMaster
 
 import det_sdk
 
-DET = Path(sys.executable).with_name("det")
 MODEL_DIR = Path(__file__).parent / "bench_pause_model"
 
 
 # --- the master -----------------------------------------------------------------------
 
 
-class Master:
-    """A master of our own under ``root``: the `det` CLI with HOME there, plus its database."""
+class Master(BenchMaster):
+    """Our master, plus its database and an HTTP client."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.data_dir = root / "master"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN",
-                    "DET_CREDENTIALS"):
-            self.env.pop(var, None)
+        super().__init__(root, slots=1)
         self.client: Any = None
-
-    def det(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=300, cwd=self.root)
 
     def up(self) -> None:
         from det_sdk.client import MasterClient
 
-        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--slots", "1")
-        if out.returncode != 0:
-            raise RuntimeError(f"det master up failed: {out.stderr}")
-        creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
-        self.client = MasterClient(self.url, creds[self.url])
+        super().up()
+        self.client = MasterClient(self.url, self.token)
 
     def down(self) -> None:
         if self.client is not None:
             self.client.close()
-        self.det("master", "down", "--data-dir", str(self.data_dir))
-        # trials are process groups of their own: stop any left behind
-        db = self.data_dir / "master.db"
-        if db.exists():
-            with contextlib.closing(sqlite3.connect(db)) as conn:
-                pids = conn.execute("SELECT pid FROM allocations WHERE state = 'RUNNING'")
-                for (pid,) in pids.fetchall():
-                    with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
-                        os.killpg(pid, 9)
+        super().down()
 
     def query(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         """Rows of the master's database, read-only (polling it does not load the master)."""
@@ -453,9 +426,16 @@ ratios are medians of the per-rep ratios):
                ((P - T) + scheduling + restore) / S   median {med('attr_direct'):.1f}
 """)
     ok = raw <= args.max_ratio
+
+    def verdict(v: float) -> str:
+        return f"{v:.1f} {'OK' if v <= args.max_ratio else 'MISSED'}"
+
     print(f"median raw ratio (P + A) / S = {raw:.1f} (target <= {args.max_ratio}) "
-          f"{'OK' if ok else 'MISSED'}; attributable {attr:.1f} "
-          f"{'OK' if attr <= args.max_ratio else 'MISSED'}")
+          f"{'OK' if ok else 'MISSED'}; attributable {verdict(attr)}")
+    # The issue's other reading: each latency on its own against S.
+    print(f"each latency against S: raw P / S {verdict(med('P/S'))}, A / S {verdict(med('A/S'))};"
+          f" attributable (P - T) / S {verdict(med('P_attr/S'))}, "
+          f"(A - N) / S {verdict(med('A_attr/S'))}")
     return 0 if ok else 1
 
 

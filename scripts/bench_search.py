@@ -33,13 +33,8 @@ Exit status 1 if an experiment does not complete.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
-import os
 import shutil
-import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -49,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _bench_master import BenchMaster
 
-DET = Path(sys.executable).with_name("det")
 MODEL_DIR = Path(__file__).parent / "bench_search_model"
 TRAIN_ROWS = 3000  # scripts/bench_search_model/train.py: ROWS
 BATCH = 64
@@ -79,51 +74,6 @@ class Result:
         return min(scored, key=lambda t: t["best_metric"])
 
 
-class Master:
-    """A master in ``root`` run through the real ``det`` CLI."""
-
-    def __init__(self, root: Path, slots: int) -> None:
-        self.root = root
-        self.data_dir = root / "master"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.slots = slots
-        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN"):
-            self.env.pop(var, None)
-
-    def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)
-
-    def det_json(self, *args: str) -> Any:
-        out = self.det(*args, "--json")
-        if out.returncode != 0:
-            raise RuntimeError(f"det {' '.join(args)}: {out.stderr.strip()}")
-        return json.loads(out.stdout)
-
-    def up(self) -> None:
-        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--slots", str(self.slots))
-        if out.returncode != 0:
-            raise RuntimeError(f"det master up: {out.stderr.strip()}")
-
-    def down(self) -> None:
-        """Stop the master, then any trial process group it left running."""
-        self.det("master", "down", "--data-dir", str(self.data_dir))
-        db = self.data_dir / "master.db"
-        if db.exists():
-            with contextlib.closing(sqlite3.connect(db)) as conn:
-                pids = [pid for (pid,) in conn.execute(
-                    "SELECT pid FROM allocations WHERE state = 'RUNNING'")]
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
-                    os.killpg(pid, 9)
-
-
 def space(trials: int) -> dict[str, Any]:
     """The searched hyperparameters; grid takes ``trials // 2`` learning rates x 2 widths."""
     return {
@@ -135,7 +85,7 @@ def space(trials: int) -> dict[str, Any]:
     }
 
 
-def run_experiment(master: Master, label: str, searcher: dict[str, Any], trials: int,
+def run_experiment(master: BenchMaster, label: str, searcher: dict[str, Any], trials: int,
                    seed: int) -> Result:
     """Create one experiment, wait for it, and collect its trials."""
     config = {
@@ -267,7 +217,7 @@ def main() -> int:
         runs.append((f"asha-{big}", {**asha, "max_trials": big}))
 
     root = Path(tempfile.mkdtemp(prefix="bench-search-"))
-    master = Master(root, args.slots)
+    master = BenchMaster(root, args.slots)
     results: list[Result] = []
     try:
         master.up()

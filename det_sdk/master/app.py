@@ -13,6 +13,7 @@ report for its own trial and allocation, and read checkpoints (batch inference).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import tarfile
 from dataclasses import dataclass
@@ -31,6 +32,31 @@ __all__ = ["create_app"]
 class Principal:
     kind: str  # "user" | "task"
     allocation: dict[str, Any] | None = None
+
+
+class _Wakeup:
+    """Wakes the preemption long-polls when the master asks trials to stop.
+
+    ``fire`` may be called from any thread; the waiters live on the server's loop.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def event(self) -> asyncio.Event:
+        if self._event is None:
+            self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+        return self._event
+
+    def fire(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._set)
+
+    def _set(self) -> None:
+        fired, self._event = self._event, asyncio.Event()
+        if fired is not None:
+            fired.set()
 
 
 def create_app(master: Master) -> FastAPI:
@@ -198,18 +224,26 @@ def create_app(master: Master) -> FastAPI:
 
     # --- allocations --------------------------------------------------------------------
 
+    wakeup = _Wakeup()
+    master.preemption_listeners.append(wakeup.fire)
+
     @app.get("/api/v1/allocations/{alloc_id}/signals/preemption")
     async def preemption(alloc_id: str, timeout_seconds: float = Query(0, ge=0, le=60),
                          p: Principal = Depends(principal)) -> api.PreemptionSignal:
         if p.kind == "task" and (p.allocation or {}).get("id") != alloc_id:
             raise HTTPException(403, "this task's token cannot read another allocation")
-        deadline = asyncio.get_running_loop().time() + timeout_seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
         while True:
+            changed = wakeup.event()  # taken before the check: no wake-up is lost
             if master.should_preempt(alloc_id):
                 return api.PreemptionSignal(preempt=True)
-            if asyncio.get_running_loop().time() >= deadline:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 return api.PreemptionSignal(preempt=False)
-            await asyncio.sleep(0.2)
+            # woken at once by pause/kill; the timeout re-checks now and then anyway
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
 
     # --- jobs -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ class Master:
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._configs: dict[int, ExperimentConfig] = {}
+        # called (from any thread) when trials are asked to stop: wakes the long-polls
+        self.preemption_listeners: list[Callable[[], None]] = []
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -109,6 +112,7 @@ class Master:
                     for alloc in self._allocations_of_trial(t["id"]):
                         self.launcher.kill(alloc)
             self._update_experiment_state(exp_id)
+        self._preemption_changed()
 
     def pause_experiment(self, exp_id: int) -> None:
         """Ask running trials to checkpoint and exit (PAUSED); queued ones wait."""
@@ -123,6 +127,11 @@ class Master:
                 elif t["state"] == "RUNNING":
                     # the trial's preemption long-poll sees this state and stops
                     self.store.update_trial(t["id"], state="STOPPING_PAUSED")
+        self._preemption_changed()
+
+    def _preemption_changed(self) -> None:
+        for listener in self.preemption_listeners:
+            listener()
 
     def activate_experiment(self, exp_id: int) -> None:
         """Queue paused trials again; they continue from their latest checkpoint."""
