@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _bench_master import BenchMaster
@@ -64,6 +66,13 @@ with open(out, "w") as f:
 '''
 
 
+def _cpu_seconds(master: BenchMaster) -> float:
+    """CPU time the master process has used so far (it shares the cores with the trial)."""
+    pid = int((master.data_dir / "master.pid").read_text())
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -96,15 +105,18 @@ def main() -> int:
                            capture_output=True, cwd=root,
                            env={**master.env, "BENCH_CONFIG": str(config(f"local-{i}", local_out)),
                                 "DET_RUNS_DIR": str(root / "runs")})
+            cpu0, t0 = _cpu_seconds(master), time.monotonic()
             created = master.det("experiment", "create", str(config(f"cluster-{i}", cluster_out)),
                                  str(model_dir), "--follow")
+            master_cpu, wall = _cpu_seconds(master) - cpu0, time.monotonic() - t0
             if created.returncode != 0:
                 raise RuntimeError(f"the cluster run failed: {created.stderr[-2000:]}")
             local = json.loads(local_out.read_text())["samples_per_s"]
             cluster = json.loads(cluster_out.read_text())["samples_per_s"]
             ratios.append(cluster / local)
             print(f"rep {i}: local {local:.0f} samples/s, cluster {cluster:.0f} samples/s, "
-                  f"ratio {cluster / local:.3f}", flush=True)
+                  f"ratio {cluster / local:.3f}; the master used {master_cpu:.2f} s of CPU "
+                  f"during the {wall:.1f} s cluster run", flush=True)
     finally:
         master.down()
     median = statistics.median(ratios)
