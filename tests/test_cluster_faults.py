@@ -209,3 +209,22 @@ def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
         assert sorted(a.files) == sorted(b.files) and a.files
         for k in a.files:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster) -> None:
+    """Rank 1 of 2 exits with an error after epoch 1: the whole trial restarts from the
+    checkpoint of that epoch and completes, with one metric value per step."""
+    config = cluster.write_config(
+        "rank-dies", resources={"slots_per_trial": 2}, data={"fail_once_at_epoch": 1,
+                                                              "fail_rank": 1},
+        searcher={"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}})
+    exp_id = create(cluster, config)
+    assert cluster.det("experiment", "wait", str(exp_id), timeout=400).returncode == 0
+    trial = _trial(cluster, exp_id)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    allocs = _allocations(cluster, trial["id"])
+    assert len(allocs) == 2 and allocs[0]["exit_code"] != 0 and allocs[1]["exit_code"] == 0
+    epochs = [c["epoch"] for c in _checkpoints(cluster, trial["id"])]
+    assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
+    keys = _metric_keys(cluster, trial["id"])
+    assert len(keys) == len(set(keys)) == 6

@@ -3,6 +3,7 @@
 data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
 data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
+data.fail_rank: with fail_once_at_epoch, only this Horovod rank crashes
 data.weights_out: where rank 0 saves the final weights (.npz)
 hparam handicap: added to val_loss as val_handicapped_loss, a searcher metric whose
     order between trials the test knows in advance
@@ -46,7 +47,8 @@ class Steer(tf.keras.callbacks.Callback):
             logs["val_handicapped_loss"] = logs["val_loss"] + hp["handicap"]
         time.sleep(float(data.get("sleep_per_epoch", 0)))
         marker = Path("crashed-once")
-        if data.get("fail_once_at_epoch") == epoch and not marker.exists():
+        rank_fails = data.get("fail_rank", context.distributed.rank) == context.distributed.rank
+        if data.get("fail_once_at_epoch") == epoch and rank_fails and not marker.exists():
             marker.write_text("x")
             os._exit(3)
 
