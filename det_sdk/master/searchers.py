@@ -101,6 +101,12 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
 # trial's bracket one after another while the trial stays in the top 1/divisor.
 
 
+_ASHA_EXAMPLE = ExperimentConfig.model_validate({
+    "hyperparameters": {"lr": {"type": "double", "minval": 0, "maxval": 1}},
+    "searcher": {"name": "adaptive_asha", "max_length": {"epochs": 8}, "max_trials": 6,
+                 "divisor": 2, "num_rungs": 4}})
+
+
 def _n_rungs(searcher: AdaptiveASHASearcher) -> int:
     return min(searcher.num_rungs, searcher.max_rungs or searcher.num_rungs)
 
@@ -117,6 +123,9 @@ def brackets(config: ExperimentConfig, n_trials: int) -> list[int]:
     Bracket ``b`` starts its trials at rung ``b``. Earlier (more aggressive)
     brackets get ``divisor`` times as many trials as the next one, interleaved
     so that any prefix of the trials is spread the same way.
+
+    >>> brackets(_ASHA_EXAMPLE, 6)  # mode standard, 4 rungs: 2 brackets
+    [0, 1, 0, 0, 1, 0]
     """
     searcher = config.searcher
     if not isinstance(searcher, AdaptiveASHASearcher):
@@ -133,7 +142,11 @@ def brackets(config: ExperimentConfig, n_trials: int) -> list[int]:
 
 
 def rung_lengths(config: ExperimentConfig, bracket: int = 0) -> list[int]:
-    """The lengths (in the searcher's unit) a trial of ``bracket`` trains to, in order."""
+    """The lengths (in the searcher's unit) a trial of ``bracket`` trains to, in order.
+
+    >>> rung_lengths(_ASHA_EXAMPLE), rung_lengths(_ASHA_EXAMPLE, bracket=1)
+    ([1, 2, 4, 8], [2, 4, 8])
+    """
     searcher = config.searcher
     if searcher is None or searcher.max_length is None:
         return []
