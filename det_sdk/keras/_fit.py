@@ -240,9 +240,6 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
     if ctx.checkpoint_period is not None:
         ours_last.append(PeriodicCheckpoint(ctx.checkpoint_period, position, save))
 
-    history = tf.keras.callbacks.History()
-    history.history, history.epoch = {}, []
-    trained = False
     with catch_stop_signals() as stop_signal:
         def should_stop() -> str | None:
             return stop_signal() or ("preempted by the master" if ctx.session.should_preempt()
@@ -252,45 +249,64 @@ def fit(ctx: KerasContext, model: tf.keras.Model, **kwargs: Any) -> tf.keras.cal
             should_stop, save if ctx.checkpoint_period else lambda: None, dist,
             every=1 if dist.size == 1 else STOP_CHECK_EVERY,
         )
+        trainer = _Trainer(ctx, model, kwargs, position, steps, period,
+                           [*ours_first, *user_callbacks, *ours_last], stopper)
         try:
-            while True:
-                target = operation or Length(epochs=script_epochs)
-                calls = plan_calls(position.epoch, position.batch, target=target,
-                                   steps_per_epoch=steps, validation_period=period)
-                for call in calls:
-                    seg_kwargs = {**kwargs, **_call_inputs(ctx, kwargs, call)}
-                    _check_same_steps(ctx, seg_kwargs)
-                    stop_at = [StopAt(position, call.stop_at)] if call.stop_at else []
-                    h = model.fit(
-                        **seg_kwargs,
-                        epochs=call.epochs,
-                        initial_epoch=call.initial_epoch,
-                        callbacks=[*ours_first, *user_callbacks, *ours_last, *stop_at, stopper],
-                    )
-                    trained = True
-                    for k, v in h.history.items():
-                        history.history.setdefault(k, []).extend(v)
-                    history.epoch.extend(h.epoch)
-                    history.params = h.params
-                    if model.stop_training and not _reached(position, call.stop_at):
-                        operation = None  # EarlyStopping and friends end the whole fit
-                        break
-                else:
-                    if operation is not None:
-                        operation = _complete_operation(ctx, model, kwargs, operation,
-                                                        position, reporter, save, restore)
-                        trained = True
-                        if operation is not None:
-                            continue
-                break
+            # one searcher operation after another (off the cluster: the script's epochs)
+            target = operation or Length(epochs=script_epochs)
+            while trainer.train_to(target) and operation is not None:
+                operation = _complete_operation(ctx, model, kwargs, operation, position,
+                                                reporter, save, restore)
+                if operation is None:
+                    break  # the searcher says stop
+                target = operation
         except Preempted as stop:
             _exit_preempted(ctx, stop, position)
-    if not trained and resume:
-        restore()  # already trained to the end: hand back the result
-    history.model = model
-    if ctx.checkpoint_period is not None and trained:
+    restore()  # a no-op unless nothing was trained: then it hands back the checkpoint's state
+    if ctx.checkpoint_period is not None and trainer.trained:
         save()
-    return history
+    trainer.history.model = model
+    return trainer.history
+
+
+class _Trainer:
+    """The ``model.fit`` calls that take training to a target, collected in one History."""
+
+    def __init__(
+        self, ctx: KerasContext, model: tf.keras.Model, kwargs: dict[str, Any],
+        position: Position, steps: int | None, period: Length | None,
+        callbacks: list[tf.keras.callbacks.Callback], stopper: StopOnSignal,
+    ) -> None:
+        self.ctx, self.model, self.kwargs = ctx, model, kwargs
+        self.position, self.steps, self.period = position, steps, period
+        self.callbacks, self.stopper = callbacks, stopper
+        self.history = tf.keras.callbacks.History()
+        self.history.history, self.history.epoch = {}, []
+        self.trained = False
+
+    def train_to(self, target: Length) -> bool:
+        """Train from the current position to ``target``, validating as planned.
+
+        False when a callback (EarlyStopping, ...) ended training before it.
+        """
+        pos = self.position
+        for call in plan_calls(pos.epoch, pos.batch, target=target,
+                               steps_per_epoch=self.steps, validation_period=self.period):
+            call_kwargs = {**self.kwargs, **_call_inputs(self.ctx, self.kwargs, call)}
+            _check_same_steps(self.ctx, call_kwargs)
+            stop_at = [StopAt(pos, call.stop_at)] if call.stop_at else []
+            h = self.model.fit(
+                **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
+                callbacks=[*self.callbacks, *stop_at, self.stopper],
+            )
+            self.trained = True
+            for k, v in h.history.items():
+                self.history.history.setdefault(k, []).extend(v)
+            self.history.epoch.extend(h.epoch)
+            self.history.params = h.params
+            if self.model.stop_training and not _reached(pos, call.stop_at):
+                return False
+        return True
 
 
 def _once(fn: Callable[[], None]) -> Callable[[], None]:
