@@ -324,3 +324,23 @@ def test_range_without_type_is_an_error_not_a_constant():
 def test_top_level_key_named_like_a_tag_keeps_its_name():
     msg = _error(parse_experiment_config, {"random": 1})
     assert "random: unknown field" in msg
+
+
+@pytest.mark.parametrize(
+    ("searcher", "expected"),
+    [
+        ({"name": "adaptive_asha", "max_trials": 4}, "searcher.max_length: required field"),
+        ({"name": "adaptive_asha", "max_trials": 4, "max_length": {"epochs": 4},
+          "mode": "wild"}, "searcher.mode: Input should be 'aggressive'"),
+        ({"name": "adaptive_asha", "max_trials": 4, "max_length": {"epochs": 4},
+          "divisor": 1}, "searcher.divisor:"),
+        ({"name": "random", "max_trials": 0}, "searcher.max_trials:"),
+    ],
+    ids=["asha-no-length", "asha-mode", "asha-divisor", "random-no-trials"],
+)
+def test_searcher_settings_are_checked(searcher, expected):
+    assert expected in _error(parse_experiment_config, {"searcher": searcher})
+
+
+def test_scheduling_unit_must_be_positive():
+    assert "scheduling_unit:" in _error(parse_experiment_config, {"scheduling_unit": 0})
