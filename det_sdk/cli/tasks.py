@@ -99,7 +99,10 @@ _TRIAL_HEADERS = ["TRIAL", "STATE", "BATCHES", "EPOCHS", "TARGET", "BEST", "REST
 def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
     def target(t: dict[str, Any]) -> str:
         op = t.get("searcher_length")
-        return f"{op['length']} {op['unit']}" if op else ""
+        if not op:
+            return ""
+        one = {"epochs": "epoch", "batches": "batch"}[op["unit"]]
+        return f"{op['length']} {one if op['length'] == 1 else op['unit']}"
 
     def value(v: Any) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
