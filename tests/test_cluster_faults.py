@@ -100,14 +100,22 @@ def _assert_one_value_per_step(cluster: Cluster, trial_id: int, epochs: int) -> 
                                   for g in ("training", "validation"))
 
 
-def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -> None:
-    epochs = 2
-    config = cluster.write_config("sigkill", searcher={
+def _start_until_checkpoint(cluster: Cluster, name: str,
+                            epochs: int) -> tuple[int, int, list[dict]]:
+    """A one-trial experiment of ``epochs`` (1 s pause at each epoch end), once it has
+    checkpointed: (experiment id, trial id, its checkpoints)."""
+    config = cluster.write_config(name, searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
         data={"sleep_per_epoch": 1.0})
     exp_id = create(cluster, config)
     trial_id = _until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
-    _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    known = _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    return exp_id, trial_id, known
+
+
+def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -> None:
+    epochs = 2
+    exp_id, trial_id, _ = _start_until_checkpoint(cluster, "sigkill", epochs)
     (alloc,) = _allocations(cluster, trial_id)
     # kill -9 the training python only, as the OOM killer would; its shell survives it
     (pid,) = [p for p, cmd in _group(alloc["pid"]) if "train.py" in cmd and
@@ -130,12 +138,7 @@ def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -
 
 def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> None:
     epochs = 3
-    config = cluster.write_config("dies-master-down", searcher={
-        "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
-        data={"sleep_per_epoch": 1.0})
-    exp_id = create(cluster, config)
-    trial_id = _until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
-    known = _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    exp_id, trial_id, known = _start_until_checkpoint(cluster, "dies-master-down", epochs)
     (alloc,) = _allocations(cluster, trial_id)
 
     master_pid = int((cluster.data_dir / "master.pid").read_text())
