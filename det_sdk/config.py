@@ -271,6 +271,17 @@ class ExperimentConfig(_Strict):
     reproducibility: Reproducibility = Field(default_factory=Reproducibility)
     data: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def searcher_metric(self) -> tuple[str, bool]:
+        """``(metric, smaller_is_better)`` of the searcher; ``val_loss``, smaller, without one.
+
+        >>> ExperimentConfig().searcher_metric
+        ('val_loss', True)
+        """
+        if self.searcher is None:
+            return "val_loss", True
+        return self.searcher.metric, self.searcher.smaller_is_better
+
     @model_validator(mode="before")
     @classmethod
     def _bare_hparams(cls, raw: Any) -> Any:

@@ -39,6 +39,7 @@ from det_sdk.storage import (
     CheckpointNotFoundError,
     CheckpointStorage,
     SharedFSStorage,
+    best_first,
     check_uuid,
     fsync_path,
 )
@@ -212,13 +213,12 @@ class LocalSession(Session):
         if not best:
             return rows[-1]["uuid"]
         metric, smaller = _searcher_metric(run_dir)
-        scored = [r for r in rows if metric in (r.get("metrics") or {})]
-        if not scored:
+        ranked = best_first(rows, metric, smaller)
+        if not ranked:
             raise CheckpointNotFoundError(
                 f"no checkpoint of local run {trial_id} recorded the metric {metric!r}"
             )
-        pick = min if smaller else max
-        return pick(scored, key=lambda r: r["metrics"][metric])["uuid"]
+        return ranked[0]["uuid"]
 
     def checkpoint_path(self, uuid: str) -> Path:
         # Any run of this runs directory may hold it: batch inference loads another run's.

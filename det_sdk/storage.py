@@ -23,8 +23,9 @@ import shutil
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
+__all__ = ["CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage", "best_first",
            "check_uuid", "fsync_path", "pid_alive"]
 
 _TMP_PREFIX = ".tmp-"
@@ -106,6 +107,18 @@ def check_uuid(uuid: str) -> None:
     """Refuse names that would escape the storage directory."""
     if not uuid or "/" in uuid or "\\" in uuid or uuid.startswith(".") or uuid in ("..",):
         raise ValueError(f"not a checkpoint uuid: {uuid!r}")
+
+
+def best_first(rows: list[dict[str, Any]], metric: str,
+               smaller_is_better: bool) -> list[dict[str, Any]]:
+    """Checkpoint records that hold ``metric``, best first (for "best" and retention).
+
+    >>> best_first([{"metrics": {"val_loss": 0.3}}, {"metrics": {}},
+    ...             {"metrics": {"val_loss": 0.2}}], "val_loss", True)
+    [{'metrics': {'val_loss': 0.2}}, {'metrics': {'val_loss': 0.3}}]
+    """
+    scored = [r for r in rows if metric in (r.get("metrics") or {})]
+    return sorted(scored, key=lambda r: r["metrics"][metric], reverse=not smaller_is_better)
 
 
 def pid_alive(pid: int) -> bool:

@@ -59,6 +59,11 @@ def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
                 "invalid experiment config", f"invalid experiment config{source}", 1)) from None
 
 
+def _runs_dir(runs_dir: Any) -> Path:
+    """Where local runs live: the argument, else ``DET_RUNS_DIR``, else ``./det-runs``."""
+    return Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+
+
 def _resume_target(resume: Any) -> str | None:
     if resume is None:
         resume = os.environ.get("DET_RESUME") or None
@@ -173,7 +178,7 @@ def init(
     hp = local_hparams(cfg, hparams or {})
     period = _checkpoint_period(checkpoint_period, cfg)
     dist = _distributed()
-    runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    runs = _runs_dir(runs_dir)
     target = _resume_target(resume)
     # Every process must use one seed (the data order depends on it): rank 0's.
     new_seed = dist.broadcast(_seed(cfg, seed))
@@ -197,7 +202,7 @@ def init(
 def _init_local_job(job: JobConfig, runs_dir: Any) -> KerasContext:
     """A job config off the cluster (batch inference): reads runs, trains nothing."""
     dist = _distributed()
-    runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    runs = _runs_dir(runs_dir)
     session = _open_session(dist, runs, None, {"hparams": {}, "seed": 0,
                                                "config": job.model_dump(mode="json")})
     _set_seeds(0, dist.rank)
@@ -235,7 +240,7 @@ def _training_policy(cfg: ExperimentConfig | None) -> dict[str, Any]:
     return {
         "validation_period": cfg.min_validation_period,
         "report_every": cfg.scheduling_unit,
-        "searcher_metric": cfg.searcher.metric if cfg.searcher else "val_loss",
+        "searcher_metric": cfg.searcher_metric[0],
     }
 
 

@@ -5,22 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from det_sdk.master.core import Master
 
 TOKEN_FILE = "user.token"
 INFO_FILE = "master.json"
 
 
-def _user_token(master: object, data_dir: Path) -> None:
+def _user_token(master: Master, data_dir: Path) -> None:
     """Create the user token once; owner-only, for ``det master up`` to hand to the CLI."""
     path = data_dir / TOKEN_FILE
     if path.exists():
-        master.store.add_user_token(path.read_text().strip())  # type: ignore[attr-defined]
+        master.store.add_user_token(path.read_text().strip())
         return
-    token = secrets.token_urlsafe(32)
-    master.store.add_user_token(token)  # type: ignore[attr-defined]
+    token = master.user_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")

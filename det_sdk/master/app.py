@@ -17,6 +17,7 @@ import contextlib
 import io
 import tarfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -211,10 +212,7 @@ def create_app(master: Master) -> FastAPI:
 
     @app.get("/api/v1/checkpoints/{uuid}/download")
     def download_checkpoint(uuid: str, p: Principal = Depends(principal)) -> Response:
-        info = master.checkpoint_info(uuid)
-        from pathlib import Path
-
-        path = Path(info["path"])
+        path = Path(master.checkpoint_info(uuid)["path"])
         if not path.is_dir():
             raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
         buf = io.BytesIO()

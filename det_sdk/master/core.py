@@ -16,12 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
+from det_sdk.config import (
+    ExperimentConfig,
+    Length,
+    parse_experiment_config,
+    parse_job_config,
+)
 from det_sdk.master.archive import check_archive
 from det_sdk.master.launcher import Launcher, task_env
 from det_sdk.master.searchers import brackets, initial_trials, promotes, rung_lengths
 from det_sdk.master.store import ACTIVE_TRIAL_STATES, Store
-from det_sdk.storage import fsync_path
+from det_sdk.storage import best_first, fsync_path
 
 __all__ = ["Master", "RequestError"]
 
@@ -148,7 +153,7 @@ class Master:
 
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
-        trials = [self.trial_info(t["id"]) for t in self.store.trials(exp_id)]
+        trials = [self._trial_out(t) for t in self.store.trials(exp_id)]
         progress = sum(t["progress"] for t in trials) / len(trials) if trials else 0.0
         return {
             "id": exp["id"], "name": exp["name"], "state": exp["state"],
@@ -184,14 +189,16 @@ class Master:
         return t
 
     def trial_info(self, trial_id: int) -> dict[str, Any]:
-        t = self.trial(trial_id)
+        return self._trial_out(self.trial(trial_id))
+
+    def _trial_out(self, t: dict[str, Any]) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
                 "last_error", "bracket")
         info = {k: t[k] for k in keys}
-        op = self.searcher_operation(trial_id)
+        op = self._operation(t)
         info["searcher_length"] = op and {"unit": op["unit"], "length": op["length"]}
-        info["rungs"] = self.store.trial_rungs(trial_id)
+        info["rungs"] = self.store.trial_rungs(t["id"])
         return info
 
     def trial_config(self, trial_id: int) -> ExperimentConfig:
@@ -205,9 +212,7 @@ class Master:
 
     def report_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float]) -> None:
-        cfg = self.trial_config(trial_id)
-        metric = cfg.searcher.metric if cfg.searcher else "val_loss"
-        smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
+        metric, smaller = self.trial_config(trial_id).searcher_metric
         searcher_value = metrics.get(metric) if group == "validation" else None
         if not self.store.record_metrics(trial_id, group, steps, epoch, metrics,
                                          searcher_value, smaller):
@@ -217,12 +222,14 @@ class Master:
 
     def searcher_operation(self, trial_id: int) -> dict[str, Any] | None:
         """What the trial trains to now: ``{unit, length, completed}``; None: its own choice."""
-        t = self.trial(trial_id)
-        length = self._max_length(trial_id)
+        return self._operation(self.trial(trial_id))
+
+    def _operation(self, t: dict[str, Any]) -> dict[str, Any] | None:
+        length = self._max_length(t["id"])
         if length is None:
             return None
-        target = t["target"] if t["target"] is not None else length.value
-        return {"unit": length.unit, "length": target, "completed": bool(t["searcher_done"])}
+        return {"unit": length.unit, "length": _target(t, length),
+                "completed": bool(t["searcher_done"])}
 
     def complete_operation(self, trial_id: int, unit: str, length: int,
                            metric: float) -> dict[str, Any] | None:
@@ -239,9 +246,9 @@ class Master:
         with self._lock:
             t = self.trial(trial_id)
             ladder = rung_lengths(cfg, t["bracket"])
-            target = t["target"] if t["target"] is not None else max_length.value
+            target = _target(t, max_length)
             if t["searcher_done"] or length < target:
-                return self.searcher_operation(trial_id)  # a repeat, or not there yet
+                return self._operation(t)  # a repeat, or not there yet
             if target not in ladder[:-1]:  # the last rung (or the only length): done
                 self.store.update_trial(trial_id, searcher_done=1)
                 return self.searcher_operation(trial_id)
@@ -255,7 +262,7 @@ class Master:
                 self.store.record_rung(trial_id, rung, metric, go_on, ladder[rung + 1])
         return self.searcher_operation(trial_id)
 
-    def _max_length(self, trial_id: int) -> Any:
+    def _max_length(self, trial_id: int) -> Length | None:
         cfg = self.trial_config(trial_id)
         return cfg.searcher.max_length if cfg.searcher else None
 
@@ -279,21 +286,16 @@ class Master:
         """
         cfg = self.trial_config(trial_id)
         policy = cfg.checkpoint_storage
-        metric = cfg.searcher.metric if cfg.searcher else "val_loss"
-        smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
-
-        def best(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-            scored = [r for r in rows if metric in r["metrics"]]
-            return sorted(scored, key=lambda r: r["metrics"][metric], reverse=not smaller)[:n]
-
+        metric, smaller = cfg.searcher_metric
         rows = self.store.checkpoints(trial_id)
         keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
-        keep |= {r["uuid"] for r in best(rows, policy.save_trial_best)}
+        keep |= {r["uuid"] for r in best_first(rows, metric, smaller)[:policy.save_trial_best]}
         if policy.save_experiment_best:
             exp_id = self.trial(trial_id)["experiment_id"]
             everyone = [c for t in self.store.trials(exp_id)
                         for c in self.store.checkpoints(t["id"])]
-            keep |= {r["uuid"] for r in best(everyone, policy.save_experiment_best)}
+            ranked = best_first(everyone, metric, smaller)
+            keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         base = self.checkpoint_dir(cfg)
         for r in rows:
             if r["uuid"] not in keep:
@@ -331,13 +333,11 @@ class Master:
             raise RequestError(f"trial {trial_id} has no checkpoint", status=404)
         if not best:
             return rows[-1]
-        cfg = self.trial_config(trial_id)
-        metric = cfg.searcher.metric if cfg.searcher else "val_loss"
-        smaller = cfg.searcher.smaller_is_better if cfg.searcher else True
-        scored = [r for r in rows if metric in r["metrics"]]
-        if not scored:
+        metric, smaller = self.trial_config(trial_id).searcher_metric
+        ranked = best_first(rows, metric, smaller)
+        if not ranked:
             raise RequestError(f"no checkpoint of trial {trial_id} has {metric!r}", status=404)
-        return (min if smaller else max)(scored, key=lambda r: r["metrics"][metric])
+        return ranked[0]
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.data_dir / kind / str(task_id) / "logs.txt"
@@ -498,6 +498,11 @@ class Master:
         os.replace(tmp, final)
         fsync_path(folder)
         return final
+
+
+def _target(t: dict[str, Any], max_length: Length) -> int:
+    """The length a trial trains to now: its rung (ASHA), else the searcher's max_length."""
+    return t["target"] if t["target"] is not None else max_length.value
 
 
 def _experiment_config(raw: dict[str, Any]) -> ExperimentConfig:

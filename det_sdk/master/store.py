@@ -276,14 +276,6 @@ class Store:
 
     # --- metrics and checkpoints ----------------------------------------------------------
 
-    def put_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
-                    metrics: dict[str, float]) -> None:
-        """One value per (trial, group, steps): a repeat replaces, never adds."""
-        self._exec(
-            "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
-            trial_id, group, steps, epoch, json.dumps(metrics), time.time(),
-        )
-
     def record_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float], searcher_value: float | None,
                        smaller_is_better: bool) -> bool:
