@@ -44,15 +44,34 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _wait_group_gone(pgid: int, timeout: float) -> None:
-    """Wait until no process of group ``pgid`` is left (a task ends with its last one)."""
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until no process of group ``pgid`` is left (a task ends with its last one).
+
+    Returns False if some are still there after ``timeout`` seconds.
+    """
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
-            return
+            return True
         time.sleep(0.1)
+    return False
+
+
+def _exit_file(workdir: str | Path, alloc_id: str) -> Path:
+    """Where a task's shell writes the entrypoint's exit status (beside its workdir)."""
+    return Path(workdir).parent / f"{alloc_id}.exit_code"
+
+
+def _recorded_exit(alloc: dict[str, Any]) -> int | None:
+    """The exit status the task's shell recorded, or None if it recorded none."""
+    if not alloc["workdir"]:
+        return None
+    try:
+        return int(_exit_file(alloc["workdir"], alloc["id"]).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 class Launcher:
@@ -92,7 +111,7 @@ class Launcher:
         token = secrets.token_urlsafe(24)
         if not workdir.exists():
             unpack(Path(archive).read_bytes(), workdir)
-        exit_file = workdir.parent / f"{alloc_id}.exit_code"
+        exit_file = _exit_file(workdir, alloc_id)
         command = entrypoint
         if slots > 1:
             horovodrun = Path(sys.executable).with_name("horovodrun")
@@ -144,24 +163,17 @@ class Launcher:
         while alloc["pid"] and _alive(alloc["pid"]):
             time.sleep(0.5)
         _wait_group_gone(alloc["pid"], KILL_GRACE_SECONDS + 5)
-        exit_file = Path(alloc["workdir"]).parent / f"{alloc['id']}.exit_code"
-        try:
-            code = int(exit_file.read_text().strip())
-        except (OSError, ValueError):
-            code = -signal.SIGKILL  # died without its shell writing a code
-        self._finish(alloc["id"], code)
+        code = _recorded_exit(alloc)
+        # without a recorded code it died before its shell could write one
+        self._finish(alloc["id"], -signal.SIGKILL if code is None else code)
 
     def _finish(self, alloc_id: str, code: int) -> None:
-        exit_file = None
         alloc = self.store.allocation(alloc_id)
         if alloc is None or alloc["state"] != "RUNNING":
             return
-        if alloc["workdir"]:
-            exit_file = Path(alloc["workdir"]).parent / f"{alloc_id}.exit_code"
-        if code == 0 and exit_file is not None and exit_file.exists():
-            # the shell's report is the entrypoint's own status
-            with contextlib.suppress(ValueError):
-                code = int(exit_file.read_text().strip())
+        recorded = _recorded_exit(alloc) if code == 0 else None
+        if recorded is not None:
+            code = recorded  # the shell's report is the entrypoint's own status
         self.store.update_allocation(alloc_id, state="EXITED", exit_code=code, ended=time.time())
         self.on_exit({**alloc, "exit_code": code}, code)
 
@@ -178,15 +190,9 @@ class Launcher:
             return
 
         def finish_off() -> None:
-            deadline = time.time() + grace
-            while time.time() < deadline:
-                try:
-                    os.killpg(pid, 0)
-                except ProcessLookupError:
-                    return
-                time.sleep(0.2)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+            if not _wait_group_gone(pid, grace):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
 
         threading.Thread(target=finish_off, daemon=True).start()
 
