@@ -50,39 +50,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tensorflow as tf
 from _bench_hooks import HookProfile
-from make_mnist_npz import make
+from _bench_mnist import build_model, mnist_like
 
 MODES = ("det", "plain", "predict-det", "predict-single")
 
 
 # --- data and model ---------------------------------------------------------------------------
-
-
-def mnist_like(n_train: int, n_val: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """MNIST-shaped float32 data from scripts/make_mnist_npz.py: x in [0, 1], one-hot y."""
-    raw = make(n_train, n_val, seed)
-
-    def prep(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return (x.astype(np.float32) / 255)[..., None], np.eye(10, dtype=np.float32)[y]
-
-    x_tr, y_tr = prep(raw["x_train"], raw["y_train"])
-    x_va, y_va = prep(raw["x_test"], raw["y_test"])
-    return {"x": x_tr, "y": y_tr, "x_val": x_va, "y_val": y_va}
-
-
-def build_model() -> tf.keras.Model:
-    """The Keras MNIST convnet (uncompiled)."""
-    layers = tf.keras.layers
-    return tf.keras.Sequential([
-        tf.keras.Input(shape=(28, 28, 1)),
-        layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
-        layers.MaxPooling2D(pool_size=(2, 2)),
-        layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
-        layers.MaxPooling2D(pool_size=(2, 2)),
-        layers.Flatten(),
-        layers.Dropout(0.5),
-        layers.Dense(10, activation="softmax"),
-    ])
 
 
 def fixed_model(seed: int) -> tf.keras.Model:

@@ -50,42 +50,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 from _bench_hooks import HookProfile
+from _bench_mnist import build_model, mnist_like
 
 import det_sdk as det
 
 
-def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """MNIST-shaped, learnable data (as scripts/make_mnist_npz.py draws it), ready to train.
-
-    Returns ``x`` float32 (n, 28, 28, 1) in [0, 1] and one-hot ``y`` float32 (n, 10).
-    """
-    rng = np.random.default_rng(seed)
-    prototypes = (rng.random((10, 28, 28)) > 0.8).astype(np.float32)
-    labels = rng.integers(0, 10, size=n)
-    x = (prototypes[labels] * 200 + rng.random((n, 28, 28)) * 55) / 255
-    y = np.eye(10, dtype=np.float32)[labels]
-    return x.astype(np.float32)[..., None], y
-
-
-def build_model(seed: int) -> tf.keras.Model:
+def compiled_model(seed: int) -> tf.keras.Model:
     """The Keras MNIST convnet, compiled with SGD."""
     tf.keras.utils.set_random_seed(seed)
-    layers = tf.keras.layers
-    model = tf.keras.Sequential(
-        [
-            tf.keras.Input(shape=(28, 28, 1)),
-            layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
-            layers.MaxPooling2D(pool_size=(2, 2)),
-            layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
-            layers.MaxPooling2D(pool_size=(2, 2)),
-            layers.Flatten(),
-            layers.Dropout(0.5),
-            layers.Dense(10, activation="softmax"),
-        ]
-    )
+    model = build_model()
     model.compile(
         loss="categorical_crossentropy",
         optimizer=tf.keras.optimizers.SGD(0.01),
@@ -189,9 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="time each hook of det_sdk's injected callbacks")
     args = parser.parse_args(argv)
 
-    x, y = make_data(args.samples + args.val_samples, seed=args.seed)
-    x_tr, y_tr = x[: args.samples], y[: args.samples]
-    x_va, y_va = x[args.samples:], y[args.samples:]
+    data = mnist_like(args.samples, args.val_samples, seed=args.seed)
+    x_tr, y_tr, x_va, y_va = data["x"], data["y"], data["x_val"], data["y_val"]
 
     with tempfile.TemporaryDirectory(prefix="bench-fit-") as runs_dir:
         context = det.keras.init(runs_dir=runs_dir, checkpoint_period=False, seed=args.seed)
@@ -199,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         xva, yva = context.wrap_data(x_va, y_va)
         data_a = {"x": xa, "y": ya, "val": (xva, yva)}
         data_b = {"x": x_tr, "y": y_tr, "val": (x_va, y_va)}
-        model_a, model_b = build_model(args.seed), build_model(args.seed)
+        model_a, model_b = compiled_model(args.seed), compiled_model(args.seed)
 
         print(f"tf {tf.__version__}, {os.cpu_count()} cpus; {args.samples} samples, "
               f"{args.epochs} epochs, batch 128, {args.reps} pairs; "
