@@ -13,8 +13,10 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -113,3 +115,15 @@ def create(cluster: Cluster, config: Path, model_dir: Path = MODEL_DIR, *extra: 
     out = cluster.det("experiment", "create", str(config), str(model_dir), "--json", *extra)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return json.loads(out.stdout)["id"]
+
+
+def wait_until(what: str, cond: Callable[[], Any], timeout: float = 180.0,
+               every: float = 0.1) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.time() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)

@@ -21,7 +21,15 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.cluster_harness import DET, MODEL_DIR, Cluster, create, describe, free_port
+from tests.cluster_harness import (
+    DET,
+    MODEL_DIR,
+    Cluster,
+    create,
+    describe,
+    free_port,
+    wait_until,
+)
 from tests.conftest import REPO
 
 
@@ -210,11 +218,9 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 6}},
         data={"sleep_per_epoch": 1.0})
     exp_id = create(cluster, config)
-    deadline = time.time() + 120
-    while not json.loads(cluster.det("checkpoint", "list", "--json").stdout) or \
-            describe(cluster, exp_id)["trials"][0]["epoch"] < 1:
-        assert time.time() < deadline
-        time.sleep(0.5)
+    wait_until("a checkpoint and an epoch", lambda: json.loads(
+        cluster.det("checkpoint", "list", "--json").stdout) and describe(
+        cluster, exp_id)["trials"][0]["epoch"] >= 1, timeout=120, every=0.5)
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, 9)  # no goodbye
     time.sleep(4)  # the trial keeps training and keeps its reports for later
@@ -236,10 +242,8 @@ def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 50}},
         data={"sleep_per_epoch": 1.0})
     exp_id = create(cluster, config)
-    deadline = time.time() + 120
-    while describe(cluster, exp_id)["trials"][0]["state"] != "RUNNING":
-        assert time.time() < deadline
-        time.sleep(0.3)
+    wait_until("the trial to run", lambda: describe(
+        cluster, exp_id)["trials"][0]["state"] == "RUNNING", timeout=120, every=0.3)
     db = sqlite3.connect(cluster.data_dir / "master.db")
     (pid,) = db.execute("SELECT pid FROM allocations WHERE trial_id = ? AND state = 'RUNNING'",
                         (describe(cluster, exp_id)["trials"][0]["id"],)).fetchone()

@@ -10,29 +10,14 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from tests.cluster_harness import Cluster, create, describe
+from tests.cluster_harness import Cluster, create, describe, wait_until
 
 DEADLINE = 180.0  # seconds; generous for a loaded 2-core machine
 STEPS_PER_EPOCH = 10  # tests/cluster_model: 160 samples, global batch 16
-
-
-def _until(what: str, cond: Callable[[], Any], timeout: float = DEADLINE,
-           every: float = 0.1) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.time() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
 
 
 def _trial(cluster: Cluster, exp_id: int) -> dict:
@@ -108,8 +93,8 @@ def _start_until_checkpoint(cluster: Cluster, name: str,
         "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
         data={"sleep_per_epoch": 1.0})
     exp_id = create(cluster, config)
-    trial_id = _until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
-    known = _until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
+    trial_id = wait_until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
+    known = wait_until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
     return exp_id, trial_id, known
 
 
@@ -144,7 +129,7 @@ def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> 
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, signal.SIGKILL)
     os.killpg(alloc["pid"], signal.SIGKILL)  # the shell and the training python
-    _until("the old master and the trial to be gone", lambda: _gone(master_pid) and not
+    wait_until("the old master and the trial to be gone", lambda: _gone(master_pid) and not
            _group(alloc["pid"]) and _gone(alloc["pid"]), timeout=60)
     # the trial cannot have finished: it had (at least) one more epoch of >= 1 s to go
     assert not (Path(alloc["workdir"]).parent / f"{alloc['id']}.exit_code").exists()
@@ -186,11 +171,11 @@ def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
     paused = cluster.write_config("hvd-paused", **common, data={
         "weights_out": str(cluster.root / "hvd-paused.npz"), "sleep_per_epoch": 1.0})
     exp_id = create(cluster, paused)
-    trial = _until("the trial running", lambda: next(
+    trial = wait_until("the trial running", lambda: next(
         (t for t in describe(cluster, exp_id)["trials"] if t["state"] == "RUNNING"), None))
     assert trial["epoch"] == 0  # nothing trained yet
     assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
-    _until("PAUSED", lambda: _trial_api(cluster, trial["id"])["state"] == "PAUSED", every=0.3)
+    wait_until("PAUSED", lambda: _trial_api(cluster, trial["id"])["state"] == "PAUSED", every=0.3)
     assert describe(cluster, exp_id)["state"] == "PAUSED"
     ckpts = _checkpoints(cluster, trial["id"])
     assert [(c["epoch"], c["batch"], c["steps_completed"]) for c in ckpts] == [

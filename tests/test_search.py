@@ -17,7 +17,7 @@ import yaml
 
 from det_sdk.master.archive import pack
 from det_sdk.master.core import Master, RequestError
-from tests.cluster_harness import Cluster, create, describe
+from tests.cluster_harness import Cluster, create, describe, wait_until
 
 ASHA = {
     "name": "adaptive_asha", "metric": "val_handicapped_loss", "max_length": {"epochs": 4},
@@ -114,16 +114,6 @@ def test_random_with_the_same_seed_creates_the_same_trials(cluster: Cluster) -> 
     assert len({json.dumps(h, sort_keys=True) for h in first}) == 5
 
 
-def _wait(cluster: Cluster, exp_id: int, until, timeout: float = 300) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        exp = describe(cluster, exp_id)
-        if until(exp):
-            return exp
-        assert time.time() < deadline, exp
-        time.sleep(0.5)
-
-
 def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluster) -> None:
     """8 real trials, rungs of 1, 2 and 4 epochs, divisor 2; the master is killed mid-search."""
     config = cluster.write_config(
@@ -131,7 +121,8 @@ def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluste
         hyperparameters={"learning_rate": 0.05, "global_batch_size": 16,
                          "handicap": {"type": "double", "minval": 0, "maxval": 10}})
     exp_id = create(cluster, config)
-    _wait(cluster, exp_id, lambda e: sum(len(t["rungs"]) for t in e["trials"]) >= 3)
+    wait_until("3 rung results", lambda: sum(
+        len(t["rungs"]) for t in describe(cluster, exp_id)["trials"]) >= 3, timeout=300)
     os.kill(int((cluster.data_dir / "master.pid").read_text()), 9)
     time.sleep(2)
     cluster.up()
