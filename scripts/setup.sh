@@ -1,54 +1,104 @@
 #!/usr/bin/env bash
-# Set up det_sdk for development in ./.venv, safe to re-run: every step is
-# skipped when what it would install is already there.
+# Set up det_sdk for development, safe to re-run: every step is skipped when
+# what it would install is already there.
 #
-#   bash scripts/setup.sh          # venv + TensorFlow + Horovod + det_sdk (editable, dev tools)
-#   bash scripts/setup.sh --train  # the same, then a first local training run of examples/train.py
+#   bash scripts/setup.sh                  # .venv: TF 2.21 + Keras 3 + Horovod + det_sdk (editable, dev tools)
+#   bash scripts/setup.sh --train          # the same, then a first local training run of examples/train.py
+#   bash scripts/setup.sh --stack keras2   # .venv-keras2: TF 2.15 + Keras 2 (tf.keras) + Horovod + det_sdk
 #
 # Horovod is not a plain dependency of the package: it compiles against the
 # TensorFlow already installed, so it must come after TF and without build
-# isolation (see DESIGN.md for the measured pair TF 2.15.1 + Horovod 0.28.1).
+# isolation. Horovod 0.28.1 (its last release) needs a one-line patch to build
+# against TF >= 2.16 (DESIGN.md); the wheel built here is kept in
+# $DET_SDK_CACHE (default ~/.cache/det_sdk), one per TensorFlow version, so a
+# re-run or a fresh clone on the same machine installs it in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+STACK=keras3
+TRAIN=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --train) TRAIN=1 ;;
+    --stack) STACK=${2:?--stack needs keras3 or keras2}; shift ;;
+    --stack=*) STACK=${1#--stack=} ;;
+    *) echo "setup: unknown argument $1 (expected --train, --stack keras3|keras2)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+case "$STACK" in
+  # Today's stack: what `pip install tensorflow` gives (TF 2.21 ships Keras 3).
+  keras3) VENV=.venv; TF_PINS=("tensorflow-cpu==2.21.0") ;;
+  # The previous stack: TF 2.15's own tf.keras (Keras 2); no wheels for Python >= 3.12.
+  keras2) VENV=.venv-keras2; TF_PINS=("tensorflow-cpu==2.15.1" "numpy<2" "protobuf<5") ;;
+  *) echo "setup: --stack must be keras3 or keras2, not '$STACK'" >&2; exit 2 ;;
+esac
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-TF_PIN="tensorflow-cpu==2.15.1"
-HOROVOD_PIN="horovod==0.28.1"
+HOROVOD_VERSION=0.28.1
+CACHE=${DET_SDK_CACHE:-$HOME/.cache/det_sdk}
 
-say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+say() { printf '\033[1m[setup %s]\033[0m %s\n' "$STACK" "$*"; }
 
-if [ ! -x .venv/bin/python ]; then
-  say "creating .venv with $($PYTHON --version)"
-  "$PYTHON" -m venv .venv
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV with $($PYTHON --version)"
+  "$PYTHON" -m venv "$VENV"
 fi
-PY=.venv/bin/python
+PY=$VENV/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if ! $PY -c "import tensorflow" >/dev/null 2>&1; then
-  say "installing $TF_PIN"
-  $PY -m pip install -q "$TF_PIN" "numpy<2" "protobuf<5" setuptools wheel
+  say "installing ${TF_PINS[*]}"
+  $PY -m pip install -q "${TF_PINS[@]}" setuptools wheel
 fi
+TF_VERSION=$($PY -c "import importlib.metadata as m; print(m.version('tensorflow-cpu'))" 2>/dev/null \
+  || $PY -c "import tensorflow as tf; print(tf.__version__)")
 
-if ! $PY -c "import horovod.tensorflow" >/dev/null 2>&1; then
-  say "building $HOROVOD_PIN against TensorFlow (about 2 minutes the first time; pip caches the wheel)"
-  # cmake from PyPI (4.x) breaks Horovod's build: use the system cmake 3.x.
+build_horovod() {  # build Horovod's wheel against this venv's TF into $1
+  local out=$1 src
+  src=$(mktemp -d)
   command -v cmake >/dev/null || { echo "setup: Horovod needs cmake 3.x and a C++ compiler on PATH" >&2; exit 1; }
+  $PY -m pip download -q --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION"
+  tar -xzf "$src"/horovod-*.tar.gz -C "$src"
+  local tree=$src/horovod-$HOROVOD_VERSION
+  # TF >= 2.16 moved XLA's headers; Horovod's XLA ops are only for GPUs, so a
+  # CPU build leaves them out (the guard below is the whole patch).
+  sed -i 's/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/' \
+    "$tree/horovod/tensorflow/xla_mpi_ops.cc"
+  # cmake from PyPI (4.x) breaks Horovod's build: the system cmake 3.x is used.
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 MAKEFLAGS=-j2 \
-    $PY -m pip install -q --no-build-isolation "$HOROVOD_PIN"
+    $PY -m pip wheel -q --no-deps --no-build-isolation -w "$out" "$tree"
+  rm -rf "$src"
+}
+
+if ! $PY -c "import horovod.tensorflow" >/dev/null 2>&1; then
+  wheel_dir=$CACHE/wheels/horovod-$HOROVOD_VERSION-tf-$TF_VERSION-$($PY -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+    say "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (2-10 minutes, once per machine)"
+    mkdir -p "$wheel_dir.tmp"
+    build_horovod "$wheel_dir.tmp"
+    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
+  fi
+  say "installing Horovod from $wheel_dir"
+  $PY -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
+  # Horovod's runtime dependencies (horovodrun), without letting pip touch TF.
+  $PY -m pip install -q cloudpickle psutil pyyaml packaging cffi
 fi
 
 if ! $PY -c "import det_sdk, pytest, ruff" >/dev/null 2>&1 \
-   || [ pyproject.toml -nt .venv/.det_sdk_installed ]; then
+   || [ pyproject.toml -nt "$VENV/.det_sdk_installed" ]; then
   say "installing det_sdk (editable) with its dev tools"
   $PY -m pip install -q --no-build-isolation -e ".[dev]"
-  touch .venv/.det_sdk_installed
+  touch "$VENV/.det_sdk_installed"
 fi
 
-say "ready: $($PY -c 'import tensorflow as tf, horovod, det_sdk; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}, det_sdk {det_sdk.__version__}")' 2>/dev/null)"
+say "ready: $($PY -c 'import tensorflow as tf, horovod, det_sdk; from det_sdk.keras import _compat as c; print(f"tensorflow {tf.__version__}, keras {c.KERAS_VERSION}, horovod {horovod.__version__}, det_sdk {det_sdk.__version__}")' 2>/dev/null \
+  || $PY -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")')"
 
-if [ "${1:-}" = "--train" ]; then
+if [ "$TRAIN" = 1 ]; then
   # No network here for keras.datasets.mnist: train on a small MNIST-shaped
   # file instead (on a laptop with internet, plain `python examples/train.py`
   # downloads the real MNIST).
