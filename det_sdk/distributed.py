@@ -85,12 +85,16 @@ class DistributedContext(ABC):
         """True on every process when ``flag`` is true on any (agreeing to stop together)."""
         return any(self.allgather(bool(flag)))
 
-    def distributed_optimizer(self, optimizer: Any) -> Any:
-        """An optimizer that averages gradients across processes (itself on one)."""
-        return optimizer
+    def average_gradients(self, grads: list[Any]) -> list[Any]:
+        """TF gradients averaged over all processes (None entries stay None).
+
+        Called inside the optimizer's step (a ``tf.function``): every process
+        must apply the same optimizers in the same order.
+        """
+        return grads
 
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
-        """Set TF ``variables`` on every process to ``root``'s values (nothing on one)."""
+        """Set ``tf.Variable``s on every process to ``root``'s values (nothing on one)."""
         return None
 
 
@@ -168,10 +172,24 @@ class HorovodProcesses(DistributedContext):
                                     name=self._name("any"))
         return float(total) > 0
 
-    def distributed_optimizer(self, optimizer: Any) -> Any:
-        import horovod.tensorflow.keras as hvd_keras
+    def average_gradients(self, grads: list[Any]) -> list[Any]:
+        # Horovod's plain TF ops, not its Keras wrappers (which average nothing on
+        # Keras 3). Dense gradients go in one grouped allreduce (one fused
+        # collective per step); sparse ones (embeddings) are gathered each.
+        import tensorflow as tf
 
-        return hvd_keras.DistributedOptimizer(optimizer)
+        hvd = self._hvd
+        out = list(grads)
+        dense = [i for i, g in enumerate(grads)
+                 if g is not None and not isinstance(g, tf.IndexedSlices)]
+        if dense:
+            averaged = hvd.grouped_allreduce([grads[i] for i in dense], op=hvd.Average)
+            for i, g in zip(dense, averaged):
+                out[i] = g
+        for i, g in enumerate(grads):
+            if isinstance(g, tf.IndexedSlices):
+                out[i] = hvd.allreduce(g, op=hvd.Average)
+        return out
 
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
         if variables:

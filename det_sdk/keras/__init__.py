@@ -8,9 +8,17 @@ Importing this module imports TensorFlow; ``import det_sdk`` alone does not.
 64
 """
 
-from det_sdk.keras._checkpoint import CheckpointCorruptError
+from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DivergenceError
 from det_sdk.keras._context import KerasContext, TrainingContext
 from det_sdk.keras._data import ShardedArray
 from det_sdk.keras._init import init
 
-__all__ = ["CheckpointCorruptError", "KerasContext", "ShardedArray", "TrainingContext", "init"]
+__all__ = [
+    "CheckpointCorruptError",
+    "CheckpointMismatchError",
+    "DivergenceError",
+    "KerasContext",
+    "ShardedArray",
+    "TrainingContext",
+    "init",
+]

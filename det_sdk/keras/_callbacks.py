@@ -23,16 +23,17 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.keras import _compat
 from det_sdk.session import Session
 
 __all__ = [
     "AverageMetrics",
-    "BroadcastState",
+    "CheckInSync",
     "MetricsReporter",
     "PeriodicCheckpoint",
     "Position",
     "Preempted",
-    "RestoreState",
+    "SequenceEpochEnd",
     "StopAt",
     "StopOnSignal",
     "TensorBoardScalars",
@@ -53,7 +54,7 @@ class Position:
         return asdict(self)
 
 
-class _Callback(tf.keras.callbacks.Callback):
+class _Callback(_compat.keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
         # Our hooks never read the batch logs: let Keras skip converting them to
@@ -99,37 +100,44 @@ class TrackPosition(_Callback):
         self._offset = 0
 
 
-class RestoreState(_Callback):
-    """Load weights, optimizer and RNG state from a checkpoint when training begins.
+class CheckInSync(_Callback):
+    """The divergence guard's hook: after the first step of a fit and at every epoch end.
 
-    >>> cb = RestoreState(lambda: None)  # restore() runs in on_train_begin
+    ``check(where)`` compares the processes' weights and raises if they differ.
+
+    >>> cb = CheckInSync(lambda where: None, Position(0, 0, 0))
     """
 
-    def __init__(self, restore: Callable[[], None]) -> None:
+    def __init__(self, check: Callable[[str], None], position: Position) -> None:
         super().__init__()
-        self._restore: Callable[[], None] | None = restore
+        self.check = check
+        self.position = position
+        self._first_done = False
 
-    def on_train_begin(self, logs: Any = None) -> None:
-        if self._restore is not None:
-            self._restore()
-            self._restore = None  # once per fit, not per segment
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if not self._first_done:
+            self._first_done = True
+            self.check(f"after step {self.position.steps_completed} (the first of this fit)")
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.check(f"at the end of epoch {epoch + 1}")
 
 
-class BroadcastState(_Callback):
-    """Start every process from rank 0's variables (after any restore).
+class SequenceEpochEnd(_Callback):
+    """Call a ``keras.utils.Sequence``'s ``on_epoch_end()`` at each epoch end, as Keras does.
 
-    Before the first step, not after it as Horovod's own callback does: the first
-    update is then the same as one process's.
+    ``context.fit`` feeds a Sequence through its own pipeline (see
+    ``_data.sequence_pipeline``), so Keras no longer calls the hook itself.
 
-    >>> cb = BroadcastState(lambda: None)
+    >>> # SequenceEpochEnd(my_sequence)
     """
 
-    def __init__(self, broadcast: Callable[[], None]) -> None:
+    def __init__(self, seq: Any) -> None:
         super().__init__()
-        self._broadcast = broadcast
+        self.seq = getattr(seq, "full", seq)  # a ShardedSequence's whole Sequence
 
-    def on_train_begin(self, logs: Any = None) -> None:
-        self._broadcast()
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.seq.on_epoch_end()
 
 
 class AverageMetrics(_Callback):
@@ -322,6 +330,25 @@ class StopAt(_Callback):
             self.model.stop_training = True
 
 
+def _scalar_metadata() -> bytes:
+    """The summary metadata that marks a value as a TensorBoard scalar.
+
+    ``tf.summary.scalar`` lives in the ``tensorboard`` package, which TF >= 2.16 no
+    longer installs; the low-level ``tf.summary.write`` with this metadata writes
+    the same event without it.
+    """
+    from tensorflow.core.framework import summary_pb2
+
+    meta = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    )
+    return meta.SerializeToString()
+
+
+_SCALAR_METADATA = _scalar_metadata()
+
+
 class TensorBoardScalars(_Callback):
     """Write each epoch's metrics as TensorBoard scalars (step = batches trained).
 
@@ -349,7 +376,8 @@ class TensorBoardScalars(_Callback):
                 continue
             with self._writer(name).as_default(step=self.position.steps_completed):
                 for k, v in metrics.items():
-                    tf.summary.scalar(k.removeprefix("val_"), v)
+                    tf.summary.write(k.removeprefix("val_"), tf.constant(v, tf.float32),
+                                     metadata=_SCALAR_METADATA)
             self._writer(name).flush()
 
     def on_train_end(self, logs: Any = None) -> None:

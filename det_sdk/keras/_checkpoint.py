@@ -29,6 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 import det_sdk
+from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError
+from det_sdk.keras import _compat
 
 __all__ = [
     "CheckpointCorruptError",
@@ -45,77 +47,49 @@ FORMAT_VERSION = 1
 _FILES = ("metadata.json", "model.json", "state.json", "state.bin")
 
 
-class CheckpointCorruptError(RuntimeError):
-    """A checkpoint directory whose files are missing, truncated or unreadable."""
-
-
 # --- what is in a model's training state -----------------------------------------------
 
 
-def _rng_generators(model: tf.keras.Model) -> list[tf.random.Generator]:
-    """The ``tf.random.Generator`` of each layer that draws random numbers (Dropout...).
-
-    Their state is part of the training state: without it a resumed run draws the
-    dropout masks of its first epoch again and diverges from an uninterrupted one.
-    """
-    gens = []
-    for layer in model.submodules:
-        rg = getattr(layer, "_random_generator", None)
-        if rg is None or not hasattr(rg, "_maybe_init"):
-            continue
-        rg._maybe_init()
-        gen = getattr(rg, "_generator", None)
-        if isinstance(gen, tf.random.Generator):
-            gens.append(gen)
-    return gens
-
-
-def optimizer_variables(opt: Any, model: tf.keras.Model) -> list[tf.Variable]:
+def optimizer_variables(opt: Any, model: Any) -> list[Any]:
     """All variables of an optimizer, created now if it has not run yet."""
-    if isinstance(opt, tf.keras.optimizers.legacy.Optimizer):
-        opt._create_all_weights(model.trainable_variables)  # idempotent
-    elif not getattr(opt, "_built", False):
-        opt.build(model.trainable_variables)
-    variables = opt.variables
-    return list(variables() if callable(variables) else variables)
+    return _compat.optimizer_variables(opt, model.trainable_variables)
 
 
-def rng_state(model: tf.keras.Model) -> list[np.ndarray]:
-    """This process's random-generator states (each process of a run has its own)."""
-    return [g.state.numpy() for g in _rng_generators(model)]
+def rng_state(model: Any) -> list[np.ndarray]:
+    """This process's random-generator states (each process of a run has its own).
+
+    Without them a resumed run draws the dropout masks of its first epoch again
+    and diverges from an uninterrupted one.
+    """
+    return [np.asarray(v.numpy()) for v in _compat.rng_variables(model)]
 
 
 def _state_groups(
-    model: tf.keras.Model, optimizers: Sequence[Any], rank: int = 0
+    model: Any, optimizers: Sequence[Any], rank: int = 0
 ) -> list[tuple[str, list]]:
     """Named lists of variables: the model's, each optimizer's, and this rank's RNGs."""
     groups: list[tuple[str, list]] = [("model", list(model.weights))]
     for i, opt in enumerate(optimizers):
         groups.append((f"optimizer:{i}", optimizer_variables(opt, model)))
-    groups.append((f"rng:{rank}", [g.state for g in _rng_generators(model)]))
+    groups.append((f"rng:{rank}", _compat.rng_variables(model)))
     return groups
 
 
 # --- saving -----------------------------------------------------------------------------
 
 
-def _keras_version() -> str:
-    import keras  # tf.keras is Keras 2 from the `keras` distribution, which has the version
-
-    return str(getattr(keras, "__version__", "unknown"))
-
-
 def framework_versions() -> dict[str, str]:
     return {
         "det_sdk": det_sdk.__version__,
         "tensorflow": tf.__version__,
-        "keras": _keras_version(),
+        "keras": _compat.KERAS_VERSION,
+        "keras_package": _compat.KERAS_PACKAGE,
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
 
 
-def _compile_config(model: tf.keras.Model, optimizer: Any) -> dict[str, Any] | None:
+def _compile_config(model: Any, optimizer: Any) -> dict[str, Any] | None:
     try:
         config = model.get_compile_config()
     except Exception:
@@ -125,13 +99,13 @@ def _compile_config(model: tf.keras.Model, optimizer: Any) -> dict[str, Any] | N
     if optimizer is not None:
         # The optimizer the user built, not a distributed wrapper around it.
         config = dict(config)
-        config["optimizer"] = tf.keras.optimizers.serialize(optimizer)
+        config["optimizer"] = _compat.keras.optimizers.serialize(optimizer)
     return config
 
 
 def save_checkpoint(
     path: Path,
-    model: tf.keras.Model,
+    model: Any,
     optimizers: Sequence[Any],
     metadata: Mapping[str, Any],
     plain_optimizer: Any = None,
@@ -144,11 +118,11 @@ def save_checkpoint(
     alone, as rank 0). Returns the number of bytes written.
     """
     groups = [
-        (group, [(v.name, v.numpy()) for v in variables])
+        (group, [(_compat.variable_name(v), v.numpy()) for v in variables])
         for group, variables in _state_groups(model, optimizers)
         if not group.startswith("rng:")
     ]
-    names = [g.state.name for g in _rng_generators(model)]
+    names = [_compat.variable_name(v) for v in _compat.rng_variables(model)]
     for rank, states in enumerate(rng_states if rng_states is not None else [rng_state(model)]):
         groups.append((f"rng:{rank}", list(zip(names, states))))
     index = []
@@ -178,7 +152,8 @@ def save_checkpoint(
             "compile_config": _compile_config(model, plain_optimizer),
         },
     )
-    meta = {"format_version": FORMAT_VERSION, "framework": framework_versions(), **metadata}
+    meta = {"format_version": FORMAT_VERSION, "keras_major": _compat.KERAS_MAJOR,
+            "framework": framework_versions(), **metadata}
     _write_json(path / "metadata.json", meta)
     return sum((path / name).stat().st_size for name in _FILES)
 
@@ -211,6 +186,15 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise CheckpointCorruptError(
             f"checkpoint {path} has format version {meta.get('format_version')!r}; "
             f"this det_sdk reads version {FORMAT_VERSION}"
+        )
+    major = meta.get("keras_major", 2)  # checkpoints from before Keras 3 support: Keras 2
+    if major != _compat.KERAS_MAJOR:
+        raise CheckpointMismatchError(
+            f"checkpoint {path} was saved by Keras {major} "
+            f"({meta.get('framework', {}).get('keras', 'unknown version')}) but this process "
+            f"runs Keras {_compat.KERAS_VERSION}: the two store layers, optimizer state and "
+            f"random state differently. Load it with Keras {major} (for Keras 2 on TF >= "
+            "2.16: pip install tf-keras and set TF_USE_LEGACY_KERAS=1)"
         )
     return meta
 
@@ -265,7 +249,7 @@ def _assign(
 
 
 def restore_state(
-    path: Path, model: tf.keras.Model, optimizers: Sequence[Any], rank: int = 0
+    path: Path, model: Any, optimizers: Sequence[Any], rank: int = 0
 ) -> dict[str, Any]:
     """Load weights, optimizer and process ``rank``'s RNG state from ``path``.
 
@@ -279,7 +263,7 @@ def restore_state(
 
 def _assign_groups(
     path: Path,
-    model: tf.keras.Model,
+    model: Any,
     optimizers: Sequence[Any],
     arrays: Mapping[str, list],
     rank: int = 0,
@@ -295,12 +279,12 @@ def _assign_groups(
         _assign(group, variables, saved, path)
 
 
-def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> tf.keras.Model:
+def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> Any:
     """A compiled Keras model (architecture, weights, optimizer state) from a checkpoint."""
     read_metadata(path)
     spec = _read_json(path / "model.json")
     try:
-        model = tf.keras.models.model_from_json(
+        model = _compat.keras.models.model_from_json(
             json.dumps(spec["model_config"]), custom_objects=dict(custom_objects or {})
         )
     except (ValueError, TypeError, KeyError) as err:
@@ -310,7 +294,7 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> t
         ) from None
     optimizers = []
     if spec.get("compile_config"):
-        with tf.keras.utils.custom_object_scope(dict(custom_objects or {})):
+        with _compat.keras.utils.custom_object_scope(dict(custom_objects or {})):
             model.compile_from_config(spec["compile_config"])
         optimizers = [model.optimizer]
     _assign_groups(path, model, optimizers, _read_arrays(path))

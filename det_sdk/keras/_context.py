@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import time
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
 
-from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
-from det_sdk.keras import _checkpoint, _data, _fit
-from det_sdk.keras._callbacks import Position
+from det_sdk.keras import _checkpoint, _compat, _data, _fit
+from det_sdk.keras._callbacks import Preempted
+from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
 from det_sdk.session import Session
 
 __all__ = ["KerasContext", "TrainingContext"]
-
-
-def _trains_only(optimizer: Any, model: tf.keras.Model) -> bool:
-    """True if ``optimizer`` has been built, for variables of ``model`` only."""
-    built_for = getattr(optimizer, "_index_dict", None)
-    if not getattr(optimizer, "_built", False) or not built_for:
-        return False
-    own = {optimizer._var_key(v) for v in model.trainable_variables}
-    return set(built_for) <= own
-
-
-def _weighted_mean(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
-    """Mean of per-process metric dicts, weighted by each process's sample count."""
-    total = sum(n for _, n in parts if n)
-    keys = next((list(m) for m, n in parts if m), [])
-    return {k: sum(float(m[k]) * n for m, n in parts if n and m) / total for k in keys}
-
-_OPTIMIZER_TYPES = (tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer)
 
 
 class TrainingContext:
@@ -66,31 +48,20 @@ class KerasContext:
         session: Session,
         hparams: HParams | None,
         config_data: Mapping[str, Any],
-        seed: int,
-        checkpoint_period: Length | None,
+        policy: TrainingPolicy,
         info: ClusterInfo | None = None,
-        validation_period: Length | None = None,
-        report_every: int | None = None,
-        searcher_metric: str = "val_loss",
-        max_length: Length | None = None,
     ) -> None:
         self.distributed = distributed
         self.session = session
         self.config_data: dict[str, Any] = dict(config_data)
-        self.seed = seed
-        self.checkpoint_period = checkpoint_period
         self.info = info
-        self.validation_period = validation_period  # the config's min_validation_period
-        self.report_every = report_every  # batches between training-metric reports
-        self.searcher_metric = searcher_metric
-        self.max_length = max_length  # the searcher's full length, for progress
         self._training = TrainingContext(hparams) if hparams is not None else None
-        self._optimizers: list[Any] = []  # as wrapped, in the order wrapped
-        self._given: dict[int, Any] = {}  # id(wrapped) -> the optimizer the user built
-        # The checkpoint a resumed run continues from: the first fit consumes it; a
-        # later fit in the same process trains its model afresh.
-        self._resume_uuid: str | None = session.latest_checkpoint
-        self._position: Position | None = None  # where the latest fit got to
+        self._loop = TrainingLoop(distributed, session, policy, hparams)
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (recorded; a resumed run reuses it)."""
+        return self._loop.policy.seed
 
     # --- hyperparameters ------------------------------------------------------------------
 
@@ -127,23 +98,19 @@ class KerasContext:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """Track ``optimizer`` so its state is checkpointed; distribute it when needed.
 
-        Wrap each optimizer of a multi-optimizer model.
+        With several processes it returns a new optimizer of the same class and
+        settings that averages gradients across processes where they are applied
+        (``apply``/``apply_gradients``): ``fit``, a custom ``train_step``, gradient
+        clipping and loss scaling all see the averaged gradients. Wrap each
+        optimizer of a multi-optimizer model (a GAN's two).
 
         >>> opt = context.wrap_optimizer(keras.optimizers.SGD(0.01))
         """
-        if not isinstance(optimizer, _OPTIMIZER_TYPES):
-            raise TypeError(
-                "wrap_optimizer: expected a keras optimizer instance, got "
-                f"{type(optimizer).__name__}"
-            )
-        wrapped = self.distributed.distributed_optimizer(optimizer)
-        self._optimizers.append(wrapped)
-        self._given[id(wrapped)] = optimizer
-        return wrapped
+        return self._loop.wrap_optimizer(optimizer)
 
     # --- training -------------------------------------------------------------------------
 
-    def fit(self, model: tf.keras.Model, *args: Any, **kwargs: Any) -> tf.keras.callbacks.History:
+    def fit(self, model: Any, *args: Any, **kwargs: Any) -> Any:
         """Train ``model`` as ``model.fit`` would, with checkpoints, metrics and resumption.
 
         Takes what ``model.fit`` takes, plus the proposal's ``x_val``/``y_val``.
@@ -162,10 +129,25 @@ class KerasContext:
             if name in kwargs:
                 raise TypeError(f"context.fit: got two values for {name!r}")
             kwargs[name] = value
-        return _fit.fit(self, model, **kwargs)
+        outcome = _fit.run_fit(self._loop, model, kwargs)
+        if outcome.stopped is not None:
+            self._exit_stopped(outcome.stopped)
+        return outcome.history
+
+    def _exit_stopped(self, stop: Preempted) -> None:
+        """A stop (signal, preemption) ends the script once its checkpoint is saved."""
+        pos = self._loop.position
+        where = f"epoch {pos.epoch}, batch {pos.batch}" if pos else "the start"
+        if self.distributed.is_chief:
+            saved = f"checkpoint {stop.uuid} saved" if stop.uuid else "no checkpoint saved"
+            hint = self.session.resume_hint() if hasattr(self.session, "resume_hint") else ""
+            print(f"det_sdk: stopped by {stop.reason} at {where}; {saved}. {hint}".rstrip(),
+                  file=sys.stderr, flush=True)
+        self.close()
+        raise SystemExit(130 if stop.reason == "SIGINT" else 0)
 
     def evaluate(
-        self, model: tf.keras.Model, x: Any = None, y: Any = None, **kwargs: Any
+        self, model: Any, x: Any = None, y: Any = None, **kwargs: Any
     ) -> Any:
         """``model.evaluate`` over all processes, recorded as metrics (group ``evaluation``).
 
@@ -177,18 +159,17 @@ class KerasContext:
         >>> loss, acc = context.evaluate(model, x_test, y_test)
         """
         want_dict = kwargs.pop("return_dict", False)
-        results = self._evaluate_all(model, x, y, **kwargs)
+        results = self._loop.evaluate_all(model, x, y, **kwargs)
         if self.distributed.is_chief:
-            pos = self._position or Position(**(self._resume_position() or
-                                                 {"epoch": 0, "batch": 0, "steps_completed": 0}))
+            pos = self._loop.peek_position()
             self.session.report_metrics("evaluation", pos.steps_completed, pos.epoch, results)
         if want_dict:
             return results
-        values = list(results.values())
+        values = _compat.metrics_in_order(model, results)
         return values[0] if len(values) == 1 else values
 
     def predict(
-        self, model: tf.keras.Model, x: Any, *, all_ranks: bool = True, **kwargs: Any
+        self, model: Any, x: Any, *, all_ranks: bool = True, **kwargs: Any
     ) -> Any:
         """``model.predict`` across processes: the predictions for the rows of ``x``.
 
@@ -223,7 +204,7 @@ class KerasContext:
         *,
         best: bool = False,
         custom_objects: Mapping[str, Any] | None = None,
-    ) -> tf.keras.Model:
+    ) -> Any:
         """A compiled model (architecture, weights, optimizer state) from a checkpoint.
 
         Either a trial's latest checkpoint (``best=True``: best by the searcher metric)
@@ -243,82 +224,3 @@ class KerasContext:
     def close(self) -> None:
         """Deliver pending records and release the session."""
         self.session.close()
-
-    # --- used by fit ----------------------------------------------------------------------
-
-    def _evaluate_all(self, model: tf.keras.Model, x: Any, y: Any = None,
-                      **kwargs: Any) -> dict[str, float]:
-        """``model.evaluate`` of every process's part, weighted by sample counts; no records."""
-        x, y, sw, rows, _ = _data.local_part(
-            self.distributed, x, y, kwargs.pop("sample_weight", None)
-        )
-        if self.distributed.size > 1 and not self.distributed.is_chief:
-            kwargs["verbose"] = 0
-        local = (
-            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
-            if rows != 0 else {}
-        )
-        if self.distributed.size == 1:
-            return local
-        return _weighted_mean(self.distributed.allgather((local, rows or 0)))
-
-    def _tracked_optimizers(self, model: tf.keras.Model) -> list[Any]:
-        """The optimizers whose state a checkpoint holds: the model's first, then the
-        other wrapped ones that train this model's variables (another model's
-        optimizer, or one not used yet, is not this model's state)."""
-        extra = [o for o in self._optimizers
-                 if o is not model.optimizer and _trains_only(o, model)]
-        return [model.optimizer, *extra]
-
-    def _resume_position(self) -> dict[str, int] | None:
-        uuid = self._resume_uuid
-        if uuid is None:
-            return None
-        meta = _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
-        return {k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")}
-
-    def _restore_latest(self, model: tf.keras.Model) -> Any:
-        uuid = self._resume_uuid
-
-        def restore() -> None:
-            if uuid is not None:
-                path = self.session.checkpoint_path(uuid)
-                _checkpoint.restore_state(
-                    path, model, self._tracked_optimizers(model), rank=self.distributed.rank
-                )
-
-        return restore
-
-    def _broadcast_state(self, model: tf.keras.Model) -> None:
-        """Make every process start from rank 0's weights and optimizer state."""
-        variables = list(model.variables)
-        for opt in self._tracked_optimizers(model):
-            variables += _checkpoint.optimizer_variables(opt, model)
-        self.distributed.broadcast_variables(variables)
-
-    def _save_checkpoint(
-        self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float]
-    ) -> str | None:
-        # Collective: every process calls this at the same point of training.
-        rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
-        if not self.distributed.is_chief:
-            return None
-        opts = self._tracked_optimizers(model)
-        metadata = {
-            **position.as_dict(),
-            "seed": self.seed,
-            "hparams": self._training.hparams.to_dict() if self._training else {},
-            "metrics": dict(metrics),
-            "trial_id": self.session.trial_id,
-            "processes": self.distributed.size,
-            "created": time.time(),
-        }
-        with self.session.storage.store() as (uuid, path):
-            size = _checkpoint.save_checkpoint(
-                path, model, opts, metadata, rng_states=rng_states,
-                plain_optimizer=self._given.get(id(opts[0]), opts[0]),
-            )
-        self.session.report_checkpoint(
-            uuid, {**position.as_dict(), "metrics": dict(metrics), "size": size}
-        )
-        return uuid

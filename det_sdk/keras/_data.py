@@ -25,9 +25,9 @@ import numpy as np
 import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
+from det_sdk.keras import _compat
 
 __all__ = [
-    "EpochSequence",
     "ShardedArray",
     "ShardedSequence",
     "array_pipeline",
@@ -37,6 +37,8 @@ __all__ = [
     "local_part",
     "num_rows",
     "slice_rows",
+    "sequence_pipeline",
+    "sequence_steps",
     "wrap_data",
 ]
 
@@ -134,7 +136,7 @@ def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: An
             raise ValueError("wrap_data: with a tf.data.Dataset, pass only the dataset "
                              "(its elements carry the targets)")
         return x if dist.size == 1 else x.shard(dist.size, dist.rank)
-    if isinstance(x, tf.keras.utils.Sequence):
+    if isinstance(x, _compat.SequenceBase):
         if y is not None or sample_weight is not None:
             raise ValueError("wrap_data: with a keras.utils.Sequence, pass only the sequence "
                              "(its batches carry the targets)")
@@ -309,7 +311,7 @@ def local_part(
 # --- keras.utils.Sequence --------------------------------------------------------------------
 
 
-class ShardedSequence(tf.keras.utils.Sequence):
+class ShardedSequence(_compat.SequenceBase):
     """One process's contiguous block of another Sequence's batches.
 
     ``context.fit`` looks through it to the whole Sequence (to share out every
@@ -345,50 +347,87 @@ def _with_weights(batch: Any, keep: float) -> Any:
     return x, y, np.asarray(w, dtype=np.float32) * keep
 
 
-class EpochSequence(tf.keras.utils.Sequence):
-    """A Sequence in a seeded per-epoch batch order, starting at (epoch, batch).
+def sequence_steps(seq: Any) -> int:
+    """Steps per epoch of a Sequence on this process (every process runs as many)."""
+    if isinstance(seq, ShardedSequence):
+        return math.ceil(len(seq.full) / seq.size)
+    return len(seq)
 
-    Keras's own ``shuffle=True`` for a Sequence draws from Python's global RNG, which
-    a resumed process cannot reproduce; this draws the order of epoch ``e`` from
-    ``(seed, e)`` alone. A :class:`ShardedSequence` is seen through: every epoch's
-    batches are dealt out to the processes in turn, each process runs
+
+def _as_batch_tuple(batch: Any) -> Any:
+    return tuple(batch) if isinstance(batch, list) else batch
+
+
+def sequence_pipeline(
+    seq: Any, *, seed: int, shuffle: bool, start_epoch: int, start_batch: int, end_epoch: int,
+) -> tuple[tf.data.Dataset, int]:
+    """The batches of a Sequence for epochs [start_epoch, end_epoch), from ``start_batch``.
+
+    A ``tf.data`` pipeline rather than the Sequence itself: Keras's own handling
+    differs between majors (Keras 3's ``PyDataset`` calls ``on_epoch_end`` before
+    training and caches ``len()``), while this is addressed by (epoch, batch) on
+    both, so a resumed run sees the batches an uninterrupted one would have. The
+    batch order of epoch ``e`` is drawn from ``(seed, e)`` alone (Keras's own
+    ``shuffle`` draws from Python's global RNG, which a resumed process cannot
+    reproduce). A :class:`ShardedSequence` is seen through: every epoch's batches
+    are dealt out to the processes in turn, each process runs
     ``ceil(batches / processes)`` steps, and one left short trains on a repeated
-    batch of weight 0.
+    batch of weight 0. Batches are fetched by ``workers`` threads (the Sequence's
+    own setting, default 1) in order.
+
+    Returns the dataset and the number of steps per epoch.
     """
+    if isinstance(seq, ShardedSequence):
+        full, rank, size = seq.full, seq.rank, seq.size
+    else:
+        full, rank, size = seq, 0, 1
+    n = len(full)
+    steps = math.ceil(n / size)
+    orders: dict[int, np.ndarray] = {}
 
-    def __init__(self, seq: Any, *, seed: int, shuffle: bool, epoch: int, start_batch: int) -> None:
-        super().__init__()
-        if isinstance(seq, ShardedSequence):
-            self.seq, self.rank, self.size = seq.full, seq.rank, seq.size
-        else:
-            self.seq, self.rank, self.size = seq, 0, 1
-        self.seed = seed
-        self.shuffle = shuffle
-        self.epoch = epoch
-        self.start_batch = start_batch
-        self.steps = math.ceil(len(self.seq) / self.size)
-        self._order = self._epoch_order()
+    def order(epoch: int) -> np.ndarray:
+        if epoch not in orders:
+            orders.clear()  # one epoch at a time is enough: the pipeline goes forward
+            orders[epoch] = (np.random.default_rng([seed, epoch]).permutation(n) if shuffle
+                             else np.arange(n))
+        return orders[epoch]
 
-    def _epoch_order(self) -> np.ndarray:
-        n = len(self.seq)
-        if not self.shuffle:
-            return np.arange(n)
-        return np.random.default_rng([self.seed, self.epoch]).permutation(n)
+    def batch_at(epoch: int, step: int) -> Any:
+        if size == 1:
+            return _as_batch_tuple(full[int(order(epoch)[step])])
+        pos = step * size + rank
+        if pos < n:
+            return _with_weights(full[int(order(epoch)[pos])], 1.0)
+        return _with_weights(full[int(order(epoch)[0])], 0.0)
 
-    def __len__(self) -> int:
-        return self.steps - self.start_batch
+    probe = batch_at(start_epoch, start_batch if start_batch < steps else 0)
+    leaves = tf.nest.flatten(probe)
+    dtypes = [tf.as_dtype(np.asarray(a).dtype) for a in leaves]
+    # The batch dimension varies (a short last batch); the others are the probe's.
+    shapes = [tf.TensorShape([None, *np.shape(a)[1:]]) for a in leaves]
 
-    def __getitem__(self, i: int) -> Any:
-        step = self.start_batch + i
-        if self.size == 1:
-            return self.seq[int(self._order[step])]
-        pos = step * self.size + self.rank
-        if pos < len(self._order):
-            return _with_weights(self.seq[int(self._order[pos])], 1.0)
-        return _with_weights(self.seq[int(self._order[0])], 0.0)
+    def fetch(epoch: Any, step: Any) -> list[np.ndarray]:
+        batch = batch_at(int(epoch), int(step))
+        return [np.asarray(a, dtype=d.as_numpy_dtype)
+                for a, d in zip(tf.nest.flatten(batch), dtypes)]
 
-    def on_epoch_end(self) -> None:
-        self.seq.on_epoch_end()
-        self.epoch += 1
-        self.start_batch = 0
-        self._order = self._epoch_order()
+    @_no_autograph
+    def load(epoch: tf.Tensor, step: tf.Tensor) -> Any:
+        flat = tf.numpy_function(fetch, [epoch, step], dtypes, stateful=False)
+        return tf.nest.pack_sequence_as(
+            probe, [tf.ensure_shape(t, shape) for t, shape in zip(flat, shapes)])
+
+    @_no_autograph
+    def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.Dataset.range(steps).map(lambda step: (epoch, step))
+
+    workers = max(1, int(getattr(seq, "workers", 1) or 1))
+    ds = (
+        tf.data.Dataset.range(start_epoch, end_epoch)
+        .flat_map(epoch_steps)
+        .skip(start_batch)
+        .map(load, num_parallel_calls=workers, deterministic=True)
+    )
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    return ds.prefetch(1).with_options(options), steps

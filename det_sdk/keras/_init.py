@@ -27,7 +27,9 @@ from det_sdk.distributed import (
 )
 from det_sdk.hparams import HParams, local_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
+from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
+from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession
 
 __all__ = ["init"]
@@ -85,14 +87,12 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
 
 
 def _set_seeds(seed: int, rank: int) -> None:
-    # Python, NumPy and TF global seeds in one call. Each process draws its own
+    # Python, NumPy, TF and Keras seeds in one call. Each process draws its own
     # random numbers (dropout masks differ per shard, like per sample); weights
-    # start equal anyway because fit broadcasts rank 0's before training.
-    tf.keras.utils.set_random_seed((seed + rank) % 2**31)
-    # Layers that draw random numbers (Dropout...) then use tf.random.Generator,
-    # whose state is a variable that checkpoints save: a resumed run draws the
-    # masks an uninterrupted one would have.
-    tf.keras.backend.experimental.enable_tf_random_generator()
+    # start equal anyway because fit broadcasts rank 0's before training. Layers
+    # keep their random state in variables that checkpoints save, so a resumed
+    # run draws the masks an uninterrupted one would have.
+    _compat.set_seeds((seed + rank) % 2**31)
 
 
 def _distributed() -> DistributedContext:
@@ -193,9 +193,7 @@ def init(
         session=session,
         hparams=hp,
         config_data=cfg.data if cfg else {},
-        seed=run_seed,
-        checkpoint_period=period,
-        **_training_policy(cfg),
+        policy=_training_policy(cfg, seed=run_seed, checkpoint_period=period),
     )
 
 
@@ -207,7 +205,7 @@ def _init_local_job(job: JobConfig, runs_dir: Any) -> KerasContext:
                                                "config": job.model_dump(mode="json")})
     _set_seeds(0, dist.rank)
     return KerasContext(distributed=dist, session=session, hparams=None, config_data=job.data,
-                        seed=0, checkpoint_period=None)
+                        policy=TrainingPolicy(seed=0, checkpoint_period=None))
 
 
 def _init_on_cluster(
@@ -220,28 +218,32 @@ def _init_on_cluster(
     if info.task_type == "GENERIC":
         job = parse_job_config(info.config)
         return KerasContext(distributed=dist, session=session, hparams=None,
-                            config_data=job.data, seed=info.trial_seed,
-                            checkpoint_period=None, info=info)
+                            config_data=job.data, info=info,
+                            policy=TrainingPolicy(seed=info.trial_seed, checkpoint_period=None))
     cfg = parse_experiment_config(info.config)
     hp = HParams({**defaults, **info.hparams})
+    # On the cluster checkpoints cannot be turned off: pause and restarts need them.
+    period = _checkpoint_period(True if checkpoint_period is False else checkpoint_period, cfg)
     return KerasContext(
-        distributed=dist, session=session, hparams=hp, config_data=cfg.data,
-        seed=info.trial_seed, checkpoint_period=_checkpoint_period(
-            True if checkpoint_period is False else checkpoint_period, cfg),
-        info=info, max_length=cfg.searcher.max_length if cfg.searcher else None,
-        **_training_policy(cfg),
+        distributed=dist, session=session, hparams=hp, config_data=cfg.data, info=info,
+        policy=_training_policy(cfg, seed=info.trial_seed, checkpoint_period=period,
+                                max_length=cfg.searcher.max_length if cfg.searcher else None),
     )
 
 
-def _training_policy(cfg: ExperimentConfig | None) -> dict[str, Any]:
-    """What the config says about validating and reporting during ``fit``."""
+def _training_policy(
+    cfg: ExperimentConfig | None, *, seed: int, checkpoint_period: Length | None,
+    max_length: Length | None = None,
+) -> TrainingPolicy:
+    """What the config says about checkpointing, validating and reporting during ``fit``."""
     if cfg is None:
-        return {"report_every": ExperimentConfig().scheduling_unit}
-    return {
-        "validation_period": cfg.min_validation_period,
-        "report_every": cfg.scheduling_unit,
-        "searcher_metric": cfg.searcher_metric[0],
-    }
+        return TrainingPolicy(seed=seed, checkpoint_period=checkpoint_period,
+                              report_every=ExperimentConfig().scheduling_unit)
+    return TrainingPolicy(
+        seed=seed, checkpoint_period=checkpoint_period, max_length=max_length,
+        validation_period=cfg.min_validation_period, report_every=cfg.scheduling_unit,
+        searcher_metric=cfg.searcher_metric[0],
+    )
 
 
 def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | None:

@@ -1,0 +1,275 @@
+"""Which Keras is running: the one module that asks, so nothing else branches on it.
+
+det_sdk runs on Keras 3 (TensorFlow 2.16-2.21, where ``tf.keras`` is Keras 3) and
+on Keras 2 (TensorFlow 2.15's own ``tf.keras``, or ``tf-keras`` on newer TF with
+``TF_USE_LEGACY_KERAS=1``). Scripts write ``from tensorflow import keras`` on
+both; what differs is the machinery under the public API, which this module
+hides behind small functions:
+
+- random state: Keras 3 keeps a layer's random state in ``SeedGenerator``
+  variables (in ``model.variables``, not ``model.weights``); Keras 2 in
+  ``tf.random.Generator`` objects once ``enable_tf_random_generator()`` is on;
+- optimizer internals: which variables an optimizer holds and was built for;
+- where gradients are applied (``apply`` on Keras 3, ``apply_gradients`` on
+  Keras 2), which is where det_sdk averages them across processes;
+- the variable Horovod can broadcast (Keras 3 wraps a ``tf.Variable``);
+- small API moves (``History.model`` is read-only on Keras 3, ...).
+
+>>> KERAS_MAJOR in (2, 3)
+True
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = [
+    "KERAS_MAJOR",
+    "KERAS_PACKAGE",
+    "KERAS_VERSION",
+    "OPTIMIZER_TYPES",
+    "SequenceBase",
+    "averaging_optimizer",
+    "backing_variable",
+    "is_averaging",
+    "keras",
+    "layers_of",
+    "metrics_in_order",
+    "model_optimizer",
+    "optimizer_trains_only",
+    "optimizer_variables",
+    "rng_variables",
+    "set_history_model",
+    "set_seeds",
+    "turn_off_xla",
+    "variable_key",
+    "variable_name",
+]
+
+#: The Keras that ``from tensorflow import keras`` gives the user's script.
+keras: Any = tf.keras
+
+
+def _keras_identity() -> tuple[str, str]:
+    """(distribution name, version) of the Keras behind ``tf.keras``."""
+    module = getattr(tf.keras, "__name__", "") or ""
+    version = getattr(tf.keras, "__version__", None)
+    if module.startswith("tf_keras") or "tf_keras" in module:
+        return "tf-keras", version or importlib.metadata.version("tf-keras")
+    if version is None:
+        try:
+            version = importlib.metadata.version("keras")
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover - odd installs
+            version = "unknown"
+    return "keras", str(version)
+
+
+KERAS_PACKAGE, KERAS_VERSION = _keras_identity()
+KERAS_MAJOR = int(KERAS_VERSION.split(".")[0]) if KERAS_VERSION[:1].isdigit() else 2
+_K3 = KERAS_MAJOR >= 3
+
+#: The base class of ``keras.utils.Sequence`` (``PyDataset`` on Keras 3).
+SequenceBase: type = keras.utils.Sequence
+
+OPTIMIZER_TYPES: tuple[type, ...] = (
+    (keras.optimizers.Optimizer,)
+    if _K3
+    else (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
+)
+
+
+# --- seeds and random state -------------------------------------------------------------
+
+
+def set_seeds(seed: int) -> None:
+    """Seed Python, NumPy, TensorFlow and Keras's own random state from ``seed``.
+
+    On Keras 2 this also makes layers draw through ``tf.random.Generator`` objects,
+    whose state is a variable that checkpoints can save (Keras 3 layers always keep
+    theirs in ``SeedGenerator`` variables).
+    """
+    keras.utils.set_random_seed(seed)
+    if not _K3:
+        keras.backend.experimental.enable_tf_random_generator()
+
+
+def layers_of(model: Any) -> list[Any]:
+    """The model and every layer inside it, depth first, each once."""
+    return list(model._flatten_layers(include_self=True, recursive=True))
+
+
+def rng_variables(model: Any) -> list[Any]:
+    """The variables holding ``model``'s random state (dropout masks, custom draws).
+
+    Each process of a run has its own: they are checkpointed per process and never
+    broadcast, so dropout masks differ between shards as they do between samples.
+    """
+    found: list[Any] = []
+    seen: set[int] = set()
+    for layer in layers_of(model):
+        for var in _layer_rng_variables(layer):
+            if id(var) not in seen:
+                seen.add(id(var))
+                found.append(var)
+    return found
+
+
+def _layer_rng_variables(layer: Any) -> list[Any]:
+    if _K3:
+        return [sg.state for sg in getattr(layer, "_seed_generators", ()) if sg.state is not None]
+    rg = getattr(layer, "_random_generator", None)
+    if rg is None or not hasattr(rg, "_maybe_init"):
+        return []
+    rg._maybe_init()
+    gen = getattr(rg, "_generator", None)
+    return [gen.state] if isinstance(gen, tf.random.Generator) else []
+
+
+# --- variables ----------------------------------------------------------------------------
+
+
+def backing_variable(var: Any) -> Any:
+    """The ``tf.Variable`` behind a Keras variable (what Horovod's ops take)."""
+    return var.value if _K3 and isinstance(var, keras.Variable) else var
+
+
+def variable_name(var: Any) -> str:
+    """A readable, model-unique name (Keras 3's ``path``; Keras 2's ``name``)."""
+    return str(getattr(var, "path", None) or var.name)
+
+
+def variable_key(var: Any) -> int:
+    """An identity for a variable that survives Keras 3's wrapping."""
+    return id(backing_variable(var))
+
+
+# --- optimizers ---------------------------------------------------------------------------
+
+
+def model_optimizer(model: Any) -> Any:
+    """The optimizer ``model`` was compiled with, or None (uncompiled on Keras 3)."""
+    return getattr(model, "optimizer", None)
+
+
+def optimizer_trains_only(opt: Any, variables: Sequence[Any]) -> bool:
+    """True if ``opt`` has been built, for some of ``variables`` and nothing else.
+
+    Tells which of several wrapped optimizers hold state of one model (a GAN's
+    two), so that a checkpoint of that model saves exactly theirs.
+    """
+    if _K3:
+        if not opt.built:
+            return False
+        own = {id(v) for v in variables}
+        return all(id(v) in own for v in opt._trainable_variables)
+    built_for = getattr(opt, "_index_dict", None)  # Keras 2's (non-legacy) optimizers
+    if not getattr(opt, "_built", False) or not built_for:
+        return False
+    return set(built_for) <= {opt._var_key(v) for v in variables}
+
+
+def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
+    """All of ``opt``'s variables, building it for ``trainable`` first if it has not run."""
+    if _K3:
+        if not opt.built:
+            opt.build(list(trainable))
+        return list(opt.variables)
+    if isinstance(opt, keras.optimizers.legacy.Optimizer):
+        opt._create_all_weights(list(trainable))  # idempotent
+        return list(opt.variables())
+    if not getattr(opt, "_built", False):
+        opt.build(list(trainable))
+    return list(opt.variables)
+
+
+AverageFn = Callable[[list[Any]], list[Any]]
+
+
+class _AveragingMixin:
+    """Averages gradients over processes where the optimizer applies them.
+
+    Placed before the user's optimizer class, so ``fit``, a custom ``train_step``
+    calling ``apply``/``apply_gradients``, several optimizers (a GAN), gradient
+    clipping and loss scaling all see averaged gradients: the update is the one
+    a single process would make on the global batch.
+    """
+
+    _det_average: AverageFn
+
+    if _K3:
+
+        def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+            return super().apply(self._det_average(list(grads)), trainable_variables)
+
+    else:
+
+        def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+            pairs = list(grads_and_vars)
+            grads = self._det_average([g for g, _ in pairs])
+            return super().apply_gradients(
+                list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
+
+
+_averaging_classes: dict[type, type] = {}
+
+
+def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
+    """A new optimizer like ``opt`` (same class and config) that averages gradients.
+
+    ``average`` takes the list of gradients (None for variables without one) and
+    returns them averaged over all processes.
+    """
+    base = type(opt)
+    cls = _averaging_classes.get(base)
+    if cls is None:
+        # The same name as the user's class: Keras's own serialization and any
+        # isinstance check of the user's code still see their optimizer.
+        cls = type(base.__name__, (_AveragingMixin, base), {"__module__": base.__module__})
+        _averaging_classes[base] = cls
+    wrapped = cls.from_config(opt.get_config())
+    wrapped._det_average = average
+    return wrapped
+
+
+def is_averaging(opt: Any) -> bool:
+    """True for an optimizer made by :func:`averaging_optimizer` (or wrapping one)."""
+    while opt is not None:
+        if isinstance(opt, _AveragingMixin):
+            return True
+        opt = getattr(opt, "inner_optimizer", None)
+    return False
+
+
+def turn_off_xla(model: Any) -> bool:
+    """Compile ``model``'s step functions without XLA; True if XLA was on.
+
+    Horovod's collectives have no XLA kernels, and Keras 3 turns XLA on by default
+    on a GPU (``jit_compile="auto"``); Keras 2 leaves it off unless asked.
+    """
+    if not getattr(model, "jit_compile", False):
+        return False
+    model.jit_compile = False
+    # Step functions made before were compiled with XLA: make them anew.
+    model.train_function = model.test_function = model.predict_function = None
+    return True
+
+
+# --- results and callbacks ------------------------------------------------------------------
+
+
+def metrics_in_order(model: Any, logs: Mapping[str, Any]) -> list[Any]:
+    """``evaluate``'s list result from its dict result, in Keras's own order."""
+    if _K3:
+        return list(model._flatten_metrics_in_order(dict(logs)))
+    names = list(model.metrics_names)
+    ordered = [logs[n] for n in names if n in logs]
+    return ordered + [v for k, v in logs.items() if k not in names]
+
+
+def set_history_model(history: Any, model: Any) -> None:
+    """``history.model = model`` (a read-only property on Keras 3)."""
+    history.set_model(model)

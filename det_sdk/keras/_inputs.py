@@ -1,0 +1,190 @@
+"""The arguments of ``context.fit``, made into what each ``model.fit`` call gets.
+
+Pure functions over the user's keyword arguments: validation data, the split of
+numpy data, steps per epoch, and the data of one planned call positioned at its
+start (epoch, batch). No state: the loop (``_loop``) owns that.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+
+from det_sdk.config import Length
+from det_sdk.distributed import DistributedContext
+from det_sdk.keras import _compat, _data
+from det_sdk.keras._plan import FitCall
+
+__all__ = [
+    "call_inputs",
+    "check_same_steps",
+    "fold_validation_data",
+    "length_in_steps",
+    "split_arrays",
+    "steps_per_epoch",
+    "validation_period",
+    "validation_rows",
+]
+
+
+def validation_rows(data: Any) -> int | None:
+    """Sample count of validation data given as arrays (None for other kinds)."""
+    x = data[0] if isinstance(data, tuple) else data
+    return _data.num_rows(x) if _data.is_array_data(x) else None
+
+
+def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> None:
+    """Every process must run the same number of steps, or Horovod hangs: check first."""
+    if dist.size == 1:
+        return
+    steps = seg_kwargs.get("steps_per_epoch")
+    x = seg_kwargs.get("x")
+    if steps is None and isinstance(x, _compat.SequenceBase):
+        steps = len(x)
+    elif steps is None and isinstance(x, tf.data.Dataset):
+        steps = int(x.cardinality())
+    every = dist.allgather(steps)
+    if len(set(every)) > 1:
+        raise ValueError(
+            "context.fit: the processes would run different numbers of steps per epoch "
+            f"({', '.join(f'rank {r}: {s}' for r, s in enumerate(every))}); Horovod needs "
+            "the same on all. Shard the data with context.wrap_data, or pass steps_per_epoch."
+        )
+
+
+def steps_per_epoch(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+    """Batches per epoch of the training input, when it can be known up front."""
+    x = kwargs.get("x")
+    if kwargs.get("steps_per_epoch"):
+        return int(kwargs["steps_per_epoch"])
+    if _data.is_array_data(x):
+        if _data.is_wrapped(x):
+            rows, size = _data.num_rows(_data.full_data(x)), dist.size
+        else:
+            rows, size = _data.num_rows(x), 1
+        return math.ceil(rows / ((kwargs.get("batch_size") or 32) * size))
+    if isinstance(x, _compat.SequenceBase):
+        return _data.sequence_steps(x)
+    if isinstance(x, tf.data.Dataset):
+        n = int(x.cardinality())
+        return n if n > 0 else None
+    return None
+
+
+def fold_validation_data(kwargs: dict[str, Any]) -> None:
+    """Fold the proposal's ``x_val``/``y_val`` into ``validation_data``; require some."""
+    x_val, y_val = kwargs.pop("x_val", None), kwargs.pop("y_val", None)
+    if x_val is not None or y_val is not None:
+        if kwargs.get("validation_data") is not None:
+            raise ValueError("context.fit: give validation data once: either validation_data "
+                             "or x_val/y_val, not both")
+        if x_val is None:
+            raise ValueError("context.fit: y_val was given without x_val")
+        kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
+    if kwargs.get("validation_data") is None and not kwargs.get("validation_split"):
+        raise ValueError(
+            "context.fit requires validation data: pass validation_data=(x_val, y_val), "
+            "x_val=/y_val=, or validation_split=<fraction>"
+        )
+
+
+def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+    """``validation_split`` for numpy: the last fraction of the data, as Keras does."""
+    frac = kwargs.pop("validation_split", 0.0) or 0.0
+    if not frac:
+        return
+    if not 0 < frac < 1:
+        raise ValueError(f"context.fit: validation_split must be in (0, 1), got {frac}")
+    if not _data.is_array_data(kwargs.get("x")):
+        raise ValueError("context.fit: validation_split works with numpy arrays only; "
+                         "pass validation_data for a Sequence or tf.data.Dataset")
+    names = [k for k in ("x", "y", "sample_weight") if kwargs.get(k) is not None]
+    wrapped = _data.is_wrapped(kwargs["x"])
+    # Split the whole data set (not this process's shard), then shard both parts again.
+    parts = [_data.full_data(kwargs[k]) if wrapped else kwargs[k] for k in names]
+    n = _data.num_rows(parts[0])
+    cut = int(n * (1 - frac))
+    if cut == 0 or cut == n:
+        raise ValueError(f"context.fit: validation_split={frac} of {n} samples leaves an "
+                         "empty training or validation set")
+    train = [_data.slice_rows(p, None, cut) for p in parts]
+    val = [_data.slice_rows(p, cut, None) for p in parts]
+    if wrapped:
+        train = _as_list(_data.wrap_data(dist, *_by_name(names, train)))
+        val = _as_list(_data.wrap_data(dist, *_by_name(names, val)))
+    kwargs.update(zip(names, train))
+    kwargs["validation_data"] = tuple(val)
+
+
+def _by_name(names: list[str], parts: list[Any]) -> tuple[Any, Any, Any]:
+    """(x, y, sample_weight) from the parts present, None for the missing ones."""
+    given = dict(zip(names, parts))
+    return given.get("x"), given.get("y"), given.get("sample_weight")
+
+
+def _as_list(parts: Any) -> list[Any]:
+    return list(parts) if isinstance(parts, tuple) else [parts]
+
+
+def call_inputs(kwargs: dict[str, Any], call: FitCall, seed: int) -> dict[str, Any]:
+    """The data arguments of one ``model.fit`` call, positioned at its start.
+
+    Numpy arrays and Sequences become ``tf.data`` pipelines addressed by (epoch,
+    batch) whose order depends on ``seed`` and the epoch alone; a Dataset is
+    skipped to the batch.
+    """
+    x = kwargs.get("x")
+    shuffle = kwargs.get("shuffle", True)
+    out: dict[str, Any] = {"validation_freq": call.validate_epochs}
+    if _data.is_array_data(x):
+        if kwargs.get("steps_per_epoch") is not None:
+            raise ValueError("context.fit: steps_per_epoch is not supported with numpy input "
+                             "(an epoch is one pass over the arrays)")
+        batch_size = kwargs.get("batch_size") or 32
+        ds, steps = _data.array_pipeline(
+            x, kwargs.get("y"), kwargs.get("sample_weight"),
+            batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+            start_epoch=call.initial_epoch, start_batch=call.start_batch, end_epoch=call.epochs,
+        )
+        out.update(x=ds, y=None, sample_weight=None, batch_size=None,
+                   steps_per_epoch=steps - call.start_batch, shuffle=False)
+        out.setdefault("validation_batch_size", kwargs.get("validation_batch_size") or batch_size)
+    elif isinstance(x, _compat.SequenceBase):
+        ds, steps = _data.sequence_pipeline(
+            x, seed=seed, shuffle=bool(shuffle), start_epoch=call.initial_epoch,
+            start_batch=call.start_batch, end_epoch=call.epochs,
+        )
+        out.update(x=ds, steps_per_epoch=steps - call.start_batch, shuffle=False)
+    elif isinstance(x, tf.data.Dataset):
+        if call.start_batch:
+            steps = kwargs.get("steps_per_epoch") or int(x.cardinality())
+            if steps < 0:
+                raise ValueError("context.fit: cannot resume a tf.data.Dataset of unknown "
+                                 "length in mid-epoch; pass steps_per_epoch")
+            out.update(x=x.skip(call.start_batch), steps_per_epoch=steps - call.start_batch)
+    elif x is None:
+        raise ValueError("context.fit: x (the training data) is required")
+    return out
+
+
+def validation_period(configured: Length | None, kwargs: dict[str, Any]) -> Length | None:
+    """The config's ``min_validation_period``, else Keras's ``validation_freq`` (an int)."""
+    freq = kwargs.pop("validation_freq", None)
+    if configured is not None:
+        return configured
+    if freq is None or freq == 1:
+        return None
+    if not isinstance(freq, int) or freq < 1:
+        raise ValueError(f"context.fit: validation_freq must be a positive int, got {freq!r} "
+                         "(or set min_validation_period in the config)")
+    return Length(epochs=freq)
+
+
+def length_in_steps(length: Length | None, steps: int | None) -> int | None:
+    if length is None or steps is None:
+        return length.batches if length is not None else None
+    return length.epochs * steps if length.epochs is not None else length.batches
+
+

@@ -1,0 +1,257 @@
+"""The training loop's owner: resume state, position, save/restore, broadcast, evaluation.
+
+``det.keras.init()`` builds one :class:`TrainingLoop` from the policy it decided
+(:class:`TrainingPolicy`) and the seams it chose (distributed, session).
+``KerasContext`` is its thin front; ``_fit.run_fit`` drives ``model.fit`` through
+it; the callbacks are hooks that call back into it. Nothing here asks where it
+runs or which Keras it is: the seams and ``_compat`` answer.
+
+>>> # loop = TrainingLoop(SingleProcess(), session, TrainingPolicy(seed=1, checkpoint_period=None))
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from det_sdk.config import Length
+from det_sdk.distributed import DistributedContext
+from det_sdk.errors import DivergenceError
+from det_sdk.hparams import HParams
+from det_sdk.keras import _checkpoint, _compat, _data
+from det_sdk.keras._callbacks import Position
+from det_sdk.session import Session
+
+__all__ = ["TrainingLoop", "TrainingPolicy"]
+
+log = logging.getLogger("det_sdk.keras")
+
+
+@dataclass(frozen=True)
+class TrainingPolicy:
+    """What ``init()`` decided about training, once, from the environment and config.
+
+    >>> TrainingPolicy(seed=7, checkpoint_period=Length(epochs=1)).searcher_metric
+    'val_loss'
+    """
+
+    seed: int
+    checkpoint_period: Length | None
+    validation_period: Length | None = None  # the config's min_validation_period
+    report_every: int | None = None  # batches between training-metric reports
+    searcher_metric: str = "val_loss"
+    max_length: Length | None = None  # the searcher's full length, for progress
+
+
+def _weighted_mean(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Mean of per-process metric dicts, weighted by each process's sample count."""
+    total = sum(n for _, n in parts if n)
+    keys = next((list(m) for m, n in parts if m), [])
+    return {k: sum(float(m[k]) * n for m, n in parts if n and m) / total for k in keys}
+
+
+class TrainingLoop:
+    """Owns everything a run carries from one ``fit`` to the next, and its state operations."""
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        session: Session,
+        policy: TrainingPolicy,
+        hparams: HParams | None = None,
+    ) -> None:
+        self.distributed = distributed
+        self.session = session
+        self.policy = policy
+        self.hparams = hparams
+        self._optimizers: list[Any] = []  # as wrapped, in the order wrapped
+        self._given: dict[int, Any] = {}  # id(wrapped) -> the optimizer the user built
+        # The checkpoint a resumed run continues from: the first fit consumes it; a
+        # later fit in the same process trains its model afresh.
+        self.resume_uuid: str | None = session.latest_checkpoint
+        self.position: Position | None = None  # where the latest fit got to
+        self._fingerprints: dict[int, Any] = {}  # id(model) -> compiled fingerprint fn
+
+    # --- optimizers -----------------------------------------------------------------------
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        """Track ``optimizer``; with several processes, one that averages gradients."""
+        if not isinstance(optimizer, _compat.OPTIMIZER_TYPES):
+            raise TypeError(
+                "wrap_optimizer: expected a keras optimizer instance, got "
+                f"{type(optimizer).__name__}"
+            )
+        wrapped = optimizer
+        if self.distributed.size > 1:
+            wrapped = _compat.averaging_optimizer(optimizer, self.distributed.average_gradients)
+        self._optimizers.append(wrapped)
+        self._given[id(wrapped)] = optimizer
+        return wrapped
+
+    def tracked_optimizers(self, model: tf.keras.Model) -> list[Any]:
+        """The optimizers whose state a checkpoint holds: the model's first, then the
+        other wrapped ones that train this model's variables (another model's
+        optimizer, or one not used yet, is not this model's state)."""
+        own = _compat.model_optimizer(model)
+        extra = [o for o in self._optimizers if o is not own
+                 and _compat.optimizer_trains_only(o, model.trainable_variables)]
+        return [own, *extra] if own is not None else extra
+
+    def _optimizer_state(self, model: tf.keras.Model) -> list[Any]:
+        variables: list[Any] = []
+        for opt in self.tracked_optimizers(model):
+            variables += _compat.optimizer_variables(opt, model.trainable_variables)
+        return variables
+
+    # --- before training ------------------------------------------------------------------
+
+    def prepare(self, model: tf.keras.Model, sample_input: Any) -> None:
+        """Checks and set-up before a ``fit``: what Horovod needs to train correctly.
+
+        ``sample_input()`` returns one batch of inputs, used to build a model that
+        was defined without an input shape (its variables must exist before rank
+        0's can be broadcast).
+        """
+        if not model.built:
+            model(sample_input(), training=False)
+        for opt in self.tracked_optimizers(model):
+            _compat.optimizer_variables(opt, model.trainable_variables)
+        if self.distributed.size == 1:
+            return
+        opt = _compat.model_optimizer(model)
+        if opt is not None and not _compat.is_averaging(opt) and not self._optimizers:
+            raise ValueError(
+                f"context.fit: the model was compiled with an optimizer "
+                f"({type(opt).__name__}) that context.wrap_optimizer did not wrap; with "
+                f"{self.distributed.size} processes its gradients would not be averaged and "
+                "the processes would train apart. Compile with "
+                "optimizer=context.wrap_optimizer(keras.optimizers.<Name>(...))"
+            )
+        if _compat.turn_off_xla(model):
+            log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
+                        "XLA kernels. Training with several processes runs without XLA.")
+
+    # --- resume, restore, broadcast -------------------------------------------------------
+
+    def take_resume(self) -> tuple[Position | None, str | None]:
+        """The position and checkpoint the next ``fit`` resumes from (once per run)."""
+        uuid, self.resume_uuid = self.resume_uuid, None
+        if uuid is None:
+            return None, None
+        meta = _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
+        return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")}), uuid
+
+    def peek_position(self) -> Position:
+        """Where training is: the latest fit's position, or the resume checkpoint's."""
+        if self.position is not None:
+            return self.position
+        if self.resume_uuid is not None:
+            meta = _checkpoint.read_metadata(self.session.checkpoint_path(self.resume_uuid))
+            return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
+        return Position(0, 0, 0)
+
+    def restore(self, model: tf.keras.Model, uuid: str) -> None:
+        """Load a checkpoint's weights, optimizer and this process's random state."""
+        _checkpoint.restore_state(self.session.checkpoint_path(uuid), model,
+                                  self.tracked_optimizers(model), rank=self.distributed.rank)
+
+    def broadcast(self, model: tf.keras.Model) -> None:
+        """Make every process start from rank 0's weights and optimizer state.
+
+        Not the random state: each process keeps its own (dropout masks differ
+        between shards as they do between samples).
+        """
+        variables = [*model.weights, *self._optimizer_state(model)]
+        self.distributed.broadcast_variables([_compat.backing_variable(v) for v in variables])
+
+    # --- the divergence guard -------------------------------------------------------------
+
+    def check_in_sync(self, model: tf.keras.Model, where: str) -> None:
+        """Stop with :class:`DivergenceError` if the processes' trainable weights differ.
+
+        One small allgather of a float64 sum per variable. Every process runs it at
+        the same point and sees the same gathered values, so all raise together.
+        """
+        if self.distributed.size == 1:
+            return
+        fn = self._fingerprints.get(id(model))
+        if fn is None:
+            variables = list(model.trainable_weights)
+
+            @tf.function(autograph=False, jit_compile=False)
+            def fingerprint() -> tf.Tensor:
+                return tf.stack([tf.reduce_sum(tf.cast(v, tf.float64)) for v in variables])
+
+            fn = self._fingerprints[id(model)] = (fingerprint, variables)
+        fingerprint, variables = fn
+        if not variables:
+            return
+        mine = fingerprint().numpy()[None, :]
+        every = self.distributed.gather_arrays(mine)
+        differs = np.flatnonzero((every != every[0]).any(axis=0))
+        if differs.size == 0:
+            return
+        name = _compat.variable_name(variables[int(differs[0])])
+        raise DivergenceError(
+            f"det_sdk: {where}, the {self.distributed.size} processes hold different weights "
+            f"({differs.size} of {len(variables)} trainable variables differ, first {name!r}); "
+            "training would go on silently wrong. Likely causes: the model was compiled "
+            "with an optimizer not wrapped by context.wrap_optimizer (also a string like "
+            "optimizer='adam'), or a custom train_step or loop changes weights without the "
+            "wrapped optimizer's apply/apply_gradients (e.g. var.assign_add). Wrap every "
+            "optimizer with context.wrap_optimizer and update weights only through them."
+        )
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def save(
+        self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float]
+    ) -> str | None:
+        """Save a checkpoint (collective: every process calls it at the same point)."""
+        rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
+        if not self.distributed.is_chief:
+            return None
+        opts = self.tracked_optimizers(model)
+        metadata = {
+            **position.as_dict(),
+            "seed": self.policy.seed,
+            "hparams": self.hparams.to_dict() if self.hparams is not None else {},
+            "metrics": dict(metrics),
+            "trial_id": self.session.trial_id,
+            "processes": self.distributed.size,
+            "created": time.time(),
+        }
+        with self.session.storage.store() as (uuid, path):
+            size = _checkpoint.save_checkpoint(
+                path, model, opts, metadata, rng_states=rng_states,
+                plain_optimizer=self._given.get(id(opts[0]), opts[0]) if opts else None,
+            )
+        self.session.report_checkpoint(
+            uuid, {**position.as_dict(), "metrics": dict(metrics), "size": size}
+        )
+        return uuid
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def evaluate_all(self, model: tf.keras.Model, x: Any, y: Any = None,
+                     **kwargs: Any) -> dict[str, float]:
+        """``model.evaluate`` of every process's part, weighted by sample counts; no records."""
+        x, y, sw, rows, _ = _data.local_part(
+            self.distributed, x, y, kwargs.pop("sample_weight", None)
+        )
+        if self.distributed.size > 1 and not self.distributed.is_chief:
+            kwargs["verbose"] = 0
+        local = (
+            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
+            if rows != 0 else {}
+        )
+        local = {k: float(v) for k, v in local.items()}
+        if self.distributed.size == 1:
+            return local
+        return _weighted_mean(self.distributed.allgather((local, rows or 0)))
