@@ -18,6 +18,7 @@ import det_sdk as det
 from det_sdk.config import ConfigError
 from det_sdk.distributed import SingleProcess
 from det_sdk.keras import CheckpointCorruptError, KerasContext, ShardedArray
+from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import LocalSession
 
 HPARAMS = {"learning_rate": 0.05, "global_batch_size": 8}
@@ -452,8 +453,7 @@ def test_training_without_hparams_is_a_runtime_error(tmp_path):
         session=session,
         hparams=None,
         config_data={"trial_id": 777},
-        seed=1,
-        checkpoint_period=None,
+        policy=TrainingPolicy(seed=1, checkpoint_period=None),
     )
     try:
         with pytest.raises(RuntimeError, match="not available in a generic job"):

@@ -46,7 +46,6 @@ __all__ = [
     "set_history_model",
     "set_seeds",
     "turn_off_xla",
-    "variable_key",
     "variable_name",
 ]
 
@@ -140,11 +139,6 @@ def backing_variable(var: Any) -> Any:
 def variable_name(var: Any) -> str:
     """A readable, model-unique name (Keras 3's ``path``; Keras 2's ``name``)."""
     return str(getattr(var, "path", None) or var.name)
-
-
-def variable_key(var: Any) -> int:
-    """An identity for a variable that survives Keras 3's wrapping."""
-    return id(backing_variable(var))
 
 
 # --- optimizers ---------------------------------------------------------------------------
@@ -264,7 +258,8 @@ def turn_off_xla(model: Any) -> bool:
 def metrics_in_order(model: Any, logs: Mapping[str, Any]) -> list[Any]:
     """``evaluate``'s list result from its dict result, in Keras's own order."""
     if _K3:
-        return list(model._flatten_metrics_in_order(dict(logs)))
+        ordered = model._flatten_metrics_in_order(dict(logs))  # a lone metric comes bare
+        return list(ordered) if isinstance(ordered, (list, tuple)) else [ordered]
     names = list(model.metrics_names)
     ordered = [logs[n] for n in names if n in logs]
     return ordered + [v for k, v in logs.items() if k not in names]
