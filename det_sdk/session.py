@@ -376,7 +376,11 @@ class MasterSession(Session):
         storage = (info.config.get("checkpoint_storage") or {}).get("host_path")
         self.storage = SharedFSStorage(storage) if storage else SharedFSStorage(".det-checkpoints")
         self.latest_checkpoint = info.latest_checkpoint
-        self.tensorboard_dir = None
+        # TensorBoard event files go beside the checkpoints, in the trial's storage, where
+        # `det tensorboard EXP_ID` (det_sdk.master.ui.tensorboard_dir) finds them.
+        self.tensorboard_dir = (
+            Path(storage) / "tensorboard" / str(info.experiment_id) / f"trial_{info.trial_id}"
+            if storage and info.trial_id is not None else None)
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
         self._preempt = threading.Event()
         self._closed = threading.Event()

@@ -95,6 +95,7 @@ if ! $PY -c "import det_sdk, pytest, ruff" >/dev/null 2>&1 \
   touch "$VENV/.det_sdk_installed"
 fi
 
+bash scripts/setup_browser.sh  # headless Chromium for the web UI's page tests
 say "ready: $($PY -c 'import tensorflow as tf, horovod, det_sdk; from det_sdk.keras import _compat as c; print(f"tensorflow {tf.__version__}, keras {c.KERAS_VERSION}, horovod {horovod.__version__}, det_sdk {det_sdk.__version__}")' 2>/dev/null \
   || $PY -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")')"
 

@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_master_commands(sub)
     _add_task_commands(sub)
+    from det_sdk.cli import ui_cmd  # det ui, det tensorboard (issue 12)
+
+    ui_cmd.add_commands(sub)
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
     runs_sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -263,6 +263,10 @@ def create_app(master: Master) -> FastAPI:
         master.job(job_id)
         return _read_log(master.logs_path("jobs", job_id), offset)
 
+    # The web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12.
+    from det_sdk.master.ui import ui_router
+    app.include_router(ui_router(master))
+
     return app
 
 

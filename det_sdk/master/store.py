@@ -325,3 +325,66 @@ class Store:
 
     def delete_checkpoint(self, uuid: str) -> None:
         self._exec("DELETE FROM checkpoints WHERE uuid = ?", uuid)
+
+    # --- read-only queries for the web UI (det_sdk.master.ui) ------------------------------
+    # Summaries computed in SQL so that a list of 1,000 experiments costs one statement,
+    # not one query per experiment and trial.
+
+    def experiment_summaries(self) -> list[dict[str, Any]]:
+        """Each experiment with its searcher, trial count, mean progress and best metrics.
+
+        ``best_min`` and ``best_max`` are the lowest and highest of its trials' best searcher
+        metrics; the caller picks one by ``smaller_is_better``.
+        """
+        return self._all(
+            "SELECT e.id, e.name, e.state, e.created, e.ended,"
+            " json_extract(e.config, '$.searcher.name') AS searcher,"
+            " json_extract(e.config, '$.searcher.metric') AS metric,"
+            " json_extract(e.config, '$.searcher.smaller_is_better') AS smaller_is_better,"
+            " COUNT(t.id) AS trials, COALESCE(AVG(t.progress), 0) AS progress,"
+            " SUM(t.state IN ('RUNNING', 'STOPPING_PAUSED', 'STOPPING_CANCELED')) AS running,"
+            " MIN(t.best_metric) AS best_min, MAX(t.best_metric) AS best_max"
+            " FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
+            " GROUP BY e.id ORDER BY e.id")
+
+    def metric_rows(self, trial_id: int, group: str,
+                    after_steps: int | None = None) -> list[tuple[int, int, float, str]]:
+        """``(steps, epoch, time, metrics JSON)`` of a trial's group in steps order, only
+        those past ``after_steps`` if given (a primary-key range: cheap however long the
+        series). The JSON is left unparsed for the caller."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT steps, epoch, time, metrics FROM metrics"
+                " WHERE trial_id = ? AND grp = ? AND steps > ? ORDER BY steps",
+                (trial_id, group, -1 if after_steps is None else after_steps)).fetchall()
+
+    def metric_group_ends(self, trial_id: int) -> dict[str, int]:
+        """The last step of each metric group the trial has reported (one index probe
+        each, where a COUNT would read every row): pages poll this to see new metrics."""
+        out = {}
+        with self._lock:
+            for grp in ("training", "validation", "evaluation"):
+                (last,) = self._db.execute(
+                    "SELECT MAX(steps) FROM metrics WHERE trial_id = ? AND grp = ?",
+                    (trial_id, grp)).fetchone()
+                if last is not None:
+                    out[grp] = last
+        return out
+
+    def experiment_validation_metric(self, exp_id: int,
+                                     metric: str) -> list[dict[str, Any]]:
+        """One validation metric of all an experiment's trials: ``{trial_id, steps, epoch,
+        value}`` rows, in trial and steps order (the experiment page's learning curves)."""
+        return self._all(
+            "SELECT m.trial_id, m.steps, m.epoch, json_extract(m.metrics, '$.' || ?) AS value"
+            " FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            " WHERE t.experiment_id = ? AND m.grp = 'validation' ORDER BY m.trial_id, m.steps",
+            json.dumps(metric), exp_id)
+
+    def latest_metrics(self, exp_id: int, group: str) -> dict[int, dict[str, Any]]:
+        """Each trial's latest metrics of ``group`` in the experiment, by trial id."""
+        rows = self._all(
+            "SELECT m.trial_id, m.metrics FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            " WHERE t.experiment_id = ? AND m.grp = ? AND m.steps = (SELECT MAX(steps)"
+            " FROM metrics WHERE trial_id = m.trial_id AND grp = m.grp)", exp_id, group)
+        return {r["trial_id"]: r["metrics"] for r in rows}

@@ -1,0 +1,66 @@
+// The web UI's shell: a hash router, the data fetcher, the live-update timer, helpers.
+//
+// Each page is a module in pages/ exporting `render(main, params) -> page`, where the
+// page may have `refresh()` (called every POLL_MS while the tab is visible: live
+// updates) and `destroy()`. To add a page: write pages/thing.js and add a route below.
+
+import * as experiments from "./pages/experiments.js";
+import * as experiment from "./pages/experiment.js";
+import * as trial from "./pages/trial.js";
+import * as jobs from "./pages/jobs.js";
+import { api, esc, POLL_MS } from "./util.js";
+
+const ROUTES = [
+  [/^#?\/?(experiments)?$/, experiments.render, "experiments"],
+  [/^#\/experiments\/(\d+)$/, experiment.render, "experiments"],
+  [/^#\/trials\/(\d+)$/, trial.render, "experiments"],
+  [/^#\/jobs$/, jobs.renderList, "jobs"],
+  [/^#\/jobs\/(\d+)$/, jobs.renderJob, "jobs"],
+];
+
+let current = null;
+let timer = null;
+let busy = false;
+
+async function tick() {
+  if (busy || !current || !current.refresh || document.hidden) return;
+  busy = true;
+  const live = document.getElementById("live");
+  try {
+    await current.refresh();
+    live.classList.remove("stale");
+  } catch (err) {
+    live.classList.add("stale");
+    console.warn("refresh failed", err);
+  } finally {
+    busy = false;
+  }
+}
+
+async function route() {
+  if (current && current.destroy) current.destroy();
+  current = null;
+  const hash = location.hash || "#/experiments";
+  const main = document.getElementById("app");
+  for (const [re, render, nav] of ROUTES) {
+    const m = hash.match(re);
+    if (!m) continue;
+    document.querySelectorAll("[data-nav]").forEach((a) =>
+      a.classList.toggle("active", a.dataset.nav === nav));
+    main.innerHTML = '<p class="muted">Loading…</p>';
+    try {
+      current = await render(main, m.slice(1));
+      document.body.dataset.ready = hash; // page tests wait for this
+    } catch (err) {
+      main.innerHTML = `<p class="error">${esc(err.message)}</p>`;
+    }
+    return;
+  }
+  main.innerHTML = `<p class="error">No page ${esc(hash)}</p>`;
+}
+
+window.addEventListener("hashchange", route);
+route();
+timer = setInterval(tick, POLL_MS);
+document.addEventListener("visibilitychange", tick);
+window.detUI = { api, get page() { return current; }, timer };

@@ -1,0 +1,46 @@
+// Jobs (det job run): the list, and each job's state and log.
+
+import { age, api, esc, stateBadge } from "../util.js";
+import { logView } from "./log.js";
+
+export async function renderList(main) {
+  let last = "";
+  main.innerHTML = `<h1>Jobs</h1>
+    <table id="jobs" class="grid"><thead><tr><th>ID</th><th>Name</th><th>State</th>
+    <th>Entrypoint</th><th>Slots</th><th>Exit code</th><th>Age</th></tr></thead>
+    <tbody></tbody></table>`;
+  const body = main.querySelector("#jobs tbody");
+
+  async function refresh() {
+    const jobs = await api("/ui/api/jobs");
+    const text = JSON.stringify(jobs);
+    if (text === last) return;
+    last = text;
+    body.innerHTML = jobs.slice().reverse().map((j) => `<tr data-id="${j.id}">
+      <td><a href="#/jobs/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td>
+      <td>${stateBadge(j.state)}</td><td class="mono">${esc(j.entrypoint)}</td>
+      <td>${j.slots ?? ""}</td><td>${j.exit_code ?? ""}</td>
+      <td>${age(j.created)}</td></tr>`).join("")
+      || '<tr><td colspan="7" class="muted">No jobs yet: det job run CONFIG DIR</td></tr>';
+  }
+  await refresh();
+  return { refresh };
+}
+
+export async function renderJob(main, [id]) {
+  main.innerHTML = `<p class="crumbs"><a href="#/jobs">Jobs</a> › job ${esc(id)}</p>
+    <section id="job-head"></section><h2>Log</h2><div id="log-box"></div>`;
+  const log = logView(main.querySelector("#log-box"), `/ui/api/jobs/${id}/logs`);
+  async function refresh() {
+    const j = await api(`/ui/api/jobs/${id}`);
+    main.querySelector("#job-head").innerHTML = `<h1>${esc(j.name || `Job ${j.id}`)}
+      <span class="muted">#${j.id}</span></h1><div class="facts">
+      <span id="job-state">${stateBadge(j.state)}</span>
+      <span class="mono">${esc(j.config.entrypoint_script)}</span>
+      ${j.exit_code !== null ? `<span>exit code ${j.exit_code}</span>` : ""}
+      <span>created ${age(j.created)} ago</span></div>`;
+    await log.refresh();
+  }
+  await refresh();
+  return { refresh };
+}

@@ -1,0 +1,201 @@
+"""What the web UI's pages show, as JSON-ready dicts: a thin layer over the master.
+
+Reads go to the store's queries (``det_sdk.master.store``) and to ``Master``'s public
+methods (``experiment_info``, ``trial_info``, ``checkpoints``, ``trial_config``,
+``checkpoint_dir``, ``logs_path``); nothing here changes state. Keeping the UI's
+needs in one file means a change inside the master touches one place here.
+
+>>> pick_best({"best_min": 0.1, "best_max": 0.9, "smaller_is_better": 0})
+0.9
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from det_sdk.master.ui.series import SeriesCache
+
+__all__ = ["Views", "pick_best", "read_log", "tensorboard_dir"]
+
+LOG_CHUNK = 1 << 20  # a log is read a megabyte at a time; the page asks for more
+
+
+def pick_best(row: dict[str, Any]) -> float | None:
+    """The best of an experiment summary's trial metrics, by its searcher's direction."""
+    smaller = row.get("smaller_is_better")
+    return row["best_max"] if smaller is not None and not smaller else row["best_min"]
+
+
+def tensorboard_dir(checkpoint_dir: Path, experiment_id: int, trial_id: int) -> Path:
+    """Where a cluster trial writes its TensorBoard event files (``MasterSession``).
+
+    >>> tensorboard_dir(Path("/ckpt"), 3, 7).as_posix()
+    '/ckpt/tensorboard/3/trial_7'
+    """
+    return checkpoint_dir / "tensorboard" / str(experiment_id) / f"trial_{trial_id}"
+
+
+def read_log(path: Path, offset: int) -> dict[str, Any]:
+    """Log text from byte ``offset`` (a negative offset: the last ``-offset`` bytes).
+
+    The answer's ``offset`` is where to read next (a page follows a log with it);
+    ``start`` is where this text began.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            f.seek(start)
+            data = f.read(LOG_CHUNK)
+    except FileNotFoundError:
+        start, data, size = 0, b"", 0
+    if start > 0 and offset < 0:  # began mid-line: drop the partial first line
+        cut = data.find(b"\n") + 1
+        start, data = start + cut, data[cut:]
+    return {"text": data.decode("utf-8", errors="replace"), "start": start,
+            "offset": start + len(data), "size": size}
+
+
+class Views:
+    """The pages' data, read from ``master`` (a ``det_sdk.master.core.Master``)."""
+
+    def __init__(self, master: Any) -> None:
+        self.master = master
+        self.store = master.store
+        self.series = SeriesCache(master.store)
+
+    # --- experiments ----------------------------------------------------------------------
+
+    def experiments(self) -> list[dict[str, Any]]:
+        now = time.time()
+        out = []
+        for r in self.store.experiment_summaries():
+            out.append({
+                "id": r["id"], "name": r["name"], "state": r["state"],
+                "searcher": r["searcher"], "metric": r["metric"],
+                "smaller_is_better": r["smaller_is_better"] is None
+                or bool(r["smaller_is_better"]),
+                "best": pick_best(r), "trials": r["trials"], "running": r["running"] or 0,
+                "progress": r["progress"], "created": r["created"],
+                "age": now - r["created"],
+            })
+        return out
+
+    def experiment(self, exp_id: int) -> dict[str, Any]:
+        info = self.master.experiment_info(exp_id)
+        config = info["config"]
+        searcher = config.get("searcher") or {}
+        latest_val = self.store.latest_metrics(exp_id, "validation")
+        latest_train = self.store.latest_metrics(exp_id, "training")
+        for t in info["trials"]:
+            t["validation"] = latest_val.get(t["id"], {})
+            t["training"] = latest_train.get(t["id"], {})
+        info["searcher"] = {
+            "name": searcher.get("name"), "metric": searcher.get("metric"),
+            "smaller_is_better": searcher.get("smaller_is_better", True),
+            "unit": _unit(searcher), "rung_lengths": self._rung_lengths(info),
+        }
+        info["hparam_names"] = sorted({k for t in info["trials"] for k in t["hparams"]})
+        return info
+
+    def _rung_lengths(self, info: dict[str, Any]) -> list[int]:
+        """The searcher's rung lengths over all brackets (vertical lines on the chart)."""
+        if not info["trials"]:
+            return []
+        try:
+            from det_sdk.master.searchers import rung_lengths
+
+            cfg = self.master.trial_config(info["trials"][0]["id"])
+            brackets = {t["bracket"] for t in info["trials"]}
+            return sorted({n for b in brackets for n in rung_lengths(cfg, b)})
+        except Exception:  # an optional decoration: never fail the page for it
+            return []
+
+    def curves(self, exp_id: int) -> dict[str, Any]:
+        """The searcher metric of every trial over training length (epochs and batches)."""
+        exp = self.store.experiment(exp_id)
+        if exp is None:
+            self.master.experiment_info(exp_id)  # raises the master's 404
+        searcher = exp["config"].get("searcher") or {}
+        metric = searcher.get("metric") or "val_loss"
+        trials: dict[int, dict[str, list[Any]]] = {}
+        for r in self.store.experiment_validation_metric(exp_id, metric):
+            if not isinstance(r["value"], (int, float)):  # missing, or "NaN" (api.encode_metric)
+                continue
+            t = trials.setdefault(r["trial_id"], {"steps": [], "epoch": [], "value": []})
+            t["steps"].append(r["steps"])
+            t["epoch"].append(r["epoch"])
+            t["value"].append(r["value"])
+        return {"metric": metric, "unit": _unit(searcher),
+                "trials": [{"id": k, **v} for k, v in sorted(trials.items())]}
+
+    # --- trials ---------------------------------------------------------------------------
+
+    def trial(self, trial_id: int) -> dict[str, Any]:
+        info = self.master.trial_info(trial_id)
+        exp = self.store.experiment(info["experiment_id"]) or {}
+        info["experiment_name"] = exp.get("name")
+        info["experiment_state"] = exp.get("state")
+        searcher = (exp.get("config") or {}).get("searcher") or {}
+        info["searcher_metric"] = searcher.get("metric")
+        info["checkpoints"] = self.master.checkpoints(trial_id)
+        info["groups"] = self.store.metric_group_ends(trial_id)
+        t = self.store.trial(trial_id) or {}
+        info["created"], info["ended"] = t.get("created"), t.get("ended")
+        return info
+
+    def metrics(self, trial_id: int, max_points: int, group: str | None = None,
+                x_range: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Each metric group's series, downsampled to ``max_points`` (0: all of it)."""
+        self.master.trial(trial_id)  # 404 for an unknown trial
+        groups = [group] if group else list(self.store.metric_group_ends(trial_id))
+        series = {g: self.series.get(trial_id, g) for g in groups}
+        t0 = min((s.time[0] for s in series.values() if len(s)), default=None)
+        out = {g: s.to_json(max_points, x_range, t0) for g, s in series.items()}
+        steps_per_epoch = _steps_per_epoch(series.values())
+        return {"groups": out, "steps_per_epoch": steps_per_epoch, "t0": t0}
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def jobs(self) -> list[dict[str, Any]]:
+        now = time.time()
+        return [{"id": j["id"], "name": j["name"], "state": j["state"],
+                 "entrypoint": j["config"].get("entrypoint_script"),
+                 "slots": (j["config"].get("resources") or {}).get("slots"),
+                 "exit_code": j["exit_code"], "created": j["created"], "ended": j["ended"],
+                 "age": now - j["created"]} for j in self.store.jobs()]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        j = self.master.job(job_id)
+        return {k: j[k] for k in ("id", "name", "state", "config", "exit_code", "created",
+                                  "ended")}
+
+    # --- TensorBoard ------------------------------------------------------------------------
+
+    def tensorboard_dirs(self, exp_ids: list[int]) -> list[dict[str, Any]]:
+        """Each trial's TensorBoard directory (present or not yet) of these experiments."""
+        out = []
+        for exp_id in exp_ids:
+            self.master.experiment_info(exp_id)  # 404 for an unknown experiment
+            for t in self.store.trials(exp_id):
+                base = self.master.checkpoint_dir(self.master.trial_config(t["id"]))
+                path = tensorboard_dir(Path(base), exp_id, t["id"])
+                out.append({"experiment_id": exp_id, "trial_id": t["id"], "path": str(path),
+                            "exists": path.is_dir()})
+        return out
+
+
+def _unit(searcher: dict[str, Any]) -> str:
+    length = searcher.get("max_length") or {}
+    if isinstance(length, dict) and length:
+        return "epochs" if "epochs" in length else "batches"
+    return "batches"
+
+
+def _steps_per_epoch(series: Any) -> float | None:
+    """Batches per epoch over a trial's groups (None before an epoch ended)."""
+    found = [s.steps_per_epoch() for s in series]
+    return min((f for f in found if f is not None), default=None)

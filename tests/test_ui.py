@@ -1,0 +1,350 @@
+"""The web UI as a person uses it: a real master, real experiments, pages in headless Chromium.
+
+One master for the module (``cluster``). A small ASHA search (4 trials) runs to the
+end first; its pages are checked against what the master's REST API says. A slow
+experiment is then paused, activated and killed from the pages while a trial's
+curves update live. ``det tensorboard`` serves the trials' event files.
+
+Set ``DET_UI_SCREENSHOTS=docs/ui`` to refresh the README's screenshots from this run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.cluster_harness import DET, Cluster, create, describe, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from _ui_browser import missing_reason, open_browser, signed_in_context
+
+pytestmark = pytest.mark.slow
+
+SCREENSHOTS = os.environ.get("DET_UI_SCREENSHOTS")
+HANDICAPS = [0.0, 0.3, 0.6, 0.9]  # the order of the trials' searcher metric, known in advance
+
+
+def _shot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    with open_browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def asha(cluster: Cluster) -> int:
+    """A finished ASHA search over a handicap hyperparameter (4 trials, 2 at a time)."""
+    config = cluster.write_config(
+        "ui-asha",
+        hyperparameters={"learning_rate": 0.05, "global_batch_size": 16,
+                         "handicap": {"type": "categorical", "vals": HANDICAPS}},
+        searcher={"name": "adaptive_asha", "metric": "val_handicapped_loss",
+                  "max_length": {"epochs": 4}, "max_trials": 4, "divisor": 2, "num_rungs": 3,
+                  "mode": "aggressive", "max_concurrent_trials": 2},
+        reproducibility={"experiment_seed": 3})
+    exp = create(cluster, config)
+    wait_until("the ASHA search to finish",
+               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR"), timeout=400,
+               every=1.0)
+    assert describe(cluster, exp)["state"] == "COMPLETED"
+    return exp
+
+
+def _page(browser: Any, cluster: Cluster, hash_: str) -> Any:
+    context = signed_in_context(browser, cluster.url, cluster.token)
+    page = context.new_page()
+    page.on("dialog", lambda d: d.accept())  # the confirmations of pause/activate/kill
+    page.goto(f"{cluster.url}/ui/{hash_}")
+    page.wait_for_function(f"document.body.dataset.ready === {hash_!r}")
+    return page
+
+
+# --- sign-in ------------------------------------------------------------------------------
+
+
+def test_sign_in_by_link_once_by_pasted_token_never_by_task_token(cluster: Cluster,
+                                                                  asha: int) -> None:
+    anon = httpx.Client(base_url=cluster.url, timeout=30)
+    assert anon.get("/ui/").status_code == 303  # to the sign-in page
+    assert anon.get("/ui/api/experiments").status_code == 401
+    assert anon.get("/ui/signin").status_code == 200
+
+    out = cluster.det("ui")
+    assert out.returncode == 0, out.stderr
+    link = re.search(r"(http://\S+/ui/signin\?code=\S+)", out.stdout).group(1)
+    first = anon.get(link)
+    assert first.status_code == 303 and first.headers["location"] == "/ui/"
+    cookie = first.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert anon.get("/ui/api/experiments").status_code == 200  # the client kept the cookie
+    assert httpx.get(link, timeout=30).status_code == 401  # a link signs in once
+
+    fresh = httpx.Client(base_url=cluster.url, timeout=30)
+    task_token = _task_token(cluster, asha)
+    refused = fresh.post("/ui/signin", data={"token": task_token})
+    assert refused.status_code == 403 and "task" in refused.text
+    assert fresh.get("/ui/api/experiments").status_code == 401
+    ok = fresh.post("/ui/signin", data={"token": cluster.token})
+    assert ok.status_code == 303
+    assert [e["id"] for e in fresh.get("/ui/api/experiments").json()] == [asha]
+    # state changes need the UI's header (or a bearer token): no cross-site form posts
+    assert fresh.post(f"/ui/api/experiments/{asha}/pause").status_code == 403
+    # a task token is no user for the UI's data either
+    assert httpx.get(f"{cluster.url}/ui/api/experiments", timeout=30,
+                     headers={"Authorization": f"Bearer {task_token}"}).status_code == 401
+
+
+def _task_token(cluster: Cluster, exp_id: int) -> str:
+    import sqlite3
+
+    trial = describe(cluster, exp_id)["trials"][0]["id"]
+    db = sqlite3.connect(cluster.data_dir / "master.db")
+    (token,) = db.execute("SELECT token FROM allocations WHERE trial_id = ?", (trial,)).fetchone()
+    return token
+
+
+def test_sign_in_page_accepts_a_pasted_token(browser: Any, cluster: Cluster, asha: int) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{cluster.url}/ui/")
+    assert page.url.endswith("/ui/signin")
+    page.fill("#token", "not-a-token")
+    page.click("#signin")
+    assert "Unknown token" in page.text_content("#signin-error")
+    page.fill("#token", cluster.token)
+    page.click("#signin")
+    page.wait_for_selector(f"#experiments tbody tr[data-id='{asha}']")
+    assert not any(c["name"] == "det_session" and not c["httpOnly"] for c in context.cookies())
+    assert page.evaluate("document.cookie") == ""  # HttpOnly: page scripts never see it
+    context.close()
+
+
+# --- pages of a finished search -----------------------------------------------------------------
+
+
+def test_experiment_list_shows_state_progress_searcher_best_trials(browser: Any,
+                                                                    cluster: Cluster,
+                                                                    asha: int) -> None:
+    info = describe(cluster, asha)
+    page = _page(browser, cluster, "#/experiments")
+    row = page.locator(f"#experiments tbody tr[data-id='{asha}']")
+    cells = row.locator("td").all_text_contents()
+    assert cells[0] == str(asha) and cells[1] == "ui-asha"
+    assert "COMPLETED" in cells[2]
+    assert "100%" in cells[3]
+    assert cells[4] == "adaptive_asha"
+    best = min(t["best_metric"] for t in info["trials"])
+    assert cells[5].split()[0] == f"{best:.4g}" and "val_handicapped_loss" in cells[5]
+    assert cells[6] == "4"
+    assert row.locator("button").count() == 0  # nothing to pause or kill when done
+    page.fill("#exp-filter", "no-such-experiment")
+    assert page.locator("#experiments tbody tr").count() == 0
+    page.fill("#exp-filter", "asha")
+    assert page.locator("#experiments tbody tr").count() == 1
+    _shot(page, "experiments")
+    page.context.close()
+
+
+def test_experiment_page_trials_curves_and_hyperparameter_views(browser: Any, cluster: Cluster,
+                                                                asha: int) -> None:
+    info = describe(cluster, asha)
+    trials = {t["id"]: t for t in info["trials"]}
+    page = _page(browser, cluster, f"#/experiments/{asha}")
+    rows = page.locator("#trials tbody tr")
+    assert rows.count() == 4
+    shown = {int(r.get_attribute("data-id")):
+             float(r.locator("td[data-hp='handicap']").text_content()) for r in rows.all()}
+    assert shown == {i: t["hparams"]["handicap"] for i, t in trials.items()}
+
+    # sort by the handicap column, descending: the worst handicap first
+    page.click("#trials th[data-key='hp.handicap']")
+    page.click("#trials th[data-key='hp.handicap']")
+    first = page.locator("#trials tbody tr").first
+    assert float(first.locator("td[data-hp='handicap']").text_content()) == max(
+        t["hparams"]["handicap"] for t in trials.values())
+
+    # the searcher metric of every trial over epochs: one series per trial, a point per
+    # validation, with ASHA's rungs (1, 2, 4 epochs) as lines
+    curves = page.evaluate("""() => { const u = window.detCharts['curves'];
+        return {series: u.series.length - 1, xs: u.data[0],
+                points: u.data.slice(1).map(s => s.filter(v => v != null).length)}; }""")
+    assert curves["series"] == 4
+    validations = httpx.get(f"{cluster.url}/ui/api/experiments/{asha}/curves", timeout=30,
+                            headers={"Authorization": f"Bearer {cluster.token}"}).json()
+    assert sorted(curves["points"]) == sorted(len(t["value"]) for t in validations["trials"])
+    assert max(curves["xs"]) == 4 and sum(curves["points"]) >= 4 + 2  # some were promoted
+    assert page.evaluate("() => document.querySelector('#curves canvas') !== null")
+
+    scatter = page.evaluate("window.detCharts['scatter-handicap']")
+    assert len(scatter["points"]) == 4
+    assert {(p["x"], round(p["y"], 6)) for p in scatter["points"]} == {
+        (t["hparams"]["handicap"], round(t["best_metric"], 6)) for t in trials.values()}
+    assert page.get_attribute("#parcoords", "data-lines") == "4"
+    _shot(page, "experiment")
+    page.context.close()
+
+
+def test_trial_page_metrics_hparams_checkpoints_log(browser: Any, cluster: Cluster,
+                                                   asha: int) -> None:
+    info = describe(cluster, asha)
+    best = min(info["trials"], key=lambda t: t["best_metric"])
+    api = httpx.Client(base_url=cluster.url, timeout=30,
+                       headers={"Authorization": f"Bearer {cluster.token}"})
+    reports = api.get(f"/api/v1/trials/{best['id']}/metrics").json()
+    page = _page(browser, cluster, f"#/trials/{best['id']}")
+
+    charts = page.evaluate("""() => Object.fromEntries(Object.entries(window.detCharts)
+        .filter(([k]) => k.startsWith('chart-'))
+        .map(([k, u]) => [k, u.series.slice(1).map((s, i) =>
+            [s.label, u.data[i + 1].filter(v => v != null).length])]))""")
+    counts = {}
+    for r in reports:
+        for name in r["metrics"]:
+            counts[f"{r['group']}: {name}"] = counts.get(f"{r['group']}: {name}", 0) + 1
+    drawn = {label: n for series in charts.values() for label, n in series}
+    assert drawn == counts  # every report of every metric is a point (nothing downsampled)
+    assert {"chart-loss", "chart-accuracy"} <= set(charts)
+
+    # switching the x axis to epochs: the last validation sits at the trial's last epoch
+    page.check("input[name='xmode'][value='epochs']")
+    xmax = page.evaluate("() => Math.max(...window.detCharts['chart-loss'].data[0])")
+    assert xmax == pytest.approx(best["epoch"], rel=1e-6)
+
+    assert page.text_content("td[data-hp='handicap']").strip() == f"{best['hparams']['handicap']}"
+    checkpoints = api.get(f"/api/v1/trials/{best['id']}/checkpoints").json()
+    links = page.locator("#checkpoints a.download")
+    assert links.count() == len(checkpoints) >= 1
+    archive = page.request.get(cluster.url + links.first.get_attribute("href"))
+    assert archive.ok
+    with tarfile.open(fileobj=io.BytesIO(archive.body()), mode="r:gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith((".h5", ".json", ".npz", ".keras")) for n in names), names
+
+    page.wait_for_function("document.querySelector('#log').textContent.includes('done')")
+    assert "rank 0 done" in page.text_content("#log")
+    _shot(page, "trial")
+    page.context.close()
+
+
+# --- a running experiment: live updates, pause, activate, kill from the pages ------------------
+
+
+def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluster: Cluster,
+                                                            asha: int) -> None:
+    config = cluster.write_config("ui-slow", data={"sleep_per_batch": 0.15},
+                                  searcher={"name": "single", "metric": "val_loss",
+                                            "max_length": {"epochs": 30}})
+    exp = create(cluster, config)
+    trial = wait_until("the slow trial to run", lambda: next(
+        (t["id"] for t in describe(cluster, exp)["trials"] if t["state"] == "RUNNING"), None))
+    page = _page(browser, cluster, f"#/trials/{trial}")
+    # live: points appear without a reload (an epoch lasts about 1.5 s here)
+    page.wait_for_function("Number(document.querySelector('#charts').dataset.points || 0) >= 2",
+                           timeout=120_000)
+    before = int(page.get_attribute("#charts", "data-points"))
+    page.wait_for_function(
+        f"Number(document.querySelector('#charts').dataset.points) > {before}", timeout=30_000)
+    _shot(page, "trial-live")
+    page.context.close()
+
+    page = _page(browser, cluster, f"#/experiments/{exp}")
+    page.click("button[data-act='pause']")
+    wait_until("the pause to take effect", lambda: describe(cluster, exp)["trials"][0]["state"]
+               == "PAUSED", timeout=120)
+    assert describe(cluster, exp)["state"] == "PAUSED"
+    t0 = time.time()
+    page.wait_for_selector("#exp-state .state-PAUSED", timeout=5000)
+    assert time.time() - t0 < 3  # the page follows within the promised 2 s (+ slack)
+
+    page.click("button[data-act='activate']")
+    wait_until("the trial to run again", lambda: describe(cluster, exp)["trials"][0]["state"]
+               == "RUNNING", timeout=120)
+    page.wait_for_selector("#exp-state .state-ACTIVE", timeout=5000)
+
+    page.click("button[data-act='kill']")
+    wait_until("the kill", lambda: describe(cluster, exp)["state"] == "CANCELED", timeout=120)
+    page.wait_for_selector("#exp-state .state-CANCELED", timeout=5000)
+    assert page.locator("button[data-act]").count() == 0
+    page.context.close()
+
+
+def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "hello.py").write_text("print('hello from the job')\n")
+    (tmp_path / "job.yaml").write_text("name: ui-job\nentrypoint_script: python3 hello.py\n")
+    out = cluster.det("job", "run", str(tmp_path / "job.yaml"), str(tmp_path / "job"), "--json")
+    assert out.returncode == 0, out.stderr
+    page = _page(browser, cluster, "#/jobs")
+    page.wait_for_selector("#jobs tbody tr[data-id] td >> text=ui-job")
+    page.click("#jobs tbody tr[data-id] a")
+    page.wait_for_function("document.querySelector('#log') && "
+                           "document.querySelector('#log').textContent.includes('hello from')",
+                           timeout=60_000)
+    page.wait_for_selector("#job-state .state-COMPLETED", timeout=60_000)
+    page.context.close()
+
+
+# --- TensorBoard --------------------------------------------------------------------------------
+
+
+def test_det_tensorboard_serves_the_trials_event_files(browser: Any, cluster: Cluster,
+                                                       asha: int) -> None:
+    pytest.importorskip("tensorboard")
+    port = _free_port()
+    proc = subprocess.Popen([str(DET), "tensorboard", str(asha), "--port", str(port)],
+                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"TensorBoard at http://127.0.0.1:{port}/" in line, line + proc.stderr.read()
+        assert "4 trials" in line and "(4 with event files" in line
+        runs = wait_until("TensorBoard to load the runs", lambda: httpx.get(
+            f"http://127.0.0.1:{port}/data/runs", timeout=10).json(), timeout=60)
+        trial_ids = [t["id"] for t in describe(cluster, asha)["trials"]]
+        assert {f"trial_{t}/validation" for t in trial_ids} <= set(runs)
+        tags = httpx.get(f"http://127.0.0.1:{port}/data/plugin/scalars/tags", timeout=10).json()
+        assert "loss" in tags[f"trial_{trial_ids[0]}/validation"]
+
+        page = _page(browser, cluster, f"#/experiments/{asha}")
+        link = page.wait_for_selector(f"#exp-head a[href*='127.0.0.1:{port}']", timeout=5000)
+        assert link.text_content() == "TensorBoard"
+        page.context.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    wait_until("TensorBoard to stop", lambda: _refused(port), timeout=15)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _refused(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+    except httpx.HTTPError:
+        return True
+    return False
