@@ -71,8 +71,8 @@ optimizer = keras.optimizers.SGD(hparams["learning_rate"])
 
 # calling context.wrap_optimizer() does two things:
 #   - ensures the optimizer state is saved in checkpoints
-#   - wraps the keras optimizer in a Horovod optimizer
-#     (only during distributed training)
+#   - with several processes, returns an optimizer of the same kind that
+#     averages gradients across them (Horovod), wherever they are applied
 optimizer = context.wrap_optimizer(optimizer)
 
 model.compile(loss="categorical_crossentropy", optimizer=optimizer, metrics=["accuracy"])
