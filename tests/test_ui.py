@@ -11,8 +11,10 @@ Set ``DET_UI_SCREENSHOTS=docs/ui`` to refresh the README's screenshots from this
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -114,8 +116,6 @@ def test_sign_in_by_link_once_by_pasted_token_never_by_task_token(cluster: Clust
 
 
 def _task_token(cluster: Cluster, exp_id: int) -> str:
-    import sqlite3
-
     trial = describe(cluster, exp_id)["trials"][0]["id"]
     db = sqlite3.connect(cluster.data_dir / "master.db")
     (token,) = db.execute("SELECT token FROM allocations WHERE trial_id = ?", (trial,)).fetchone()
@@ -242,6 +242,56 @@ def test_trial_page_metrics_hparams_checkpoints_log(browser: Any, cluster: Clust
     page.wait_for_function("document.querySelector('#log').textContent.includes('done')")
     assert "rank 0 done" in page.text_content("#log")
     _shot(page, "trial")
+    page.context.close()
+
+
+def test_long_series_is_downsampled_then_zoomed_and_shown_whole(browser: Any, cluster: Cluster,
+                                                                 tmp_path: Path) -> None:
+    # a trial that reports nothing, given 30,000 training points through the store (a real
+    # trial would take an hour to report them): what the master keeps is what it serves
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "quiet" / "train.py").write_text("print('no metrics')\n")
+    exp = create(cluster, cluster.write_config("ui-long"), tmp_path / "quiet")
+    trial = describe(cluster, exp)["trials"][0]["id"]
+    wait_until("the quiet trial to end", lambda: describe(cluster, exp)["state"] in (
+        "COMPLETED", "ERROR"), timeout=120)
+    n = 30_000
+    db = sqlite3.connect(cluster.data_dir / "master.db", timeout=30)
+    with db:
+        db.executemany("INSERT INTO metrics VALUES (?, 'training', ?, 0, ?, ?)", (
+            (trial, s, json.dumps({"loss": 1.0 + (25.0 if s == 12_345 else 0.0) + s * 1e-5}),
+             time.time()) for s in range(1, n + 1)))
+    db.close()
+    page = _page(browser, cluster, f"#/trials/{trial}")
+    page.wait_for_function("Number(document.querySelector('#charts').dataset.points) > 0")
+    drawn = page.evaluate("() => window.detCharts['chart-loss'].data")
+    assert 100 < len(drawn[0]) <= 4000  # about 2 points per pixel of the chart's width
+    assert 12_345 in drawn[0] and max(drawn[1]) == pytest.approx(26.12345)  # the spike kept
+    assert f"of {n} points drawn" in page.text_content("#points")
+
+    # zoom in on 200 batches: the page asks for that window and gets all of it
+    page.evaluate("() => window.detCharts['chart-loss'].setScale('x', {min: 20000, max: 20199})")
+    page.wait_for_function("() => window.detCharts['chart-loss'].data[0].length === 200")
+    assert page.is_visible("#unzoom")
+    page.click("#unzoom")
+    page.wait_for_function("() => window.detCharts['chart-loss'].data[0].at(-1) === 30000")
+
+    page.check("#full")  # every point
+    page.wait_for_function(f"() => window.detCharts['chart-loss'].data[0].length === {n}")
+    assert page.text_content("#points").strip() == f"{n} points"
+    page.context.close()
+
+
+def test_restarts_and_their_cause_are_on_the_trial_page(browser: Any, cluster: Cluster) -> None:
+    config = cluster.write_config("ui-restart", data={"fail_once_at_epoch": 0})
+    exp = create(cluster, config)
+    wait_until("the restarted trial to finish",
+               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR"), timeout=240)
+    trial = describe(cluster, exp)["trials"][0]
+    assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
+    page = _page(browser, cluster, f"#/trials/{trial['id']}")
+    assert page.text_content("#restarts") == "1"
+    assert "Restarted 1 time" in page.text_content("#errors")
     page.context.close()
 
 
