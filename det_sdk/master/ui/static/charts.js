@@ -92,13 +92,17 @@ function drawVlines(u, xs) {
   ctx.restore();
 }
 
-/** Map a column of values to numbers: numeric as is, anything else to category indices. */
-export function axisOf(values) {
+/**
+ * Map a column of values to [0, 1]: numbers linearly (or on a log scale: `log` true,
+ * as for a `type: log` hyperparameter, or values spanning 100x and more), anything
+ * else as categories in sorted order.
+ */
+export function axisOf(values, log = false) {
   const numeric = values.every((v) => typeof v === "number" || v === null || v === undefined);
   if (numeric) {
     const nums = values.filter((v) => typeof v === "number");
     const lo = Math.min(...nums), hi = Math.max(...nums);
-    const log = lo > 0 && hi / lo >= 100; // learning rates: spread them on a log scale
+    log = lo > 0 && (log || hi / lo >= 100);
     return { kind: log ? "log" : "linear", lo, hi, pos: (v) => {
       if (typeof v !== "number") return null;
       if (hi === lo) return 0.5;
@@ -145,8 +149,8 @@ function ticks(axis) {
 export function scatter(el, spec) {
   const pts = spec.points.filter((p) => typeof p.y === "number");
   const { ctx, w, h } = setupCanvas(el, spec.height || 200);
-  const pad = { l: 52, r: 12, t: 20, b: 34 };
-  const xa = axisOf(pts.map((p) => p.x));
+  const pad = { l: 64, r: 24, t: 20, b: 34 };
+  const xa = axisOf(pts.map((p) => p.x), spec.xLog);
   const ya = axisOf(pts.map((p) => p.y));
   const X = (v) => pad.l + xa.pos(v) * (w - pad.l - pad.r);
   const Y = (v) => h - pad.b - ya.pos(v) * (h - pad.t - pad.b);
@@ -155,9 +159,12 @@ export function scatter(el, spec) {
   ctx.strokeStyle = "#ccc";
   ctx.strokeRect(pad.l, pad.t, w - pad.l - pad.r, h - pad.t - pad.b);
   ctx.fillStyle = "#666";
+  for (const [p, v] of ticks(xa)) {
+    ctx.textAlign = p === 0 ? "left" : p === 1 ? "right" : "center";
+    ctx.fillText(fmt(v), pad.l + p * (w - pad.l - pad.r), h - pad.b + 14);
+  }
   ctx.textAlign = "center";
-  for (const [p, v] of ticks(xa)) ctx.fillText(fmt(v), pad.l + p * (w - pad.l - pad.r), h - pad.b + 14);
-  ctx.fillText(spec.xLabel, (w + pad.l) / 2, h - 4);
+  ctx.fillText(spec.xLabel + (xa.kind === "log" ? " (log)" : ""), (w + pad.l) / 2, h - 4);
   ctx.textAlign = "right";
   if (pts.length) for (const [p, v] of ticks(ya)) ctx.fillText(fmt(v), pad.l - 4, h - pad.b - p * (h - pad.t - pad.b) + 4);
   pts.forEach((p, i) => {
@@ -181,12 +188,13 @@ export function parallel(el, spec) {
   const { ctx, w, h } = setupCanvas(el, spec.height || 260);
   const pad = { l: 40, r: 40, t: 24, b: 30 };
   const n = spec.dims.length;
-  const axes = spec.dims.map((_, j) => axisOf(rows.map((r) => r.values[j])));
+  const logs = spec.logDims || [];
+  const axes = spec.dims.map((d, j) => axisOf(rows.map((r) => r.values[j]), logs.includes(d)));
   const X = (j) => pad.l + (n === 1 ? 0.5 : j / (n - 1)) * (w - pad.l - pad.r);
   const Y = (p) => h - pad.b - p * (h - pad.t - pad.b);
-  const ms = rows.map((r) => r.metric).filter((m) => typeof m === "number");
-  const lo = Math.min(...ms), hi = Math.max(...ms);
-  const rank = (m) => (typeof m !== "number" || hi === lo ? 0.5 : (m - lo) / (hi - lo));
+  // colour by rank, not by value: one outlier must not wash out all the others
+  const ms = rows.map((r) => r.metric).filter((m) => typeof m === "number").sort((a, b) => a - b);
+  const rank = (m) => (ms.length < 2 ? 0.5 : ms.indexOf(m) / (ms.length - 1));
   const good = (m) => (spec.smallerIsBetter ? 1 - rank(m) : rank(m));
   // worst first, so the best lines are drawn on top
   const order = rows.slice().sort((a, b) => good(a.metric) - good(b.metric));

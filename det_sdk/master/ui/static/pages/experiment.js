@@ -114,9 +114,12 @@ export async function render(main, [id]) {
     const box = main.querySelector("#scatters");
     box.innerHTML = hps.map((h) => `<div class="chart small" id="scatter-${esc(h)}"></div>`).join("")
       || '<p class="muted">No hyperparameter varies between trials.</p>';
+    const space = info.config.hyperparameters || {};
+    const logDims = hps.filter((h) => (space[h] || {}).type === "log");
     for (const h of hps) {
       scatter(box.querySelector(`[id="scatter-${CSS.escape(h)}"]`), {
         title: `${info.searcher.metric} vs ${h}`, xLabel: h, yLabel: info.searcher.metric,
+        xLog: logDims.includes(h),
         points: info.trials.map((t) => ({ id: t.id, x: t.hparams[h], y: metric(t) })),
       });
     }
@@ -124,6 +127,7 @@ export async function render(main, [id]) {
     if (!hps.length) { pc.innerHTML = ""; return; }
     parallel(pc, {
       dims: [...hps, info.searcher.metric],
+      logDims,
       smallerIsBetter: info.searcher.smaller_is_better,
       rows: info.trials.map((t) => ({ id: t.id, metric: metric(t),
         values: [...hps.map((h) => t.hparams[h]), metric(t)] })),
