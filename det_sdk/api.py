@@ -9,31 +9,155 @@ serves them in its OpenAPI document; the SDK and the CLI build and parse them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from enum import Enum
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 __all__ = [
+    "MAX_INT",
     "AllocationInfo",
+    "AllocationState",
     "CheckpointInfo",
     "CheckpointReport",
     "CreateExperimentRequest",
     "CreateJobRequest",
+    "ErrorBody",
     "ExperimentInfo",
+    "ExperimentState",
     "JobInfo",
+    "JobState",
+    "MetricGroup",
     "MetricsReport",
+    "MetricsRow",
     "PreemptionSignal",
     "ProgressReport",
     "SearcherOperation",
     "TrialInfo",
+    "TrialState",
+    "decode_metric",
+    "encode_metric",
 ]
 
-TrialState = Literal[
-    "QUEUED", "RUNNING", "PAUSED", "COMPLETED", "CANCELED", "ERROR", "STOPPING_CANCELED",
-    "STOPPING_PAUSED",
+# The largest integer the API takes: JSON's exact integers (2**53 - 1, as JavaScript's
+# Number.MAX_SAFE_INTEGER; also within SQLite's 64 bits). Anything larger is refused
+# with its field rather than rounded by a client or overflowing the database.
+MAX_INT = 2**53 - 1
+
+
+class TrialState(str, Enum):
+    """Where a trial is in its life (``det_sdk.master.lifecycle`` holds the transitions).
+
+    ``STOPPING_*``: asked to stop, its process has not exited yet.
+    """
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    STOPPING_PAUSED = "STOPPING_PAUSED"
+    PAUSED = "PAUSED"
+    STOPPING_CANCELED = "STOPPING_CANCELED"
+    CANCELED = "CANCELED"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExperimentState(str, Enum):
+    """An experiment's state: what is true of its trials, not what was last asked.
+
+    ``STOPPING_PAUSED`` until every trial asked to pause has stopped, then ``PAUSED``;
+    ``STOPPING_CANCELED`` until every killed trial has stopped, then ``CANCELED``.
+    """
+
+    ACTIVE = "ACTIVE"
+    STOPPING_PAUSED = "STOPPING_PAUSED"
+    PAUSED = "PAUSED"
+    STOPPING_CANCELED = "STOPPING_CANCELED"
+    CANCELED = "CANCELED"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class JobState(str, Enum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AllocationState(str, Enum):
+    """A launched process (group): its task token works only while it is RUNNING."""
+
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# --- numbers on the wire -------------------------------------------------------------------
+#
+# JSON has no NaN or infinity, yet a diverging model reports them: they travel as the
+# strings "NaN", "Infinity" and "-Infinity" (JavaScript's spelling) and are floats again
+# on either side. Booleans are refused where a number is expected (pydantic would take
+# ``false`` as 0).
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def encode_metric(v: float) -> float | str:
+    """A float as JSON can carry it.
+
+    >>> encode_metric(0.5), encode_metric(float("nan")), encode_metric(float("-inf"))
+    (0.5, 'NaN', '-Infinity')
+    """
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def decode_metric(v: Any) -> Any:
+    """The inverse of :func:`encode_metric`; refuses booleans.
+
+    >>> decode_metric("Infinity"), decode_metric(2)
+    (inf, 2)
+    """
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not a boolean")
+    if isinstance(v, str):
+        if v in _NON_FINITE:
+            return _NON_FINITE[v]
+        raise ValueError('expected a number or one of "NaN", "Infinity", "-Infinity"')
+    return v
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not a boolean")
+    return v
+
+
+Metric = Annotated[
+    float,
+    BeforeValidator(decode_metric),
+    PlainSerializer(encode_metric, when_used="json"),
+    WithJsonSchema({"anyOf": [{"type": "number"},
+                              {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]}),
 ]
-ExperimentState = Literal["ACTIVE", "PAUSED", "COMPLETED", "CANCELED", "ERROR"]
-JobState = Literal["QUEUED", "RUNNING", "COMPLETED", "CANCELED", "ERROR"]
+Number = Annotated[float, BeforeValidator(_no_bool)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 
 
 class _Model(BaseModel):
@@ -54,6 +178,18 @@ class CreateJobRequest(_Model):
     model_definition: str = Field(description="base64 of a .tar.gz of the directory")
 
 
+MetricGroup = Literal["training", "validation", "evaluation"]
+
+
+class MetricsRow(_Model):
+    """``GET /api/v1/trials/{id}/metrics``: one stored report."""
+
+    group: MetricGroup
+    steps_completed: int
+    epoch: int
+    metrics: dict[str, Metric]
+
+
 class MetricsReport(_Model):
     """``POST /api/v1/trials/{id}/metrics``: one group's metrics at one step.
 
@@ -61,28 +197,28 @@ class MetricsReport(_Model):
     twice (a retry, or a restarted trial repeating steps) replaces, never adds.
     """
 
-    group: Literal["training", "validation", "evaluation"]
-    steps_completed: int = Field(ge=0)
-    epoch: int = Field(default=0, ge=0)
-    metrics: dict[str, float]
+    group: MetricGroup
+    steps_completed: Count
+    epoch: Count = 0
+    metrics: dict[str, Metric] = Field(max_length=1000)
 
 
 class CheckpointReport(_Model):
     """``POST /api/v1/checkpoints``: a checkpoint written to the trial's storage."""
 
     uuid: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    trial_id: int
-    steps_completed: int = Field(ge=0)
-    epoch: int = Field(ge=0)
-    batch: int = Field(default=0, ge=0)
-    size: int = Field(default=0, ge=0)
-    metrics: dict[str, float] = Field(default_factory=dict)
+    trial_id: Count
+    steps_completed: Count
+    epoch: Count
+    batch: Count = 0
+    size: Count = 0
+    metrics: dict[str, Metric] = Field(default_factory=dict, max_length=1000)
 
 
 class ProgressReport(_Model):
     """``POST /api/v1/trials/{id}/progress``: fraction of the training length done."""
 
-    progress: float = Field(ge=0, le=1)
+    progress: Number = Field(ge=0, le=1)
 
 
 class PreemptionSignal(_Model):
@@ -104,8 +240,8 @@ class CompletedOperation(_Model):
     the answer is the next :class:`SearcherOperation` (``completed``: stop)."""
 
     unit: Literal["epochs", "batches"]
-    length: int = Field(ge=1)
-    searcher_metric: float
+    length: int = Field(ge=1, le=MAX_INT)
+    searcher_metric: Annotated[Metric, Field(description="NaN ranks last")]
 
 
 class CheckpointInfo(_Model):
@@ -116,7 +252,7 @@ class CheckpointInfo(_Model):
     epoch: int
     batch: int = 0
     size: int = 0
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, Metric] = Field(default_factory=dict)
     created: float
     path: str | None = None
 
@@ -125,7 +261,7 @@ class RungResult(_Model):
     """A trial's searcher metric at one rung of ASHA, and whether it went on from there."""
 
     rung: int
-    metric: float
+    metric: Metric
     promoted: bool
     order: int  # arrival order among all rung results of the master
 
@@ -138,14 +274,14 @@ class SearcherLength(_Model):
 class TrialInfo(_Model):
     id: int
     experiment_id: int
-    state: str
+    state: TrialState
     hparams: dict[str, Any]
     seed: int
     restarts: int = 0
     steps_completed: int = 0
     epoch: int = 0
     progress: float = 0.0
-    best_metric: float | None = None
+    best_metric: Metric | None = None
     latest_checkpoint: str | None = None
     last_error: str | None = None
     bracket: int = 0
@@ -156,7 +292,7 @@ class TrialInfo(_Model):
 class ExperimentInfo(_Model):
     id: int
     name: str | None
-    state: str
+    state: ExperimentState
     config: dict[str, Any]
     created: float
     trials: list[TrialInfo] = Field(default_factory=list)
@@ -166,7 +302,7 @@ class ExperimentInfo(_Model):
 class JobInfo(_Model):
     id: int
     name: str | None
-    state: str
+    state: JobState
     config: dict[str, Any]
     created: float
     exit_code: int | None = None
@@ -177,4 +313,10 @@ class AllocationInfo(_Model):
     task_type: Literal["TRIAL", "GENERIC"]
     trial_id: int | None = None
     job_id: int | None = None
-    state: str
+    state: AllocationState
+
+
+class ErrorBody(_Model):
+    """Every error answer: ``detail`` says what is wrong, naming the field if there is one."""
+
+    detail: Any

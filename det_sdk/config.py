@@ -14,6 +14,8 @@ wrong types and missing required fields fail with the field's dotted path::
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,14 +25,21 @@ import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_LENGTH",
+    "MAX_RUNGS",
+    "MAX_TRIALS",
     "CategoricalHP",
     "CheckpointStorageConfig",
     "ConfigError",
@@ -43,6 +52,7 @@ __all__ = [
     "Length",
     "LogHP",
     "load_yaml_file",
+    "load_yaml_text",
     "parse_experiment_config",
     "parse_job_config",
 ]
@@ -56,6 +66,35 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+# --- limits ---------------------------------------------------------------------------------
+#
+# Every number a config holds is bounded, and checked before anything is built from it:
+# a search of 10**7 trials, a billion rungs or an epoch count of 1e30 is refused with
+# its field, not computed (a master must never hang or run out of memory on a config).
+
+MAX_TRIALS = 10_000  # trials of one experiment (grid points, max_trials)
+MAX_RUNGS = 32  # ASHA rungs: divisor**32 already exceeds any training length
+MAX_LENGTH = 2**40  # epochs or batches of one trial
+MAX_INT = 2**62  # integer hyperparameter bounds (kept within SQLite's 64 bits)
+# The whole config travels to each trial in one environment variable (DET_EXPERIMENT_
+# CONFIG); Linux refuses a single variable over 128 KiB ("Argument list too long").
+MAX_CONFIG_BYTES = 96 * 1024
+
+
+def _no_bool(v: Any) -> Any:
+    # YAML's `true` is not 1: a boolean where a number belongs is a mistake
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not a boolean")
+    return v
+
+
+def _bounded_int(lo: int, hi: int) -> Any:
+    return Annotated[int, Strict(), Field(ge=lo, le=hi)]
+
+
+Real = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]
+
+
 # --- lengths -----------------------------------------------------------------------------
 
 
@@ -66,8 +105,8 @@ class Length(_Strict):
     2
     """
 
-    epochs: int | None = Field(default=None, ge=1)
-    batches: int | None = Field(default=None, ge=1)
+    epochs: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
+    batches: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Length:
@@ -98,9 +137,9 @@ class IntHP(_Strict):
     """An integer range searched by the searcher; ``count`` points for grid search."""
 
     type: Literal["int"]
-    minval: int
-    maxval: int
-    count: int | None = Field(default=None, ge=1)
+    minval: _bounded_int(-MAX_INT, MAX_INT)  # type: ignore[valid-type]
+    maxval: _bounded_int(-MAX_INT, MAX_INT)  # type: ignore[valid-type]
+    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _ordered(self) -> IntHP:
@@ -113,9 +152,9 @@ class DoubleHP(_Strict):
     """A real range searched by the searcher; ``count`` points for grid search."""
 
     type: Literal["double"]
-    minval: float
-    maxval: float
-    count: int | None = Field(default=None, ge=1)
+    minval: Real
+    maxval: Real
+    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _ordered(self) -> DoubleHP:
@@ -128,15 +167,24 @@ class LogHP(_Strict):
     """``base ** x`` for x in [minval, maxval]: a log-scale range (learning rates)."""
 
     type: Literal["log"]
-    minval: float
-    maxval: float
-    base: float = Field(default=10.0, gt=0)
-    count: int | None = Field(default=None, ge=1)
+    minval: Real
+    maxval: Real
+    base: Annotated[Real, Field(gt=0)] = 10.0
+    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _ordered(self) -> LogHP:
         if self.minval > self.maxval:
             raise ValueError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
+        for bound in (self.minval, self.maxval):
+            try:
+                value = self.base**bound
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value) or value == 0:
+                raise ValueError(f"base ** {bound} ({self.base} ** {bound}) is out of a "
+                                 f"float's range; a log range spans exponents, e.g. "
+                                 f"minval: -5, maxval: -1")
         return self
 
 
@@ -177,9 +225,9 @@ def _parse_hyperparameters(raw: Any) -> Any:
 
 class _SearcherBase(_Strict):
     metric: str = "val_loss"
-    smaller_is_better: bool = True
+    smaller_is_better: Annotated[bool, Strict()] = True
     max_length: Length | None = None
-    max_concurrent_trials: int = Field(default=0, ge=0)
+    max_concurrent_trials: _bounded_int(0, MAX_TRIALS) = 0  # type: ignore[valid-type]
 
 
 class SingleSearcher(_SearcherBase):
@@ -198,7 +246,7 @@ class RandomSearcher(_SearcherBase):
     """``max_trials`` random points, seeded by ``reproducibility.experiment_seed``."""
 
     name: Literal["random"]
-    max_trials: int = Field(ge=1)
+    max_trials: _bounded_int(1, MAX_TRIALS)  # type: ignore[valid-type]
 
 
 class AdaptiveASHASearcher(_SearcherBase):
@@ -212,11 +260,11 @@ class AdaptiveASHASearcher(_SearcherBase):
 
     name: Literal["adaptive_asha"]
     max_length: Length  # required: the rungs are fractions of it
-    max_trials: int = Field(ge=1)
-    num_rungs: int = Field(default=3, ge=1)
-    divisor: int = Field(default=4, ge=2)
+    max_trials: _bounded_int(1, MAX_TRIALS)  # type: ignore[valid-type]
+    num_rungs: _bounded_int(1, MAX_RUNGS) = 3  # type: ignore[valid-type]
+    divisor: _bounded_int(2, 1000) = 4  # type: ignore[valid-type]
     mode: Literal["aggressive", "standard", "conservative"] = "standard"
-    max_rungs: int | None = Field(default=None, ge=1)
+    max_rungs: _bounded_int(1, MAX_RUNGS) | None = None  # type: ignore[valid-type]
 
 
 Searcher = Annotated[
@@ -233,17 +281,37 @@ class CheckpointStorageConfig(_Strict):
 
     type: Literal["shared_fs"] = "shared_fs"
     host_path: str | None = None
-    save_trial_latest: int = Field(default=1, ge=0)
-    save_trial_best: int = Field(default=1, ge=0)
-    save_experiment_best: int = Field(default=0, ge=0)
+    save_trial_latest: _bounded_int(0, 1_000_000) = 1  # type: ignore[valid-type]
+    save_trial_best: _bounded_int(0, 1_000_000) = 1  # type: ignore[valid-type]
+    save_experiment_best: _bounded_int(0, 1_000_000) = 0  # type: ignore[valid-type]
 
 
 class ExperimentResources(_Strict):
-    slots_per_trial: int = Field(default=1, ge=1)
+    slots_per_trial: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
 
 
 class Reproducibility(_Strict):
-    experiment_seed: int | None = Field(default=None, ge=0, lt=2**31)
+    experiment_seed: _bounded_int(0, 2**31 - 1) | None = None  # type: ignore[valid-type]
+
+
+def _entrypoint_ok(v: str | None) -> str | None:
+    if v is not None and "\x00" in v:
+        raise ValueError("contains a NUL character, which no command line can hold")
+    return v
+
+
+def _check_size(model: BaseModel) -> None:
+    """Refuse a config too large for the environment variable that carries it to tasks."""
+    dumped = model.model_dump(mode="json")
+    size = len(json.dumps(dumped, default=str))
+    if size > MAX_CONFIG_BYTES:
+        largest = sorted(((len(json.dumps(v, default=str)), k) for k, v in dumped.items()),
+                         reverse=True)[:2]
+        names = ", ".join(f"{k} ({n} bytes)" for n, k in largest)
+        raise ValueError(
+            f"the config is {size} bytes as JSON, over the limit of {MAX_CONFIG_BYTES} (it "
+            f"reaches each task in one environment variable); largest fields: {names}. "
+            f"Keep data sets and long texts in files of the model directory")
 
 
 class ExperimentConfig(_Strict):
@@ -265,9 +333,9 @@ class ExperimentConfig(_Strict):
     min_validation_period: Length | None = None
     min_checkpoint_period: Length | None = None
     # batches between reports of the training metrics' running averages (Determined's name)
-    scheduling_unit: int = Field(default=100, ge=1)
+    scheduling_unit: _bounded_int(1, MAX_LENGTH) = 100  # type: ignore[valid-type]
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
-    max_restarts: int = Field(default=5, ge=0)
+    max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
     reproducibility: Reproducibility = Field(default_factory=Reproducibility)
     data: dict[str, Any] = Field(default_factory=dict)
 
@@ -290,9 +358,16 @@ class ExperimentConfig(_Strict):
             raw["hyperparameters"] = _parse_hyperparameters(raw["hyperparameters"])
         return raw
 
+    _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
+
+    @model_validator(mode="after")
+    def _fits_in_the_environment(self) -> ExperimentConfig:
+        _check_size(self)
+        return self
+
 
 class JobResources(_Strict):
-    slots: int = Field(default=1, ge=1)
+    slots: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
 
 
 class JobConfig(_Strict):
@@ -309,6 +384,13 @@ class JobConfig(_Strict):
     )
     resources: JobResources = Field(default_factory=JobResources)
     data: dict[str, Any] = Field(default_factory=dict)
+
+    _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
+
+    @model_validator(mode="after")
+    def _fits_in_the_environment(self) -> JobConfig:
+        _check_size(self)
+        return self
 
 
 # --- parsing helpers ----------------------------------------------------------------------
@@ -361,9 +443,87 @@ def _validate(model: type[BaseModel], raw: Any, source: str) -> Any:
         raise ConfigError(f"invalid {source}: expected a mapping at the top level, got "
                           f"{type(raw).__name__}")
     try:
+        _expanded_size(dict(raw))  # a mapping from JSON or code: the same limits as YAML
         return model.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, source)) from None
+    except ConfigError as err:
+        raise ConfigError(f"invalid {source}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"invalid {source}: nested too deeply") from None
+
+
+MAX_YAML_DEPTH = 64  # levels of nesting
+MAX_YAML_VALUES = 1_000_000  # values once aliases are expanded
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (last-wins would
+    silently drop the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at "
+                    f"line {seen[key].start_mark.line + 1}); give each key once")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(obj: Any, depth: int = 0, memo: dict[int, int] | None = None,
+                   active: set[int] | None = None) -> int:
+    """How many values ``obj`` holds once YAML aliases are copied out (as JSON does).
+
+    Aliases are shared objects, so this counts a node's size once and multiplies: an
+    "alias bomb" of a few lines shows its billions without being expanded.
+
+    >>> a = [1, 2]; _expanded_size([a, a, a])
+    10
+    """
+    memo = {} if memo is None else memo
+    active = set() if active is None else active
+    if not isinstance(obj, (dict, list)):
+        return 1
+    if depth > MAX_YAML_DEPTH:
+        raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep")
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    if key in active:
+        raise ConfigError("a YAML alias refers to a value that contains it")
+    active.add(key)
+    items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+    size = 1 + sum(_expanded_size(v, depth + 1, memo, active) for v in items)
+    active.discard(key)
+    memo[key] = size
+    return size
+
+
+def load_yaml_text(text: str, source: str = "config") -> Any:
+    """Parse YAML safely: duplicate keys, deep nesting and alias bombs are refused.
+
+    >>> load_yaml_text("{a: 1, a: 2}")
+    Traceback (most recent call last):
+    ...
+    det_sdk.config.ConfigError: config: duplicate key 'a' at line 1 (first at line 1); ...
+    """
+    try:
+        data = yaml.load(text, Loader=_Loader)
+        size = _expanded_size(data)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply (more than {MAX_YAML_DEPTH} "
+                          f"levels)") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    if size > MAX_YAML_VALUES:
+        raise ConfigError(f"{source}: its aliases expand to {size} values, over the limit of "
+                          f"{MAX_YAML_VALUES} (an alias bomb?)")
+    return data
 
 
 def load_yaml_file(path: str | os.PathLike[str]) -> Any:
@@ -375,10 +535,9 @@ def load_yaml_file(path: str | os.PathLike[str]) -> Any:
         raise ConfigError(f"config file not found: {p}") from None
     except OSError as err:
         raise ConfigError(f"cannot read config file {p}: {err.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {p} is not valid YAML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {p} is not text (UTF-8): {err}") from None
+    return load_yaml_text(text, f"config file {p}")
 
 
 def parse_experiment_config(raw: Mapping[str, Any] | str | os.PathLike[str]) -> ExperimentConfig:

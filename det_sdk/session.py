@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -55,6 +55,8 @@ __all__ = [
 
 MetricGroup = Literal["training", "validation", "evaluation"]
 DEFAULT_RUNS_DIR = "det-runs"
+
+log = logging.getLogger("det_sdk.session")
 
 
 class RunNotFoundError(LookupError):
@@ -401,14 +403,14 @@ class MasterSession(Session):
         if self.trial_id is None:
             return  # a generic job has no trial to report to
         body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
-                "metrics": {k: float(v) for k, v in metrics.items()}}
+                "metrics": _wire_metrics(metrics)}
         self._queue.put(("metrics", body))
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
         body = {"uuid": uuid, "trial_id": self.trial_id,
                 **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
                    if k in metadata},
-                "metrics": dict(metadata.get("metrics") or {})}
+                "metrics": _wire_metrics(metadata.get("metrics") or {})}
         self._queue.put(("checkpoint", body))
         self.latest_checkpoint = uuid
 
@@ -425,28 +427,46 @@ class MasterSession(Session):
             self.client.report_progress(self.trial_id, body)
 
     def _deliver(self) -> None:
-        from det_sdk.client import MasterError
-
+        """The report thread: it never dies. Each report is sent, retried while the
+        master is unreachable (it may be restarting) or answers 5xx (a few times),
+        and dropped with a log line when refused or when it cannot be sent at all;
+        the reports after it go on."""
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            delay = 0.5
-            while True:
-                try:
-                    self._send(*item)
-                    break
-                except MasterError as err:
-                    if err.status < 500:  # refused: retrying cannot help
-                        print(f"det_sdk: master refused a {item[0]} report: {err}",
-                              file=sys.stderr, flush=True)
-                        break
-                except (ConnectionError, OSError):
-                    pass
-                self._failures += 1
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
-            self._queue.task_done()
+            try:
+                self._deliver_one(*item)
+            except BaseException:  # even a bug here must not stop later reports
+                log.exception("det_sdk: a %s report was lost", item[0])
+            finally:
+                self._queue.task_done()
+
+    def _deliver_one(self, kind: str, body: Any) -> None:
+        from det_sdk.client import MasterError
+
+        delay, server_errors = 0.5, 0
+        while True:
+            try:
+                self._send(kind, body)
+                return
+            except MasterError as err:
+                if err.status < 500:  # refused: retrying cannot help
+                    log.warning("det_sdk: master refused a %s report: %s", kind, err)
+                    return
+                server_errors += 1
+                if server_errors >= _SERVER_ERROR_RETRIES:
+                    log.error("det_sdk: master failed a %s report %d times, dropped: %s",
+                              kind, server_errors, err)
+                    return
+            except (ConnectionError, OSError):
+                pass  # unreachable: retry until it is back
+            except Exception as err:  # cannot be sent at all (e.g. not encodable)
+                log.error("det_sdk: a %s report cannot be sent, dropped: %r", kind, err)
+                return
+            self._failures += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
     # --- instructions from the master -------------------------------------------------
 
@@ -524,6 +544,27 @@ class MasterSession(Session):
 
 # Retries (about 10 minutes) for the calls a trial cannot go on without.
 _WAIT_FOR_MASTER = 64
+# A report the master keeps failing with 5xx is dropped after this many tries.
+_SERVER_ERROR_RETRIES = 5
+
+
+def _wire_metrics(metrics: Mapping[str, Any]) -> dict[str, float | str]:
+    """Metrics as JSON can carry them: NaN and infinities as the strings the master reads
+    back as floats (``det_sdk.api.encode_metric``); values that are not numbers are
+    logged and left out.
+
+    >>> _wire_metrics({"loss": float("nan"), "acc": 1})
+    {'loss': 'NaN', 'acc': 1.0}
+    """
+    from det_sdk.api import encode_metric
+
+    out = {}
+    for k, v in metrics.items():
+        try:
+            out[str(k)] = encode_metric(float(v))
+        except (TypeError, ValueError):
+            log.warning("det_sdk: metric %r is not a number (%r); not reported", k, v)
+    return out
 
 
 def _retry(call: Any, attempts: int = 8) -> Any:

@@ -28,12 +28,26 @@ def _client(args: Namespace) -> Any:
 
 
 def _read_config(path: str, kind: str) -> dict[str, Any]:
-    from det_sdk.config import load_yaml_file, parse_experiment_config, parse_job_config
+    from det_sdk.config import (
+        ConfigError,
+        load_yaml_file,
+        parse_experiment_config,
+        parse_job_config,
+    )
 
     raw = load_yaml_file(path)
+    if not isinstance(raw, dict):
+        # a file holding one string is not the name of another config file
+        raise ConfigError(f"invalid {kind} config {path}: expected a mapping at the top "
+                          f"level, got {type(raw).__name__}")
     # Validate here first: a bad config fails before anything is packed or sent.
     (parse_experiment_config if kind == "experiment" else parse_job_config)(raw)
     return raw
+
+
+def _num(v: Any) -> str:
+    """A metric for people: 4 significant digits; NaN and infinities as they are."""
+    return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
 
 
 def _pack(directory: str) -> bytes:
@@ -108,7 +122,7 @@ def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
     return [[t["id"], t["state"], t["steps_completed"], t["epoch"], target(t),
-             "" if t["best_metric"] is None else f"{t['best_metric']:.4g}",
+             "" if t["best_metric"] is None else _num(t["best_metric"]),
              t["restarts"], " ".join(f"{k}={value(v)}" for k, v in t["hparams"].items())]
             for t in trials]
 
@@ -155,7 +169,9 @@ def experiment_kill(args: Namespace) -> int:
 
 def experiment_pause(args: Namespace) -> int:
     out = _client(args).pause_experiment(args.id)
-    print(f"experiment {args.id}: {out['state']} (running trials checkpoint and stop)")
+    note = (" (running trials checkpoint and stop; PAUSED once all have)"
+            if out["state"] == "STOPPING_PAUSED" else "")
+    print(f"experiment {args.id}: {out['state']}{note}")
     return 0
 
 
@@ -185,7 +201,7 @@ def trial_describe(args: Namespace) -> int:
         return 0
     print(table(_TRIAL_HEADERS, _trial_rows([t])))
     rows = [[m["group"], m["steps_completed"], m["epoch"],
-             " ".join(f"{k}={v:.4g}" for k, v in m["metrics"].items())] for m in metrics]
+             " ".join(f"{k}={_num(v)}" for k, v in m["metrics"].items())] for m in metrics]
     if rows:
         print()
         print(table(["GROUP", "BATCHES", "EPOCH", "METRICS"], rows))
@@ -219,7 +235,7 @@ def checkpoint_list(args: Namespace) -> int:
         return 0
     print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
                 [[c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c["size"],
-                  " ".join(f"{k}={v:.4g}" for k, v in c["metrics"].items())] for c in rows]))
+                  " ".join(f"{k}={_num(v)}" for k, v in c["metrics"].items())] for c in rows]))
     return 0
 
 

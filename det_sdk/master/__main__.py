@@ -36,13 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
 
+    import logging
+
     import uvicorn
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from det_sdk.master.app import create_app
     from det_sdk.master.core import Master
 
     url = f"http://{args.host}:{args.port}"
+    # Everything the master writes is its owner's only (the database holds tokens);
+    # the tasks it launches get the umask it was started with.
+    task_umask = os.umask(0o077)
     master = Master(args.data_dir.resolve(), slots=args.slots, url=url)
+    master.launcher.task_umask = task_umask
     _user_token(master, args.data_dir)
     master.start()
     info = {"url": url, "pid": os.getpid(), "slots": args.slots}

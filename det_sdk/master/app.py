@@ -5,34 +5,162 @@ FastAPI because the request and response models are the pydantic models of
 OpenAPI document come from one source. Starlette alone would need all of that by
 hand; the cost is FastAPI's import time, paid by the server only.
 
-Every route needs ``Authorization: Bearer <token>``: a user token (from ``det
-master up``) may do anything; a task token (one per launched process) may only
-report for its own trial and allocation, and read checkpoints (batch inference).
+Every route under ``/api/`` needs ``Authorization: Bearer <token>``: a user token
+(from ``det master up``) may do anything; a task token (one per launched process)
+works while its process runs, and may only report for its own trial and
+allocation, and read checkpoints (batch inference).
+
+A guard in front of the routes checks the token and the body's size before any byte
+of the body is read (an anonymous or oversized upload costs the master nothing).
+The master's domain errors (``det_sdk.master.errors``) map to statuses here, in one
+place; every status and media type the API answers with is in the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
+import json
+import logging
+import os
+import sqlite3
 import tarfile
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path as FilePath
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from det_sdk import api
-from det_sdk.master.core import Master, RequestError
+from det_sdk.master.archive import MAX_ARCHIVE_BYTES
+from det_sdk.master.core import Master
+from det_sdk.master.errors import STATUS, RequestError
 
 __all__ = ["create_app"]
+
+
+log = logging.getLogger("det_sdk.master.app")
+
+Id = Annotated[int, Path(ge=0, le=api.MAX_INT)]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+
+# Bodies: a create request carries the model directory (base64) and its config; any
+# other request is small. Checked from Content-Length before the body is read, and
+# counted as it arrives when there is none (chunked).
+SMALL_BODY_BYTES = 1 << 20
+UPLOAD_BODY_BYTES = 4 * (MAX_ARCHIVE_BYTES // 3 + 1) + SMALL_BODY_BYTES
+_UPLOAD_ROUTES = {("POST", "/api/v1/experiments"), ("POST", "/api/v1/jobs")}
+
+_ERROR = {"model": api.ErrorBody}
+# Documented on every route (FastAPI adds 422, which this API answers as 400).
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {**_ERROR, "description": "invalid request; `detail` names the field"},
+    401: {**_ERROR, "description": "missing or unknown token, or a task token whose "
+                                   "process has ended"},
+    403: {**_ERROR, "description": "the token may not do this"},
+    404: {**_ERROR, "description": "no such experiment, trial, job, checkpoint or allocation"},
+    409: {**_ERROR, "description": "not allowed in the current state"},
+    413: {**_ERROR, "description": "request body over the limit"},
+    507: {**_ERROR, "description": "the master's disk is full"},
+}
 
 
 @dataclass
 class Principal:
     kind: str  # "user" | "task"
     allocation: dict[str, Any] | None = None
+
+
+def authenticate(master: Master, header: str) -> Principal:
+    """Who a request's ``Authorization`` header is; HTTPException 401 if nobody.
+
+    A task token works while its allocation runs: once the process has exited, its
+    token is refused (S5).
+    """
+    if not header.lower().startswith("bearer "):
+        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)")
+    token = header[7:].strip()
+    if master.store.is_user_token(token):
+        return Principal("user")
+    alloc = master.store.allocation_by_token(token)
+    if alloc is None:
+        raise HTTPException(401, "unknown token")
+    if alloc["state"] != api.AllocationState.RUNNING.value:
+        raise HTTPException(401, f"the token of allocation {alloc['id']} ended with its task")
+    return Principal("task", alloc)
+
+
+async def _send_error(send: Callable[[Message], Awaitable[None]], status: int,
+                      detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """ASGI middleware in front of ``/api/``: authentication first, then the body's size.
+
+    Pure ASGI (not Starlette's BaseHTTPMiddleware) so that the metric-report hot path
+    pays for two header lookups, not for a task per request.
+    """
+
+    def __init__(self, app: Any, master: Master) -> None:
+        self.app = app
+        self.master = master
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        auth, length = "", None
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                auth = value.decode("latin-1")
+            elif key == b"content-length":
+                length = value
+        try:
+            principal = authenticate(self.master, auth)
+        except HTTPException as err:
+            await _send_error(send, err.status_code, err.detail)
+            return
+        scope.setdefault("state", {})["det_principal"] = principal
+        limit = (UPLOAD_BODY_BYTES if (scope["method"], scope["path"].rstrip("/"))
+                 in _UPLOAD_ROUTES else SMALL_BODY_BYTES)
+        if length is not None:
+            if not length.isdigit():
+                await _send_error(send, 400, "Content-Length is not a number")
+                return
+            if int(length) > limit:
+                await _send_error(send, 413, f"request body of {int(length)} bytes is over "
+                                             f"the limit of {limit} for this route")
+                return
+            await self.app(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                # FastAPI passes an HTTPException raised while reading the body through
+                raise HTTPException(413, f"request body over the limit of {limit} bytes for "
+                                         f"this route")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 class _Wakeup:
@@ -62,33 +190,72 @@ class _Wakeup:
 
 def create_app(master: Master) -> FastAPI:
     """The ASGI app serving ``master``."""
-    app = FastAPI(title="det_sdk master", version="1")
+    app = FastAPI(title="det_sdk master", version="1", responses=RESPONSES)
+    app.add_middleware(Guard, master=master)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content={"detail": str(exc)})
+        status = STATUS.get(type(exc), exc.status)
+        return JSONResponse(status_code=status, content={"detail": str(exc)})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        # Starlette's 405 names the methods of one route only; a path with GET and POST
+        # routes must answer `Allow: GET, POST`
+        path = request.url.path
+        allowed = sorted({m for r in app.router.routes if isinstance(r, APIRoute)
+                          and r.path_regex.match(path) for m in r.methods})
+        return JSONResponse(status_code=405, content={"detail": exc.detail},
+                            headers={"Allow": ", ".join(allowed)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # 400 with each field's path and message; the offending input is left out (it may
+        # be huge, or a NaN that JSON cannot carry)
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""),
+                   "type": e.get("type", "")} for e in exc.errors()]
+        return JSONResponse(status_code=400, content={"detail": detail})
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        return JSONResponse(status_code=400, content={"detail": "request nested too deeply"})
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(request: Request, exc: OverflowError) -> JSONResponse:
+        return JSONResponse(status_code=400,
+                            content={"detail": f"a number is out of range: {exc}"})
+
+    @app.exception_handler(sqlite3.OperationalError)
+    async def _database(request: Request, exc: sqlite3.OperationalError) -> JSONResponse:
+        if "full" in str(exc):
+            return JSONResponse(status_code=507, content={
+                "detail": f"the master's disk is full ({exc}); free space and retry"})
+        raise exc
+
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: OSError) -> JSONResponse:
+        if exc.errno == errno.ENOSPC:
+            return JSONResponse(status_code=507, content={
+                "detail": f"the master's disk is full: {exc}"})
+        raise exc
 
     # The dependencies and the report routes are `async def`: they only touch
     # in-memory caches and short SQLite statements, and running them on the event
     # loop saves a thread hand-off per request (reports are the hot path).
     async def principal(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
-            raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)")
-        token = header[7:].strip()
-        if master.store.is_user_token(token):
-            return Principal("user")
-        alloc = master.store.allocation_by_token(token)
-        if alloc is not None:
-            return Principal("task", alloc)
-        raise HTTPException(401, "unknown token")
+        known = request.scope.get("state", {}).get("det_principal")
+        if known is not None:
+            return known  # the guard authenticated it already
+        return authenticate(master, request.headers.get("authorization", ""))
 
     async def user(p: Principal = Depends(principal)) -> Principal:
         if p.kind != "user":
             raise HTTPException(403, "this needs a user token, not a task's")
         return p
 
-    def own_trial(trial_id: int, p: Principal) -> None:
+    def own_trial(trial_id: Id, p: Principal) -> None:
         if p.kind == "task" and (p.allocation or {}).get("trial_id") != trial_id:
             raise HTTPException(403, f"this task's token cannot act on trial {trial_id}")
 
@@ -116,41 +283,42 @@ def create_app(master: Master) -> FastAPI:
                 for e in master.store.experiments()]
 
     @app.get("/api/v1/experiments/{exp_id}")
-    def get_experiment(exp_id: int, p: Principal = Depends(user)) -> api.ExperimentInfo:
+    def get_experiment(exp_id: Id, p: Principal = Depends(user)) -> api.ExperimentInfo:
         return api.ExperimentInfo(**master.experiment_info(exp_id))
 
     @app.post("/api/v1/experiments/{exp_id}/pause")
-    def pause_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
+    def pause_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
         master.pause_experiment(exp_id)
         return {"state": master.store.experiment(exp_id)["state"]}  # type: ignore[index]
 
     @app.post("/api/v1/experiments/{exp_id}/activate")
-    def activate_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
+    def activate_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
         master.activate_experiment(exp_id)
         return {"state": master.store.experiment(exp_id)["state"]}  # type: ignore[index]
 
     @app.post("/api/v1/experiments/{exp_id}/kill")
-    def kill_experiment(exp_id: int, p: Principal = Depends(user)) -> dict[str, str]:
+    def kill_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
         master.kill_experiment(exp_id)
         return {"state": master.store.experiment(exp_id)["state"]}  # type: ignore[index]
 
     # --- trials -----------------------------------------------------------------------
 
     @app.get("/api/v1/trials/{trial_id}")
-    def get_trial(trial_id: int, p: Principal = Depends(principal)) -> api.TrialInfo:
+    def get_trial(trial_id: Id, p: Principal = Depends(principal)) -> api.TrialInfo:
         own_trial(trial_id, p)
         return api.TrialInfo(**master.trial_info(trial_id))
 
     @app.get("/api/v1/trials/{trial_id}/metrics")
-    def trial_metrics(trial_id: int, group: str | None = None,
-                      p: Principal = Depends(principal)) -> list[dict[str, Any]]:
+    def trial_metrics(trial_id: Id, group: api.MetricGroup | None = None,
+                      p: Principal = Depends(principal)) -> list[api.MetricsRow]:
         own_trial(trial_id, p)
         master.trial(trial_id)
-        return [{"group": m["grp"], "steps_completed": m["steps"], "epoch": m["epoch"],
-                 "metrics": m["metrics"]} for m in master.store.metrics(trial_id, group)]
+        return [api.MetricsRow(group=m["grp"], steps_completed=m["steps"], epoch=m["epoch"],
+                               metrics=m["metrics"])
+                for m in master.store.metrics(trial_id, group)]
 
     @app.post("/api/v1/trials/{trial_id}/metrics", status_code=204)
-    async def report_metrics(trial_id: int, report: api.MetricsReport,
+    async def report_metrics(trial_id: Id, report: api.MetricsReport,
                        p: Principal = Depends(principal)) -> Response:
         own_trial(trial_id, p)
         master.report_metrics(trial_id, report.group, report.steps_completed, report.epoch,
@@ -158,28 +326,28 @@ def create_app(master: Master) -> FastAPI:
         return Response(status_code=204)
 
     @app.post("/api/v1/trials/{trial_id}/progress", status_code=204)
-    async def report_progress(trial_id: int, report: api.ProgressReport,
+    async def report_progress(trial_id: Id, report: api.ProgressReport,
                         p: Principal = Depends(principal)) -> Response:
         own_trial(trial_id, p)
         master.report_progress(trial_id, report.progress)
         return Response(status_code=204)
 
     @app.get("/api/v1/trials/{trial_id}/searcher/operation")
-    def searcher_operation(trial_id: int,
+    def searcher_operation(trial_id: Id,
                            p: Principal = Depends(principal)) -> api.SearcherOperation | None:
         own_trial(trial_id, p)
         op = master.searcher_operation(trial_id)
         return api.SearcherOperation(**op) if op else None
 
     @app.post("/api/v1/trials/{trial_id}/searcher/completed_operation")
-    def complete_operation(trial_id: int, done: api.CompletedOperation,
+    def complete_operation(trial_id: Id, done: api.CompletedOperation,
                            p: Principal = Depends(principal)) -> api.SearcherOperation | None:
         own_trial(trial_id, p)
         op = master.complete_operation(trial_id, done.unit, done.length, done.searcher_metric)
         return api.SearcherOperation(**op) if op else None
 
     @app.get("/api/v1/trials/{trial_id}/checkpoints")
-    def trial_checkpoints(trial_id: int, latest: bool = False, best: bool = False,
+    def trial_checkpoints(trial_id: Id, latest: bool = False, best: bool = False,
                           p: Principal = Depends(principal)) -> list[api.CheckpointInfo]:
         master.trial(trial_id)
         if latest or best:
@@ -187,7 +355,7 @@ def create_app(master: Master) -> FastAPI:
         return [api.CheckpointInfo(**c) for c in master.checkpoints(trial_id)]
 
     @app.get("/api/v1/trials/{trial_id}/logs")
-    def trial_logs(trial_id: int, offset: int = Query(0, ge=0),
+    def trial_logs(trial_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
                    p: Principal = Depends(user)) -> dict[str, Any]:
         master.trial(trial_id)
         return _read_log(master.logs_path("trials", trial_id), offset)
@@ -202,7 +370,7 @@ def create_app(master: Master) -> FastAPI:
         return Response(status_code=204)
 
     @app.get("/api/v1/checkpoints")
-    def list_checkpoints(trial_id: int | None = None,
+    def list_checkpoints(trial_id: Annotated[int | None, Query(ge=0, le=api.MAX_INT)] = None,
                          p: Principal = Depends(principal)) -> list[api.CheckpointInfo]:
         return [api.CheckpointInfo(**c) for c in master.checkpoints(trial_id)]
 
@@ -210,9 +378,13 @@ def create_app(master: Master) -> FastAPI:
     def get_checkpoint(uuid: str, p: Principal = Depends(principal)) -> api.CheckpointInfo:
         return api.CheckpointInfo(**master.checkpoint_info(uuid))
 
-    @app.get("/api/v1/checkpoints/{uuid}/download")
+    @app.get("/api/v1/checkpoints/{uuid}/download", response_class=Response, responses={
+        200: {"content": {"application/gzip": {"schema": {"type": "string",
+                                                          "format": "binary"}}},
+              "description": "the checkpoint's directory as a .tar.gz"},
+        410: {**_ERROR, "description": "recorded, but its files are gone"}})
     def download_checkpoint(uuid: str, p: Principal = Depends(principal)) -> Response:
-        path = Path(master.checkpoint_info(uuid)["path"])
+        path = FilePath(master.checkpoint_info(uuid)["path"])
         if not path.is_dir():
             raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
         buf = io.BytesIO()
@@ -226,7 +398,7 @@ def create_app(master: Master) -> FastAPI:
     master.preemption_listeners.append(wakeup.fire)
 
     @app.get("/api/v1/allocations/{alloc_id}/signals/preemption")
-    async def preemption(alloc_id: str, timeout_seconds: float = Query(0, ge=0, le=60),
+    async def preemption(alloc_id: str, timeout_seconds: api.Number = Query(0, ge=0, le=60),
                          p: Principal = Depends(principal)) -> api.PreemptionSignal:
         if p.kind == "task" and (p.allocation or {}).get("id") != alloc_id:
             raise HTTPException(403, "this task's token cannot read another allocation")
@@ -254,11 +426,11 @@ def create_app(master: Master) -> FastAPI:
         return [_job_info(j) for j in master.store.jobs()]
 
     @app.get("/api/v1/jobs/{job_id}")
-    def get_job(job_id: int, p: Principal = Depends(user)) -> api.JobInfo:
+    def get_job(job_id: Id, p: Principal = Depends(user)) -> api.JobInfo:
         return _job_info(master.job(job_id))
 
     @app.get("/api/v1/jobs/{job_id}/logs")
-    def job_logs(job_id: int, offset: int = Query(0, ge=0),
+    def job_logs(job_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
                  p: Principal = Depends(user)) -> dict[str, Any]:
         master.job(job_id)
         return _read_log(master.logs_path("jobs", job_id), offset)
@@ -279,6 +451,8 @@ def _read_log(path: Any, offset: int) -> dict[str, Any]:
     """Log text from byte ``offset``; the next offset lets a client follow the log."""
     try:
         with open(path, "rb") as f:
+            # past the end: nothing (a seek beyond what the filesystem allows is EINVAL)
+            offset = min(offset, os.fstat(f.fileno()).st_size)
             f.seek(offset)
             data = f.read(1 << 20)
     except FileNotFoundError:

@@ -26,6 +26,8 @@ __all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "check_arc
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # compressed, as uploaded
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+MAX_NAME_CHARS = 1024  # a member's path (Linux: 4096 bytes, 255 per component)
+MAX_DEPTH = 64  # directory levels of a member's path
 
 
 class ArchiveError(ValueError):
@@ -50,7 +52,15 @@ def check_archive(data: bytes, max_bytes: int = MAX_ARCHIVE_BYTES,
     except (tarfile.TarError, OSError, EOFError) as err:
         raise ArchiveError(f"model directory is not a readable .tar.gz: {err}") from None
     total = 0
+    files: set[str] = set()
     for m in members:
+        if len(m.name) > MAX_NAME_CHARS or any(
+                len(part.encode()) > 255 for part in m.name.split("/")):
+            raise ArchiveError(f"archive member {m.name[:80]!r}... has a name over "
+                               f"{MAX_NAME_CHARS} characters (or a part over 255 bytes)")
+        if m.name.count("/") >= MAX_DEPTH:
+            raise ArchiveError(f"archive member {m.name[:80]!r}... is nested over {MAX_DEPTH} "
+                               f"levels deep")
         if posixpath.isabs(m.name) or m.name.startswith("/"):
             raise ArchiveError(f"archive member {m.name!r} has an absolute path")
         if _escapes(m.name):
@@ -63,8 +73,20 @@ def check_archive(data: bytes, max_bytes: int = MAX_ARCHIVE_BYTES,
                 raise ArchiveError(
                     f"archive member {m.name!r} links outside the directory ({m.linkname!r})"
                 )
+            # Links are resolved one after another when unpacked: `s -> .` then
+            # `t -> s/..` leaves the directory although neither does alone. A link
+            # target is therefore a plain relative path (no `.` or `..` parts), and a
+            # hard link names a regular file that comes earlier in the archive.
+            if m.issym() and any(part in (".", "..", "") for part in m.linkname.split("/")):
+                raise ArchiveError(f"archive member {m.name!r} links to {m.linkname!r}: a "
+                                   f"link target may not contain '.' or '..' parts")
+            if m.islnk() and posixpath.normpath(m.linkname) not in files:
+                raise ArchiveError(f"archive member {m.name!r} is a hard link to "
+                                   f"{m.linkname!r}, which is not an earlier regular file")
         elif not (m.isfile() or m.isdir()):
             raise ArchiveError(f"archive member {m.name!r} is not a file or directory")
+        if m.isfile():
+            files.add(posixpath.normpath(m.name))
         total += max(m.size, 0)
         if total > max_unpacked:
             raise ArchiveError(f"model directory unpacks to over {max_unpacked} bytes")

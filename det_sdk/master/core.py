@@ -1,13 +1,30 @@
-"""The master's behaviour, apart from HTTP: experiments, trials, jobs and their lifecycles.
+"""The master, apart from HTTP: one object that holds the pieces and answers the API.
 
-``app.py`` turns requests into calls here; ``launcher.py`` runs processes. A
-background loop starts queued tasks whenever slots are free.
+Each concern has its module; ``Master`` wires them together and is what ``app.py``
+(and the web UI) call:
+
+- ``lifecycle``: the states of experiments, trials and jobs and the one table of
+  their transitions (every state change goes through it);
+- ``scheduler``: which queued task starts when, launching, exits, a restart;
+- ``search``: the trials an experiment starts with and their searcher operations;
+- ``checkpoints``: registration, retention and the sweep of unrecorded directories;
+- ``store`` (SQLite) and ``launcher`` (processes) below them.
+
+Errors are the domain errors of ``det_sdk.master.errors``; ``app.py`` maps them to
+HTTP statuses. What is cleaned up, and when: a trial's working directory when it
+ends (COMPLETED, CANCELED, ERROR); an experiment's uploaded model directory when
+the experiment ends; a job's working directory and upload when it ends; uploads of
+nothing live and unrecorded checkpoint directories at start-up and whenever no
+trial writing to their storage runs. Logs, metrics and recorded checkpoints
+(within the retention policy) are kept.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import errno
+import logging
 import os
 import secrets
 import shutil
@@ -16,59 +33,82 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from det_sdk.config import (
-    ExperimentConfig,
-    Length,
-    parse_experiment_config,
-    parse_job_config,
-)
+from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.master.archive import check_archive
-from det_sdk.master.launcher import Launcher, task_env
-from det_sdk.master.searchers import brackets, initial_trials, promotes, rung_lengths
-from det_sdk.master.store import ACTIVE_TRIAL_STATES, Store
-from det_sdk.storage import best_first, fsync_path
+from det_sdk.master.checkpoints import Checkpoints
+from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
+from det_sdk.master.launcher import Launcher
+from det_sdk.master.lifecycle import (
+    REPORTING_STATES,
+    ExperimentEvent,
+    Lifecycle,
+    TrialEvent,
+    TrialState,
+    next_trial_state,
+)
+from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
+from det_sdk.master.scheduler import Scheduler
+from det_sdk.master.search import Search, planned_trials
+from det_sdk.master.store import Store
+from det_sdk.storage import fsync_path
 
 __all__ = ["Master", "RequestError"]
 
+log = logging.getLogger("det_sdk.master")
+
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
-LOG_TAIL_LINES = 20
 
 
-class RequestError(ValueError):
-    """A request the master refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+def _private_dir(path: Path) -> None:
+    """A directory only its owner can enter (the master's data hold the user token)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
 
 
 class Master:
-    """State and behaviour of one master, backed by ``data_dir``."""
+    """State and behaviour of one master, backed by ``data_dir``.
+
+    >>> m = Master(Path(tempfile.mkdtemp()), slots=1, url="http://127.0.0.1:1")  # doctest: +SKIP
+    >>> m.create_experiment({"entrypoint": "true"}, archive_b64)  # doctest: +SKIP
+    1
+    """
 
     def __init__(self, data_dir: Path, slots: int, url: str) -> None:
         self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(data_dir)
         self.store = Store(data_dir / "master.db")
+        for name in ("master.db", "master.db-wal", "master.db-shm"):
+            if (data_dir / name).exists():
+                os.chmod(data_dir / name, 0o600)
         self.url = url
-        self.launcher = Launcher(self.store, data_dir, slots, url, self._on_exit)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._lock = threading.RLock()
         self._configs: dict[int, ExperimentConfig] = {}
         # called (from any thread) when trials are asked to stop: wakes the long-polls
         self.preemption_listeners: list[Callable[[], None]] = []
+        self.lifecycle = Lifecycle(
+            self.store, self._lock, on_trial_ended=self._trial_ended,
+            on_experiment_ended=self._experiment_ended,
+            on_stop_requested=self._preemption_changed, on_runnable=self._wake)
+        self.search = Search(self.store, self._lock, self.trial_config)
+        self.checkpoint_store = Checkpoints(self.store, self.lifecycle, data_dir,
+                                            self.trial_config)
+        self.launcher = Launcher(self.store, data_dir, slots, url, self._on_exit)
+        self.scheduler = Scheduler(self.store, self.lifecycle, self.launcher, data_dir,
+                                   self.trial_config, self.search, self.checkpoint_store)
 
-    # --- lifecycle ------------------------------------------------------------------------
+    # --- the master itself ----------------------------------------------------------------
 
     def start(self) -> None:
-        """Adopt tasks that outlived the previous master, then schedule in the background."""
-        for alloc in self.store.running_allocations():
-            self.launcher.adopt(alloc)
-        threading.Thread(target=self._schedule_loop, daemon=True, name="scheduler").start()
+        """Recover from the previous master (adopt or end its tasks), sweep what nothing
+        uses any more, then schedule in the background."""
+        self.scheduler.recover()
+        self._sweep_uploads()
+        with self._lock:
+            self.scheduler.sweep_idle_checkpoint_dirs()
+        self.scheduler.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self.scheduler.stop()
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
@@ -76,80 +116,92 @@ class Master:
         self.store.add_user_token(token)
         return token
 
-    # --- experiments ----------------------------------------------------------------------
+    def schedule(self) -> None:
+        self.scheduler.schedule()
 
-    def create_experiment(self, raw_config: dict[str, Any], model_b64: str) -> int:
-        config = _experiment_config(raw_config)
-        archive = _decode_archive(model_b64)
-        seed = config.reproducibility.experiment_seed
-        if seed is None:
-            seed = secrets.randbelow(2**31)
-            config.reproducibility.experiment_seed = seed
-        try:
-            trial_hparams = initial_trials(config, seed)
-        except ValueError as err:
-            raise RequestError(f"invalid experiment config: {err}") from None
-        stored = config.model_dump(mode="json", exclude_none=False)
-        # Every trial the search will run is created now, with its bracket and first
-        # length: the search survives a master restart without creating any twice.
-        trials = [
-            {"hparams": hp, "seed": (seed + i) % 2**31, "bracket": b,
-             "target": (rung_lengths(config, b) or [None])[0]}
-            for i, (hp, b) in enumerate(zip(trial_hparams,
-                                            brackets(config, len(trial_hparams))))
-        ]
-        archive_path = self._store_archive("experiments", archive)
-        with self._lock:
-            exp_id = self.store.create_experiment_with_trials(stored, str(archive_path), trials)
-        self._wake.set()
-        return exp_id
+    def _wake(self) -> None:
+        scheduler = getattr(self, "scheduler", None)  # None while __init__ wires things
+        if scheduler is not None:
+            scheduler.wakeup.set()
 
-    def kill_experiment(self, exp_id: int) -> None:
-        exp = self._experiment(exp_id)
-        if exp["state"] in TERMINAL:
-            return
-        with self._lock:
-            for t in self.store.trials(exp_id):
-                if t["state"] == "QUEUED" or t["state"] == "PAUSED":
-                    self.store.update_trial(t["id"], state="CANCELED")
-                elif t["state"] in ("RUNNING", "STOPPING_PAUSED"):
-                    self.store.update_trial(t["id"], state="STOPPING_CANCELED")
-                    for alloc in self._allocations_of_trial(t["id"]):
-                        self.launcher.kill(alloc)
-            self._update_experiment_state(exp_id)
-        self._preemption_changed()
-
-    def pause_experiment(self, exp_id: int) -> None:
-        """Ask running trials to checkpoint and exit (PAUSED); queued ones wait."""
-        exp = self._experiment(exp_id)
-        if exp["state"] != "ACTIVE":
-            raise RequestError(f"experiment {exp_id} is {exp['state']}, not ACTIVE", status=409)
-        with self._lock:
-            self.store.set_experiment_state(exp_id, "PAUSED")
-            for t in self.store.trials(exp_id):
-                if t["state"] == "QUEUED":
-                    self.store.update_trial(t["id"], state="PAUSED")
-                elif t["state"] == "RUNNING":
-                    # the trial's preemption long-poll sees this state and stops
-                    self.store.update_trial(t["id"], state="STOPPING_PAUSED")
-        self._preemption_changed()
+    def _on_exit(self, alloc: dict[str, Any], code: int) -> None:
+        self.scheduler.on_exit(alloc, code)
 
     def _preemption_changed(self) -> None:
         for listener in self.preemption_listeners:
             listener()
 
-    def activate_experiment(self, exp_id: int) -> None:
-        """Queue paused trials again; they continue from their latest checkpoint."""
-        exp = self._experiment(exp_id)
-        if exp["state"] not in ("PAUSED", "ACTIVE"):
-            raise RequestError(f"experiment {exp_id} is {exp['state']}; it cannot run again",
-                               status=409)
+    # --- cleanup --------------------------------------------------------------------------
+
+    def _trial_ended(self, t: TrialRow) -> None:
+        """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes."""
+        shutil.rmtree(self.data_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
+
+    def _experiment_ended(self, exp: ExperimentRow) -> None:
+        """An experiment ended: nothing will unpack its upload again."""
+        Path(exp["archive"]).unlink(missing_ok=True)
+
+    def _sweep_uploads(self) -> None:
+        """Delete uploads that no live experiment or job uses (a crash between writing an
+        upload and recording its experiment, or an older master that kept them)."""
+        live = {e["archive"] for e in self.store.experiments() if e["state"] not in TERMINAL}
+        live |= {j["archive"] for j in self.store.jobs() if j["state"] not in TERMINAL}
+        for kind in ("experiments", "jobs"):
+            folder = self.data_dir / "uploads" / kind
+            if folder.is_dir():
+                for p in folder.iterdir():
+                    if str(p) not in live:
+                        p.unlink(missing_ok=True)
+        for t in self.store.trials():
+            if t["state"] in TERMINAL:
+                self._trial_ended(t)
+
+    # --- experiments ----------------------------------------------------------------------
+
+    def create_experiment(self, raw_config: dict[str, Any], model_b64: str) -> int:
+        """Validate everything, then store the upload and the experiment with all its
+        trials: a refused request writes nothing."""
+        config = _experiment_config(raw_config)
+        if config.resources.slots_per_trial > self.launcher.slots:
+            raise InvalidRequest(
+                f"resources.slots_per_trial: {config.resources.slots_per_trial} is more than "
+                f"this master has ({self.launcher.slots}); the trials could never run")
+        archive = _decode_archive(model_b64)
+        seed = config.reproducibility.experiment_seed
+        if seed is None:
+            seed = secrets.randbelow(2**31)
+            config.reproducibility.experiment_seed = seed
+        trials = planned_trials(config, seed)
+        stored = config.model_dump(mode="json", exclude_none=False)
+        archive_path = self._store_archive("experiments", archive)
+        try:
+            with self._lock:
+                exp_id = self.store.create_experiment_with_trials(stored, str(archive_path),
+                                                                  trials)
+        except BaseException:
+            archive_path.unlink(missing_ok=True)
+            raise
+        self._wake()
+        return exp_id
+
+    def kill_experiment(self, exp_id: int) -> None:
+        self.lifecycle.experiment_event(exp_id, ExperimentEvent.KILL)
         with self._lock:
-            self.store.set_experiment_state(exp_id, "ACTIVE")
             for t in self.store.trials(exp_id):
-                if t["state"] == "PAUSED":
-                    self.store.update_trial(t["id"], state="QUEUED")
-        self._wake.set()
+                if t["state"] == TrialState.STOPPING_CANCELED.value:
+                    for alloc in self._allocations_of_trial(t["id"]):
+                        self.launcher.kill(alloc)
+
+    def pause_experiment(self, exp_id: int) -> None:
+        """Ask running trials to checkpoint and exit; queued ones wait. The experiment is
+        STOPPING_PAUSED until none runs, then PAUSED."""
+        self.lifecycle.experiment_event(exp_id, ExperimentEvent.PAUSE)
+
+    def activate_experiment(self, exp_id: int) -> None:
+        """Queue paused trials again (stopping ones once they have stopped); they continue
+        from their latest checkpoint."""
+        self.lifecycle.experiment_event(exp_id, ExperimentEvent.ACTIVATE)
+        self._wake()
 
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
@@ -161,42 +213,29 @@ class Master:
             "progress": progress,
         }
 
-    def _experiment(self, exp_id: int) -> dict[str, Any]:
+    def _experiment(self, exp_id: int) -> ExperimentRow:
         exp = self.store.experiment(exp_id)
         if exp is None:
-            raise RequestError(f"no experiment {exp_id}", status=404)
+            raise NotFound(f"no experiment {exp_id}")
         return exp
-
-    def _update_experiment_state(self, exp_id: int) -> None:
-        states = [t["state"] for t in self.store.trials(exp_id)]
-        exp = self.store.experiment(exp_id)
-        if not states or exp is None or any(s not in TERMINAL for s in states):
-            return
-        if all(s == "CANCELED" for s in states):
-            new = "CANCELED"
-        elif "COMPLETED" in states:
-            new = "COMPLETED"
-        else:
-            new = "ERROR"
-        self.store.set_experiment_state(exp_id, new)
 
     # --- trials ---------------------------------------------------------------------------
 
-    def trial(self, trial_id: int) -> dict[str, Any]:
+    def trial(self, trial_id: int) -> TrialRow:
         t = self.store.trial(trial_id)
         if t is None:
-            raise RequestError(f"no trial {trial_id}", status=404)
+            raise NotFound(f"no trial {trial_id}")
         return t
 
     def trial_info(self, trial_id: int) -> dict[str, Any]:
         return self._trial_out(self.trial(trial_id))
 
-    def _trial_out(self, t: dict[str, Any]) -> dict[str, Any]:
+    def _trial_out(self, t: TrialRow) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
                 "last_error", "bracket")
         info = {k: t[k] for k in keys}
-        op = self._operation(t)
+        op = self.search.operation(t["id"], t)
         info["searcher_length"] = op and {"unit": op["unit"], "length": op["length"]}
         info["rungs"] = self.store.trial_rungs(t["id"])
         return info
@@ -212,270 +251,87 @@ class Master:
 
     def report_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float]) -> None:
+        """Store a report (the hot path: the state check is part of the one UPDATE)."""
         metric, smaller = self.trial_config(trial_id).searcher_metric
         searcher_value = metrics.get(metric) if group == "validation" else None
         if not self.store.record_metrics(trial_id, group, steps, epoch, metrics,
-                                         searcher_value, smaller):
-            raise RequestError(f"no trial {trial_id}", status=404)
+                                         searcher_value, smaller, states=REPORTING_STATES):
+            # refused: say why, in the lifecycle's words (no such trial, or it has ended)
+            next_trial_state(self.trial(trial_id)["state"], TrialEvent.REPORTED, trial_id)
+            raise Conflict(f"trial {trial_id} changed state during the report; send it again")
+
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        with self._lock:
+            self.lifecycle.trial_event(trial_id, TrialEvent.REPORTED, progress=progress)
 
     # --- searcher operations ----------------------------------------------------------------
 
     def searcher_operation(self, trial_id: int) -> dict[str, Any] | None:
         """What the trial trains to now: ``{unit, length, completed}``; None: its own choice."""
-        return self._operation(self.trial(trial_id))
-
-    def _operation(self, t: dict[str, Any]) -> dict[str, Any] | None:
-        length = self._max_length(t["id"])
-        if length is None:
-            return None
-        return {"unit": length.unit, "length": _target(t, length),
-                "completed": bool(t["searcher_done"])}
+        return self.search.operation(trial_id)
 
     def complete_operation(self, trial_id: int, unit: str, length: int,
                            metric: float) -> dict[str, Any] | None:
-        """The trial trained to ``length`` and validated: decide, and answer its next operation.
+        """The trial trained to ``length`` and validated: the searcher's next operation."""
+        return self.search.complete(trial_id, unit, length, metric)
 
-        Idempotent: a report repeated after a retry gets the decision made the first time.
-        """
-        cfg = self.trial_config(trial_id)
-        max_length = self._max_length(trial_id)
-        if max_length is None:
-            return None
-        if unit != max_length.unit:
-            raise RequestError(f"unit: the searcher counts in {max_length.unit}, not {unit}")
-        with self._lock:
-            t = self.trial(trial_id)
-            ladder = rung_lengths(cfg, t["bracket"])
-            target = _target(t, max_length)
-            if t["searcher_done"] or length < target:
-                return self._operation(t)  # a repeat, or not there yet
-            if target not in ladder[:-1]:  # the last rung (or the only length): done
-                self.store.update_trial(trial_id, searcher_done=1)
-                return self.searcher_operation(trial_id)
-            rung = ladder.index(target)
-            if self.store.rung_result(trial_id, rung) is None:
-                results = [(r["trial_id"], r["metric"]) for r in
-                           self.store.rung_results(t["experiment_id"], t["bracket"], rung)]
-                results.append((trial_id, metric))
-                go_on = promotes(results, trial_id, cfg.searcher.divisor,  # type: ignore[union-attr]
-                                 cfg.searcher.smaller_is_better)  # type: ignore[union-attr]
-                self.store.record_rung(trial_id, rung, metric, go_on, ladder[rung + 1])
-        return self.searcher_operation(trial_id)
-
-    def _max_length(self, trial_id: int) -> Length | None:
-        cfg = self.trial_config(trial_id)
-        return cfg.searcher.max_length if cfg.searcher else None
-
-    def report_progress(self, trial_id: int, progress: float) -> None:
-        self.trial(trial_id)
-        self.store.update_trial(trial_id, progress=progress)
+    # --- checkpoints ----------------------------------------------------------------------
 
     def report_checkpoint(self, report: dict[str, Any]) -> None:
-        self.trial(report["trial_id"])
-        with self._lock:
-            self.store.put_checkpoint(report)
-            self.store.update_trial(report["trial_id"], latest_checkpoint=report["uuid"])
-            self._apply_retention(report["trial_id"])
-
-    def _apply_retention(self, trial_id: int) -> None:
-        """Delete the trial's checkpoints (files, then records) the policy no longer keeps.
-
-        Kept: the ``save_trial_latest`` newest (never fewer than one: a paused or
-        restarting trial resumes from it), the ``save_trial_best`` best by the
-        searcher metric, and any among the experiment's ``save_experiment_best``.
-        """
-        cfg = self.trial_config(trial_id)
-        policy = cfg.checkpoint_storage
-        metric, smaller = cfg.searcher_metric
-        rows = self.store.checkpoints(trial_id)
-        keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
-        keep |= {r["uuid"] for r in best_first(rows, metric, smaller)[:policy.save_trial_best]}
-        if policy.save_experiment_best:
-            exp_id = self.trial(trial_id)["experiment_id"]
-            everyone = [c for t in self.store.trials(exp_id)
-                        for c in self.store.checkpoints(t["id"])]
-            ranked = best_first(everyone, metric, smaller)
-            keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
-        base = self.checkpoint_dir(cfg)
-        for r in rows:
-            if r["uuid"] not in keep:
-                shutil.rmtree(base / r["uuid"], ignore_errors=True)
-                self.store.delete_checkpoint(r["uuid"])
+        self.checkpoint_store.report(report)
 
     def checkpoint_dir(self, config: ExperimentConfig) -> Path:
-        host_path = config.checkpoint_storage.host_path
-        return Path(host_path) if host_path else self.data_dir / "checkpoints"
+        return self.checkpoint_store.directory(config)
 
     def checkpoint_info(self, uuid: str) -> dict[str, Any]:
-        c = self.store.checkpoint(uuid)
-        if c is None:
-            raise RequestError(f"no checkpoint {uuid!r}", status=404)
-        return self._checkpoint_out(c)
+        return self.checkpoint_store.info(uuid)
 
     def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
-        return [self._checkpoint_out(c) for c in self.store.checkpoints(trial_id)]
-
-    def _checkpoint_out(self, c: dict[str, Any]) -> dict[str, Any]:
-        t = self.store.trial(c["trial_id"])
-        path = None
-        if t is not None:
-            path = str(self.checkpoint_dir(self.trial_config(t["id"])) / c["uuid"])
-        return {
-            "uuid": c["uuid"], "trial_id": c["trial_id"],
-            "experiment_id": t["experiment_id"] if t else None,
-            "steps_completed": c["steps"], "epoch": c["epoch"], "batch": c["batch"],
-            "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
-        }
+        return self.checkpoint_store.list(trial_id)
 
     def trial_checkpoint(self, trial_id: int, best: bool) -> dict[str, Any]:
-        rows = self.checkpoints(trial_id)
-        if not rows:
-            raise RequestError(f"trial {trial_id} has no checkpoint", status=404)
-        if not best:
-            return rows[-1]
-        metric, smaller = self.trial_config(trial_id).searcher_metric
-        ranked = best_first(rows, metric, smaller)
-        if not ranked:
-            raise RequestError(f"no checkpoint of trial {trial_id} has {metric!r}", status=404)
-        return ranked[0]
+        return self.checkpoint_store.of_trial(trial_id, best)
 
     def logs_path(self, kind: str, task_id: int) -> Path:
-        return self.data_dir / kind / str(task_id) / "logs.txt"
+        return self.scheduler.logs_path(kind, task_id)
 
     # --- jobs -----------------------------------------------------------------------------
 
     def create_job(self, raw_config: dict[str, Any], model_b64: str) -> int:
         try:
             config = parse_job_config(raw_config)
-        except ValueError as err:
-            raise RequestError(str(err)) from None
-        archive = _decode_archive(model_b64)
+        except (ValueError, RecursionError) as err:
+            raise InvalidRequest(str(err)) from None
         if config.resources.slots > self.launcher.slots:
-            raise RequestError(
+            raise InvalidRequest(
                 f"resources.slots: {config.resources.slots} is more than this master has "
                 f"({self.launcher.slots})"
             )
+        archive = _decode_archive(model_b64)
         archive_path = self._store_archive("jobs", archive)
-        job_id = self.store.create_job(config.model_dump(mode="json"), str(archive_path))
-        self._wake.set()
+        try:
+            job_id = self.store.create_job(config.model_dump(mode="json"), str(archive_path))
+        except BaseException:
+            archive_path.unlink(missing_ok=True)
+            raise
+        self._wake()
         return job_id
 
-    def job(self, job_id: int) -> dict[str, Any]:
+    def job(self, job_id: int) -> JobRow:
         j = self.store.job(job_id)
         if j is None:
-            raise RequestError(f"no job {job_id}", status=404)
+            raise NotFound(f"no job {job_id}")
         return j
 
-    # --- scheduling -------------------------------------------------------------------------
-
-    def _schedule_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.schedule()
-            except Exception as err:  # the loop must outlive one bad task
-                print(f"master: scheduling failed: {err!r}", flush=True)
-            self._wake.wait(1.0)
-            self._wake.clear()
-
-    def schedule(self) -> None:
-        """Start queued trials and jobs, oldest first, while slots are free."""
-        with self._lock:
-            for j in self.store.jobs():
-                if j["state"] == "QUEUED":
-                    slots = j["config"]["resources"]["slots"]
-                    if slots <= self.launcher.free_slots():
-                        self._launch_job(j)
-            trials = self.store.trials()
-            running: dict[int, int] = {}
-            for t in trials:
-                if t["state"] in ACTIVE_TRIAL_STATES and t["state"] != "QUEUED":
-                    running[t["experiment_id"]] = running.get(t["experiment_id"], 0) + 1
-            for t in trials:
-                if t["state"] != "QUEUED":
-                    continue
-                exp = self.store.experiment(t["experiment_id"])
-                if exp is None or exp["state"] != "ACTIVE":
-                    continue
-                cfg = self.trial_config(t["id"])
-                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
-                if limit and running.get(exp["id"], 0) >= limit:
-                    continue
-                if cfg.resources.slots_per_trial > self.launcher.free_slots():
-                    break  # first come, first served: do not starve big trials
-                self._launch_trial(t, exp, cfg)
-                running[exp["id"]] = running.get(exp["id"], 0) + 1
-
-    def _launch_trial(self, t: dict[str, Any], exp: dict[str, Any],
-                      cfg: ExperimentConfig) -> None:
-        config = dict(exp["config"])
-        config["checkpoint_storage"] = {
-            **config["checkpoint_storage"], "host_path": str(self.checkpoint_dir(cfg)),
-        }
-        env = task_env({
-            "DET_EXPERIMENT_ID": str(exp["id"]), "DET_TRIAL_ID": str(t["id"]),
-            "DET_TRIAL_SEED": str(t["seed"]), "DET_HPARAMS": t["hparams"],
-            "DET_LATEST_CHECKPOINT": t["latest_checkpoint"], "DET_EXPERIMENT_CONFIG": config,
-        })
-        self.store.update_trial(t["id"], state="RUNNING")
-        self.launcher.launch(
-            task_type="TRIAL", task_id=t["id"], archive=exp["archive"],
-            workdir=self.data_dir / "trials" / str(t["id"]) / "workdir",
-            entrypoint=cfg.entrypoint_script or "", slots=cfg.resources.slots_per_trial,
-            env=env, log_path=self.logs_path("trials", t["id"]),
-        )
-
-    def _launch_job(self, j: dict[str, Any]) -> None:
-        config = j["config"]
-        env = task_env({"DET_EXPERIMENT_CONFIG": config})
-        self.store.update_job(j["id"], state="RUNNING")
-        self.launcher.launch(
-            task_type="GENERIC", task_id=j["id"], archive=j["archive"],
-            workdir=self.data_dir / "jobs" / str(j["id"]) / "workdir",
-            entrypoint=config["entrypoint_script"], slots=config["resources"]["slots"],
-            env=env, log_path=self.logs_path("jobs", j["id"]),
-        )
-
-    def _allocations_of_trial(self, trial_id: int) -> list[dict[str, Any]]:
+    def _allocations_of_trial(self, trial_id: int) -> list[AllocationRow]:
         return [a for a in self.store.running_allocations() if a["trial_id"] == trial_id]
-
-    def _on_exit(self, alloc: dict[str, Any], code: int) -> None:
-        with self._lock:
-            if alloc["task_type"] == "GENERIC":
-                job = self.store.job(alloc["job_id"])
-                if job and job["state"] == "RUNNING":
-                    self.store.update_job(job["id"], state="COMPLETED" if code == 0 else "ERROR",
-                                          exit_code=code)
-            else:
-                self._trial_exited(alloc["trial_id"], code)
-        self._wake.set()
-
-    def _trial_exited(self, trial_id: int, code: int) -> None:
-        t = self.store.trial(trial_id)
-        if t is None:
-            return
-        cfg = self.trial_config(trial_id)
-        if t["state"] == "STOPPING_CANCELED":
-            self.store.update_trial(trial_id, state="CANCELED")
-        elif t["state"] == "STOPPING_PAUSED":
-            self.store.update_trial(trial_id, state="PAUSED")
-        elif code == 0:
-            self.store.update_trial(trial_id, state="COMPLETED", progress=1.0)
-        elif t["restarts"] < cfg.max_restarts:
-            self.store.update_trial(trial_id, state="QUEUED", restarts=t["restarts"] + 1)
-        else:
-            tail = _tail(self.logs_path("trials", trial_id), LOG_TAIL_LINES)
-            self.store.update_trial(
-                trial_id, state="ERROR",
-                last_error=f"exited with code {code} after {t['restarts']} restarts:\n{tail}",
-            )
-        self._update_experiment_state(t["experiment_id"])
 
     # --- preemption -----------------------------------------------------------------------
 
     def should_preempt(self, alloc_id: str) -> bool:
         alloc = self.store.allocation(alloc_id)
         if alloc is None:
-            raise RequestError(f"no allocation {alloc_id!r}", status=404)
+            raise NotFound(f"no allocation {alloc_id!r}")
         if alloc["preempt"]:
             return True
         if alloc["trial_id"] is not None:
@@ -491,28 +347,31 @@ class Master:
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / f"{secrets.token_hex(8)}.tar.gz"
         tmp = folder / f".{final.name}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_path(folder)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+            fsync_path(folder)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            if err.errno == errno.ENOSPC:
+                raise NoSpace(f"the master's disk is full: cannot store the {len(data)}-byte "
+                              f"upload in {folder}") from None
+            raise
         return final
-
-
-def _target(t: dict[str, Any], max_length: Length) -> int:
-    """The length a trial trains to now: its rung (ASHA), else the searcher's max_length."""
-    return t["target"] if t["target"] is not None else max_length.value
 
 
 def _experiment_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         config = parse_experiment_config(raw)
-    except ValueError as err:
-        raise RequestError(str(err)) from None
+    except (ValueError, RecursionError) as err:
+        raise InvalidRequest(str(err)) from None
     if not config.entrypoint_script:
-        raise RequestError("invalid experiment config:\n  entrypoint_script: required field "
-                           "is missing (the command that starts a trial, e.g. python3 train.py)")
+        raise InvalidRequest("invalid experiment config:\n  entrypoint_script: required field "
+                             "is missing (the command that starts a trial, e.g. python3 "
+                             "train.py)")
     return config
 
 
@@ -520,18 +379,10 @@ def _decode_archive(model_b64: str) -> bytes:
     try:
         data = base64.b64decode(model_b64, validate=True)
     except (binascii.Error, ValueError):
-        raise RequestError("model_definition is not valid base64") from None
+        raise InvalidRequest("model_definition is not valid base64") from None
     try:
         check_archive(data)
     except ValueError as err:
-        raise RequestError(str(err)) from None
+        raise InvalidRequest(str(err)) from None
     return data
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 

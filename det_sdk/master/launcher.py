@@ -84,6 +84,8 @@ class Launcher:
         self.slots = slots
         self.master_url = master_url
         self.on_exit = on_exit
+        # the master runs with umask 077 (its data are private); tasks get the user's own
+        self.task_umask = 0o022
         self._lock = threading.Lock()
 
     # --- slots ----------------------------------------------------------------------------
@@ -106,7 +108,12 @@ class Launcher:
         env: dict[str, str],
         log_path: Path,
     ) -> str:
-        """Start a task; returns its allocation id."""
+        """Start a task; returns its allocation id.
+
+        Raises whatever stops the start (an archive that does not unpack, an
+        environment over the kernel's limit, a NUL in the entrypoint): the scheduler
+        ends the task with that reason.
+        """
         alloc_id = f"{task_type.lower()}-{task_id}-{uuidlib.uuid4().hex[:8]}"
         token = secrets.token_urlsafe(24)
         if not workdir.exists():
@@ -132,13 +139,16 @@ class Launcher:
             "DET_ALLOCATION_ID": alloc_id,
             "DET_TASK_TYPE": task_type,
         }
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_RUNS_DIR"):
+        # DET_USER_TOKEN: a task gets its own token, never the user's (set when the
+        # master was started from a shell that had it)
+        for var in ("DET_RESUME", "DET_CONFIG", "DET_RUNS_DIR", "DET_USER_TOKEN"):
             full_env.pop(var, None)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 ["sh", "-c", wrapped], cwd=workdir, env=full_env, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                umask=self.task_umask,
             )
             self.store.create_allocation({
                 "id": alloc_id, "task_type": task_type,

@@ -20,6 +20,7 @@ import random
 from typing import Any
 
 from det_sdk.config import (
+    MAX_TRIALS,
     AdaptiveASHASearcher,
     CategoricalHP,
     ConstHP,
@@ -53,6 +54,22 @@ def _grid_points(spec: Any) -> list[Any]:
     return xs
 
 
+def _grid_size(spec: Any) -> int:
+    """How many points ``_grid_points`` gives, without building them.
+
+    >>> _grid_size(IntHP(type="int", minval=0, maxval=10**9, count=5))
+    5
+    """
+    if isinstance(spec, ConstHP):
+        return 1
+    if isinstance(spec, CategoricalHP):
+        return len(spec.vals)
+    count = spec.count or _DEFAULT_GRID_COUNT
+    if isinstance(spec, IntHP):
+        return min(count, spec.maxval - spec.minval + 1)
+    return count
+
+
 def _random_point(spec: Any, rng: random.Random) -> Any:
     if isinstance(spec, ConstHP):
         return spec.val
@@ -81,10 +98,13 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         return [{k: v.val for k, v in hps.items()}]  # type: ignore[union-attr]
     if name == "grid":
         names = list(hps)
+        # counted before anything is built: a grid of 10**7 is refused at once
+        total = math.prod(_grid_size(hps[k]) for k in names)
+        if total > MAX_TRIALS:
+            sizes = ", ".join(f"{k}: {_grid_size(hps[k])}" for k in names)
+            raise ValueError(f"grid search would create {total} trials (limit {MAX_TRIALS}; "
+                             f"points per hyperparameter: {sizes})")
         points = [_grid_points(hps[k]) for k in names]
-        total = math.prod(len(p) for p in points)
-        if total > 10_000:
-            raise ValueError(f"grid search would create {total} trials (limit 10000)")
         return [dict(zip(names, combo)) for combo in itertools.product(*points)]
     if name in ("random", "adaptive_asha"):
         rng = random.Random(seed)

@@ -11,16 +11,27 @@ processes, metrics (one value per trial, group and step), checkpoints, jobs, tok
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Store"]
+from det_sdk.api import decode_metric, encode_metric
+from det_sdk.master.rows import (
+    AllocationRow,
+    CheckpointRow,
+    ExperimentRow,
+    JobRow,
+    MetricsRow,
+    TrialRow,
+)
+
+__all__ = ["Store", "hash_token"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
@@ -83,7 +94,25 @@ def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
     for k in _JSON_COLUMNS:
         if k in d and isinstance(d[k], str):
             d[k] = json.loads(d[k])
+    if isinstance(d.get("metrics"), dict):
+        d["metrics"] = {k: decode_metric(v) for k, v in d["metrics"].items()}
     return d
+
+
+def _metrics_json(metrics: Mapping[str, float]) -> str:
+    """Metrics as standard JSON: NaN and infinities as strings (SQLite's JSON functions,
+    and any other reader, refuse the bare ``NaN`` that Python would write)."""
+    return json.dumps({k: encode_metric(float(v)) for k, v in metrics.items()})
+
+
+def hash_token(token: str) -> str:
+    """What the database keeps of a user token: its SHA-256, so that reading the
+    database file does not hand out a token that works.
+
+    >>> hash_token("abc")[:15]
+    'sha256:ba7816bf'
+    """
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 class Store:
@@ -94,7 +123,7 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._user_tokens: set[str] = set()
-        self._token_allocations: dict[str, dict[str, Any]] = {}
+        self._token_allocations: dict[str, AllocationRow] = {}
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -118,13 +147,14 @@ class Store:
                 raise
             self._db.execute("COMMIT")
 
-    def _one(self, sql: str, *args: Any) -> dict[str, Any] | None:
+    # Any: each public reader below says which row type (det_sdk.master.rows) it returns
+    def _one(self, sql: str, *args: Any) -> Any:
         with self._lock:
             return _row(self._db.execute(sql, args).fetchone())
 
-    def _all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+    def _all(self, sql: str, *args: Any) -> Any:
         with self._lock:
-            return [_row(r) for r in self._db.execute(sql, args).fetchall()]  # type: ignore[misc]
+            return [_row(r) for r in self._db.execute(sql, args).fetchall()]
 
     def _exec(self, sql: str, *args: Any) -> None:
         with self.tx() as db:
@@ -133,19 +163,24 @@ class Store:
     # --- tokens -----------------------------------------------------------------------
 
     def add_user_token(self, token: str) -> None:
-        self._exec("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", token, time.time())
-        self._user_tokens.add(token)
+        hashed = hash_token(token)
+        with self.tx() as db:
+            # tokens stored in clear by earlier versions go: the token file re-adds its own
+            db.execute("DELETE FROM user_tokens WHERE token NOT LIKE 'sha256:%'")
+            db.execute("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", (hashed, time.time()))
+        self._user_tokens.add(hashed)
 
     def is_user_token(self, token: str) -> bool:
-        if token in self._user_tokens:
+        hashed = hash_token(token)
+        if hashed in self._user_tokens:
             return True
-        if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", token) is not None:
-            self._user_tokens.add(token)
+        if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", hashed) is not None:
+            self._user_tokens.add(hashed)
             return True
         return False
 
-    def allocation_by_token(self, token: str) -> dict[str, Any] | None:
-        """The allocation a task token belongs to (its id and trial never change: cached)."""
+    def allocation_by_token(self, token: str) -> AllocationRow | None:
+        """The allocation a task token belongs to, with its state (cached until it changes)."""
         alloc = self._token_allocations.get(token)
         if alloc is None:
             alloc = self._one("SELECT * FROM allocations WHERE token = ?", token)
@@ -155,10 +190,10 @@ class Store:
 
     # --- experiments and trials --------------------------------------------------------
 
-    def experiment(self, exp_id: int) -> dict[str, Any] | None:
+    def experiment(self, exp_id: int) -> ExperimentRow | None:
         return self._one("SELECT * FROM experiments WHERE id = ?", exp_id)
 
-    def experiments(self) -> list[dict[str, Any]]:
+    def experiments(self) -> list[ExperimentRow]:
         return self._all("SELECT * FROM experiments ORDER BY id")
 
     def set_experiment_state(self, exp_id: int, state: str) -> None:
@@ -187,10 +222,10 @@ class Store:
                 )
             return exp_id
 
-    def trial(self, trial_id: int) -> dict[str, Any] | None:
+    def trial(self, trial_id: int) -> TrialRow | None:
         return self._one("SELECT * FROM trials WHERE id = ?", trial_id)
 
-    def trials(self, exp_id: int | None = None) -> list[dict[str, Any]]:
+    def trials(self, exp_id: int | None = None) -> list[TrialRow]:
         if exp_id is None:
             return self._all("SELECT * FROM trials ORDER BY id")
         return self._all("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", exp_id)
@@ -245,10 +280,10 @@ class Store:
             )
             return int(cur.lastrowid)  # type: ignore[arg-type]
 
-    def job(self, job_id: int) -> dict[str, Any] | None:
+    def job(self, job_id: int) -> JobRow | None:
         return self._one("SELECT * FROM jobs WHERE id = ?", job_id)
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobRow]:
         return self._all("SELECT * FROM jobs ORDER BY id")
 
     def update_job(self, job_id: int, **fields: Any) -> None:
@@ -264,26 +299,39 @@ class Store:
         marks = ", ".join("?" for _ in alloc)
         self._exec(f"INSERT INTO allocations ({cols}) VALUES ({marks})", *alloc.values())
 
-    def allocation(self, alloc_id: str) -> dict[str, Any] | None:
+    def allocation(self, alloc_id: str) -> AllocationRow | None:
         return self._one("SELECT * FROM allocations WHERE id = ?", alloc_id)
 
-    def running_allocations(self) -> list[dict[str, Any]]:
+    def running_allocations(self) -> list[AllocationRow]:
         return self._all("SELECT * FROM allocations WHERE state = 'RUNNING' ORDER BY started")
 
     def update_allocation(self, alloc_id: str, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE allocations SET {cols} WHERE id = ?", *fields.values(), alloc_id)
+        # the token cache holds the state: a token must stop working when its task ends
+        self._token_allocations = {
+            t: a for t, a in self._token_allocations.items() if a["id"] != alloc_id}
 
     # --- metrics and checkpoints ----------------------------------------------------------
 
     def record_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float], searcher_value: float | None,
-                       smaller_is_better: bool) -> bool:
+                       smaller_is_better: bool, states: Collection[str] | None = None) -> bool:
         """Store a report and advance the trial's progress and best metric, atomically.
 
-        One value per (trial, group, steps). Returns False if there is no such trial.
+        One value per (trial, group, steps). Returns False if there is no such trial, or
+        (with ``states``) it is in none of them: the check and the write are one statement.
+        A NaN searcher value never becomes the best.
         """
         better = "<" if smaller_is_better else ">"
+        if searcher_value is not None and searcher_value != searcher_value:  # NaN
+            searcher_value = None
+        where = "id = ?"
+        args: list[Any] = [steps, epoch, steps, searcher_value, searcher_value, searcher_value,
+                           trial_id]
+        if states is not None:
+            where += f" AND state IN ({', '.join('?' for _ in states)})"
+            args += [str(getattr(s, "value", s)) for s in states]
         with self.tx() as db:
             cur = db.execute(
                 "UPDATE trials SET"
@@ -291,33 +339,43 @@ class Store:
                 " steps_completed = MAX(steps_completed, ?),"
                 f" best_metric = CASE WHEN ? IS NOT NULL AND (best_metric IS NULL"
                 f" OR ? {better} best_metric) THEN ? ELSE best_metric END"
-                " WHERE id = ?",
-                (steps, epoch, steps, searcher_value, searcher_value, searcher_value, trial_id),
+                f" WHERE {where}", args,
             )
             if cur.rowcount == 0:
                 return False
             db.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
-                       (trial_id, group, steps, epoch, json.dumps(metrics), time.time()))
+                       (trial_id, group, steps, epoch, _metrics_json(metrics), time.time()))
         return True
 
-    def metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
+    def metrics(self, trial_id: int, group: str | None = None) -> list[MetricsRow]:
         if group is None:
             return self._all("SELECT * FROM metrics WHERE trial_id = ? ORDER BY steps, grp",
                              trial_id)
         return self._all("SELECT * FROM metrics WHERE trial_id = ? AND grp = ? ORDER BY steps",
                          trial_id, group)
 
-    def put_checkpoint(self, c: dict[str, Any]) -> None:
-        self._exec(
-            "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c.get("batch", 0),
-            c.get("size", 0), json.dumps(c.get("metrics", {})), time.time(),
-        )
+    def put_checkpoint(self, c: dict[str, Any]) -> int:
+        """Record a checkpoint unless its uuid is known; returns the trial that owns the uuid.
 
-    def checkpoint(self, uuid: str) -> dict[str, Any] | None:
+        A uuid belongs to the trial that first registered it: a second registration
+        (a retried report, or another trial's attempt) changes nothing, and the caller
+        compares the owner with the reporting trial.
+        """
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(uuid) DO NOTHING",
+                (c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c.get("batch", 0),
+                 c.get("size", 0), _metrics_json(c.get("metrics", {})), time.time()),
+            )
+            (owner,) = db.execute("SELECT trial_id FROM checkpoints WHERE uuid = ?",
+                                  (c["uuid"],)).fetchone()
+        return int(owner)
+
+    def checkpoint(self, uuid: str) -> CheckpointRow | None:
         return self._one("SELECT * FROM checkpoints WHERE uuid = ?", uuid)
 
-    def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
+    def checkpoints(self, trial_id: int | None = None) -> list[CheckpointRow]:
         if trial_id is None:
             return self._all("SELECT * FROM checkpoints ORDER BY trial_id, steps")
         return self._all("SELECT * FROM checkpoints WHERE trial_id = ? ORDER BY steps, created",

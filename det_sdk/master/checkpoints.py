@@ -1,0 +1,171 @@
+"""Checkpoint bookkeeping: registration (a uuid belongs to its first trial), retention,
+lookups, and the sweep of checkpoint directories that nothing recorded.
+
+Checkpoint files are written by trials (``det_sdk.storage``) under the experiment's
+storage directory, one directory per uuid; the master only records them, deletes
+those the retention policy drops, and removes directories left behind by a trial
+that died between writing a checkpoint and reporting it.
+
+>>> is_checkpoint_name("0f5b6a1e-6bb4-4c37-9c43-5e0c3a3c2b11"), is_checkpoint_name("data")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from det_sdk.config import ExperimentConfig
+from det_sdk.master.errors import Conflict, NotFound
+from det_sdk.master.lifecycle import Lifecycle, TrialEvent
+from det_sdk.master.rows import CheckpointRow
+from det_sdk.master.store import Store
+from det_sdk.storage import best_first
+
+__all__ = ["Checkpoints", "is_checkpoint_name"]
+
+log = logging.getLogger("det_sdk.master.checkpoints")
+
+# Only directories named like the uuids det_sdk.storage writes are ever swept: a
+# host_path shared with other files loses nothing else.
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether a directory name is one a checkpoint save creates (a uuid4)."""
+    return bool(_UUID.match(name))
+
+
+def _finite_best_first(rows: list[dict[str, Any]], metric: str,
+                       smaller: bool) -> list[dict[str, Any]]:
+    """``best_first`` without the rows whose metric is NaN (never the best)."""
+    ok = [r for r in rows if not (isinstance((r.get("metrics") or {}).get(metric), float)
+                                  and math.isnan(r["metrics"][metric]))]
+    return best_first(ok, metric, smaller)
+
+
+class Checkpoints:
+    """The master's checkpoint records and the files they stand for."""
+
+    def __init__(self, store: Store, lifecycle: Lifecycle, data_dir: Path,
+                 config_of: Callable[[int], ExperimentConfig]) -> None:
+        self.store = store
+        self.lifecycle = lifecycle
+        self.data_dir = data_dir
+        self.config_of = config_of  # trial id -> its experiment config
+
+    def directory(self, config: ExperimentConfig) -> Path:
+        """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
+        host_path = config.checkpoint_storage.host_path
+        return Path(host_path) if host_path else self.data_dir / "checkpoints"
+
+    # --- registering ------------------------------------------------------------------------
+
+    def report(self, report: dict[str, Any]) -> None:
+        """A trial wrote a checkpoint: record it, then apply the retention policy.
+
+        Refused (:class:`Conflict`) if the uuid is another trial's: a task token cannot
+        take over (and so delete) a checkpoint it did not write.
+        """
+        trial_id = report["trial_id"]
+        with self.lifecycle.lock:
+            self.lifecycle.trial_event(trial_id, TrialEvent.CHECKPOINTED)
+            owner = self.store.put_checkpoint(report)
+            if owner != trial_id:
+                raise Conflict(f"checkpoint {report['uuid']} belongs to trial {owner}, "
+                               f"not to trial {trial_id}")
+            self.store.update_trial(trial_id, latest_checkpoint=self._latest(trial_id))
+            self._apply_retention(trial_id)
+
+    def _latest(self, trial_id: int) -> str | None:
+        rows = self.store.checkpoints(trial_id)
+        return rows[-1]["uuid"] if rows else None
+
+    def _apply_retention(self, trial_id: int) -> None:
+        """Delete the trial's checkpoints (files, then records) the policy no longer keeps.
+
+        Kept: the ``save_trial_latest`` newest (never fewer than one: a paused or
+        restarting trial resumes from it), the ``save_trial_best`` best by the
+        searcher metric, and any among the experiment's ``save_experiment_best``.
+        """
+        cfg = self.config_of(trial_id)
+        policy = cfg.checkpoint_storage
+        metric, smaller = cfg.searcher_metric
+        rows = self.store.checkpoints(trial_id)
+        keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
+        keep |= {r["uuid"] for r in
+                 _finite_best_first(rows, metric, smaller)[:policy.save_trial_best]}
+        if policy.save_experiment_best:
+            t = self.store.trial(trial_id)
+            everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
+                        for c in self.store.checkpoints(other["id"])]
+            ranked = _finite_best_first(everyone, metric, smaller)
+            keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
+        base = self.directory(cfg)
+        for r in rows:
+            if r["uuid"] not in keep:
+                shutil.rmtree(base / r["uuid"], ignore_errors=True)
+                self.store.delete_checkpoint(r["uuid"])
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def info(self, uuid: str) -> dict[str, Any]:
+        c = self.store.checkpoint(uuid)
+        if c is None:
+            raise NotFound(f"no checkpoint {uuid!r}")
+        return self._out(c)
+
+    def list(self, trial_id: int | None = None) -> list[dict[str, Any]]:
+        return [self._out(c) for c in self.store.checkpoints(trial_id)]
+
+    def _out(self, c: CheckpointRow) -> dict[str, Any]:
+        t = self.store.trial(c["trial_id"])
+        path = None
+        if t is not None:
+            path = str(self.directory(self.config_of(t["id"])) / c["uuid"])
+        return {
+            "uuid": c["uuid"], "trial_id": c["trial_id"],
+            "experiment_id": t["experiment_id"] if t else None,
+            "steps_completed": c["steps"], "epoch": c["epoch"], "batch": c["batch"],
+            "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
+        }
+
+    def of_trial(self, trial_id: int, best: bool) -> dict[str, Any]:
+        """A trial's latest checkpoint, or its best by the searcher metric."""
+        rows = self.list(trial_id)
+        if not rows:
+            raise NotFound(f"trial {trial_id} has no checkpoint")
+        if not best:
+            return rows[-1]
+        metric, smaller = self.config_of(trial_id).searcher_metric
+        ranked = _finite_best_first(rows, metric, smaller)
+        if not ranked:
+            raise NotFound(f"no checkpoint of trial {trial_id} has {metric!r}")
+        return ranked[0]
+
+    # --- sweeping -----------------------------------------------------------------------
+
+    def sweep_unrecorded(self, bases: Iterable[Path]) -> list[Path]:
+        """Delete checkpoint directories under ``bases`` that no record names.
+
+        They are what a trial killed between writing a checkpoint and reporting it
+        leaves. The caller makes sure that no trial writing to a base runs (its report
+        may still be on the way). Returns what was deleted.
+        """
+        recorded = {c["uuid"] for c in self.store.checkpoints()}
+        gone = []
+        for base in bases:
+            if not base.is_dir():
+                continue
+            for p in base.iterdir():
+                if is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                    gone.append(p)
+        if gone:
+            log.info("deleted %d unrecorded checkpoint directories", len(gone))
+        return gone

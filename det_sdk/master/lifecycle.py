@@ -1,0 +1,384 @@
+"""The lifecycle of experiments, trials and jobs: enum states, one table, one function.
+
+Every change of state passes through :meth:`Lifecycle.trial_event`,
+:meth:`Lifecycle.experiment_event` or :meth:`Lifecycle.job_event`, which look the
+event up in the tables below. An event the table does not list from the current
+state is logged and refused (:class:`IllegalTransition`), never silently taken.
+The scheduler, the searcher and the checkpoint bookkeeping raise events; none of
+them writes a state.
+
+Events of a trial: created (it is born QUEUED), scheduled, launch failed, reported,
+checkpointed, exited (classified by :func:`exit_event` into done / stopped / failed
+/ failed for good), pause, activate, kill, master restarted (its process did not
+survive) and adopted (its process did).
+
+The experiment's state says what is true of its trials (:func:`settle`): it is
+STOPPING_PAUSED while a trial asked to pause still runs and PAUSED only once none
+does, so a script can wait for PAUSED and know that nothing runs. ``activate`` while
+trials are still stopping is allowed: each runs again once it has stopped (a PAUSED
+trial of an ACTIVE experiment is queued at once).
+
+>>> next_trial_state(TrialState.RUNNING, TrialEvent.PAUSE)
+<TrialState.STOPPING_PAUSED: 'STOPPING_PAUSED'>
+>>> next_trial_state(TrialState.COMPLETED, TrialEvent.REPORTED)
+Traceback (most recent call last):
+...
+det_sdk.master.errors.IllegalTransition: a COMPLETED trial cannot be reported
+>>> settle(ExperimentState.STOPPING_PAUSED, [TrialState.PAUSED, TrialState.COMPLETED])
+<ExperimentState.PAUSED: 'PAUSED'>
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from enum import Enum
+from typing import Any
+
+from det_sdk.api import AllocationState, ExperimentState, JobState, TrialState
+from det_sdk.master.errors import IllegalTransition, NotFound
+from det_sdk.master.rows import ExperimentRow, TrialRow
+from det_sdk.master.store import Store
+
+__all__ = [
+    "EXPERIMENT_TRANSITIONS",
+    "JOB_TRANSITIONS",
+    "REPORTING_STATES",
+    "TRIAL_TRANSITIONS",
+    "AllocationState",
+    "ExperimentEvent",
+    "ExperimentState",
+    "JobEvent",
+    "JobState",
+    "Lifecycle",
+    "TrialEvent",
+    "TrialState",
+    "exit_event",
+    "next_experiment_state",
+    "next_trial_state",
+    "settle",
+]
+
+log = logging.getLogger("det_sdk.master.lifecycle")
+
+
+class TrialEvent(str, Enum):
+    SCHEDULED = "scheduled"
+    LAUNCH_FAILED = "launch failed"
+    REPORTED = "reported"
+    CHECKPOINTED = "checkpointed"
+    EXITED_DONE = "exited done"  # code 0, its training finished
+    EXITED_STOPPED = "exited stopped"  # code 0, stopped on request before the end
+    EXITED_FAILED = "exited failed"  # non-zero, restarts left
+    EXITED_FAILED_FINAL = "exited failed for good"  # non-zero, no restart left
+    PAUSE = "paused"
+    ACTIVATE = "activated"
+    KILL = "killed"
+    MASTER_RESTARTED = "master restarted"  # no process of it survived the master
+    ADOPTED = "adopted"  # its process survived the master and is watched again
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExperimentEvent(str, Enum):
+    PAUSE = "paused"
+    ACTIVATE = "activated"
+    KILL = "killed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class JobEvent(str, Enum):
+    SCHEDULED = "scheduled"
+    LAUNCH_FAILED = "launch failed"
+    EXITED_DONE = "exited done"
+    EXITED_FAILED_FINAL = "exited failed"
+    MASTER_RESTARTED = "master restarted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+T, E = TrialState, TrialEvent
+_ENDED = (T.COMPLETED, T.CANCELED, T.ERROR)
+_HAS_PROCESS = (T.RUNNING, T.STOPPING_PAUSED, T.STOPPING_CANCELED)
+
+TRIAL_TRANSITIONS: dict[tuple[TrialState, TrialEvent], TrialState] = {
+    (T.QUEUED, E.SCHEDULED): T.RUNNING,
+    (T.QUEUED, E.PAUSE): T.PAUSED,
+    (T.QUEUED, E.ACTIVATE): T.QUEUED,
+    (T.QUEUED, E.KILL): T.CANCELED,
+    (T.QUEUED, E.MASTER_RESTARTED): T.QUEUED,
+
+    (T.RUNNING, E.REPORTED): T.RUNNING,
+    (T.RUNNING, E.CHECKPOINTED): T.RUNNING,
+    (T.RUNNING, E.LAUNCH_FAILED): T.ERROR,  # launching again would fail the same way
+    (T.RUNNING, E.EXITED_DONE): T.COMPLETED,
+    (T.RUNNING, E.EXITED_STOPPED): T.COMPLETED,  # nobody asked it to stop: it is done
+    (T.RUNNING, E.EXITED_FAILED): T.QUEUED,  # restarts from its latest checkpoint
+    (T.RUNNING, E.EXITED_FAILED_FINAL): T.ERROR,
+    (T.RUNNING, E.PAUSE): T.STOPPING_PAUSED,
+    (T.RUNNING, E.ACTIVATE): T.RUNNING,
+    (T.RUNNING, E.KILL): T.STOPPING_CANCELED,
+    (T.RUNNING, E.MASTER_RESTARTED): T.QUEUED,
+    (T.RUNNING, E.ADOPTED): T.RUNNING,
+
+    (T.STOPPING_PAUSED, E.REPORTED): T.STOPPING_PAUSED,
+    (T.STOPPING_PAUSED, E.CHECKPOINTED): T.STOPPING_PAUSED,
+    (T.STOPPING_PAUSED, E.LAUNCH_FAILED): T.ERROR,
+    (T.STOPPING_PAUSED, E.EXITED_DONE): T.COMPLETED,  # finished before it saw the pause (L2)
+    (T.STOPPING_PAUSED, E.EXITED_STOPPED): T.PAUSED,
+    (T.STOPPING_PAUSED, E.EXITED_FAILED): T.PAUSED,  # resumes from its checkpoint later
+    (T.STOPPING_PAUSED, E.EXITED_FAILED_FINAL): T.ERROR,
+    (T.STOPPING_PAUSED, E.PAUSE): T.STOPPING_PAUSED,
+    # still stopping: it runs again once stopped (PAUSED under an ACTIVE experiment, L1)
+    (T.STOPPING_PAUSED, E.ACTIVATE): T.STOPPING_PAUSED,
+    (T.STOPPING_PAUSED, E.KILL): T.STOPPING_CANCELED,
+    (T.STOPPING_PAUSED, E.MASTER_RESTARTED): T.PAUSED,
+    (T.STOPPING_PAUSED, E.ADOPTED): T.STOPPING_PAUSED,
+
+    (T.STOPPING_CANCELED, E.REPORTED): T.STOPPING_CANCELED,
+    (T.STOPPING_CANCELED, E.CHECKPOINTED): T.STOPPING_CANCELED,
+    (T.STOPPING_CANCELED, E.LAUNCH_FAILED): T.CANCELED,
+    (T.STOPPING_CANCELED, E.EXITED_DONE): T.CANCELED,
+    (T.STOPPING_CANCELED, E.EXITED_STOPPED): T.CANCELED,
+    (T.STOPPING_CANCELED, E.EXITED_FAILED): T.CANCELED,
+    (T.STOPPING_CANCELED, E.EXITED_FAILED_FINAL): T.CANCELED,
+    (T.STOPPING_CANCELED, E.KILL): T.STOPPING_CANCELED,
+    (T.STOPPING_CANCELED, E.MASTER_RESTARTED): T.CANCELED,
+    (T.STOPPING_CANCELED, E.ADOPTED): T.STOPPING_CANCELED,
+
+    (T.PAUSED, E.PAUSE): T.PAUSED,
+    (T.PAUSED, E.ACTIVATE): T.QUEUED,
+    (T.PAUSED, E.KILL): T.CANCELED,
+    (T.PAUSED, E.MASTER_RESTARTED): T.PAUSED,
+    # commands to a whole experiment leave its ended trials as they are
+    **{(s, e): s for s in _ENDED for e in (E.PAUSE, E.ACTIVATE, E.KILL, E.MASTER_RESTARTED)},
+}
+
+# The states in which a trial's process may report (the metric hot path checks the
+# state in SQL with this set rather than reading the trial first).
+REPORTING_STATES = frozenset(s for (s, e) in TRIAL_TRANSITIONS if e is E.REPORTED)
+
+X, XE = ExperimentState, ExperimentEvent
+_EXP_ENDED = (X.COMPLETED, X.CANCELED, X.ERROR)
+EXPERIMENT_TRANSITIONS: dict[tuple[ExperimentState, ExperimentEvent], ExperimentState] = {
+    (X.ACTIVE, XE.PAUSE): X.STOPPING_PAUSED,
+    (X.ACTIVE, XE.ACTIVATE): X.ACTIVE,
+    (X.ACTIVE, XE.KILL): X.STOPPING_CANCELED,
+    (X.STOPPING_PAUSED, XE.PAUSE): X.STOPPING_PAUSED,
+    (X.STOPPING_PAUSED, XE.ACTIVATE): X.ACTIVE,
+    (X.STOPPING_PAUSED, XE.KILL): X.STOPPING_CANCELED,
+    (X.PAUSED, XE.PAUSE): X.PAUSED,
+    (X.PAUSED, XE.ACTIVATE): X.ACTIVE,
+    (X.PAUSED, XE.KILL): X.STOPPING_CANCELED,
+    (X.STOPPING_CANCELED, XE.KILL): X.STOPPING_CANCELED,
+    **{(s, XE.KILL): s for s in _EXP_ENDED},  # killing an ended experiment changes nothing
+}
+
+J, JE = JobState, JobEvent
+JOB_TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
+    (J.QUEUED, JE.SCHEDULED): J.RUNNING,
+    (J.RUNNING, JE.LAUNCH_FAILED): J.ERROR,
+    (J.RUNNING, JE.EXITED_DONE): J.COMPLETED,
+    (J.RUNNING, JE.EXITED_FAILED_FINAL): J.ERROR,
+    (J.RUNNING, JE.MASTER_RESTARTED): J.ERROR,  # no record of how it ended
+    (J.QUEUED, JE.MASTER_RESTARTED): J.QUEUED,
+}
+
+
+def _refuse(kind: str, state: Enum, event: Enum, ident: Any = None) -> IllegalTransition:
+    what = f"{kind} {ident}" if ident is not None else f"{kind}"
+    message = f"a {state.value} {what} cannot be {event.value}"
+    log.warning("refused transition: %s", message)
+    return IllegalTransition(message)
+
+
+def next_trial_state(state: TrialState | str, event: TrialEvent,
+                     trial_id: int | None = None) -> TrialState:
+    """The state ``event`` takes a trial to; :class:`IllegalTransition` if not in the table.
+
+    >>> next_trial_state("STOPPING_PAUSED", TrialEvent.EXITED_DONE)
+    <TrialState.COMPLETED: 'COMPLETED'>
+    """
+    state = TrialState(state)
+    new = TRIAL_TRANSITIONS.get((state, event))
+    if new is None:
+        raise _refuse("trial", state, event, trial_id)
+    return new
+
+
+def next_experiment_state(state: ExperimentState | str, event: ExperimentEvent,
+                          exp_id: int | None = None) -> ExperimentState:
+    """The state a user command takes an experiment to (before :func:`settle`).
+
+    >>> next_experiment_state("STOPPING_PAUSED", ExperimentEvent.ACTIVATE)
+    <ExperimentState.ACTIVE: 'ACTIVE'>
+    """
+    state = ExperimentState(state)
+    new = EXPERIMENT_TRANSITIONS.get((state, event))
+    if new is None:
+        raise _refuse("experiment", state, event, exp_id)
+    return new
+
+
+def next_job_state(state: JobState | str, event: JobEvent, job_id: int | None = None) -> JobState:
+    state = JobState(state)
+    new = JOB_TRANSITIONS.get((state, event))
+    if new is None:
+        raise _refuse("job", state, event, job_id)
+    return new
+
+
+def settle(state: ExperimentState | str, trials: Iterable[TrialState | str]) -> ExperimentState:
+    """The experiment's state once its trials' states are known (what is true now).
+
+    >>> settle("ACTIVE", ["COMPLETED", "ERROR"])
+    <ExperimentState.COMPLETED: 'COMPLETED'>
+    >>> settle("STOPPING_CANCELED", ["CANCELED", "COMPLETED"])
+    <ExperimentState.CANCELED: 'CANCELED'>
+    >>> settle("STOPPING_PAUSED", ["STOPPING_PAUSED", "PAUSED"])
+    <ExperimentState.STOPPING_PAUSED: 'STOPPING_PAUSED'>
+    """
+    state = ExperimentState(state)
+    trials = [TrialState(t) for t in trials]
+    if state in _EXP_ENDED or not trials:
+        return state
+    if all(t in _ENDED for t in trials):
+        if state is X.STOPPING_CANCELED or all(t is T.CANCELED for t in trials):
+            return X.CANCELED
+        return X.COMPLETED if T.COMPLETED in trials else X.ERROR
+    if state is X.STOPPING_PAUSED and not any(t in _HAS_PROCESS for t in trials):
+        return X.PAUSED
+    return state
+
+
+def exit_event(code: int, finished: bool, restarts: int, max_restarts: int) -> TrialEvent:
+    """Classify a trial process's exit.
+
+    ``finished``: the trial had completed its searcher work (or reported progress 1.0)
+    before it exited, so a code 0 is the end of training, not a stop on request.
+
+    >>> exit_event(0, finished=False, restarts=0, max_restarts=5)
+    <TrialEvent.EXITED_STOPPED: 'exited stopped'>
+    >>> exit_event(1, finished=False, restarts=5, max_restarts=5)
+    <TrialEvent.EXITED_FAILED_FINAL: 'exited failed for good'>
+    """
+    if code == 0:
+        return E.EXITED_DONE if finished else E.EXITED_STOPPED
+    return E.EXITED_FAILED if restarts < max_restarts else E.EXITED_FAILED_FINAL
+
+
+class Lifecycle:
+    """Applies events to the store: the only writer of experiment, trial and job states.
+
+    ``on_trial_ended(trial)`` and ``on_experiment_ended(experiment)`` run (under the
+    lock) when one reaches a final state (cleanup); ``on_stop_requested()`` when trials
+    are asked to stop (wakes the preemption long-polls); ``on_runnable()`` when a trial
+    or job may be scheduled.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        lock: threading.RLock,
+        on_trial_ended: Callable[[TrialRow], None] = lambda t: None,
+        on_experiment_ended: Callable[[ExperimentRow], None] = lambda e: None,
+        on_stop_requested: Callable[[], None] = lambda: None,
+        on_runnable: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.lock = lock
+        self.on_trial_ended = on_trial_ended
+        self.on_experiment_ended = on_experiment_ended
+        self.on_stop_requested = on_stop_requested
+        self.on_runnable = on_runnable
+
+    # --- trials ---------------------------------------------------------------------------
+
+    def trial_event(self, trial_id: int, event: TrialEvent, **fields: Any) -> TrialState:
+        """Apply ``event`` to a trial (and write ``fields`` with it); returns the new state.
+
+        >>> # lifecycle.trial_event(7, TrialEvent.KILL)
+        """
+        with self.lock:
+            t = self.store.trial(trial_id)
+            if t is None:
+                raise NotFound(f"no trial {trial_id}")
+            old = TrialState(t["state"])
+            new = next_trial_state(old, event, trial_id)
+            if event is E.EXITED_FAILED and new in (T.QUEUED, T.PAUSED):
+                fields["restarts"] = t["restarts"] + 1
+            if new is T.COMPLETED:
+                fields.setdefault("progress", 1.0)
+            if new is not old:
+                fields["state"] = new.value
+            if fields:
+                self.store.update_trial(trial_id, **fields)
+            if new is not old:
+                log.info("trial %s: %s -> %s (%s)", trial_id, old.value, new.value, event.value)
+                if new in _ENDED:
+                    self.on_trial_ended({**t, **fields})  # type: ignore[typeddict-item]
+                if new in (T.STOPPING_PAUSED, T.STOPPING_CANCELED):
+                    self.on_stop_requested()
+                if new is T.QUEUED:
+                    self.on_runnable()
+                self._settle(t["experiment_id"])
+            return new
+
+    # --- experiments ------------------------------------------------------------------------
+
+    def experiment_event(self, exp_id: int, event: ExperimentEvent) -> ExperimentState:
+        """A user's command to an experiment: applied to it, then to each of its trials."""
+        trial_event = {XE.PAUSE: E.PAUSE, XE.ACTIVATE: E.ACTIVATE, XE.KILL: E.KILL}[event]
+        with self.lock:
+            exp = self.store.experiment(exp_id)
+            if exp is None:
+                raise NotFound(f"no experiment {exp_id}")
+            old = ExperimentState(exp["state"])
+            new = next_experiment_state(old, event, exp_id)
+            if new is not old:
+                self.store.set_experiment_state(exp_id, new.value)
+                log.info("experiment %s: %s -> %s (%s)", exp_id, old.value, new.value,
+                         event.value)
+            for t in self.store.trials(exp_id):
+                self.trial_event(t["id"], trial_event)
+            return self._settle(exp_id)
+
+    def _settle(self, exp_id: int) -> ExperimentState:
+        exp = self.store.experiment(exp_id)
+        if exp is None:
+            raise NotFound(f"no experiment {exp_id}")
+        state = ExperimentState(exp["state"])
+        trials = self.store.trials(exp_id)
+        if state is X.ACTIVE:
+            # a trial that stopped for a pause taken back while it stopped runs again (L1)
+            for t in trials:
+                if t["state"] == T.PAUSED.value:
+                    self.trial_event(t["id"], E.ACTIVATE)
+            trials = self.store.trials(exp_id)
+        new = settle(state, [t["state"] for t in trials])
+        if new is not state:
+            self.store.set_experiment_state(exp_id, new.value)
+            log.info("experiment %s: %s -> %s (its trials)", exp_id, state.value, new.value)
+            if new in _EXP_ENDED:
+                self.on_experiment_ended({**exp, "state": new.value})
+        return new
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def job_event(self, job_id: int, event: JobEvent, **fields: Any) -> JobState:
+        with self.lock:
+            j = self.store.job(job_id)
+            if j is None:
+                raise NotFound(f"no job {job_id}")
+            old = JobState(j["state"])
+            new = next_job_state(old, event, job_id)
+            if new is not old:
+                fields["state"] = new.value
+            if fields:
+                self.store.update_job(job_id, **fields)
+            return new

@@ -1,0 +1,238 @@
+"""Scheduling: which queued trials and jobs start when slots are free, how they are
+launched, and what their exits mean. Every state it changes goes through the lifecycle.
+
+A background loop calls :meth:`Scheduler.schedule` whenever something may have
+become runnable (an experiment created or activated, a process exited) and once a
+second anyway. A launch that raises (the workdir cannot be unpacked, the environment
+is too large for ``execve``, ...) ends the trial ERROR with the reason, never leaves
+it RUNNING without a process.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from det_sdk.config import ExperimentConfig
+from det_sdk.master.checkpoints import Checkpoints
+from det_sdk.master.launcher import Launcher, task_env
+from det_sdk.master.lifecycle import (
+    JobEvent,
+    JobState,
+    Lifecycle,
+    TrialEvent,
+    TrialState,
+    exit_event,
+)
+from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
+from det_sdk.master.search import Search
+from det_sdk.master.store import Store
+
+__all__ = ["LOG_TAIL_LINES", "Scheduler"]
+
+log = logging.getLogger("det_sdk.master.scheduler")
+
+LOG_TAIL_LINES = 20
+_WITH_PROCESS = {TrialState.RUNNING.value, TrialState.STOPPING_PAUSED.value,
+                 TrialState.STOPPING_CANCELED.value}
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Scheduler:
+    """Starts queued tasks within the launcher's slots and turns exits into events."""
+
+    def __init__(self, store: Store, lifecycle: Lifecycle, launcher: Launcher, data_dir: Path,
+                 config_of: Callable[[int], ExperimentConfig], search: Search,
+                 checkpoints: Checkpoints) -> None:
+        self.store = store
+        self.lifecycle = lifecycle
+        self.launcher = launcher
+        self.data_dir = data_dir
+        self.config_of = config_of
+        self.search = search
+        self.checkpoints = checkpoints
+        self.wakeup = threading.Event()
+        self._stop = threading.Event()
+
+    def logs_path(self, kind: str, task_id: int) -> Path:
+        return self.data_dir / kind / str(task_id) / "logs.txt"
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, daemon=True, name="scheduler").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wakeup.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.schedule()
+            except Exception:  # the loop must outlive one bad task
+                log.exception("scheduling failed")
+            self.wakeup.wait(1.0)
+            self.wakeup.clear()
+
+    def schedule(self) -> None:
+        """Start queued trials and jobs, oldest first, while slots are free."""
+        with self.lifecycle.lock:
+            for j in self.store.jobs():
+                if j["state"] == JobState.QUEUED.value:
+                    slots = j["config"]["resources"]["slots"]
+                    if slots <= self.launcher.free_slots():
+                        self._launch_job(j)
+            trials = self.store.trials()
+            running: dict[int, int] = {}
+            for t in trials:
+                if t["state"] in _WITH_PROCESS:
+                    running[t["experiment_id"]] = running.get(t["experiment_id"], 0) + 1
+            for t in trials:
+                if t["state"] != TrialState.QUEUED.value:
+                    continue
+                exp = self.store.experiment(t["experiment_id"])
+                if exp is None or exp["state"] != "ACTIVE":
+                    continue
+                cfg = self.config_of(t["id"])
+                if cfg.resources.slots_per_trial > self.launcher.slots:
+                    # refused at create; possible if the master restarted with fewer slots
+                    self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+                    self._launch_failed(t["id"], (
+                        f"resources.slots_per_trial is {cfg.resources.slots_per_trial}; this "
+                        f"master has {self.launcher.slots} slots"))
+                    continue
+                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
+                if limit and running.get(exp["id"], 0) >= limit:
+                    continue
+                if cfg.resources.slots_per_trial > self.launcher.free_slots():
+                    break  # first come, first served: do not starve big trials
+                self._launch_trial(t, exp, cfg)
+                running[exp["id"]] = running.get(exp["id"], 0) + 1
+
+    # --- launching ------------------------------------------------------------------------
+
+    def _launch_trial(self, t: TrialRow, exp: ExperimentRow,
+                      cfg: ExperimentConfig) -> None:
+        config = dict(exp["config"])
+        config["checkpoint_storage"] = {
+            **config["checkpoint_storage"],
+            "host_path": str(self.checkpoints.directory(cfg)),
+        }
+        env = task_env({
+            "DET_EXPERIMENT_ID": str(exp["id"]), "DET_TRIAL_ID": str(t["id"]),
+            "DET_TRIAL_SEED": str(t["seed"]), "DET_HPARAMS": t["hparams"],
+            "DET_LATEST_CHECKPOINT": t["latest_checkpoint"], "DET_EXPERIMENT_CONFIG": config,
+        })
+        self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+        try:
+            self.launcher.launch(
+                task_type="TRIAL", task_id=t["id"], archive=exp["archive"],
+                workdir=self.data_dir / "trials" / str(t["id"]) / "workdir",
+                entrypoint=cfg.entrypoint_script or "", slots=cfg.resources.slots_per_trial,
+                env=env, log_path=self.logs_path("trials", t["id"]),
+            )
+        except Exception as err:
+            self._launch_failed(t["id"], f"{type(err).__name__}: {err}")
+
+    def _launch_failed(self, trial_id: int, reason: str) -> None:
+        log.warning("trial %s could not be launched: %s", trial_id, reason)
+        self.lifecycle.trial_event(trial_id, TrialEvent.LAUNCH_FAILED,
+                                   last_error=f"launch failed: {reason}")
+
+    def _launch_job(self, j: JobRow) -> None:
+        config = j["config"]
+        env = task_env({"DET_EXPERIMENT_CONFIG": config})
+        self.lifecycle.job_event(j["id"], JobEvent.SCHEDULED)
+        try:
+            self.launcher.launch(
+                task_type="GENERIC", task_id=j["id"], archive=j["archive"],
+                workdir=self.data_dir / "jobs" / str(j["id"]) / "workdir",
+                entrypoint=config["entrypoint_script"], slots=config["resources"]["slots"],
+                env=env, log_path=self.logs_path("jobs", j["id"]),
+            )
+        except Exception as err:
+            log.warning("job %s could not be launched: %s", j["id"], err)
+            self.lifecycle.job_event(j["id"], JobEvent.LAUNCH_FAILED, exit_code=None)
+            self._job_ended(j)
+            self._append_log("jobs", j["id"], f"launch failed: {type(err).__name__}: {err}\n")
+
+    def _append_log(self, kind: str, task_id: int, text: str) -> None:
+        path = self.logs_path(kind, task_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(text)
+
+    # --- exits ----------------------------------------------------------------------------
+
+    def on_exit(self, alloc: AllocationRow, code: int) -> None:
+        """The launcher saw a task's processes end with ``code``."""
+        with self.lifecycle.lock:
+            if alloc["task_type"] == "GENERIC":
+                job = self.store.job(alloc["job_id"])
+                if job and job["state"] == JobState.RUNNING.value:
+                    event = JobEvent.EXITED_DONE if code == 0 else JobEvent.EXITED_FAILED_FINAL
+                    self.lifecycle.job_event(job["id"], event, exit_code=code)
+                    self._job_ended(job)
+            else:
+                self._trial_exited(alloc["trial_id"], code)
+        self.wakeup.set()
+
+    def _trial_exited(self, trial_id: int, code: int) -> None:
+        t = self.store.trial(trial_id)
+        if t is None:
+            return
+        cfg = self.config_of(trial_id)
+        event = exit_event(code, self.search.finished(t), t["restarts"], cfg.max_restarts)
+        fields = {}
+        if event is TrialEvent.EXITED_FAILED_FINAL:
+            tail = _tail(self.logs_path("trials", trial_id), LOG_TAIL_LINES)
+            fields["last_error"] = (f"exited with code {code} after {t['restarts']} "
+                                    f"restarts:\n{tail}")
+        self.lifecycle.trial_event(trial_id, event, **fields)
+        self.sweep_idle_checkpoint_dirs()
+
+    def sweep_idle_checkpoint_dirs(self) -> None:
+        """Delete unrecorded checkpoint directories under every storage no running trial
+        writes to (a running trial's report may still be on its way)."""
+        busy = {self.checkpoints.directory(self.config_of(a["trial_id"]))
+                for a in self.store.running_allocations() if a["trial_id"] is not None}
+        bases = {self.checkpoints.directory(self.config_of(t["id"]))
+                 for t in self.store.trials()} - busy
+        self.checkpoints.sweep_unrecorded(sorted(bases))
+
+    def _job_ended(self, job: JobRow) -> None:
+        """A job's directory and upload go when it ends; its log stays."""
+        shutil.rmtree(self.data_dir / "jobs" / str(job["id"]) / "workdir", ignore_errors=True)
+        Path(job["archive"]).unlink(missing_ok=True)
+
+    # --- a master restart -----------------------------------------------------------------
+
+    def recover(self) -> None:
+        """After a restart: watch the processes that outlived the previous master, and end
+        the tasks whose process did not (left RUNNING or STOPPING by a crash)."""
+        with self.lifecycle.lock:
+            running = self.store.running_allocations()
+            with_process = {a["trial_id"] for a in running if a["trial_id"] is not None}
+            jobs_with_process = {a["job_id"] for a in running if a["job_id"] is not None}
+            for t in self.store.trials():
+                if t["state"] in _WITH_PROCESS:
+                    event = (TrialEvent.ADOPTED if t["id"] in with_process
+                             else TrialEvent.MASTER_RESTARTED)
+                    self.lifecycle.trial_event(t["id"], event)
+            for j in self.store.jobs():
+                if j["state"] == JobState.RUNNING.value and j["id"] not in jobs_with_process:
+                    self.lifecycle.job_event(j["id"], JobEvent.MASTER_RESTARTED)
+                    self._job_ended(j)
+            for alloc in running:
+                self.launcher.adopt(alloc)
