@@ -6,9 +6,12 @@ hand (though it can be, for profiling). Modes:
 * ``det`` (under ``horovodrun``): the Keras MNIST convnet trained with
   ``det_sdk.keras.init`` + ``context.wrap_data`` + ``context.wrap_optimizer`` +
   ``context.fit`` (global batch 128 shared out by ``shard_batch_size``);
-* ``plain`` (under ``horovodrun``): the same work written the classic Horovod Keras way
-  (``hvd.init()``, contiguous half of the arrays per rank, ``hvd.DistributedOptimizer``,
-  ``BroadcastGlobalVariablesCallback(0)``, ``MetricAverageCallback()``, batch 64 per rank),
+* ``plain`` (under ``horovodrun``): the same work hand-written with Horovod's plain
+  TensorFlow ops (``hvd.init()``, contiguous half of the arrays per rank, an optimizer
+  subclass that averages gradients in ``apply``/``apply_gradients`` with one grouped
+  allreduce (det_sdk's own averaging), ``hvd.broadcast_variables`` before the first
+  step, epoch metrics averaged by allreduce, batch 64 per rank; Horovod's Keras
+  wrappers average nothing on Keras 3),
   with TensorFlow's thread pools sized ``cores // processes-per-host`` as ``det_sdk``'s
   ``init()`` sizes them (``--default-threads``: TensorFlow's defaults instead);
 * ``predict-det`` (under ``horovodrun``): ``context.predict(model, context.wrap_data(x))``,
@@ -53,6 +56,7 @@ from _bench_hooks import HookProfile
 from _bench_mnist import build_model, mnist_like
 
 MODES = ("det", "plain", "predict-det", "predict-single")
+KERAS_3 = int(str(getattr(tf.keras, "__version__", "2")).split(".")[0]) >= 3
 
 
 # --- data and model ---------------------------------------------------------------------------
@@ -174,8 +178,43 @@ def fit_det(args: argparse.Namespace) -> None:
     context.close()
 
 
+def _hand_written_averaging(hvd: Any, base: type) -> type:
+    """What a user would write without det_sdk: average in the optimizer's step.
+
+    Horovod's own Keras wrappers average nothing on Keras 3 (and only inside
+    ``minimize`` on Keras 2), so a correct hand-written script overrides where
+    gradients are applied, with Horovod's plain ops: the same averaging det_sdk uses.
+    """
+    if KERAS_3:
+        class Averaged(base):
+            def apply(self, grads, trainable_variables=None):
+                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average)
+                return super().apply(grads, trainable_variables)
+    else:
+        class Averaged(base):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                pairs = list(grads_and_vars)
+                grads = hvd.grouped_allreduce([g for g, _ in pairs], op=hvd.Average)
+                return super().apply_gradients(zip(grads, [v for _, v in pairs]),
+                                               *args, **kwargs)
+    return Averaged
+
+
+class _AverageEpochLogs(tf.keras.callbacks.Callback):
+    """The epoch's metrics averaged over the processes (one allreduce per metric)."""
+
+    def __init__(self, hvd: Any) -> None:
+        super().__init__()
+        self.hvd = hvd
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        for k in sorted(logs or {}):
+            logs[k] = float(self.hvd.allreduce(np.float32(logs[k]), op=self.hvd.Average,
+                                               name=f"avg.{k}"))
+
+
 def fit_plain(args: argparse.Namespace) -> None:
-    import horovod.tensorflow.keras as hvd
+    import horovod.tensorflow as hvd
 
     hvd.init()
     threads: int | list[int] | None = None
@@ -194,19 +233,20 @@ def fit_plain(args: argparse.Namespace) -> None:
         return a[len(a) * rank // size: len(a) * (rank + 1) // size]
 
     model = build_model()
-    compile_model(model, hvd.DistributedOptimizer(tf.keras.optimizers.SGD(args.lr)))
+    optimizer = _hand_written_averaging(hvd, tf.keras.optimizers.SGD)(args.lr)
+    compile_model(model, optimizer)
+    # rank 0's weights and optimizer state everywhere before the first step
+    optimizer.build(model.trainable_variables)
+    variables = [*model.weights, *optimizer.variables]
+    hvd.broadcast_variables([v.value if KERAS_3 else v for v in variables], root_rank=0)
     timer = SpanTimer(args.warmup_epochs)
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                 hvd.callbacks.MetricAverageCallback(), timer]
     t0 = time.perf_counter()
     model.fit(part(data["x"]), part(data["y"]), batch_size=args.global_batch // size,
               epochs=args.epochs + args.warmup_epochs,
               validation_data=(part(data["x_val"]), part(data["y_val"])),
-              verbose=0, callbacks=callbacks)
+              verbose=0, callbacks=[_AverageEpochLogs(hvd), timer])
     wall = time.perf_counter() - t0
-    import horovod.tensorflow as hvd_tf
-
-    spans = hvd_tf.allgather_object((timer.span, timer.cpu), name="bench.spans")
+    spans = hvd.allgather_object((timer.span, timer.cpu), name="bench.spans")
     if rank == 0:
         mode = ("plain-default-threads" if args.default_threads else
                 "plain" if isinstance(threads, int) else f"plain-threads-{threads[0]}-{threads[1]}")

@@ -7,9 +7,11 @@ MNIST-shaped float32 data, global batch 128 (64 per process), with validation da
 
 * A (``det``): ``det_sdk.keras.init(checkpoint_period=False, seed=1)``,
   ``context.wrap_data``, ``context.wrap_optimizer``, ``context.fit``;
-* B (``plain``): ``hvd.init()``, each rank's contiguous half of the arrays,
-  ``hvd.DistributedOptimizer``, ``BroadcastGlobalVariablesCallback(0)``,
-  ``MetricAverageCallback()``, ``model.fit``; TensorFlow's thread pools sized
+* B (``plain``): the same training hand-written with Horovod's plain TF ops (what a
+  correct script must do on Keras 3, where Horovod's Keras wrappers average nothing):
+  each rank's contiguous half of the arrays, an optimizer subclass averaging gradients
+  in ``apply`` with one grouped allreduce (det_sdk's averaging), ``broadcast_variables``
+  before the first step, epoch metrics averaged, ``model.fit``; TensorFlow's thread pools sized
   ``cores // processes-per-host`` before the first op, as ``det_sdk``'s init() does;
 * C (``--default-threads``, optional): B with TensorFlow's default thread pools.
 

@@ -52,7 +52,7 @@ def test_weights_start_apart_and_end_identical(report: dict) -> None:
     # each rank draws its own initial weights; fit broadcasts rank 0's
     a, b = report["initial_checksums"]
     assert a != b
-    for kind in ("numpy", "sequence", "dataset"):
+    for kind in ("numpy", "sequence", "dataset", "lazy"):  # lazy: Sequential, no input shape
         a, b = report[f"{kind}_final_checksums"]
         assert a == b, kind
 

@@ -64,16 +64,18 @@ def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
-    """Final weights of uninterrupted 4-epoch runs, per input kind."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Final weights and History of uninterrupted 4-epoch runs, per input kind."""
     out = {}
     for kind in ("numpy", "sequence", "dataset"):
         d = tmp_path_factory.mktemp(f"full-{kind}")
         proc = run_python(TINY, {"DET_RUNS_DIR": str(d), "TINY_INPUT": kind,
-                                 "TINY_WEIGHTS_OUT": str(d / "w.npz")})
+                                 "TINY_WEIGHTS_OUT": str(d / "w.npz"),
+                                 "TINY_HISTORY_OUT": str(d / "h.json")})
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "epochs run: [0, 1, 2, 3]" in proc.stdout
         out[kind] = dict(np.load(d / "w.npz"))
+        out[f"{kind}-history"] = json.loads((d / "h.json").read_text())
     return out
 
 
@@ -100,12 +102,31 @@ def test_sigterm_then_resume_equals_uninterrupted(
     assert (last["epoch"], last["batch"]) == expect
 
     resumed = run_python(TINY, {**env, "DET_RESUME": "1",
-                                "TINY_WEIGHTS_OUT": str(tmp_path / "w.npz")})
+                                "TINY_WEIGHTS_OUT": str(tmp_path / "w.npz"),
+                                "TINY_HISTORY_OUT": str(tmp_path / "h.json")})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"epochs run: {resumed_epochs}" in resumed.stdout
     weights = np.load(tmp_path / "w.npz")
     for k, full in uninterrupted[kind].items():
         np.testing.assert_array_equal(weights[k], full)
+
+    # fit returns the whole run's History, as the uninterrupted run's: every epoch's
+    # validation (same weights, same values); training averages too, except over an
+    # epoch cut by the stop (the resumed part averages only its own batches)
+    assert "history epochs: [0, 1, 2, 3]" in resumed.stdout
+    history, full_history = json.loads((tmp_path / "h.json").read_text()), uninterrupted[
+        f"{kind}-history"]
+    assert history["val_loss"] == full_history["val_loss"]
+    cut = {int(epoch)} if batch else set()
+    assert [v for i, v in enumerate(history["loss"]) if i not in cut] == [
+        v for i, v in enumerate(full_history["loss"]) if i not in cut]
+
+    # a finished run resumed again trains nothing and still returns its History
+    again = run_python(TINY, {**env, "DET_RESUME": "1",
+                              "TINY_HISTORY_OUT": str(tmp_path / "h2.json")})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "epochs run: []" in again.stdout
+    assert json.loads((tmp_path / "h2.json").read_text())["val_loss"] == history["val_loss"]
 
     # one metrics row per group and step, however the run was interrupted
     rows = _jsonl(tmp_path / "1" / "metrics.jsonl")

@@ -33,6 +33,7 @@ __all__ = [
     "PeriodicCheckpoint",
     "Position",
     "Preempted",
+    "RecordHistory",
     "SequenceEpochEnd",
     "StopAt",
     "StopOnSignal",
@@ -121,6 +122,31 @@ class CheckInSync(_Callback):
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.check(f"at the end of epoch {epoch + 1}")
+
+
+class RecordHistory(_Callback):
+    """Append every epoch end's logs to one ``History`` for the whole run.
+
+    ``context.fit`` makes several ``model.fit`` calls (planned mid-epoch ends,
+    searcher lengths) and resumes from checkpoints: this one record, saved with
+    every checkpoint and restored with it, is what ``fit`` returns, so
+    ``hist.history["val_loss"][-1]`` is there after any resume, as in an
+    uninterrupted run.
+
+    >>> # RecordHistory(history): history.history and history.epoch grow at each epoch end
+    """
+
+    def __init__(self, history: Any) -> None:
+        super().__init__()
+        self.history = history
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.history.epoch.append(epoch)
+        for k, v in (logs or {}).items():
+            try:
+                self.history.history.setdefault(k, []).append(float(v))
+            except (TypeError, ValueError):
+                continue
 
 
 class SequenceEpochEnd(_Callback):

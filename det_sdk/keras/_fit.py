@@ -30,6 +30,7 @@ from det_sdk.keras._callbacks import (
     PeriodicCheckpoint,
     Position,
     Preempted,
+    RecordHistory,
     SequenceEpochEnd,
     StopAt,
     StopOnSignal,
@@ -66,6 +67,7 @@ _ORDER = (
     "sequence",     # the user's Sequence.on_epoch_end, as Keras would call it
     "user",         # the script's callbacks see averaged metrics
     "reporter",     # records what the user's callbacks may have changed (EarlyStopping)
+    "history",      # the run's History, before a checkpoint saves it
     "tensorboard",
     "checkpoint",   # after the records of the step it saves
     "stop_at",      # a planned mid-epoch end of this model.fit call
@@ -128,7 +130,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     steps = _inputs.steps_per_epoch(dist, kwargs)
     period = _inputs.validation_period(policy.validation_period, kwargs)
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
-    resume, uuid = loop.take_resume()
+    resume, uuid, past = loop.take_resume()
     position = resume or Position(initial_epoch, 0, 0)
     loop.position = position
     if uuid is not None:
@@ -143,11 +145,13 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
         total_steps=_inputs.length_in_steps(
             policy.max_length or operation or Length(epochs=script_epochs), steps),
     )
-    save = _Saver(loop, model, position, reporter)
+    trainer = _Trainer(loop, model, kwargs, position, steps, period, past)
+    save = _Saver(loop, model, position, reporter, trainer.history)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
         "track": TrackPosition(position),
         "reporter": reporter,
+        "history": RecordHistory(trainer.history),
         "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
     }
     if dist.size > 1:
@@ -159,7 +163,6 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     if policy.checkpoint_period is not None:
         hooks["checkpoint"] = PeriodicCheckpoint(policy.checkpoint_period, position, save)
 
-    trainer = _Trainer(loop, model, kwargs, position, steps, period)
     outcome = FitOutcome(trainer.history, position=position)
     with _stop_requests(loop) as should_stop:
         hooks["stopper"] = StopOnSignal(
@@ -202,12 +205,18 @@ class _Trainer:
     def __init__(
         self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
         position: Position, steps: int | None, period: Length | None,
+        past: dict[str, Any] | None = None,
     ) -> None:
         self.loop, self.model, self.kwargs = loop, model, kwargs
         self.position, self.steps, self.period = position, steps, period
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
+        # The whole run's History: what the checkpoint resumed from had recorded,
+        # then every epoch end of this fit (RecordHistory appends them).
         self.history = _compat.keras.callbacks.History()
-        self.history.history, self.history.epoch = {}, []
+        past = past or {}
+        self.history.history = {k: list(v) for k, v in past.get("history", {}).items()}
+        self.history.epoch = list(past.get("epoch", []))
+        self.history.params = {}
         self.trained = False
 
     def train_to(self, target: Length) -> bool:
@@ -227,9 +236,6 @@ class _Trainer:
                 callbacks=self.callbacks(extra),
             )
             self.trained = True
-            for k, v in h.history.items():
-                self.history.history.setdefault(k, []).extend(v)
-            self.history.epoch.extend(h.epoch)
             self.history.params = h.params
             if self.model.stop_training and not _reached(pos, call.stop_at):
                 return False
@@ -289,12 +295,15 @@ class _Saver:
     """Save a checkpoint at the current position, once per position."""
 
     def __init__(self, loop: TrainingLoop, model: Any, position: Position,
-                 reporter: MetricsReporter) -> None:
+                 reporter: MetricsReporter, history: Any) -> None:
         self.loop, self.model, self.position, self.reporter = loop, model, position, reporter
+        self.history = history
         self._last: tuple[int, str | None] | None = None
 
     def __call__(self) -> str | None:
         if self._last is None or self._last[0] != self.position.steps_completed:
-            uuid = self.loop.save(self.model, self.position, self.reporter.last_validation)
+            record = {"epoch": list(self.history.epoch), "history": self.history.history}
+            uuid = self.loop.save(self.model, self.position, self.reporter.last_validation,
+                                  history=record)
             self._last = (self.position.steps_completed, uuid)
         return self._last[1]

@@ -139,13 +139,15 @@ class TrainingLoop:
 
     # --- resume, restore, broadcast -------------------------------------------------------
 
-    def take_resume(self) -> tuple[Position | None, str | None]:
-        """The position and checkpoint the next ``fit`` resumes from (once per run)."""
+    def take_resume(self) -> tuple[Position | None, str | None, dict[str, Any] | None]:
+        """Where the next ``fit`` resumes (once per run): position, checkpoint, History so far."""
         uuid, self.resume_uuid = self.resume_uuid, None
         if uuid is None:
-            return None, None
+            return None, None, None
         meta = _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
-        return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")}), uuid
+        position = Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
+        past = meta.get("history")
+        return position, uuid, past if isinstance(past, dict) else None
 
     def peek_position(self) -> Position:
         """Where training is: the latest fit's position, or the resume checkpoint's."""
@@ -211,9 +213,14 @@ class TrainingLoop:
     # --- checkpoints ----------------------------------------------------------------------
 
     def save(
-        self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float]
+        self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float],
+        history: Mapping[str, Any] | None = None,
     ) -> str | None:
-        """Save a checkpoint (collective: every process calls it at the same point)."""
+        """Save a checkpoint (collective: every process calls it at the same point).
+
+        ``history`` (epochs and their logs so far) goes into the metadata, so a
+        resumed ``fit`` returns the whole run's History.
+        """
         rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
         if not self.distributed.is_chief:
             return None
@@ -226,6 +233,7 @@ class TrainingLoop:
             "trial_id": self.session.trial_id,
             "processes": self.distributed.size,
             "created": time.time(),
+            "history": dict(history or {}),
         }
         with self.session.storage.store() as (uuid, path):
             size = _checkpoint.save_checkpoint(

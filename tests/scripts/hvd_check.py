@@ -80,6 +80,15 @@ for kind in ("numpy", "sequence", "dataset"):
     report[f"{kind}_seen_count"] = len(seen)
     report[f"{kind}_final_checksums"] = dist.allgather(checksum(model))
 
+# A Sequential without an input shape: fit builds it before broadcasting rank 0's state.
+lazy = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"),
+                            tf.keras.layers.Dense(1, activation="sigmoid")])
+lazy.compile(optimizer=context.wrap_optimizer(tf.keras.optimizers.Adam(0.01)),
+             loss="binary_crossentropy")
+context.fit(lazy, x=xs, y=ys, batch_size=batch_size, epochs=1,
+            validation_data=(x[:20], y[:20]), verbose=0)
+report["lazy_final_checksums"] = dist.allgather(checksum(lazy))
+
 # predict: the rows of the original data, in order, however they were passed.
 full = model.predict(x, verbose=0)
 report["predict_wrapped_equal"] = bool(np.allclose(context.predict(model, xs), full, atol=1e-6))

@@ -8,7 +8,7 @@ Behaviour is set through the environment so that one file serves every test:
   TINY_STOP_RANK    only this rank sends itself the signal (default: every rank)
   TINY_DROPOUT      dropout rate (default 0.3)
   TINY_WEIGHTS_OUT  where rank 0 saves the final weights (.npz)
-  TINY_HISTORY_OUT  where rank 0 saves the History (JSON)
+  TINY_HISTORY_OUT  where rank 0 saves the History (JSON): the whole run's, also after a resume
 Plus det_sdk's own: DET_RUNS_DIR, DET_RESUME.
 """
 
@@ -86,8 +86,18 @@ class StopAt(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class Ran(tf.keras.callbacks.Callback):
+    """The epochs this process trained (History also holds those before a resume)."""
+
+    epochs: list = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch not in self.epochs:
+            self.epochs.append(epoch)
+
+
 stop_rank = os.environ.get("TINY_STOP_RANK")
-callbacks = (
+callbacks = [Ran()] + (
     [StopAt(os.environ["TINY_STOP_AT"])]
     if os.environ.get("TINY_STOP_AT")
     and (stop_rank is None or int(stop_rank) == context.distributed.rank)
@@ -102,4 +112,5 @@ if context.distributed.is_chief and os.environ.get("TINY_WEIGHTS_OUT"):
 if context.distributed.is_chief and os.environ.get("TINY_HISTORY_OUT"):
     with open(os.environ["TINY_HISTORY_OUT"], "w") as f:
         json.dump(hist.history, f)
-print("epochs run:", hist.epoch)
+print("epochs run:", Ran.epochs)
+print("history epochs:", hist.epoch)
