@@ -7,8 +7,8 @@ the work and rank 0 writes what it found.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -36,9 +36,9 @@ __all__ = [
     "is_wrapped",
     "local_part",
     "num_rows",
-    "slice_rows",
     "sequence_pipeline",
     "sequence_steps",
+    "slice_rows",
     "wrap_data",
 ]
 
