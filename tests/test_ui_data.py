@@ -78,8 +78,9 @@ def test_series_cache_reads_only_new_rows_and_rebuilds_after_a_restart(tmp_path:
     assert first.steps == [10, 20, 30, 40, 50]
 
     calls = []
-    real = master.store.metric_rows
-    master.store.metric_rows = lambda *a: calls.append(a) or real(*a)  # type: ignore[method-assign]
+    real = master.store.metric_columns
+    master.store.metric_columns = (  # type: ignore[method-assign]
+        lambda *a: calls.append(a) or real(*a))
     master.report_metrics(trial, "training", 60, 2, {"loss": 0.1, "accuracy": 0.9})
     again = cache.get(trial, "training")
     assert again is first and again.steps[-1] == 60

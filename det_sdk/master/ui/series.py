@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import threading
@@ -101,24 +102,31 @@ class Series:
         self.epoch.append(epoch)
         self.time.append(t)
 
-    def extend(self, rows: Sequence[tuple[int, int, float, str]]) -> None:
-        """Append store rows ``(steps, epoch, time, metrics JSON)``, column by column
-        (three times faster than row by row for a long series)."""
-        if not rows:
+    def extend(self, columns: tuple[str, str, str, str] | None) -> None:
+        """Append reports given as the store's columns (``Store.metric_columns``): steps,
+        epochs and times comma-separated, metrics a JSON array of objects."""
+        if columns is None:
             return
+        steps = [int(v) for v in columns[0].split(",")]
+        epoch = [int(v) for v in columns[1].split(",")]
+        times = [float(v) for v in columns[2].split(",")]
+        parsed = json.loads(columns[3])
+        if any(b < a for a, b in itertools.pairwise(steps)):  # not in steps order: sort
+            order = sorted(range(len(steps)), key=steps.__getitem__)
+            steps, epoch = [steps[i] for i in order], [epoch[i] for i in order]
+            times, parsed = [times[i] for i in order], [parsed[i] for i in order]
         self._arrays = None
         n = len(self.steps)
-        parsed = [json.loads(r[3]) for r in rows]
-        names = set().union(*parsed)
         nan = math.nan
-        for name in names - self.values.keys():
+        for name in set().union(*parsed) - self.values.keys():
             self.values[name] = [nan] * n
         for name, col in self.values.items():
+            # non-finite values arrive as "NaN"/"Infinity" (det_sdk.api.encode_metric): gaps
             col.extend([v if isinstance(v := d.get(name), float) else
                         float(v) if isinstance(v, int) else nan for d in parsed])
-        self.steps.extend(r[0] for r in rows)
-        self.epoch.extend(r[1] for r in rows)
-        self.time.extend(r[2] for r in rows)
+        self.steps.extend(steps)
+        self.epoch.extend(epoch)
+        self.time.extend(times)
 
     def to_json(self, max_points: int, x_range: tuple[float, float] | None = None,
                 t0: float | None = None) -> dict[str, Any]:
@@ -160,7 +168,7 @@ class SeriesCache:
     Only rows past the last step held are read on each look. A trial that restarted
     from a checkpoint reports some steps again, replacing their rows: the trial's
     ``restarts`` count changed, and the series is read again whole.
-    ``store`` is a ``det_sdk.master.store.Store``.
+    ``store`` is a ``det_sdk.master.store.Store`` (``trial``, ``metric_columns``).
     """
 
     def __init__(self, store: Any, capacity: int = 64) -> None:
@@ -182,5 +190,6 @@ class SeriesCache:
             self._series.move_to_end(key)
             while len(self._series) > self._capacity:
                 self._series.popitem(last=False)
-            s.extend(self._store.metric_rows(trial_id, group, s.steps[-1] if s.steps else None))
+            s.extend(self._store.metric_columns(trial_id, group,
+                                                s.steps[-1] if s.steps else None))
             return s
