@@ -67,7 +67,13 @@ def minmax_indices(x: np.ndarray, ys: Sequence[np.ndarray], max_points: int) -> 
 
 
 class Series:
-    """One trial's metric group as columns: steps, epoch, time, and one list per metric."""
+    """One trial's metric group as columns: steps, epoch, time, and one list per metric.
+
+    >>> s = Series()
+    >>> s.append(10, 0, 100.0, {"loss": 0.5}); s.append(20, 1, 101.0, {"loss": 0.4, "acc": 1})
+    >>> s.to_json(max_points=0, t0=100.0)["metrics"]
+    {'loss': [0.5, 0.4], 'acc': [None, 1.0]}
+    """
 
     def __init__(self) -> None:
         self.steps: list[int] = []
@@ -169,6 +175,8 @@ class SeriesCache:
     from a checkpoint reports some steps again, replacing their rows: the trial's
     ``restarts`` count changed, and the series is read again whole.
     ``store`` is a ``det_sdk.master.store.Store`` (``trial``, ``metric_columns``).
+
+    >>> # SeriesCache(master.store).get(trial_id, "training").to_json(2000)
     """
 
     def __init__(self, store: Any, capacity: int = 64) -> None:

@@ -60,7 +60,11 @@ def read_log(path: Path, offset: int) -> dict[str, Any]:
 
 
 class Views:
-    """The pages' data, read from ``master`` (a ``det_sdk.master.core.Master``)."""
+    """The pages' data, read from ``master`` (a ``det_sdk.master.core.Master``).
+
+    >>> # views = Views(master)
+    >>> # views.experiments()[0]["state"], views.metrics(trial_id, max_points=2000)["groups"]
+    """
 
     def __init__(self, master: Any) -> None:
         self.master = master
