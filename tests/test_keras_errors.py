@@ -13,11 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+import xxhash
 
 import det_sdk as det
 from det_sdk.config import ConfigError
 from det_sdk.distributed import SingleProcess
-from det_sdk.keras import CheckpointCorruptError, KerasContext, ShardedArray
+from det_sdk.keras import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    KerasContext,
+    ShardedArray,
+)
 from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import LocalSession
 
@@ -413,6 +419,37 @@ def test_corrupt_checkpoint_error_names_the_checkpoint(trained_copy):
         context.load_checkpoint_model(checkpoint_uuid=uuid)
     assert uuid in str(info.value)
     assert "state.json" in str(info.value)
+
+
+def test_altered_state_of_the_same_size_is_refused_by_its_checksum(trained_copy):
+    context, path, uuid = trained_copy
+    state = path / "state.bin"
+    state.write_bytes(np.random.default_rng(0).bytes(state.stat().st_size))
+    with pytest.raises(CheckpointCorruptError, match=r"state\.bin does not match its checksum"):
+        context.load_checkpoint_model(checkpoint_uuid=uuid)
+
+
+def test_edited_model_json_is_refused_by_its_checksum(trained_copy):
+    context, path, uuid = trained_copy
+    spec = json.loads((path / "model.json").read_text())
+    (path / "model.json").write_text(json.dumps(spec, indent=2))  # same content, other bytes
+    with pytest.raises(CheckpointCorruptError, match=r"model\.json does not match"):
+        context.load_checkpoint_model(checkpoint_uuid=uuid)
+
+
+def test_checkpoint_of_the_other_keras_major_is_refused(trained_copy):
+    """As a genuine checkpoint of the other Keras would be: consistent checksums."""
+    context, path, uuid = trained_copy
+    meta = json.loads((path / "metadata.json").read_text())
+    other = 2 if meta["keras_major"] == 3 else 3
+    data = json.dumps({**meta, "keras_major": other}).encode()
+    (path / "metadata.json").write_bytes(data)
+    sums = json.loads((path / "checksums.json").read_text())
+    sums["files"]["metadata.json"] = xxhash.xxh3_64_hexdigest(data)
+    (path / "checksums.json").write_text(json.dumps(sums))
+    with pytest.raises(CheckpointMismatchError, match=f"saved by Keras {other}.*Load it with "
+                                                      f"Keras {other}"):
+        context.load_checkpoint_model(checkpoint_uuid=uuid)
 
 
 def test_evaluate_returns_what_keras_returns_and_records_it(ctx):

@@ -15,6 +15,7 @@ context decides what a stop means for the script.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
 
 __all__ = ["FitOutcome", "callbacks_in_order", "run_fit"]
+
+log = logging.getLogger("det_sdk.keras")
 
 # With several processes, how often (in batches) they agree whether to stop: a
 # collective per batch would cost more than small batches take.
@@ -181,11 +184,21 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
                 target = operation
         except Preempted as stop:
             outcome.stopped = stop
-            return outcome
-    if policy.checkpoint_period is not None and trainer.trained:
+        except BaseException:
+            _finish_writes_quietly(loop)  # the write in flight completes; the error wins
+            raise
+    if outcome.stopped is None and policy.checkpoint_period is not None and trainer.trained:
         save()
+    loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
     _compat.set_history_model(trainer.history, model)
     return outcome
+
+
+def _finish_writes_quietly(loop: TrainingLoop) -> None:
+    try:
+        loop.wait_for_checkpoints()
+    except Exception as err:  # already failing: say it, do not hide the first error
+        log.error("det_sdk: %s", err)
 
 
 @contextlib.contextmanager
@@ -266,6 +279,7 @@ def _complete_operation(
                                    reporter.last_validation)
     if loop.policy.checkpoint_period is not None:
         save()
+        loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
     metric = None
     if dist.is_chief:
         name = loop.policy.searcher_metric

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from det_sdk.errors import DivergenceError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
 from det_sdk.keras._callbacks import Position
+from det_sdk.keras._writer import CheckpointWriter
 from det_sdk.session import Session
 
 __all__ = ["TrainingLoop", "TrainingPolicy"]
@@ -77,6 +79,7 @@ class TrainingLoop:
         self.resume_uuid: str | None = session.latest_checkpoint
         self.position: Position | None = None  # where the latest fit got to
         self._fingerprints: dict[int, Any] = {}  # id(model) -> compiled fingerprint fn
+        self.writer = CheckpointWriter()  # checkpoints are written in the background
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -235,15 +238,25 @@ class TrainingLoop:
             "created": time.time(),
             "history": dict(history or {}),
         }
-        with self.session.storage.store() as (uuid, path):
-            size = _checkpoint.save_checkpoint(
-                path, model, opts, metadata, rng_states=rng_states,
-                plain_optimizer=self._given.get(id(opts[0]), opts[0]) if opts else None,
-            )
-        self.session.report_checkpoint(
-            uuid, {**position.as_dict(), "metrics": dict(metrics), "size": size}
+        # Taken now (milliseconds); written while training goes on.
+        snap = _checkpoint.snapshot(
+            model, opts, rng_states=rng_states,
+            plain_optimizer=self._given.get(id(opts[0]), opts[0]) if opts else None,
         )
+        uuid = str(uuidlib.uuid4())
+        record = {**position.as_dict(), "metrics": dict(metrics)}
+
+        def write() -> None:
+            with self.session.storage.store(uuid) as (_, path):
+                size = _checkpoint.write_snapshot(path, snap, metadata)
+            self.session.report_checkpoint(uuid, {**record, "size": size})
+
+        self.writer.submit(write)
         return uuid
+
+    def wait_for_checkpoints(self) -> None:
+        """Block until the last checkpoint is written and reported (raise if it failed)."""
+        self.writer.wait()
 
     # --- evaluation -----------------------------------------------------------------------
 
