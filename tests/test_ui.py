@@ -67,7 +67,8 @@ def asha(cluster: Cluster) -> int:
     wait_until("the ASHA search to finish",
                lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR"), timeout=400,
                every=1.0)
-    assert describe(cluster, exp)["state"] == "COMPLETED"
+    info = describe(cluster, exp)
+    assert info["state"] == "COMPLETED", [t.get("last_error") for t in info["trials"]]
     return exp
 
 
@@ -382,6 +383,29 @@ def test_det_tensorboard_serves_the_trials_event_files(browser: Any, cluster: Cl
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     wait_until("TensorBoard to stop", lambda: _refused(port), timeout=15)
+
+
+def test_det_tensorboard_over_a_runs_directory(cluster: Cluster, asha: int) -> None:
+    # --runs-dir: any directory of runs (det-runs of local training); here the folder of
+    # the experiment's trials, whose event files the test above checked
+    pytest.importorskip("tensorboard")
+    runs_dir = cluster.data_dir / "checkpoints" / "tensorboard" / str(asha)
+    assert runs_dir.is_dir()
+    proc = subprocess.Popen([str(DET), "tensorboard", "--runs-dir", str(runs_dir), "--port",
+                             "0"], env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"TensorBoard at (http://\S+)", line + proc.stderr.read(0)).group(1)
+        assert f"local runs in {runs_dir}" in line
+        runs = wait_until("TensorBoard to load the runs",
+                          lambda: httpx.get(f"{url}data/runs", timeout=10).json(), timeout=60)
+        assert any(r.endswith("/validation") for r in runs)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    bad = cluster.det("tensorboard", "--runs-dir", str(cluster.root / "nothing-here"))
+    assert bad.returncode == 1 and "no such directory" in bad.stderr
 
 
 def _free_port() -> int:
