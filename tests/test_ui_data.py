@@ -165,6 +165,9 @@ def test_ui_routes_need_a_user_and_serve_gzipped_static_files(tmp_path: Path) ->
     assert client.get("/ui/static/vendor/uplot/LICENSE").text.startswith("The MIT License")
     assert client.get("/ui/static/../app.py").status_code == 404
 
+    huge = client.post("/ui/signin", content=b"token=" + b"x" * 100_000,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert huge.status_code == 413
     code = client.post("/ui/api/signin-codes", headers=auth).json()
     signed = client.get(code["path"], follow_redirects=False)
     assert signed.status_code == 303 and "httponly" in signed.headers["set-cookie"].lower()

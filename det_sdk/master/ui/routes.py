@@ -97,6 +97,17 @@ def _json(request: Request, data: Any) -> Response:
     return Response(body, media_type="application/json", headers=headers)
 
 
+async def _small_body(request: Request, limit: int = 65536) -> bytes:
+    """The request's body, refused (413) past ``limit`` bytes before more is read: the
+    API's size guard covers ``/api/`` only, and these forms and notes are tiny."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"request body over {limit} bytes")
+    return body
+
+
 def _non_finite(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
@@ -198,7 +209,7 @@ def ui_router(master: Any) -> APIRouter:
 
     @router.post("/ui/signin")
     async def signin(request: Request) -> Response:
-        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
+        form = urllib.parse.parse_qs((await _small_body(request)).decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0].strip()
         if master.store.is_user_token(token):
             return with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
@@ -329,8 +340,8 @@ def ui_router(master: Any) -> APIRouter:
     @router.post("/ui/api/tensorboards", status_code=201)
     async def register_tensorboard(request: Request) -> dict[str, bool]:
         action(request)
-        body = await request.json()
         try:
+            body = json.loads(await _small_body(request))
             entry = {"url": str(body["url"]), "pid": int(body["pid"]),
                      "experiments": [int(e) for e in body.get("experiments", [])]}
         except (KeyError, TypeError, ValueError):
