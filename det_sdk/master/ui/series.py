@@ -28,9 +28,10 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Series", "SeriesCache", "minmax_indices"]
 
@@ -41,12 +42,15 @@ def minmax_indices(x: np.ndarray, ys: Sequence[np.ndarray], max_points: int) -> 
     ``x`` must be sorted. NaN values (a metric missing from a row) are never chosen as
     extremes. Returns all indices when there are no more than ``max_points``.
 
+    >>> import numpy as np
     >>> minmax_indices(np.array([0.0, 1, 2]), [np.array([3.0, 1, 2])], 10).tolist()
     [0, 1, 2]
     >>> y = np.array([0.0, 5, 1, 1, 1, 1, -4, 0])  # one bucket: first, max, min, last
     >>> minmax_indices(np.arange(8.0), [y], 4).tolist()
     [0, 1, 6, 7]
     """
+    import numpy as np  # here, not at import: the master starts without it
+
     n = len(x)
     if max_points <= 0 or n <= max_points:
         return np.arange(n)
@@ -85,6 +89,8 @@ class Series:
     def arrays(self) -> dict[str, np.ndarray]:
         """The columns as float arrays (``steps``, ``epoch``, ``time``, ``m:<metric>``)."""
         if self._arrays is None:
+            import numpy as np
+
             self._arrays = {"steps": np.asarray(self.steps, dtype=np.float64),
                             "epoch": np.asarray(self.epoch, dtype=np.float64),
                             "time": np.asarray(self.time, dtype=np.float64),
@@ -141,6 +147,8 @@ class Series:
         ``x_range`` (in steps) narrows to a zoomed-in window first; ``t0`` makes times
         relative (seconds since the trial's first report).
         """
+        import numpy as np
+
         a = self.arrays()
         steps = a["steps"]
         lo, hi = 0, len(steps)
@@ -163,6 +171,8 @@ class Series:
     def steps_per_epoch(self) -> float | None:
         """Batches per epoch, from rows reported at epoch ends (the smallest steps / epoch:
         a mid-epoch row has more steps per completed epoch)."""
+        import numpy as np
+
         a = self.arrays()
         done = a["epoch"] > 0
         return float(np.min(a["steps"][done] / a["epoch"][done])) if done.any() else None
