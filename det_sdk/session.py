@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -129,6 +130,7 @@ class LocalSession(Session):
         self.tensorboard_dir = run_dir / "tensorboard"
         self.latest_checkpoint = self._latest_checkpoint()
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
+        self.created = False  # set by create(): this process made the run directory
 
     # --- creating and reopening runs ----------------------------------------------------
 
@@ -160,7 +162,9 @@ class LocalSession(Session):
             "config": dict(config),
         }
         _write_json_atomic(run_dir / "run.json", info)
-        return cls(run_dir, info)
+        session = cls(run_dir, info)
+        session.created = True
+        return session
 
     @classmethod
     def reopen(
@@ -206,6 +210,36 @@ class LocalSession(Session):
             f.flush()
             os.fsync(f.fileno())
         self.latest_checkpoint = uuid
+        self._apply_retention()
+
+    def _apply_retention(self) -> None:
+        """Delete the checkpoints the run's ``checkpoint_storage`` no longer keeps.
+
+        As on the cluster: the ``save_trial_latest`` newest (never fewer than one:
+        resume needs it) and the ``save_trial_best`` best by the searcher metric;
+        defaults 1 and 1. ``checkpoints.jsonl`` keeps every row (a log); the
+        directory goes, and readers skip rows without one.
+        """
+        storage = (self.info.get("config") or {}).get("checkpoint_storage") or {}
+        latest = max(1, int(storage.get("save_trial_latest", 1)))
+        best = int(storage.get("save_trial_best", 1))
+        rows = _read_checkpoint_rows(self.run_dir)
+        metric, smaller = _searcher_metric(self.run_dir)
+        keep = {r["uuid"] for r in rows[-latest:]}
+        keep |= {r["uuid"] for r in best_first(rows, metric, smaller)[:best]}
+        for r in rows:
+            if r["uuid"] not in keep:
+                self.storage.delete(r["uuid"])
+
+    def discard_if_empty(self) -> bool:
+        """Remove this run's directory if this process created it and it holds no
+        checkpoint nor metric (a run stopped before training): no half-made run is left."""
+        if not self.created or not self.writer or _read_checkpoint_rows(self.run_dir) \
+                or _read_jsonl(self.run_dir / "metrics.jsonl"):
+            return False
+        self.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        return True
 
     def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
         run_dir = resolve_run_dir(self.runs_dir, trial_id)

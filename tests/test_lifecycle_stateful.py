@@ -332,6 +332,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                     http.post(f"/api/v1/experiments/{m.exp_id}/kill")
 
 
+@pytest.mark.timeout(1800)  # 15 sequences take 2-3 minutes here; more when asked for
 def test_the_lifecycle_against_a_model(tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("stateful")
     phases = [Phase.explicit, Phase.reuse, Phase.generate]

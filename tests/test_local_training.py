@@ -50,7 +50,10 @@ def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> 
 
     checkpoints = _jsonl(run / "checkpoints.jsonl")
     assert [c["epoch"] for c in checkpoints] == [1, 2]
-    for c in checkpoints:
+    # retention (latest and best by default) deletes the others' directories; rows stay
+    kept = [c for c in checkpoints if (run / "checkpoints" / c["uuid"]).is_dir()]
+    assert kept[-1] == checkpoints[-1]
+    for c in kept:
         ckpt = run / "checkpoints" / c["uuid"]
         meta = json.loads((ckpt / "metadata.json").read_text())
         assert meta["hparams"]["dropout"] == 0.5 and meta["seed"] == json.loads(

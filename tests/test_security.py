@@ -277,3 +277,13 @@ def test_a_master_with_a_full_disk_answers_507(tmp_path: Path) -> None:
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
+
+
+def test_a_log_offset_past_the_end_reads_nothing(fakes: Fakes) -> None:
+    """Found by schemathesis: an offset beyond what the filesystem can seek gave 500."""
+    exp_id, trial_id, _ = _started(fakes)
+    with fakes.http() as http:
+        r = http.get(f"/api/v1/trials/{trial_id}/logs", params={"offset": 2**53 - 1})
+        assert r.status_code == 200 and r.json()["text"] == ""
+        assert r.json()["offset"] < 2**53 - 1  # clamped to the log's size
+    _finish(fakes, exp_id, trial_id)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from det_sdk.config import Length
@@ -27,7 +28,7 @@ from det_sdk.keras import _compat
 from det_sdk.session import Session
 
 __all__ = [
-    "AverageMetrics",
+    "AggregateMetrics",
     "CheckInSync",
     "MetricsReporter",
     "PeriodicCheckpoint",
@@ -39,7 +40,11 @@ __all__ = [
     "StopOnSignal",
     "TensorBoardScalars",
     "TrackPosition",
+    "UndoPaddingMetrics",
+    "aggregated_results",
     "catch_stop_signals",
+    "chief_only_callbacks",
+    "combine_logs",
 ]
 
 
@@ -166,32 +171,177 @@ class SequenceEpochEnd(_Callback):
         self.seq.on_epoch_end()
 
 
-class AverageMetrics(_Callback):
-    """Replace each epoch's metrics by their mean over all processes, before anyone reads them.
+def aggregated_results(model: Any, dist: DistributedContext) -> dict[str, float]:
+    """``model``'s metric results computed from the sum of every process's metric state.
 
-    Validation metrics are weighted by each process's validation sample count (exact
-    for mean metrics with uneven shards); training metrics by equal weights (every
-    process runs the same steps). Mutates the logs in place, so History, the
-    reporters and user callbacks all see the averages.
+    A collective: every process calls it at the same point. The metrics' state
+    (totals and counts, confusion matrices, AUC's per-threshold counts) is summed
+    over processes, the results are read from the sums, and each process's own
+    state is put back. So every built-in metric (counts, precision, AUC, mean
+    metrics) equals its value on the whole data, not a mean of per-process results.
 
-    >>> cb = AverageMetrics(SingleProcess(), validation_rows=100)  # doctest: +SKIP
+    >>> aggregated_results(model, SingleProcess())  # doctest: +SKIP
+    {'loss': 0.31, 'accuracy': 0.9}
+    """
+    variables = _compat.metric_variables(model)
+    if dist.size == 1:
+        return _compat.metric_results(model)
+    mine = [v.numpy() for v in variables]
+    every = dist.allgather(mine)
+    if len({len(p) for p in every}) > 1:
+        counts = ", ".join(f"rank {r}: {len(p)}" for r, p in enumerate(every))
+        raise ValueError(
+            f"det_sdk: the processes' models have different metric state ({counts} "
+            "variables); compile the same metrics on every process, and train or evaluate "
+            "on data for every process before reading metrics")
+    try:
+        for var, parts in zip(variables, zip(*every)):
+            var.assign(np.sum(np.stack(parts).astype(np.float64), axis=0).astype(
+                parts[0].dtype))
+        return _compat.metric_results(model)
+    finally:
+        for var, own in zip(variables, mine):
+            var.assign(own)
+
+
+def combine_logs(
+    logs: Mapping[str, Any], aggregated: Mapping[str, float], dist: DistributedContext,
+    weight: float = 1.0,
+) -> dict[str, float]:
+    """Every process's ``logs`` as one: metric results from ``aggregated``, others averaged.
+
+    A collective. Values that do not come from metric state (what a custom
+    ``train_step``/``test_step`` returns under its own names) are averaged over
+    processes, weighted by ``weight`` (steps run). Keys come in the order of the
+    first process that has any.
+
+    >>> combine_logs({"loss": 0.5, "extra": 2.0}, {"loss": 0.4}, SingleProcess())
+    {'loss': 0.4, 'extra': 2.0}
+    """
+    mine = _floats(logs)
+    parts = dist.allgather((mine, float(weight))) if dist.size > 1 else [(mine, float(weight))]
+    keys: list[str] = []
+    for part, _ in parts:
+        keys += [k for k in part if k not in keys]
+    out: dict[str, float] = {}
+    for k in keys:
+        if k in aggregated:
+            out[k] = float(aggregated[k])
+            continue
+        having = [(p[k], w) for p, w in parts if k in p]
+        total = sum(w for _, w in having)
+        out[k] = (sum(v * w for v, w in having) / total if total
+                  else sum(v for v, _ in having) / len(having))
+    return out
+
+
+def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in (logs or {}).items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+class UndoPaddingMetrics(_Callback):
+    """Undo the metric updates of the steps at which this process trains on padding only.
+
+    A process left without rows in a batch still runs the step (the others wait
+    for its gradients) on a weight-0 padding row. That row adds nothing to the
+    gradients, but Keras's ``metrics`` (unlike ``weighted_metrics``) ignore sample
+    weights and would count it: its state is saved before such a step and put back
+    after. Steps ``first`` and later of each epoch are padding.
+
+    >>> cb = UndoPaddingMetrics(first=4, position=Position(0, 0, 0))
     """
 
-    def __init__(self, dist: DistributedContext, validation_rows: int | None) -> None:
+    def __init__(self, first: int, position: Position) -> None:
+        super().__init__()
+        self.first = first
+        self.position = position
+        self._saved: list[Any] | None = None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.position.batch >= self.first:
+            self._saved = [v.numpy() for v in _compat.metric_variables(self.model)]
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._saved is not None:
+            for var, value in zip(_compat.metric_variables(self.model), self._saved):
+                var.assign(value)
+            self._saved = None
+
+
+class AggregateMetrics(_Callback):
+    """Make each epoch's logs the metrics of all processes' data, before anyone reads them.
+
+    Training metrics are read from the summed metric state just before validation
+    resets it (``on_test_begin``), or at the epoch end without validation;
+    validation metrics at the end of validation (``on_test_end``). See
+    :func:`aggregated_results`. Mutates the epoch logs in place, so History, the
+    reporters and user callbacks all see the whole data's metrics.
+
+    >>> cb = AggregateMetrics(SingleProcess())
+    """
+
+    def __init__(self, dist: DistributedContext) -> None:
         super().__init__()
         self.dist = dist
-        self.validation_rows = validation_rows
+        self._train: dict[str, float] | None = None
+        self._val: dict[str, float] | None = None
+        self._val_steps = 0
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._train = self._val = None
+        self._val_steps = 0
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        # Validation is about to reset the metrics: their training state is read now.
+        self._train = aggregated_results(self.model, self.dist)
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._val_steps += 1
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self._val = aggregated_results(self.model, self.dist)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if logs is None:
             return
-        train, val = split_logs(logs)
-        parts = self.dist.allgather((train, val, self.validation_rows or 1))
-        for k in train:
-            logs[k] = sum(p[0][k] for p in parts) / len(parts)
-        total = sum(p[2] for p in parts)
-        for k in val:
-            logs[k] = sum(p[1][k] * p[2] for p in parts) / total
+        train_agg = self._train if self._train is not None else aggregated_results(
+            self.model, self.dist)
+        train = {k: v for k, v in logs.items() if not k.startswith("val_")}
+        val = {k.removeprefix("val_"): v for k, v in logs.items() if k.startswith("val_")}
+        logs.update(combine_logs(train, train_agg, self.dist))
+        if self._val is not None or val:
+            combined = combine_logs(val, self._val or {}, self.dist, weight=self._val_steps)
+            logs.update({f"val_{k}": v for k, v in combined.items()})
+
+
+def _file_writing_callbacks() -> tuple[type, ...]:
+    cbs = _compat.keras.callbacks
+    names = ("ModelCheckpoint", "CSVLogger", "TensorBoard", "BackupAndRestore")
+    return tuple(getattr(cbs, n) for n in names if hasattr(cbs, n))
+
+
+def chief_only_callbacks(callbacks: list[Any], dist: DistributedContext) -> list[Any]:
+    """The user's callbacks this process runs: all on rank 0; elsewhere, not those that
+    write files (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``,
+    ``BackupAndRestore``, and subclasses), which would write the same files N times.
+
+    Callbacks that decide something (``EarlyStopping``, ``ReduceLROnPlateau``,
+    ``LearningRateScheduler``) run everywhere: they read the same aggregated metrics
+    on every process and so decide the same.
+
+    >>> chief_only_callbacks(["any"], SingleProcess())
+    ['any']
+    """
+    if dist.is_chief:
+        return list(callbacks)
+    writers = _file_writing_callbacks()
+    return [cb for cb in callbacks if not isinstance(cb, writers)]
 
 
 class PeriodicCheckpoint(_Callback):

@@ -38,11 +38,14 @@ __all__ = [
     "CheckpointCorruptError",
     "framework_versions",
     "load_model",
+    "load_weights",
     "optimizer_variables",
     "read_metadata",
     "restore_state",
     "rng_state",
     "save_checkpoint",
+    "set_vocabulary",
+    "vocabulary",
 ]
 
 # 2: checksums.json (xxh3-64 of every file), keras_major. 1: no checksums (still read).
@@ -70,11 +73,71 @@ def rng_state(model: Any) -> list[np.ndarray]:
     return [np.asarray(v.numpy()) for v in _compat.rng_variables(model)]
 
 
+def vocabulary(layer: Any) -> list[Any]:
+    """A lookup layer's vocabulary (special tokens first) as JSON-able Python values."""
+    out: list[Any] = []
+    for token in layer.get_vocabulary():
+        if isinstance(token, bytes):
+            out.append(token.decode("utf-8"))
+        elif isinstance(token, (int, np.integer)):
+            out.append(int(token))
+        else:
+            out.append(str(token))
+    return out
+
+
+def set_vocabulary(layer: Any, vocab: Sequence[Any]) -> None:
+    """Set a lookup layer's table from :func:`vocabulary`'s list.
+
+    A vocabulary of special tokens alone (a layer never adapted) is left as it is:
+    Keras refuses to set an empty one.
+    """
+    if len(vocab) > len(_special_tokens(layer)):
+        layer.set_vocabulary(list(vocab))
+
+
+def _special_tokens(layer: Any) -> list[Any]:
+    inner = getattr(layer, "_lookup_layer", layer)
+    mask = [inner.mask_token] if getattr(inner, "mask_token", None) is not None else []
+    return mask + [inner.oov_token] * int(getattr(inner, "num_oov_indices", 1) or 0)
+
+
+class VocabularyState:
+    """A lookup layer's table as a checkpoint entry: its vocabulary as UTF-8 JSON bytes.
+
+    ``StringLookup``/``IntegerLookup`` (also inside ``TextVectorization``) keep their
+    vocabulary in a hash table, not a variable, on both Keras majors; this gives it
+    the ``name``/``numpy()``/``assign()`` of one, so it is saved and restored with
+    the model's variables.
+
+    >>> # VocabularyState(model.get_layer("string_lookup")).numpy()  -> uint8 array
+    """
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.name = self.path = f"{layer.name}/vocabulary"
+
+    def numpy(self) -> np.ndarray:
+        text = json.dumps(vocabulary(self.layer), ensure_ascii=False).encode("utf-8")
+        return np.frombuffer(text, dtype=np.uint8).copy()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.numpy().shape
+
+    def assign(self, value: np.ndarray) -> None:
+        set_vocabulary(self.layer, json.loads(np.asarray(value, np.uint8).tobytes()))
+
+
 def _state_groups(
     model: Any, optimizers: Sequence[Any], rank: int = 0
 ) -> list[tuple[str, list]]:
-    """Named lists of variables: the model's, each optimizer's, and this rank's RNGs."""
-    groups: list[tuple[str, list]] = [("model", list(model.weights))]
+    """Named lists of variables: the model's, its lookup tables', each optimizer's, and
+    this rank's RNGs."""
+    groups: list[tuple[str, list]] = [("model", _compat.model_variables(model))]
+    lookups = [VocabularyState(layer) for layer in _compat.lookup_layers(model)]
+    if lookups:
+        groups.append(("lookup", lookups))
     for i, opt in enumerate(optimizers):
         groups.append((f"optimizer:{i}", optimizer_variables(opt, model)))
     groups.append((f"rng:{rank}", _compat.rng_variables(model)))
@@ -407,7 +470,35 @@ def _assign_groups(
             # Random-number state only matters to continue training exactly; a
             # process that did not enable Keras's tf.random generators has none.
             continue
+        if group == "lookup":
+            if not saved:
+                continue  # saved before det_sdk kept lookup tables
+            if len(saved) != len(variables):
+                raise ValueError(f"checkpoint {path} holds {len(saved)} lookup tables but the "
+                                 f"model has {len(variables)} lookup layers: is this "
+                                 "checkpoint from a different model?")
+            for state, arr in zip(variables, saved):  # vocabularies differ in length
+                state.assign(arr)
+            continue
         _assign(group, variables, saved, path)
+    _compat.refresh_preprocessing(model)
+
+
+def load_weights(path: Path, model: Any) -> dict[str, Any]:
+    """Load a checkpoint's model weights and lookup tables into ``model`` (built by the
+    caller: subclassed models too); not optimizer or random state. Returns the metadata."""
+    meta = read_metadata(path)
+    arrays = _read_arrays(path)
+    groups = [g for g in _state_groups(model, []) if g[0] in ("model", "lookup")]
+    for group, variables in groups:
+        saved = arrays.get(group, [])
+        if group == "lookup":
+            for state, arr in zip(variables, saved):
+                state.assign(arr)
+        else:
+            _assign(group, variables, saved, path)
+    _compat.refresh_preprocessing(model)
+    return meta
 
 
 def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> Any:
@@ -421,8 +512,15 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
     except (ValueError, TypeError, KeyError) as err:
         raise ValueError(
             f"cannot rebuild the model of checkpoint {path}: {err} "
-            "(pass custom layers and functions as custom_objects={name: object})"
+            "(pass custom layers and functions as custom_objects={name: object}; for a "
+            "subclassed model, build it in the script and load the weights with "
+            "context.load_checkpoint_weights(model, ...))"
         ) from None
+    if not isinstance(model, _compat.keras.Model):  # Keras 2, a subclassed model's config
+        raise ValueError(
+            f"cannot rebuild the model of checkpoint {path} from its config (a subclassed "
+            "model?): build it in the script and load the weights with "
+            "context.load_checkpoint_weights(model, ...)")
     optimizers = []
     if spec.get("compile_config"):
         with _compat.keras.utils.custom_object_scope(dict(custom_objects or {})):

@@ -38,10 +38,15 @@ __all__ = [
     "is_averaging",
     "keras",
     "layers_of",
+    "lookup_layers",
+    "metric_results",
+    "metric_variables",
     "metrics_in_order",
     "model_optimizer",
+    "model_variables",
     "optimizer_trains_only",
     "optimizer_variables",
+    "refresh_preprocessing",
     "rng_variables",
     "set_history_model",
     "set_seeds",
@@ -84,14 +89,24 @@ OPTIMIZER_TYPES: tuple[type, ...] = (
 # --- seeds and random state -------------------------------------------------------------
 
 
-def set_seeds(seed: int) -> None:
-    """Seed Python, NumPy, TensorFlow and Keras's own random state from ``seed``.
+def set_seeds(seed: int, rank: int = 0) -> None:
+    """Seed this process's random state: per process where it must differ, shared where not.
+
+    Python, NumPy and Keras's own seed generators get ``seed + rank``: each process
+    draws its own dropout masks and noise (layers take their seeds from Python's
+    RNG on both majors), as different samples would. TensorFlow's global seed gets
+    ``seed`` on every process: ``tf.data`` ops seeded by it (``shuffle()``, also
+    ``shuffle(seed=...)``, whose op seed combines with it) give the same order on
+    every process, so a dataset shuffled before ``wrap_data`` shards into disjoint parts.
 
     On Keras 2 this also makes layers draw through ``tf.random.Generator`` objects,
     whose state is a variable that checkpoints can save (Keras 3 layers always keep
     theirs in ``SeedGenerator`` variables).
+
+    >>> set_seeds(7, rank=1)
     """
-    keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed((seed + rank) % 2**31)
+    tf.random.set_seed(seed)
     if not _K3:
         keras.backend.experimental.enable_tf_random_generator()
 
@@ -118,6 +133,13 @@ def rng_variables(model: Any) -> list[Any]:
 
 
 def _layer_rng_variables(layer: Any) -> list[Any]:
+    # A tf.random.Generator kept on a layer or model (a custom train_step's draws,
+    # Keras 2's way; on Keras 3 keras.random.SeedGenerator is tracked below).
+    own = [v.state for v in vars(layer).values() if isinstance(v, tf.random.Generator)]
+    return own + _keras_rng_variables(layer)
+
+
+def _keras_rng_variables(layer: Any) -> list[Any]:
     if _K3:
         return [sg.state for sg in getattr(layer, "_seed_generators", ()) if sg.state is not None]
     rg = getattr(layer, "_random_generator", None)
@@ -129,6 +151,48 @@ def _layer_rng_variables(layer: Any) -> list[Any]:
 
 
 # --- variables ----------------------------------------------------------------------------
+
+
+def _is_variable(v: Any) -> bool:
+    return isinstance(v, tf.Variable) or (_K3 and isinstance(v, keras.Variable))
+
+
+def model_variables(model: Any) -> list[Any]:
+    """``model.weights`` that are variables.
+
+    Keras 2 lists a lookup layer's vocabulary among the weights as a
+    ``VocabWeightHandler`` (string tensors, no name, no ``assign``); checkpoints and
+    broadcast handle vocabularies through :func:`lookup_layers` instead.
+    """
+    return [v for v in model.weights if _is_variable(v)]
+
+
+def lookup_layers(model: Any) -> list[Any]:
+    """The layers of ``model`` that hold a vocabulary (``StringLookup``, ``IntegerLookup``).
+
+    Their tables are not variables on either major. A ``TextVectorization`` is
+    covered by the lookup layer inside it (both expose ``get_vocabulary``; the
+    inner one is the one that owns the table).
+    """
+    found = [layer for layer in layers_of(model)
+             if hasattr(layer, "get_vocabulary") and hasattr(layer, "set_vocabulary")]
+    ids = {id(layer) for layer in found}
+    return [layer for layer in found
+            if not any(id(inner) in ids for inner in layers_of(layer) if inner is not layer)]
+
+
+def refresh_preprocessing(model: Any) -> None:
+    """Recompute what preprocessing layers derive from their variables after an assign.
+
+    ``Normalization`` computes its mean and variance tensors from its ``adapt_*``
+    variables once (``finalize_state``); after a restore or a broadcast changed
+    the variables, the layer must derive them again or keep normalizing with the old.
+    """
+    for layer in layers_of(model):
+        if isinstance(layer, keras.layers.Normalization) and getattr(layer, "built", False) \
+                and getattr(layer, "input_mean", None) is None \
+                and getattr(layer, "adapt_mean", None) is not None:
+            layer.finalize_state()
 
 
 def backing_variable(var: Any) -> Any:
@@ -250,6 +314,37 @@ def turn_off_xla(model: Any) -> bool:
     # Step functions made before were compiled with XLA: make them anew.
     model.train_function = model.test_function = model.predict_function = None
     return True
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def metric_variables(model: Any) -> list[Any]:
+    """The state variables of ``model``'s metrics (loss tracker and compiled metrics).
+
+    Totals and counts, confusion-matrix cells, AUC's per-threshold counts: the
+    state of every built-in metric adds up over disjoint parts of the data, so
+    their sums over processes are the state of one process that saw all of it.
+    """
+    found: list[Any] = []
+    seen: set[int] = set()
+    for metric in model.metrics:
+        for var in metric.variables:
+            if id(var) not in seen:
+                seen.add(id(var))
+                found.append(var)
+    return found
+
+
+def metric_results(model: Any) -> dict[str, float]:
+    """``model``'s metric results from their current state, by the names Keras logs."""
+    out: dict[str, float] = {}
+    for name, value in model.get_metrics_result().items():
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError):
+            continue  # a non-scalar result (F1 per class): not logged by det_sdk either
+    return out
 
 
 # --- results and callbacks ------------------------------------------------------------------

@@ -59,6 +59,17 @@ class KerasContext:
         self._loop = TrainingLoop(distributed, session, policy, hparams)
 
     @property
+    def trial_id(self) -> int | None:
+        """This run's id locally (``det-runs/<id>``), the trial's id on the cluster;
+        None in a generic job (``det job run``), which is no trial.
+
+        >>> context.trial_id
+        3
+        """
+        tid = self.session.trial_id
+        return int(tid) if tid is not None else None
+
+    @property
     def seed(self) -> int:
         """The run's seed (recorded; a resumed run reuses it)."""
         return self._loop.policy.seed
@@ -220,6 +231,38 @@ class KerasContext:
             checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
         path = self.session.checkpoint_path(checkpoint_uuid)
         return _checkpoint.load_model(path, custom_objects)
+
+    def load_checkpoint_weights(
+        self,
+        model: Any,
+        trial_id: int | str | None = None,
+        checkpoint_uuid: str | None = None,
+        *,
+        best: bool = False,
+    ) -> dict[str, Any]:
+        """Restore a checkpoint's weights (and lookup tables) into a model the script built.
+
+        For models Keras cannot rebuild from a config (subclassed models, custom
+        layers): build ``model`` as in training (same layers, called once or built),
+        then load. Optimizer and random state are not loaded (``fit`` resumes those
+        itself). Arguments as in :meth:`load_checkpoint_model`. Returns the
+        checkpoint's metadata (epoch, batch, metrics, ...).
+
+        >>> model = MyModel(); model(x[:1])
+        >>> meta = context.load_checkpoint_weights(model, trial_id=1, best=True)
+        """
+        if (trial_id is None) == (checkpoint_uuid is None):
+            raise ValueError("load_checkpoint_weights: give exactly one of trial_id or "
+                             "checkpoint_uuid")
+        if not isinstance(model, _compat.keras.Model):
+            raise TypeError("load_checkpoint_weights: model must be a keras.Model, got "
+                            f"{type(model).__name__}")
+        if not model.built:
+            raise ValueError("load_checkpoint_weights: the model has no weights yet; build "
+                             "it first (call it on a batch, e.g. model(x[:1]), or model.build)")
+        if checkpoint_uuid is None:
+            checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
+        return _checkpoint.load_weights(self.session.checkpoint_path(checkpoint_uuid), model)
 
     def close(self) -> None:
         """Deliver pending records and release the session."""

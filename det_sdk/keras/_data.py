@@ -31,11 +31,16 @@ __all__ = [
     "ShardedArray",
     "ShardedSequence",
     "array_pipeline",
+    "as_per_process",
+    "class_weights",
+    "dataset_batches",
     "full_data",
     "is_array_data",
+    "is_per_process",
     "is_wrapped",
     "local_part",
     "num_rows",
+    "pad_dataset",
     "sequence_pipeline",
     "sequence_steps",
     "slice_rows",
@@ -60,9 +65,12 @@ class Shard:
 class ShardedArray(np.ndarray):
     """A numpy view of one process's rows that remembers the full array.
 
-    Anything derived from it (arithmetic, slicing, ``astype``) is a plain array
-    again as far as det_sdk is concerned: only the view ``wrap_data`` returned
-    vouches for its rows.
+    Anything derived from it (arithmetic, slicing, ``astype``, ``[..., None]``) is
+    still a ``ShardedArray`` but without ``det_shard``: this process's own data
+    (:func:`is_per_process`), whose rows det_sdk no longer knows the origin of.
+    ``fit`` trains on it as it is, padding the processes with fewer rows with
+    weight-0 rows to the same number of steps; ``evaluate`` and ``predict`` take
+    it as this process's part rather than sharding it again.
     """
 
     det_shard: Shard | None
@@ -93,6 +101,14 @@ def _map(fn: Any, struct: Any) -> Any:
     if isinstance(struct, (list, tuple)):
         return type(struct)(_map(fn, v) for v in struct)
     return fn(struct)
+
+
+def _lists_as_tuples(struct: Any) -> Any:
+    if isinstance(struct, Mapping):
+        return type(struct)({k: _lists_as_tuples(v) for k, v in struct.items()})
+    if isinstance(struct, (list, tuple)):
+        return tuple(_lists_as_tuples(v) for v in struct)
+    return struct
 
 
 def is_array_data(x: Any) -> bool:
@@ -175,6 +191,18 @@ def slice_rows(struct: Any, start: int | None, stop: int | None) -> Any:
     return _map(lambda a: np.asarray(a)[start:stop], struct)
 
 
+def is_per_process(struct: Any) -> bool:
+    """True for arrays that are this process's own data: derived from ``wrap_data``'s views
+    (arithmetic, slicing) or mixed with them, rather than the full data or whole views."""
+    leaves = _leaves(struct)
+    return any(isinstance(a, ShardedArray) for a in leaves) and _shard_geometry(struct) is None
+
+
+def as_per_process(struct: Any) -> Any:
+    """``struct``'s arrays marked as this process's own data (see :func:`is_per_process`)."""
+    return _map(lambda a: np.asarray(a).view(ShardedArray), struct)
+
+
 def is_wrapped(struct: Any) -> bool:
     """True for arrays that ``wrap_data`` returned (views that know their full data)."""
     return _shard_geometry(struct) is not None
@@ -204,6 +232,8 @@ def array_pipeline(
     start_epoch: int,
     start_batch: int,
     end_epoch: int,
+    padded_rows: int | None = None,
+    class_weight: Mapping[int, float] | None = None,
 ) -> tuple[tf.data.Dataset, int]:
     """Batches of numpy data for epochs [start_epoch, end_epoch), from batch ``start_batch``.
 
@@ -219,19 +249,29 @@ def array_pipeline(
     dropped, none counts twice. With several processes, batches therefore always
     carry sample weights (ones, or the user's).
 
+    Arrays that are each process's own (not wrapped, or derived from wrapped
+    views) are permuted on their own; ``padded_rows`` (the most rows any process
+    has, agreed by the caller) sets the steps, and a process with fewer rows
+    trains on weight-0 padding rows in the batches it has no rows for.
+
+    ``class_weight`` multiplies each row's weight by its class's (the class index:
+    ``y`` itself, or its argmax when one-hot), as Keras's ``class_weight`` does.
+
     Returns the dataset and the number of steps per epoch.
     """
     geometry = _shard_geometry([s for s in (x, y, sample_weight) if s is not None])
     rank, size = geometry or (0, 1)
-    weighted = size > 1
+    weighted = size > 1 or padded_rows is not None or class_weight is not None
     if weighted and y is None:
-        raise ValueError("context.fit: numpy input needs y (targets) to be sharded")
+        raise ValueError("context.fit: numpy input needs y (targets) with several processes "
+                         "or class_weight")
     if weighted and sample_weight is None:
         sample_weight = np.ones(len(_leaves(_full(x))[0]), dtype=np.float32)
-    data = tuple(_full(s) for s in (x, y, sample_weight) if s is not None)
+    # tf.data takes a list for one tensor to stack: several inputs go as a tuple.
+    data = tuple(_lists_as_tuples(_full(s)) for s in (x, y, sample_weight) if s is not None)
     n = len(_leaves(data)[0])
     global_batch = batch_size * size
-    steps = math.ceil(n / global_batch)
+    steps = math.ceil(max(n, padded_rows or 0) / global_batch)
     pad = steps * global_batch - n
     seed_t = tf.constant(seed, tf.int64)
 
@@ -263,13 +303,17 @@ def array_pipeline(
     # from_tensors(...).repeat() hands the same tensors to every batch without
     # embedding the arrays in the graph (as Keras does for its own numpy input).
     tensors = tf.data.Dataset.from_tensors(data).repeat()
+    cw = class_weights(class_weight) if class_weight is not None else None
 
     @_no_autograph
     def gather(rows: tuple[tf.Tensor, tf.Tensor], arrays: Any) -> Any:
         idx, keep = rows
         batch = tf.nest.map_structure(lambda a: tf.gather(a, idx), arrays)
         if weighted:  # zero the weight of a padding row
-            batch = (*batch[:2], batch[2] * tf.cast(keep, batch[2].dtype))
+            w = batch[2] * tf.cast(keep, batch[2].dtype)
+            if cw is not None:
+                w = w * tf.cast(cw(batch[1]), w.dtype)
+            batch = (*batch[:2], w)
         return batch
 
     ds = tf.data.Dataset.zip((indices, tensors)).map(
@@ -281,6 +325,85 @@ def array_pipeline(
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False
     return ds.prefetch(tf.data.AUTOTUNE).with_options(options), steps
+
+
+def class_weights(class_weight: Mapping[int, float]) -> Any:
+    """A TF function: targets of a batch -> each row's class weight (1.0 for classes not
+    named). One-hot (or probability) targets use their argmax, as Keras does.
+
+    >>> fn = class_weights({0: 1.0, 1: 3.0})
+    >>> fn(tf.constant([[0.0], [1.0]])).numpy().tolist()
+    [1.0, 3.0]
+    """
+    if not isinstance(class_weight, Mapping) or not class_weight:
+        raise ValueError(f"context.fit: class_weight must be a dict {{class: weight}}, "
+                         f"got {class_weight!r}")
+    top = max(int(k) for k in class_weight)
+    table = np.ones(top + 1, dtype=np.float32)
+    for k, v in class_weight.items():
+        table[int(k)] = float(v)
+    table_t = tf.constant(table)
+
+    def lookup(y: Any) -> tf.Tensor:
+        if isinstance(y, (Mapping, list, tuple)):
+            raise ValueError("context.fit: class_weight works with a single output's targets; "
+                             "for several outputs pass sample weights per output")
+        y = tf.convert_to_tensor(y)
+        if y.shape.rank is not None and y.shape.rank > 1 and (y.shape[-1] or 1) > 1:
+            idx = tf.argmax(y, axis=-1)
+        else:
+            idx = tf.reshape(tf.cast(tf.round(tf.cast(y, tf.float32)), tf.int64), [-1])
+        return tf.gather(table_t, tf.clip_by_value(idx, 0, top))
+
+    return lookup
+
+
+def dataset_batches(ds: tf.data.Dataset) -> int:
+    """Batches in one pass over ``ds``: its cardinality, else counted (one pass); -1: infinite.
+
+    Counting iterates the dataset once (a reshuffling dataset's next pass then
+    draws its second order): done only when the length is not known statically.
+    """
+    n = int(ds.cardinality())
+    if n >= 0:
+        return n
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        return -1
+    return int(ds.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
+    """``ds`` with sample weights, followed by ``want - have`` copies of its first batch
+    at weight 0: ``want`` batches per pass, so every process runs as many steps.
+
+    Elements must be ``(x, y)`` or ``(x, y, sample_weight)`` tuples.
+    """
+    spec = ds.element_spec
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise ValueError(
+            "context.fit: the processes' datasets have different numbers of batches; to pad "
+            "the shorter ones with weight-0 batches their elements must be (x, y) or (x, y, "
+            "sample_weight) tuples. Otherwise give every process as many batches (e.g. "
+            "ds.take(n)) or pass steps_per_epoch with a repeated dataset")
+
+    @_no_autograph
+    def weighted(*el: Any) -> Any:
+        x, y = el[0], el[1]
+        n = tf.shape(tf.nest.flatten(x)[0])[0]
+        w = tf.cast(el[2], tf.float32) if len(el) == 3 else tf.ones([n], tf.float32)
+        return x, y, w
+
+    out = ds.map(weighted)
+    if want > have:
+        if have == 0:
+            raise ValueError("context.fit: this process's dataset is empty while others have "
+                             f"{want} batches; give every process some data")
+        # One real batch (iterated once at set-up, on every process alike) at weight 0:
+        # real inputs keep the loss finite where zeros might not (log, division).
+        x, y, w = next(iter(out.take(1)))
+        filler = tf.data.Dataset.from_tensors((x, y, w * 0)).repeat(want - have)
+        out = out.concatenate(filler)
+    return out.apply(tf.data.experimental.assert_cardinality(want))
 
 
 def local_part(
@@ -295,7 +418,7 @@ def local_part(
     """
     if is_array_data(x):
         given = [s for s in (x, y, sample_weight) if s is not None]
-        if dist.size > 1 and _shard_geometry(given) is None:
+        if dist.size > 1 and _shard_geometry(given) is None and not is_per_process(given):
             _check_arrays({"x": x, "y": y, "sample_weight": sample_weight})
 
             def shard(s: Any) -> Any:
@@ -305,6 +428,9 @@ def local_part(
         return x, y, sample_weight, len(_leaves(x)[0]), True
     if isinstance(x, ShardedSequence):
         return x, y, sample_weight, None, True
+    if isinstance(x, _compat.SequenceBase) and dist.size > 1:
+        # A whole Sequence: each process takes its block of batches, as wrap_data does.
+        return ShardedSequence(x, dist.rank, dist.size), y, sample_weight, None, True
     return x, y, sample_weight, None, dist.size == 1
 
 
@@ -360,6 +486,7 @@ def _as_batch_tuple(batch: Any) -> Any:
 
 def sequence_pipeline(
     seq: Any, *, seed: int, shuffle: bool, start_epoch: int, start_batch: int, end_epoch: int,
+    class_weight: Mapping[int, float] | None = None,
 ) -> tuple[tf.data.Dataset, int]:
     """The batches of a Sequence for epochs [start_epoch, end_epoch), from ``start_batch``.
 
@@ -373,7 +500,8 @@ def sequence_pipeline(
     are dealt out to the processes in turn, each process runs
     ``ceil(batches / processes)`` steps, and one left short trains on a repeated
     batch of weight 0. Batches are fetched by ``workers`` threads (the Sequence's
-    own setting, default 1) in order.
+    own setting, default 1) in order. ``class_weight`` multiplies each row's weight
+    by its class's, as in :func:`array_pipeline`.
 
     Returns the dataset and the number of steps per epoch.
     """
@@ -393,8 +521,10 @@ def sequence_pipeline(
         return orders[epoch]
 
     def batch_at(epoch: int, step: int) -> Any:
-        if size == 1:
+        if size == 1 and class_weight is None:
             return _as_batch_tuple(full[int(order(epoch)[step])])
+        if size == 1:
+            return _with_weights(full[int(order(epoch)[step])], 1.0)
         pos = step * size + rank
         if pos < n:
             return _with_weights(full[int(order(epoch)[pos])], 1.0)
@@ -411,11 +541,16 @@ def sequence_pipeline(
         return [np.asarray(a, dtype=d.as_numpy_dtype)
                 for a, d in zip(tf.nest.flatten(batch), dtypes)]
 
+    cw = class_weights(class_weight) if class_weight is not None else None
+
     @_no_autograph
     def load(epoch: tf.Tensor, step: tf.Tensor) -> Any:
         flat = tf.numpy_function(fetch, [epoch, step], dtypes, stateful=False)
-        return tf.nest.pack_sequence_as(
+        batch = tf.nest.pack_sequence_as(
             probe, [tf.ensure_shape(t, shape) for t, shape in zip(flat, shapes)])
+        if cw is not None:
+            batch = (batch[0], batch[1], batch[2] * cw(batch[1]))
+        return batch
 
     @_no_autograph
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:

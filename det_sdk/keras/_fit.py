@@ -25,7 +25,7 @@ import tensorflow as tf
 from det_sdk.config import Length
 from det_sdk.keras import _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
-    AverageMetrics,
+    AggregateMetrics,
     CheckInSync,
     MetricsReporter,
     PeriodicCheckpoint,
@@ -37,7 +37,9 @@ from det_sdk.keras._callbacks import (
     StopOnSignal,
     TensorBoardScalars,
     TrackPosition,
+    UndoPaddingMetrics,
     catch_stop_signals,
+    chief_only_callbacks,
 )
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
@@ -65,8 +67,9 @@ class FitOutcome:
 # The one place that orders callbacks. Keras calls them in list order at every hook:
 _ORDER = (
     "track",        # position first: every other hook reads it
+    "padding",      # a padding step's metric updates undone before anyone reads them
     "sync",         # the divergence guard, before anyone records a diverged state
-    "average",      # epoch metrics become all processes' before anyone reads them
+    "average",      # epoch metrics become all processes' data's before anyone reads them
     "sequence",     # the user's Sequence.on_epoch_end, as Keras would call it
     "user",         # the script's callbacks see averaged metrics
     "reporter",     # records what the user's callbacks may have changed (EarlyStopping)
@@ -124,6 +127,14 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     dist, session, policy = loop.distributed, loop.session, loop.policy
     _inputs.fold_validation_data(kwargs)
     _inputs.split_arrays(dist, kwargs)
+    # Data as each process takes it: the same number of steps everywhere (padded with
+    # weight-0 rows or batches), validation shared out, class weights in the pipeline.
+    _inputs.local_validation(dist, kwargs)
+    dataset_padding = _inputs.even_out_dataset(dist, kwargs)
+    data_options = {"class_weight": _inputs.take_class_weight(kwargs),
+                    "padded": _inputs.padded_rows(dist, kwargs)}
+    first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
+                                               dataset_padding)
     loop.prepare(model, _sample_input(kwargs, policy.seed))
 
     # On the cluster the searcher sets the length, one operation at a time; `epochs`
@@ -140,7 +151,8 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
         loop.restore(model, uuid)
     loop.broadcast(model)  # rank 0's state everywhere before the first step
 
-    user_callbacks = list(kwargs.pop("callbacks", None) or [])
+    # Callbacks that write files run on rank 0 only (README: "Many processes").
+    user_callbacks = chief_only_callbacks(list(kwargs.pop("callbacks", None) or []), dist)
     if dist.size > 1 and not dist.is_chief:
         kwargs["verbose"] = 0  # one progress bar, rank 0's
     reporter = MetricsReporter(
@@ -148,7 +160,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
         total_steps=_inputs.length_in_steps(
             policy.max_length or operation or Length(epochs=script_epochs), steps),
     )
-    trainer = _Trainer(loop, model, kwargs, position, steps, period, past)
+    trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
     save = _Saver(loop, model, position, reporter, trainer.history)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
@@ -159,8 +171,9 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     }
     if dist.size > 1:
         hooks["sync"] = CheckInSync(lambda where: loop.check_in_sync(model, where), position)
-        hooks["average"] = AverageMetrics(dist, _inputs.validation_rows(
-            kwargs.get("validation_data")))
+        hooks["average"] = AggregateMetrics(dist)
+        if first_padding is not None:
+            hooks["padding"] = UndoPaddingMetrics(first_padding, position)
     if dist.is_chief and session.tensorboard_dir is not None:
         hooks["tensorboard"] = TensorBoardScalars(session.tensorboard_dir, position)
     if policy.checkpoint_period is not None:
@@ -218,9 +231,10 @@ class _Trainer:
     def __init__(
         self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
         position: Position, steps: int | None, period: Length | None,
-        past: dict[str, Any] | None = None,
+        past: dict[str, Any] | None = None, data_options: dict[str, Any] | None = None,
     ) -> None:
         self.loop, self.model, self.kwargs = loop, model, kwargs
+        self.data_options = data_options or {}
         self.position, self.steps, self.period = position, steps, period
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
         # The whole run's History: what the checkpoint resumed from had recorded,
@@ -240,8 +254,8 @@ class _Trainer:
         pos = self.position
         for call in plan_calls(pos.epoch, pos.batch, target=target,
                                steps_per_epoch=self.steps, validation_period=self.period):
-            call_kwargs = {**self.kwargs,
-                           **_inputs.call_inputs(self.kwargs, call, self.loop.policy.seed)}
+            call_kwargs = {**self.kwargs, **_inputs.call_inputs(
+                self.kwargs, call, self.loop.policy.seed, **self.data_options)}
             _inputs.check_same_steps(self.loop.distributed, call_kwargs)
             extra = {"stop_at": StopAt(pos, call.stop_at)} if call.stop_at else {}
             h = self.model.fit(

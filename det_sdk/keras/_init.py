@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -87,12 +90,37 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
 
 
 def _set_seeds(seed: int, rank: int) -> None:
-    # Python, NumPy, TF and Keras seeds in one call. Each process draws its own
-    # random numbers (dropout masks differ per shard, like per sample); weights
-    # start equal anyway because fit broadcasts rank 0's before training. Layers
-    # keep their random state in variables that checkpoints save, so a resumed
-    # run draws the masks an uninterrupted one would have.
-    _compat.set_seeds((seed + rank) % 2**31)
+    # Each process draws its own random numbers (dropout masks differ per shard,
+    # like per sample; weights start equal anyway because fit broadcasts rank 0's),
+    # but TF's global seed is the same everywhere: a tf.data pipeline shuffled
+    # before wrap_data must give every process the same order, or its shards
+    # overlap. Layers keep their random state in variables that checkpoints save,
+    # so a resumed run draws the masks an uninterrupted one would have.
+    _compat.set_seeds(seed, rank)
+
+
+_EXIT_CODES = {signal.SIGTERM: 0, signal.SIGINT: 130}
+
+
+def _stop_cleanly_before_fit(session: LocalSession) -> None:
+    """SIGTERM or Ctrl-C before ``fit`` (loading data, building the model): exit cleanly.
+
+    A run this process just created and that holds no checkpoint yet is removed,
+    so no empty run directory is left. During ``fit`` its own handlers take over
+    (checkpoint, then exit); after it, these apply again.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        removed = session.discard_if_empty()
+        what = f"run {session.run_id} removed (nothing trained)" if removed else "exiting"
+        print(f"det_sdk: stopped by {signal.Signals(signum).name} before training; {what}.",
+              file=sys.stderr, flush=True)
+        raise SystemExit(_EXIT_CODES[signum])
+
+    for signum in _EXIT_CODES:
+        signal.signal(signum, handler)
 
 
 def _distributed() -> DistributedContext:
@@ -188,6 +216,7 @@ def init(
     })
     run_seed = int(session.info["seed"])
     _set_seeds(run_seed, dist.rank)
+    _stop_cleanly_before_fit(session)
     return KerasContext(
         distributed=dist,
         session=session,

@@ -10,29 +10,121 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np  # noqa: F401 (doctests)
 import tensorflow as tf
 
 from det_sdk.config import Length
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._plan import FitCall
 
 __all__ = [
     "call_inputs",
     "check_same_steps",
+    "even_out_dataset",
+    "first_padding_step",
     "fold_validation_data",
     "length_in_steps",
+    "local_validation",
+    "padded_rows",
     "split_arrays",
     "steps_per_epoch",
+    "take_class_weight",
     "validation_period",
-    "validation_rows",
 ]
 
 
-def validation_rows(data: Any) -> int | None:
-    """Sample count of validation data given as arrays (None for other kinds)."""
-    x = data[0] if isinstance(data, tuple) else data
-    return _data.num_rows(x) if _data.is_array_data(x) else None
+def padded_rows(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+    """For numpy input that is each process's own (not ``wrap_data``'s views): the most
+    rows any process has, which every process pads to (a collective). None otherwise.
+
+    >>> padded_rows(SingleProcess(), {"x": np.zeros((3, 1))}) is None
+    True
+    """
+    x = kwargs.get("x")
+    if dist.size == 1 or not _data.is_array_data(x) or _data.is_wrapped(
+            [s for s in (x, kwargs.get("y"), kwargs.get("sample_weight")) if s is not None]):
+        return None
+    return max(dist.allgather(_data.num_rows(x)))
+
+
+def first_padding_step(
+    dist: DistributedContext, kwargs: dict[str, Any], padded: int | None,
+    dataset_padding: int | None = None,
+) -> int | None:
+    """The first step of each epoch at which this process trains on padding only (and every
+    later one of the epoch), or None. Keras's ``metrics`` ignore sample weights, so
+    those steps' metric updates are undone (``_callbacks.UndoPaddingMetrics``).
+
+    >>> first_padding_step(SingleProcess(), {"x": np.zeros((3, 1))}, None) is None
+    True
+    """
+    if dist.size == 1:
+        return None
+    x = kwargs.get("x")
+    bs = kwargs.get("batch_size") or 32
+    if _data.is_array_data(x):
+        if padded is not None:  # each process's own rows, padded to the most
+            mine = math.ceil(_data.num_rows(x) / bs)
+            return mine if mine < math.ceil(padded / bs) else None
+        n, global_batch = _data.num_rows(_data.full_data(x)), bs * dist.size
+        last_rows = n - (math.ceil(n / global_batch) - 1) * global_batch
+        return math.ceil(n / global_batch) - 1 if dist.rank >= last_rows else None
+    if isinstance(x, _data.ShardedSequence):
+        n, steps = len(x.full), math.ceil(len(x.full) / x.size)
+        mine = math.ceil((n - x.rank) / x.size)
+        return mine if mine < steps else None
+    return dataset_padding
+
+
+def even_out_dataset(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+    """Give every process's ``tf.data.Dataset`` as many batches per pass (a collective).
+
+    Shards rarely split evenly (``shard()`` of 17 batches: 9 and 8). The counts are
+    agreed by allgather; a shorter dataset is padded with weight-0 batches (see
+    ``_data.pad_dataset``). Infinite datasets need ``steps_per_epoch`` on every process.
+    Returns the first padding batch of this process (None: no padding).
+    """
+    x = kwargs.get("x")
+    if dist.size == 1 or not isinstance(x, tf.data.Dataset):
+        return None
+    counts = dist.allgather(_data.dataset_batches(x))
+    listing = ", ".join(f"rank {r}: {'infinite' if c < 0 else c}" for r, c in enumerate(counts))
+    if all(c < 0 for c in counts):
+        if not kwargs.get("steps_per_epoch"):
+            raise ValueError("context.fit: the training dataset repeats for ever; pass "
+                             "steps_per_epoch (the same on every process)")
+        return None
+    if any(c < 0 for c in counts):
+        raise ValueError(f"context.fit: some processes' datasets are infinite and others not "
+                         f"({listing}); repeat() every process's dataset or none")
+    if len(set(counts)) == 1:
+        return None
+    kwargs["x"] = _data.pad_dataset(x, counts[dist.rank], max(counts))
+    return counts[dist.rank] if counts[dist.rank] < max(counts) else None
+
+
+def take_class_weight(kwargs: dict[str, Any]) -> dict[int, float] | None:
+    """Pop ``class_weight`` where det_sdk applies it itself (numpy and Sequence input,
+    whose pipelines already carry sample weights; Keras refuses both at once).
+    A ``tf.data.Dataset`` keeps it for Keras."""
+    if isinstance(kwargs.get("x"), tf.data.Dataset):
+        return None
+    return kwargs.pop("class_weight", None)
+
+
+def local_validation(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+    """Validation data as this process's part: full numpy arrays and Sequences are shared
+    out (each sample validated once over all processes, whose metric states are then
+    summed); wrapped views, per-process arrays and datasets are each process's own."""
+    data = kwargs.get("validation_data")
+    if dist.size == 1 or data is None:
+        return
+    parts = data if isinstance(data, tuple) else (data,)
+    x, y, sw = (*parts, None, None)[:3]
+    x, y, sw, _, _ = _data.local_part(dist, x, y, sw)
+    kwargs["validation_data"] = tuple(p for p in (x, y, sw) if p is not None) \
+        if isinstance(data, tuple) else x
 
 
 def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> None:
@@ -41,6 +133,8 @@ def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> No
         return
     steps = seg_kwargs.get("steps_per_epoch")
     x = seg_kwargs.get("x")
+    # After even_out_dataset every process has as many batches: a dataset of unknown
+    # length counts as equal here (-2 everywhere); different known lengths cannot occur.
     if steps is None and isinstance(x, _compat.SequenceBase):
         steps = len(x)
     elif steps is None and isinstance(x, tf.data.Dataset):
@@ -63,7 +157,7 @@ def steps_per_epoch(dist: DistributedContext, kwargs: dict[str, Any]) -> int | N
         if _data.is_wrapped(x):
             rows, size = _data.num_rows(_data.full_data(x)), dist.size
         else:
-            rows, size = _data.num_rows(x), 1
+            rows, size = padded_rows(dist, kwargs) or _data.num_rows(x), 1
         return math.ceil(rows / ((kwargs.get("batch_size") or 32) * size))
     if isinstance(x, _compat.SequenceBase):
         return _data.sequence_steps(x)
@@ -114,6 +208,9 @@ def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
     if wrapped:
         train = _as_list(_data.wrap_data(dist, *_by_name(names, train)))
         val = _as_list(_data.wrap_data(dist, *_by_name(names, val)))
+    elif dist.size > 1:
+        # Each process's own data: its validation part is its own too (not to be shared out).
+        val = [_data.as_per_process(p) for p in val]
     kwargs.update(zip(names, train))
     kwargs["validation_data"] = tuple(val)
 
@@ -128,12 +225,16 @@ def _as_list(parts: Any) -> list[Any]:
     return list(parts) if isinstance(parts, tuple) else [parts]
 
 
-def call_inputs(kwargs: dict[str, Any], call: FitCall, seed: int) -> dict[str, Any]:
+def call_inputs(
+    kwargs: dict[str, Any], call: FitCall, seed: int, *, padded: int | None = None,
+    class_weight: dict[int, float] | None = None,
+) -> dict[str, Any]:
     """The data arguments of one ``model.fit`` call, positioned at its start.
 
     Numpy arrays and Sequences become ``tf.data`` pipelines addressed by (epoch,
     batch) whose order depends on ``seed`` and the epoch alone; a Dataset is
-    skipped to the batch.
+    skipped to the batch. ``padded``: see :func:`padded_rows`; ``class_weight``:
+    see :func:`take_class_weight`.
     """
     x = kwargs.get("x")
     shuffle = kwargs.get("shuffle", True)
@@ -147,6 +248,7 @@ def call_inputs(kwargs: dict[str, Any], call: FitCall, seed: int) -> dict[str, A
             x, kwargs.get("y"), kwargs.get("sample_weight"),
             batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
             start_epoch=call.initial_epoch, start_batch=call.start_batch, end_epoch=call.epochs,
+            padded_rows=padded, class_weight=class_weight,
         )
         out.update(x=ds, y=None, sample_weight=None, batch_size=None,
                    steps_per_epoch=steps - call.start_batch, shuffle=False)
@@ -154,7 +256,7 @@ def call_inputs(kwargs: dict[str, Any], call: FitCall, seed: int) -> dict[str, A
     elif isinstance(x, _compat.SequenceBase):
         ds, steps = _data.sequence_pipeline(
             x, seed=seed, shuffle=bool(shuffle), start_epoch=call.initial_epoch,
-            start_batch=call.start_batch, end_epoch=call.epochs,
+            start_batch=call.start_batch, end_epoch=call.epochs, class_weight=class_weight,
         )
         out.update(x=ds, steps_per_epoch=steps - call.start_batch, shuffle=False)
     elif isinstance(x, tf.data.Dataset):

@@ -26,7 +26,7 @@ from det_sdk.distributed import DistributedContext
 from det_sdk.errors import DivergenceError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
-from det_sdk.keras._callbacks import Position
+from det_sdk.keras._callbacks import Position, aggregated_results, combine_logs
 from det_sdk.keras._writer import CheckpointWriter
 from det_sdk.session import Session
 
@@ -49,13 +49,6 @@ class TrainingPolicy:
     report_every: int | None = None  # batches between training-metric reports
     searcher_metric: str = "val_loss"
     max_length: Length | None = None  # the searcher's full length, for progress
-
-
-def _weighted_mean(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
-    """Mean of per-process metric dicts, weighted by each process's sample count."""
-    total = sum(n for _, n in parts if n)
-    keys = next((list(m) for m, n in parts if m), [])
-    return {k: sum(float(m[k]) * n for m, n in parts if n and m) / total for k in keys}
 
 
 class TrainingLoop:
@@ -170,10 +163,22 @@ class TrainingLoop:
         """Make every process start from rank 0's weights and optimizer state.
 
         Not the random state: each process keeps its own (dropout masks differ
-        between shards as they do between samples).
+        between shards as they do between samples). Lookup layers' vocabularies
+        (not variables) go as objects; preprocessing layers then recompute what they
+        derive from their variables (``Normalization``'s mean and variance).
         """
-        variables = [*model.weights, *self._optimizer_state(model)]
+        variables = [*_compat.model_variables(model), *self._optimizer_state(model)]
         self.distributed.broadcast_variables([_compat.backing_variable(v) for v in variables])
+        lookups = _compat.lookup_layers(model)
+        if lookups and self.distributed.size > 1:
+            vocabularies = self.distributed.broadcast(
+                [_checkpoint.vocabulary(layer) for layer in lookups]
+                if self.distributed.is_chief else None)
+            if not self.distributed.is_chief:
+                for layer, vocab in zip(lookups, vocabularies):
+                    _checkpoint.set_vocabulary(layer, vocab)
+        if self.distributed.size > 1:
+            _compat.refresh_preprocessing(model)
 
     # --- the divergence guard -------------------------------------------------------------
 
@@ -262,17 +267,37 @@ class TrainingLoop:
 
     def evaluate_all(self, model: tf.keras.Model, x: Any, y: Any = None,
                      **kwargs: Any) -> dict[str, float]:
-        """``model.evaluate`` of every process's part, weighted by sample counts; no records."""
-        x, y, sw, rows, _ = _data.local_part(
-            self.distributed, x, y, kwargs.pop("sample_weight", None)
-        )
-        if self.distributed.size > 1 and not self.distributed.is_chief:
+        """``model.evaluate`` of every process's part, as one process on all of it; no records.
+
+        Each process evaluates its part (numpy and Sequences shared out, datasets as
+        given) with no collective per batch, so the parts may differ in size, even be
+        empty. Then the metrics' states are summed over processes and read
+        (:func:`aggregated_results`): every built-in metric equals its value on the
+        whole data.
+        """
+        dist = self.distributed
+        x, y, sw, rows, _ = _data.local_part(dist, x, y, kwargs.pop("sample_weight", None))
+        if dist.size == 1:
+            logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
+            return {k: float(v) for k, v in logs.items()}
+        if not dist.is_chief:
             kwargs["verbose"] = 0
-        local = (
-            model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
-            if rows != 0 else {}
-        )
-        local = {k: float(v) for k, v in local.items()}
-        if self.distributed.size == 1:
-            return local
-        return _weighted_mean(self.distributed.allgather((local, rows or 0)))
+        counter = _CountSteps()
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), counter]
+        if rows == 0 or (isinstance(x, _compat.SequenceBase) and len(x) == 0):
+            model.reset_metrics()  # nothing here: this process adds zeros to the sums
+            logs = {}
+        else:
+            logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
+        return combine_logs(logs, aggregated_results(model, dist), dist, weight=counter.steps)
+
+
+class _CountSteps(_compat.keras.callbacks.Callback):
+    """Counts ``evaluate``'s steps: the weight of what a custom ``test_step`` returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.steps += 1

@@ -82,7 +82,8 @@ class Master:
                 os.chmod(data_dir / name, 0o600)
         self.url = url
         self._lock = threading.RLock()
-        self._configs: dict[int, ExperimentConfig] = {}
+        self._configs: dict[int, ExperimentConfig] = {}  # by experiment id
+        self._experiment_of: dict[int, int] = {}  # trial id -> experiment id
         # called (from any thread) when trials are asked to stop: wakes the long-polls
         self.preemption_listeners: list[Callable[[], None]] = []
         self.lifecycle = Lifecycle(
@@ -205,7 +206,8 @@ class Master:
 
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
-        trials = [self._trial_out(t) for t in self.store.trials(exp_id)]
+        rungs = self.store.experiment_rungs(exp_id)  # one query, not one per trial
+        trials = [self._trial_out(t, rungs.get(t["id"], [])) for t in self.store.trials(exp_id)]
         progress = sum(t["progress"] for t in trials) / len(trials) if trials else 0.0
         return {
             "id": exp["id"], "name": exp["name"], "state": exp["state"],
@@ -230,23 +232,26 @@ class Master:
     def trial_info(self, trial_id: int) -> dict[str, Any]:
         return self._trial_out(self.trial(trial_id))
 
-    def _trial_out(self, t: TrialRow) -> dict[str, Any]:
+    def _trial_out(self, t: TrialRow, rungs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
                 "last_error", "bracket")
         info = {k: t[k] for k in keys}
         op = self.search.operation(t["id"], t)
         info["searcher_length"] = op and {"unit": op["unit"], "length": op["length"]}
-        info["rungs"] = self.store.trial_rungs(t["id"])
+        info["rungs"] = self.store.trial_rungs(t["id"]) if rungs is None else rungs
         return info
 
     def trial_config(self, trial_id: int) -> ExperimentConfig:
-        """The experiment config of a trial (parsed once: configs never change)."""
-        cfg = self._configs.get(trial_id)
+        """The experiment config of a trial (parsed once per experiment: configs never
+        change, and an experiment may have 10,000 trials)."""
+        exp_id = self._experiment_of.get(trial_id)
+        if exp_id is None:
+            exp_id = self._experiment_of[trial_id] = self.trial(trial_id)["experiment_id"]
+        cfg = self._configs.get(exp_id)
         if cfg is None:
-            t = self.trial(trial_id)
-            cfg = ExperimentConfig.model_validate(self._experiment(t["experiment_id"])["config"])
-            self._configs[trial_id] = cfg
+            cfg = ExperimentConfig.model_validate(self._experiment(exp_id)["config"])
+            self._configs[exp_id] = cfg
         return cfg
 
     def report_metrics(self, trial_id: int, group: str, steps: int, epoch: int,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from det_sdk.api import AllocationState
 from det_sdk.master.archive import unpack
 from det_sdk.master.store import Store
 from det_sdk.storage import pid_alive
@@ -154,7 +155,8 @@ class Launcher:
                 "id": alloc_id, "task_type": task_type,
                 "trial_id": task_id if task_type == "TRIAL" else None,
                 "job_id": task_id if task_type == "GENERIC" else None,
-                "token": token, "state": "RUNNING", "pid": proc.pid, "slots": slots,
+                "token": token, "state": AllocationState.RUNNING.value, "pid": proc.pid,
+                "slots": slots,
                 "workdir": str(workdir), "started": time.time(),
             })
         threading.Thread(target=self._wait_child, args=(alloc_id, proc), daemon=True).start()
@@ -179,12 +181,14 @@ class Launcher:
 
     def _finish(self, alloc_id: str, code: int) -> None:
         alloc = self.store.allocation(alloc_id)
-        if alloc is None or alloc["state"] != "RUNNING":
+        # an allocation's one transition: RUNNING -> EXITED, once (its token ends with it)
+        if alloc is None or alloc["state"] != AllocationState.RUNNING.value:
             return
         recorded = _recorded_exit(alloc) if code == 0 else None
         if recorded is not None:
             code = recorded  # the shell's report is the entrypoint's own status
-        self.store.update_allocation(alloc_id, state="EXITED", exit_code=code, ended=time.time())
+        self.store.update_allocation(alloc_id, state=AllocationState.EXITED.value,
+                                     exit_code=code, ended=time.time())
         self.on_exit({**alloc, "exit_code": code}, code)
 
     # --- stopping ---------------------------------------------------------------------------

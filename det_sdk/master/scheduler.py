@@ -93,15 +93,20 @@ class Scheduler:
                     slots = j["config"]["resources"]["slots"]
                     if slots <= self.launcher.free_slots():
                         self._launch_job(j)
-            trials = self.store.trials()
+            if self.launcher.free_slots() <= 0:
+                return  # nothing can start: no need to read the queue
+            trials = self.store.trials_in_states([*_WITH_PROCESS, TrialState.QUEUED.value])
             running: dict[int, int] = {}
             for t in trials:
                 if t["state"] in _WITH_PROCESS:
                     running[t["experiment_id"]] = running.get(t["experiment_id"], 0) + 1
+            experiments: dict[int, ExperimentRow | None] = {}
             for t in trials:
                 if t["state"] != TrialState.QUEUED.value:
                     continue
-                exp = self.store.experiment(t["experiment_id"])
+                if t["experiment_id"] not in experiments:
+                    experiments[t["experiment_id"]] = self.store.experiment(t["experiment_id"])
+                exp = experiments[t["experiment_id"]]
                 if exp is None or exp["state"] != "ACTIVE":
                     continue
                 cfg = self.config_of(t["id"])

@@ -84,7 +84,6 @@ _ADDED_COLUMNS = {
                "searcher_done INTEGER NOT NULL DEFAULT 0"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
-ACTIVE_TRIAL_STATES = ("QUEUED", "RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")
 
 
 def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
@@ -230,6 +229,13 @@ class Store:
             return self._all("SELECT * FROM trials ORDER BY id")
         return self._all("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", exp_id)
 
+    def trials_in_states(self, states: Collection[str]) -> list[TrialRow]:
+        """The trials in any of ``states``, oldest first (the scheduler's view: it must not
+        decode 10,000 finished trials every second)."""
+        marks = ", ".join("?" for _ in states)
+        return self._all(f"SELECT * FROM trials WHERE state IN ({marks}) ORDER BY id",
+                         *[str(getattr(s, "value", s)) for s in states])
+
     def update_trial(self, trial_id: int, **fields: Any) -> None:
         if not fields:
             return
@@ -249,6 +255,16 @@ class Store:
                  "order": r["seq"]}
                 for r in self._all("SELECT * FROM rungs WHERE trial_id = ? ORDER BY rung",
                                    trial_id)]
+
+    def experiment_rungs(self, exp_id: int) -> dict[int, list[dict[str, Any]]]:
+        """:meth:`trial_rungs` of every trial of an experiment, by trial id, in one query."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for r in self._all("SELECT r.* FROM rungs r JOIN trials t ON t.id = r.trial_id"
+                           " WHERE t.experiment_id = ? ORDER BY r.trial_id, r.rung", exp_id):
+            out.setdefault(r["trial_id"], []).append(
+                {"rung": r["rung"], "metric": r["metric"], "promoted": bool(r["promoted"]),
+                 "order": r["seq"]})
+        return out
 
     def rung_results(self, exp_id: int, bracket: int, rung: int) -> list[dict[str, Any]]:
         """A rung's results in the order they arrived."""
