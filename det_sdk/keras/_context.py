@@ -162,9 +162,11 @@ class KerasContext:
     ) -> Any:
         """``model.evaluate`` over all processes, recorded as metrics (group ``evaluation``).
 
-        Each process evaluates its shard (numpy data is sharded here if it was not
-        wrapped); the results are averaged weighted by each shard's sample count, so
-        mean metrics (loss, accuracy) equal those of one process on the whole data.
+        Each process evaluates its part (full numpy data and whole Sequences are
+        shared out here; wrapped views, arrays derived from them and datasets are
+        each process's part); then the metrics' states are summed over processes and
+        the results read from the sums, so every built-in metric (counts, AUC,
+        precision, means) equals that of one process on the whole data.
         Returns what ``model.evaluate`` returns for the same arguments.
 
         >>> loss, acc = context.evaluate(model, x_test, y_test)
