@@ -145,6 +145,15 @@ def test_gan_with_two_wrapped_optimizers_averages_exactly(tmp_path: Path) -> Non
     assert one["history"]["d_loss"][-1] != one["history"]["d_loss"][0]  # it trained
 
 
+def test_xla_asked_for_is_turned_off_with_a_message(tmp_path: Path) -> None:
+    proc = horovodrun(SCRIPTS / "hvd_guard.py",
+                      {"GUARD_CASE": "xla", "DET_RUNS_DIR": str(tmp_path)}, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "XLA (jit_compile) turned off" in output
+    assert "trained to the end" in output
+
+
 @pytest.mark.parametrize(("case", "message"), [
     ("unwrapped", r"compiled with an optimizer \(Adam\) that context.wrap_optimizer did not "
                   r"wrap"),

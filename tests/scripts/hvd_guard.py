@@ -4,6 +4,8 @@ GUARD_CASE=unwrapped  compiled with optimizer="adam" (never wrapped): refused at
 GUARD_CASE=bypass     a wrapped optimizer exists, but the custom train_step applies a
                       second, unwrapped one: the divergence guard stops it after the
                       first step.
+GUARD_CASE=xla        compiled with jit_compile=True: Horovod's ops have no XLA kernels,
+                      so det_sdk turns XLA off, says so, and trains.
 """
 
 import os
@@ -40,6 +42,10 @@ outputs = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8)(inpu
 if case == "unwrapped":
     model = keras.Model(inputs, outputs)
     model.compile(optimizer="adam", loss="binary_crossentropy")
+elif case == "xla":
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
+                  loss="binary_crossentropy", jit_compile=True)
 else:
     model = Bypass(inputs, outputs)
     model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
