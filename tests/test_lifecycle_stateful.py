@@ -34,6 +34,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -335,6 +336,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 @pytest.mark.timeout(1800)  # 15 sequences take 2-3 minutes here; more when asked for
 def test_the_lifecycle_against_a_model(tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("stateful")
+    # hypothesis keeps caches in ./.hypothesis: keep the checkout clean
+    set_hypothesis_home_dir(str(root / ".hypothesis"))
     phases = [Phase.explicit, Phase.reuse, Phase.generate]
     if os.environ.get("DET_STATEFUL_SHRINK"):
         phases.append(Phase.shrink)

@@ -229,3 +229,26 @@ def test_describe_json_of_the_lifecycle_states(fakes: Fakes) -> None:
     fakes.wait_state(exp_id, "PAUSED", "PAUSED")
     assert fakes.cluster.det("experiment", "kill", str(exp_id)).returncode == 0
     fakes.wait_state(exp_id, "CANCELED", "CANCELED")
+
+
+def test_a_job_whose_launch_fails_ends_error_and_says_why_in_its_log(fakes: Fakes,
+                                                                     tmp_path: Path) -> None:
+    """L4 for generic jobs: ERROR, the reason in `det job logs`, its upload deleted."""
+    with fakes.http() as http:
+        last = max([j["id"] for j in http.get("/api/v1/jobs").json()], default=0)
+    # its working directory's place is taken by a file: the process cannot start there
+    job_dir = fakes.cluster.data_dir / "jobs" / str(last + 1)
+    job_dir.mkdir(parents=True)
+    (job_dir / "workdir").write_text("in the way")
+    config = tmp_path / "job.yaml"
+    config.write_text("entrypoint_script: python3 trial.py\n")
+    out = fakes.cluster.det("job", "run", str(config), str(TRIAL_DIR))
+    assert out.returncode == 0, out.stderr
+    with fakes.http() as http:
+        job = wait_until("the job to end", lambda: (lambda j: j if j["state"] != "QUEUED" and
+                                                    j["state"] != "RUNNING" else None)(
+            http.get(f"/api/v1/jobs/{last + 1}").json()), timeout=30)
+    assert job["state"] == "ERROR"
+    logs = fakes.cluster.det("job", "logs", str(last + 1))
+    assert "launch failed" in logs.stdout and "NotADirectoryError" in logs.stdout
+    assert not list((fakes.cluster.data_dir / "uploads" / "jobs").glob("*.tar.gz"))

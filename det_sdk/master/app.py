@@ -455,6 +455,6 @@ def _read_log(path: Any, offset: int) -> dict[str, Any]:
             offset = min(offset, os.fstat(f.fileno()).st_size)
             f.seek(offset)
             data = f.read(1 << 20)
-    except FileNotFoundError:
-        data = b""
+    except (FileNotFoundError, NotADirectoryError):
+        data = b""  # no log yet (or its place is taken: nothing to show either way)
     return {"text": data.decode("utf-8", errors="replace"), "offset": offset + len(data)}

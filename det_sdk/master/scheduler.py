@@ -174,9 +174,12 @@ class Scheduler:
 
     def _append_log(self, kind: str, task_id: int, text: str) -> None:
         path = self.logs_path(kind, task_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError as err:  # the reason is in the master's log either way
+            log.warning("cannot write %s: %s", path, err)
 
     # --- exits ----------------------------------------------------------------------------
 
