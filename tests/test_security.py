@@ -287,3 +287,30 @@ def test_a_log_offset_past_the_end_reads_nothing(fakes: Fakes) -> None:
         assert r.status_code == 200 and r.json()["text"] == ""
         assert r.json()["offset"] < 2**53 - 1  # clamped to the log's size
     _finish(fakes, exp_id, trial_id)
+
+
+def test_an_idle_master_with_the_largest_search_stays_idle(fakes: Fakes) -> None:
+    """S2: 10,000 trials (the limit) queued behind max_concurrent_trials: the master's
+    scheduler reads only what can start, so it idles; `det experiment list` answers."""
+    cluster = fakes.cluster
+    exp_id = fakes.create(hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+                          searcher={"name": "random", "metric": "loss", "max_trials": 10_000,
+                                    "max_concurrent_trials": 1,
+                                    "max_length": {"batches": 100}})
+    first = fakes.experiment(exp_id)["trials"][0]["id"]
+    fakes.wait_started(first)
+    pid = int((cluster.data_dir / "master.pid").read_text())
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    c0, t0 = cpu(), time.time()
+    time.sleep(5)
+    share = (cpu() - c0) / (time.time() - t0)
+    assert share < 0.2, f"the idle master used {share:.0%} of a core"
+    t0 = time.perf_counter()
+    out = cluster.det("experiment", "list")
+    assert out.returncode == 0 and time.perf_counter() - t0 < 20
+    fakes.command(exp_id, "kill")
+    fakes.wait_state(exp_id, "CANCELED", "CANCELED")

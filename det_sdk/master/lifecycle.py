@@ -299,8 +299,12 @@ class Lifecycle:
 
     # --- trials ---------------------------------------------------------------------------
 
-    def trial_event(self, trial_id: int, event: TrialEvent, **fields: Any) -> TrialState:
+    def trial_event(self, trial_id: int, event: TrialEvent, settle_experiment: bool = True,
+                    **fields: Any) -> TrialState:
         """Apply ``event`` to a trial (and write ``fields`` with it); returns the new state.
+
+        The experiment's state follows (:func:`settle`) unless ``settle_experiment`` is False: a
+        command to a whole experiment settles it once, after all its trials.
 
         >>> # lifecycle.trial_event(7, TrialEvent.KILL)
         """
@@ -326,7 +330,8 @@ class Lifecycle:
                     self.on_stop_requested()
                 if new is T.QUEUED:
                     self.on_runnable()
-                self._settle(t["experiment_id"])
+                if settle_experiment:
+                    self._settle(t["experiment_id"])
             return new
 
     # --- experiments ------------------------------------------------------------------------
@@ -345,7 +350,7 @@ class Lifecycle:
                 log.info("experiment %s: %s -> %s (%s)", exp_id, old.value, new.value,
                          event.value)
             for t in self.store.trials(exp_id):
-                self.trial_event(t["id"], trial_event)
+                self.trial_event(t["id"], trial_event, settle_experiment=False)
             return self._settle(exp_id)
 
     def _settle(self, exp_id: int) -> ExperimentState:
@@ -356,10 +361,11 @@ class Lifecycle:
         trials = self.store.trials(exp_id)
         if state is X.ACTIVE:
             # a trial that stopped for a pause taken back while it stopped runs again (L1)
-            for t in trials:
-                if t["state"] == T.PAUSED.value:
-                    self.trial_event(t["id"], E.ACTIVATE)
-            trials = self.store.trials(exp_id)
+            paused = [t["id"] for t in trials if t["state"] == T.PAUSED.value]
+            for trial_id in paused:
+                self.trial_event(trial_id, E.ACTIVATE, settle_experiment=False)
+            if paused:
+                trials = self.store.trials(exp_id)
         new = settle(state, [t["state"] for t in trials])
         if new is not state:
             self.store.set_experiment_state(exp_id, new.value)

@@ -86,44 +86,39 @@ class Scheduler:
             self.wakeup.clear()
 
     def schedule(self) -> None:
-        """Start queued trials and jobs, oldest first, while slots are free."""
+        """Start queued jobs, then queued trials of ACTIVE experiments (oldest experiment
+        first, first come first served), while slots are free.
+
+        Reads only what can start: an idle master with 10,000 queued trials behind a
+        ``max_concurrent_trials`` limit does a few small queries a second.
+        """
         with self.lifecycle.lock:
-            for j in self.store.jobs():
-                if j["state"] == JobState.QUEUED.value:
-                    slots = j["config"]["resources"]["slots"]
-                    if slots <= self.launcher.free_slots():
-                        self._launch_job(j)
+            for j in self.store.jobs_in_states([JobState.QUEUED.value]):
+                if j["config"]["resources"]["slots"] <= self.launcher.free_slots():
+                    self._launch_job(j)
             if self.launcher.free_slots() <= 0:
                 return  # nothing can start: no need to read the queue
-            trials = self.store.trials_in_states([*_WITH_PROCESS, TrialState.QUEUED.value])
-            running: dict[int, int] = {}
-            for t in trials:
-                if t["state"] in _WITH_PROCESS:
-                    running[t["experiment_id"]] = running.get(t["experiment_id"], 0) + 1
-            experiments: dict[int, ExperimentRow | None] = {}
-            for t in trials:
-                if t["state"] != TrialState.QUEUED.value:
-                    continue
-                if t["experiment_id"] not in experiments:
-                    experiments[t["experiment_id"]] = self.store.experiment(t["experiment_id"])
-                exp = experiments[t["experiment_id"]]
-                if exp is None or exp["state"] != "ACTIVE":
-                    continue
-                cfg = self.config_of(t["id"])
-                if cfg.resources.slots_per_trial > self.launcher.slots:
-                    # refused at create; possible if the master restarted with fewer slots
-                    self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
-                    self._launch_failed(t["id"], (
-                        f"resources.slots_per_trial is {cfg.resources.slots_per_trial}; this "
-                        f"master has {self.launcher.slots} slots"))
-                    continue
-                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
-                if limit and running.get(exp["id"], 0) >= limit:
-                    continue
-                if cfg.resources.slots_per_trial > self.launcher.free_slots():
-                    break  # first come, first served: do not starve big trials
-                self._launch_trial(t, exp, cfg)
-                running[exp["id"]] = running.get(exp["id"], 0) + 1
+            running = self.store.trial_counts(_WITH_PROCESS)
+            for exp in self.store.experiments_in_states(["ACTIVE"]):
+                # each launch takes a slot: more than `slots` trials never start in a pass
+                queued = self.store.trials_in_states([TrialState.QUEUED.value], exp["id"],
+                                                     limit=self.launcher.slots + 1)
+                for t in queued:
+                    cfg = self.config_of(t["id"])
+                    if cfg.resources.slots_per_trial > self.launcher.slots:
+                        # refused at create; possible if the master restarted with fewer slots
+                        self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+                        self._launch_failed(t["id"], (
+                            f"resources.slots_per_trial is {cfg.resources.slots_per_trial}; "
+                            f"this master has {self.launcher.slots} slots"))
+                        continue
+                    limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
+                    if limit and running.get(exp["id"], 0) >= limit:
+                        break
+                    if cfg.resources.slots_per_trial > self.launcher.free_slots():
+                        return  # first come, first served: do not starve big trials
+                    self._launch_trial(t, exp, cfg)
+                    running[exp["id"]] = running.get(exp["id"], 0) + 1
 
     # --- launching ------------------------------------------------------------------------
 

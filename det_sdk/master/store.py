@@ -229,11 +229,36 @@ class Store:
             return self._all("SELECT * FROM trials ORDER BY id")
         return self._all("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", exp_id)
 
-    def trials_in_states(self, states: Collection[str]) -> list[TrialRow]:
-        """The trials in any of ``states``, oldest first (the scheduler's view: it must not
-        decode 10,000 finished trials every second)."""
+    def trials_in_states(self, states: Collection[str], exp_id: int | None = None,
+                         limit: int = -1) -> list[TrialRow]:
+        """The trials in any of ``states`` (of one experiment), oldest first, at most
+        ``limit`` (the scheduler's view: it must not decode 10,000 trials every second)."""
         marks = ", ".join("?" for _ in states)
-        return self._all(f"SELECT * FROM trials WHERE state IN ({marks}) ORDER BY id",
+        args: list[Any] = [str(getattr(s, "value", s)) for s in states]
+        where = f"state IN ({marks})"
+        if exp_id is not None:
+            where += " AND experiment_id = ?"
+            args.append(exp_id)
+        return self._all(f"SELECT * FROM trials WHERE {where} ORDER BY id LIMIT ?", *args,
+                         limit)
+
+    def trial_counts(self, states: Collection[str]) -> dict[int, int]:
+        """How many trials of each experiment are in any of ``states``."""
+        marks = ", ".join("?" for _ in states)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT experiment_id, COUNT(*) FROM trials WHERE state IN ({marks})"
+                " GROUP BY experiment_id", [str(getattr(s, "value", s)) for s in states])
+            return dict(rows.fetchall())
+
+    def experiments_in_states(self, states: Collection[str]) -> list[ExperimentRow]:
+        marks = ", ".join("?" for _ in states)
+        return self._all(f"SELECT * FROM experiments WHERE state IN ({marks}) ORDER BY id",
+                         *[str(getattr(s, "value", s)) for s in states])
+
+    def jobs_in_states(self, states: Collection[str]) -> list[JobRow]:
+        marks = ", ".join("?" for _ in states)
+        return self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id",
                          *[str(getattr(s, "value", s)) for s in states])
 
     def update_trial(self, trial_id: int, **fields: Any) -> None:
