@@ -24,6 +24,7 @@ A local run directory (default ``./det-runs/<run-id>/``)::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -229,7 +230,8 @@ class LocalSession(Session):
         keep |= {r["uuid"] for r in best_first(rows, metric, smaller)[:best]}
         for r in rows:
             if r["uuid"] not in keep:
-                self.storage.delete(r["uuid"])
+                with contextlib.suppress(CheckpointNotFoundError):  # deleted before
+                    self.storage.delete(r["uuid"])
 
     def discard_if_empty(self) -> bool:
         """Remove this run's directory if this process created it and it holds no

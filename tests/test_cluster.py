@@ -262,7 +262,7 @@ def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
     out = cluster.det("checkpoint", "download", ckpts[0]["uuid"], str(dest))
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in dest.iterdir()) == [
-        "metadata.json", "model.json", "state.bin", "state.json"]
+        "checksums.json", "metadata.json", "model.json", "state.bin", "state.json"]
     assert (dest / "state.bin").read_bytes() == (Path(ckpts[0]["path"]) / "state.bin").read_bytes()
     bad = cluster.det("checkpoint", "download", "no-such-uuid", str(dest))
     assert bad.returncode == 1 and "no checkpoint" in bad.stderr

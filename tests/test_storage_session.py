@@ -267,7 +267,8 @@ def test_checkpoint_for_trial_best_without_the_metric(tmp_path, sessions):
 
 
 def test_deleted_checkpoint_directory_is_not_offered(tmp_path, sessions):
-    s = sessions(_create(tmp_path))
+    # retention keeps both here: the test deletes one itself
+    s = sessions(_create(tmp_path, config={"checkpoint_storage": {"save_trial_latest": 2}}))
     kept = _checkpoint(s, 10, {"val_loss": 0.5})
     gone = _checkpoint(s, 20, {"val_loss": 0.1})
     s.storage.delete(gone)
@@ -275,6 +276,16 @@ def test_deleted_checkpoint_directory_is_not_offered(tmp_path, sessions):
     assert s.checkpoint_for_trial(1, best=True) == kept
     with pytest.raises(CheckpointNotFoundError):
         s.checkpoint_path(gone)
+
+
+def test_local_retention_keeps_latest_and_best_and_survives_its_own_deletions(
+        tmp_path, sessions):
+    s = sessions(_create(tmp_path))  # the defaults: latest 1, best 1 (val_loss, smaller)
+    first = _checkpoint(s, 10, {"val_loss": 0.1})
+    uuids = [_checkpoint(s, 10 * i, {"val_loss": 0.5 + i}) for i in range(2, 6)]
+    assert sorted(s.storage.list()) == sorted([first, uuids[-1]])
+    assert s.checkpoint_for_trial(1) == uuids[-1]
+    assert s.checkpoint_for_trial(1, best=True) == first
 
 
 def test_checkpoint_path_refuses_bad_uuid(tmp_path, sessions):
