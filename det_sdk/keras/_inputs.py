@@ -144,7 +144,8 @@ def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> No
         raise ValueError(
             "context.fit: the processes would run different numbers of steps per epoch "
             f"({', '.join(f'rank {r}: {s}' for r, s in enumerate(every))}); Horovod needs "
-            "the same on all. Shard the data with context.wrap_data, or pass steps_per_epoch."
+            "the same on all. Pass the same steps_per_epoch on every process (or none: "
+            "det_sdk then pads the shorter data to the longest)."
         )
 
 
