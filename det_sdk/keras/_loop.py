@@ -51,6 +51,11 @@ class TrainingPolicy:
     max_length: Length | None = None  # the searcher's full length, for progress
 
 
+def _position_of(meta: Mapping[str, Any]) -> Position:
+    """Where a checkpoint was taken, from its metadata."""
+    return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
+
+
 class TrainingLoop:
     """Owns everything a run carries from one ``fit`` to the next, and its state operations."""
 
@@ -140,19 +145,20 @@ class TrainingLoop:
         uuid, self.resume_uuid = self.resume_uuid, None
         if uuid is None:
             return None, None, None
-        meta = _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
-        position = Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
+        meta = self._metadata(uuid)
         past = meta.get("history")
-        return position, uuid, past if isinstance(past, dict) else None
+        return _position_of(meta), uuid, past if isinstance(past, dict) else None
 
     def peek_position(self) -> Position:
         """Where training is: the latest fit's position, or the resume checkpoint's."""
         if self.position is not None:
             return self.position
         if self.resume_uuid is not None:
-            meta = _checkpoint.read_metadata(self.session.checkpoint_path(self.resume_uuid))
-            return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
+            return _position_of(self._metadata(self.resume_uuid))
         return Position(0, 0, 0)
+
+    def _metadata(self, uuid: str) -> dict[str, Any]:
+        return _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
 
     def restore(self, model: tf.keras.Model, uuid: str) -> None:
         """Load a checkpoint's weights, optimizer and this process's random state."""
