@@ -46,7 +46,14 @@ __all__ = [
 MAX_INT = 2**53 - 1
 
 
-class TrialState(str, Enum):
+class _State(str, Enum):
+    """A state name that prints as itself (``str(TrialState.RUNNING) == "RUNNING"``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TrialState(_State):
     """Where a trial is in its life (``det_sdk.master.lifecycle`` holds the transitions).
 
     ``STOPPING_*``: asked to stop, its process has not exited yet.
@@ -61,11 +68,8 @@ class TrialState(str, Enum):
     COMPLETED = "COMPLETED"
     ERROR = "ERROR"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ExperimentState(str, Enum):
+class ExperimentState(_State):
     """An experiment's state: what is true of its trials, not what was last asked.
 
     ``STOPPING_PAUSED`` until every trial asked to pause has stopped, then ``PAUSED``;
@@ -80,29 +84,20 @@ class ExperimentState(str, Enum):
     COMPLETED = "COMPLETED"
     ERROR = "ERROR"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class JobState(str, Enum):
+class JobState(_State):
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     ERROR = "ERROR"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class AllocationState(str, Enum):
+class AllocationState(_State):
     """A launched process (group): its task token works only while it is RUNNING."""
 
     RUNNING = "RUNNING"
     EXITED = "EXITED"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # --- numbers on the wire -------------------------------------------------------------------
