@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster_harness import Cluster, running_cluster
+from tests.lifecycle_harness import Fakes
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -49,3 +50,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One real master per test module (starting one costs seconds)."""
     with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def fakes(cluster: Cluster) -> Fakes:
+    """TensorFlow-free trials on this module's master, driven by the test."""
+    return Fakes(cluster, cluster.root / "control")

@@ -99,6 +99,12 @@ class Fakes:
             db.close()
         return [dict(r) for r in rows]
 
+    def start_trial(self, **overrides: Any) -> tuple[int, int, dict[str, Any]]:
+        """Create a one-trial experiment and wait for its process: (exp id, trial id, process)."""
+        exp_id = self.create(**overrides)
+        trial_id = self.trial_of(exp_id)["id"]
+        return exp_id, trial_id, self.wait_started(trial_id)
+
     def wait_started(self, trial_id: int, after: str | None = None,
                      timeout: float = 60) -> dict[str, Any]:
         """Wait until the trial runs a process (another one than allocation ``after``)."""

@@ -17,21 +17,12 @@ import pytest
 from det_sdk.client import MasterClient
 from det_sdk.info import ClusterInfo
 from det_sdk.session import MasterSession
-from tests.cluster_harness import Cluster, wait_until
+from tests.cluster_harness import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fakes(cluster: Cluster) -> Fakes:
-    return Fakes(cluster, cluster.root / "control")
-
-
-def _started(fakes: Fakes) -> tuple[int, int, dict]:
-    exp_id = fakes.create()
-    trial_id = fakes.trial_of(exp_id)["id"]
-    return exp_id, trial_id, fakes.wait_started(trial_id)
 
 
 class _FailsOnce(MasterClient):
@@ -49,7 +40,7 @@ def test_nan_and_inf_metrics_are_stored_and_the_report_thread_never_dies(
     """F1: the proposal's diverging learning rate: NaN and inf reach the master, a
     report that cannot be sent is dropped with a log line, the later ones arrive, and
     close() returns at once."""
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     alloc = fakes.running_allocation(trial_id)
     info = ClusterInfo(master_url=fakes.cluster.url, session_token=alloc["token"],
                        allocation_id=alloc["id"], task_type="TRIAL", experiment_id=exp_id,
@@ -84,7 +75,7 @@ def test_working_directories_uploads_and_unrecorded_checkpoints_are_cleaned_up(
     its upload; a checkpoint directory nothing recorded goes once no trial writes to
     that storage; recorded checkpoints stay."""
     data = fakes.cluster.data_dir
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     workdir = data / "trials" / str(trial_id) / "workdir"
     assert (workdir / "trial.py").is_file()
     db = sqlite3.connect(f"file:{data / 'master.db'}?mode=ro", uri=True)

@@ -18,25 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import Cluster, wait_until
+from tests.cluster_harness import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes, config, pid_gone
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fakes(cluster: Cluster) -> Fakes:
-    return Fakes(cluster, cluster.root / "control")
-
-
-def _started(fakes: Fakes, **overrides: object) -> tuple[int, int, dict]:
-    exp_id = fakes.create(**overrides)
-    trial_id = fakes.trial_of(exp_id)["id"]
-    return exp_id, trial_id, fakes.wait_started(trial_id)
 
 
 def test_pause_shows_stopping_until_the_trial_has_stopped(fakes: Fakes) -> None:
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     fakes.send(trial_id, "checkpoint")
     assert fakes.command(exp_id, "pause")["state"] == "STOPPING_PAUSED"
     # the trial still runs: the experiment must not claim PAUSED yet (L1)
@@ -52,7 +43,7 @@ def test_pause_shows_stopping_until_the_trial_has_stopped(fakes: Fakes) -> None:
 
 def test_activate_while_the_trial_stops_runs_it_again(fakes: Fakes) -> None:
     """L1: pause, then activate before the trial has stopped: it runs again once stopped."""
-    exp_id, trial_id, proc = _started(fakes)
+    exp_id, trial_id, proc = fakes.start_trial()
     fakes.send(trial_id, "report")
     fakes.send(trial_id, "checkpoint")
     fakes.command(exp_id, "pause")
@@ -68,7 +59,7 @@ def test_activate_while_the_trial_stops_runs_it_again(fakes: Fakes) -> None:
 
 def test_a_trial_that_finishes_during_a_pause_is_completed(fakes: Fakes) -> None:
     """L2: finished before it saw the pause: COMPLETED, and activate cannot relaunch it."""
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     fakes.send(trial_id, "report")
     fakes.command(exp_id, "pause")
     fakes.send(trial_id, "finish")
@@ -80,7 +71,7 @@ def test_a_trial_that_finishes_during_a_pause_is_completed(fakes: Fakes) -> None
 
 
 def test_a_trial_that_crashes_while_stopping_for_a_pause_is_paused(fakes: Fakes) -> None:
-    exp_id, trial_id, proc = _started(fakes)
+    exp_id, trial_id, proc = fakes.start_trial()
     fakes.send(trial_id, "checkpoint")
     fakes.command(exp_id, "pause")
     fakes.send(trial_id, "crash")
@@ -174,7 +165,7 @@ def test_more_slots_than_the_master_has_are_refused_and_block_nothing(fakes: Fak
     out = fakes.cluster.det("experiment", "create", str(cfg), str(TRIAL_DIR))
     assert out.returncode == 1
     assert "resources.slots_per_trial: 3 is more than this master has (2)" in out.stderr
-    exp_id, trial_id, _ = _started(fakes)
+    exp_id, trial_id, _ = fakes.start_trial()
     fakes.send(trial_id, "finish")
     fakes.wait_state(exp_id, "COMPLETED", "COMPLETED")
 
@@ -184,7 +175,7 @@ def test_a_trial_left_stopping_without_a_process_ends_after_a_master_restart(
     """L4: a trial STOPPING_CANCELED whose process is gone (the master died before it
     could record the exit) is CANCELED by the next master, not left for ever."""
     cluster = fakes.cluster
-    exp_id, trial_id, proc = _started(fakes)
+    exp_id, trial_id, proc = fakes.start_trial()
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, 9)
     wait_until("the master to die", lambda: pid_gone(master_pid))
@@ -203,7 +194,7 @@ def test_a_trial_left_stopping_without_a_process_ends_after_a_master_restart(
 
 def test_a_master_restart_keeps_a_running_trial_and_its_token(fakes: Fakes) -> None:
     cluster = fakes.cluster
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     fakes.send(trial_id, "report")
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, 9)
@@ -219,7 +210,7 @@ def test_a_master_restart_keeps_a_running_trial_and_its_token(fakes: Fakes) -> N
 
 def test_describe_json_of_the_lifecycle_states(fakes: Fakes) -> None:
     """The CLI shows the states as the API does (STOPPING_PAUSED included)."""
-    exp_id, trial_id, _ = _started(fakes)
+    exp_id, trial_id, _ = fakes.start_trial()
     out = fakes.cluster.det("experiment", "pause", str(exp_id))
     assert out.returncode == 0 and "STOPPING_PAUSED" in out.stdout
     described = json.loads(fakes.cluster.det("experiment", "describe", str(exp_id),

@@ -21,15 +21,6 @@ from tests.lifecycle_harness import Fakes
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fakes(cluster: Cluster) -> Fakes:
-    return Fakes(cluster, cluster.root / "control")
-
-
-def _started(fakes: Fakes) -> tuple[int, int, dict]:
-    exp_id = fakes.create()
-    trial_id = fakes.trial_of(exp_id)["id"]
-    return exp_id, trial_id, fakes.wait_started(trial_id)
 
 
 def _finish(fakes: Fakes, exp_id: int, trial_id: int) -> None:
@@ -43,7 +34,7 @@ REPORT = {"group": "training", "steps_completed": 1, "metrics": {"loss": 1.0}}
 def test_a_task_token_acts_on_its_own_trial_only_and_ends_with_its_process(
         fakes: Fakes) -> None:
     """S5: the token of a running task works; once its process has exited, nothing does."""
-    exp_id, trial_id, _proc = _started(fakes)
+    exp_id, trial_id, _proc = fakes.start_trial()
     token = fakes.running_allocation(trial_id)["token"]
     with fakes.cluster.http(token=token) as task:
         assert task.post(f"/api/v1/trials/{trial_id}/metrics", json=REPORT).status_code == 204
@@ -62,8 +53,8 @@ def test_a_task_token_acts_on_its_own_trial_only_and_ends_with_its_process(
 def test_a_checkpoint_uuid_belongs_to_the_trial_that_first_registered_it(
         fakes: Fakes) -> None:
     """S1: another trial's uuid is refused (409); the owner's record and files stay."""
-    exp_a, trial_a, _ = _started(fakes)
-    exp_b, trial_b, _ = _started(fakes)
+    exp_a, trial_a, _ = fakes.start_trial()
+    exp_b, trial_b, _ = fakes.start_trial()
     uuid = fakes.send(trial_a, "checkpoint")["uuid"]
     token_b = fakes.running_allocation(trial_b)["token"]
     steal = {"uuid": uuid, "trial_id": trial_b, "steps_completed": 99, "epoch": 9}
@@ -281,7 +272,7 @@ def test_a_master_with_a_full_disk_answers_507(tmp_path: Path) -> None:
 
 def test_a_log_offset_past_the_end_reads_nothing(fakes: Fakes) -> None:
     """Found by schemathesis: an offset beyond what the filesystem can seek gave 500."""
-    exp_id, trial_id, _ = _started(fakes)
+    exp_id, trial_id, _ = fakes.start_trial()
     with fakes.http() as http:
         r = http.get(f"/api/v1/trials/{trial_id}/logs", params={"offset": 2**53 - 1})
         assert r.status_code == 200 and r.json()["text"] == ""
