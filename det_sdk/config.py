@@ -15,8 +15,10 @@ wrong types and missing required fields fail with the field's dotted path::
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,6 +30,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     Strict,
     TypeAdapter,
     ValidationError,
@@ -36,10 +39,12 @@ from pydantic import (
 )
 
 __all__ = [
+    "IGNORED_DETERMINED_FIELDS",
     "MAX_CONFIG_BYTES",
     "MAX_LENGTH",
     "MAX_RUNGS",
     "MAX_TRIALS",
+    "TRIAL_RUNNER",
     "CategoricalHP",
     "CheckpointStorageConfig",
     "ConfigError",
@@ -51,11 +56,17 @@ __all__ = [
     "JobConfig",
     "Length",
     "LogHP",
+    "ignored_fields",
+    "ignored_fields_warning",
     "load_yaml_file",
     "load_yaml_text",
     "parse_experiment_config",
     "parse_job_config",
+    "trial_class_command",
 ]
+
+
+log = logging.getLogger("det_sdk.config")
 
 
 class ConfigError(ValueError):
@@ -314,6 +325,147 @@ def _check_size(model: BaseModel) -> None:
             f"Keep data sets and long texts in files of the model directory")
 
 
+# --- Determined configs: what det_sdk accepts without implementing it ---------------------
+#
+# Users migrating from Determined bring configs written for it. Fields that Determined
+# knows but det_sdk does not implement are accepted and dropped, with one warning that
+# lists them (``ignored_fields``); any other unknown key is still an error, so a typo
+# never passes silently. Source: Determined's experiment config reference
+# (docs/reference/experiment-config-reference, "Experiment Configuration Reference") and
+# its schema, master/pkg/schemas/expconf/experiment_config.go (ExperimentConfigV0, with
+# its legacy fields data_layer, internal, batches_per_step from older releases).
+IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
+    # top level
+    "": frozenset({
+        "bind_mounts", "checkpoint_policy", "data_layer", "debug", "environment",
+        "integration", "internal", "labels", "log_policies", "optimizations",
+        "pbs", "perform_initial_validation", "profiling", "project", "security", "slurm",
+        "tensorboard_storage", "workspace", "batches_per_step",
+    }),
+    # resources: det_sdk schedules slots on one host; pools, priorities, devices are moot
+    "resources": frozenset({
+        "max_slots", "weight", "native_parallel", "shm_size", "resource_pool", "priority",
+        "is_single_node", "devices",
+    }),
+    # checkpoint_storage (shared_fs): container paths mean nothing without containers
+    "checkpoint_storage": frozenset({
+        "storage_path", "propagation", "container_path", "checkpoint_path",
+        "tensorboard_path",
+    }),
+}
+
+#: The command that runs a ``TFKerasTrial`` class: Determined's "module:Class" entrypoint
+#: (``model_def:MNISTTrial``) becomes ``python3 -m det_sdk.keras.trial model_def:MNISTTrial``.
+TRIAL_RUNNER = "python3 -m det_sdk.keras.trial"
+_TRIAL_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def trial_class_command(entrypoint: str) -> str:
+    """The command for an entrypoint: a ``module:Class`` runs that TFKerasTrial class.
+
+    >>> trial_class_command("model_def:MNISTTrial")
+    'python3 -m det_sdk.keras.trial model_def:MNISTTrial'
+    >>> trial_class_command("python3 train.py")
+    'python3 train.py'
+    """
+    spec = entrypoint.strip()
+    return f"{TRIAL_RUNNER} {spec}" if _TRIAL_CLASS.fullmatch(spec) else entrypoint
+
+
+def ignored_fields(raw: Any) -> list[str]:
+    """The Determined fields of an experiment config that det_sdk accepts but ignores.
+
+    >>> ignored_fields({"environment": {"image": "x"}, "resources": {"shm_size": 1}})
+    ['environment', 'resources.shm_size']
+    """
+    if not isinstance(raw, Mapping):
+        return []
+    found = []
+    for section, names in IGNORED_DETERMINED_FIELDS.items():
+        where = raw if not section else raw.get(section)
+        if isinstance(where, Mapping):
+            found += [f"{section}.{k}" if section else k for k in where if k in names]
+    return sorted(found)
+
+
+def ignored_fields_warning(fields: list[str]) -> str:
+    """The one warning for a config's ignored Determined fields."""
+    return ("det_sdk ignores these Determined config fields, which it does not implement: "
+            + ", ".join(fields))
+
+
+def _without_ignored(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in raw.items() if k not in IGNORED_DETERMINED_FIELDS[""]}
+    for section, names in IGNORED_DETERMINED_FIELDS.items():
+        if section and isinstance(out.get(section), Mapping):
+            out[section] = {k: v for k, v in out[section].items() if k not in names}
+    return out
+
+
+def _const_global_batch_size(raw: Mapping[str, Any]) -> int | None:
+    hps = raw.get("hyperparameters")
+    gbs = hps.get("global_batch_size") if isinstance(hps, Mapping) else None
+    if isinstance(gbs, Mapping) and gbs.get("type") == "const":
+        gbs = gbs.get("val")
+    return gbs if isinstance(gbs, int) and not isinstance(gbs, bool) and gbs > 0 else None
+
+
+_LENGTH_FIELDS = (("searcher", "max_length"), ("min_validation_period",),
+                  ("min_checkpoint_period",))
+
+
+def _determined_lengths(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Lengths as Determined writes them, in det_sdk's units (epochs or batches).
+
+    - ``{records: N}``: N records are ``ceil(N / global_batch_size)`` batches (the
+      hyperparameter must then be a constant: a searched one gives each trial another
+      length, which a searcher cannot compare);
+    - older releases' steps (``searcher.max_steps: N``, ``min_validation_period: N``):
+      a step is ``scheduling_unit`` batches (100 by default), as in the seed tutorial.
+    """
+    raw = dict(raw)
+    unit = raw.get("scheduling_unit", 100)
+    unit = unit if isinstance(unit, int) and not isinstance(unit, bool) and unit > 0 else 100
+    searcher = raw.get("searcher")
+    if isinstance(searcher, Mapping) and "max_steps" in searcher:
+        searcher = dict(searcher)
+        steps = searcher.pop("max_steps")
+        if "max_length" in searcher:
+            raise ValueError("searcher: give max_length or the older max_steps, not both")
+        searcher["max_length"] = ({"batches": steps * unit} if isinstance(steps, int)
+                                  and not isinstance(steps, bool) else steps)
+        raw["searcher"] = searcher
+    for name in ("min_validation_period", "min_checkpoint_period"):
+        steps = raw.get(name)
+        if isinstance(steps, int) and not isinstance(steps, bool):
+            raw[name] = {"batches": steps * unit}
+    for path in _LENGTH_FIELDS:
+        parent: Any = raw if len(path) == 1 else raw.get(path[0])
+        if not isinstance(parent, Mapping):
+            continue
+        length = parent.get(path[-1])
+        if not isinstance(length, Mapping) or "records" not in length:
+            continue
+        where = ".".join(path)
+        records = length["records"]
+        if set(length) != {"records"}:
+            raise ValueError(f"{where}: give exactly one of 'epochs', 'batches' or 'records'")
+        if isinstance(records, bool) or not isinstance(records, int) or records < 1:
+            raise ValueError(f"{where}.records: expected a positive integer, got {records!r}")
+        gbs = _const_global_batch_size(raw)
+        if gbs is None:
+            raise ValueError(
+                f"{where}.records: counting records in batches needs a constant "
+                "hyperparameters.global_batch_size (a positive integer); give the length "
+                "in batches or epochs instead")
+        converted = {"batches": math.ceil(records / gbs)}
+        if len(path) == 1:
+            raw[path[0]] = converted
+        else:
+            raw[path[0]] = {**parent, path[-1]: converted}
+    return raw
+
+
 class ExperimentConfig(_Strict):
     """An experiment: hyperparameters, searcher, entrypoint and training policy.
 
@@ -337,7 +489,32 @@ class ExperimentConfig(_Strict):
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
     max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
     reproducibility: Reproducibility = Field(default_factory=Reproducibility)
+    # Determined's: how many records an epoch of the training data holds. det_sdk's
+    # epoch is one pass over the data, so this only documents it (a TFKerasTrial whose
+    # data has another size says so); lengths in records need global_batch_size.
+    records_per_epoch: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
     data: dict[str, Any] = Field(default_factory=dict)
+    # Determined fields this config gave that det_sdk ignores (see ignored_fields)
+    _ignored: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        """The Determined fields the config gave that det_sdk accepted and ignores.
+
+        >>> ExperimentConfig.model_validate({"profiling": {"enabled": True}}).ignored_fields
+        ['profiling']
+        """
+        return list(self._ignored)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_determined(cls, raw: Any, handler: Any) -> Any:
+        if not isinstance(raw, Mapping):
+            return handler(raw)
+        ignored = ignored_fields(raw)
+        cfg = handler(_determined_lengths(_without_ignored(raw)))
+        cfg._ignored = ignored
+        return cfg
 
     @property
     def searcher_metric(self) -> tuple[str, bool]:
@@ -359,6 +536,13 @@ class ExperimentConfig(_Strict):
         return raw
 
     _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
+
+    @field_validator("entrypoint_script")
+    @classmethod
+    def _trial_class(cls, v: str | None) -> str | None:
+        # Determined's `entrypoint: model_def:MNISTTrial` names a TFKerasTrial class: the
+        # master runs it like any command, through det_sdk's trial runner.
+        return trial_class_command(v) if v is not None else None
 
     @model_validator(mode="after")
     def _fits_in_the_environment(self) -> ExperimentConfig:
@@ -412,8 +596,14 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
             msg = "required field is missing"
         elif "input" in e and e["type"] != "value_error":
             msg = f"{msg} (got {e['input']!r})"
+        if not loc and _NAMED.match(msg):
+            lines.append(f"  {msg}")  # a whole-config check that names its own field
+            continue
         lines.append(f"  {path}: {msg}")
     return f"invalid {source}:\n" + "\n".join(lines)
+
+
+_NAMED = re.compile(r"[A-Za-z_][\w.]*: ")
 
 
 _HP_TAGS = {"const", "int", "double", "log", "categorical"}
@@ -553,7 +743,10 @@ def parse_experiment_config(raw: Mapping[str, Any] | str | os.PathLike[str]) -> 
     if isinstance(raw, (str, os.PathLike)):
         source = f"experiment config {raw}"
         raw = load_yaml_file(raw)
-    return _validate(ExperimentConfig, raw, source)
+    cfg = _validate(ExperimentConfig, raw, source)
+    if cfg.ignored_fields:
+        log.warning("%s: %s", source, ignored_fields_warning(cfg.ignored_fields))
+    return cfg
 
 
 def parse_job_config(raw: Mapping[str, Any] | str | os.PathLike[str]) -> JobConfig:
