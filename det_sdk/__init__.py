@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from det_sdk import keras
+    from det_sdk import core, keras
     from det_sdk.info import ClusterInfo, get_cluster_info
 
-__all__ = ["ClusterInfo", "__version__", "get_cluster_info", "keras"]
+__all__ = ["ClusterInfo", "__version__", "core", "get_cluster_info", "keras"]
 
 # name -> module that defines it; loaded on first access so that the import of
 # det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.
 _LAZY = {
     "keras": ("det_sdk.keras", None),
+    "core": ("det_sdk.core", None),
     "ClusterInfo": ("det_sdk.info", "ClusterInfo"),
     "get_cluster_info": ("det_sdk.info", "get_cluster_info"),
 }

@@ -19,11 +19,23 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["ClusterInfo", "get_cluster_info"]
+__all__ = ["ClusterInfo", "TrialInfo", "get_cluster_info"]
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """The trial part of :class:`ClusterInfo`, under Determined's names (``info.trial``)."""
+
+    trial_id: int
+    experiment_id: int | None
+    trial_seed: int
+    hparams: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 class ClusterInfo(BaseModel):
@@ -41,6 +53,20 @@ class ClusterInfo(BaseModel):
     hparams: dict[str, Any] = {}
     latest_checkpoint: str | None = None
     config: dict[str, Any] = {}
+
+    @property
+    def trial(self) -> TrialInfo:
+        """``info.trial.trial_id``, ``.hparams``, ... as Determined's scripts read them.
+
+        >>> ClusterInfo(master_url="", session_token="", allocation_id="a", task_type="TRIAL",
+        ...             trial_id=3).trial.trial_id
+        3
+        """
+        if self.task_type != "TRIAL" or self.trial_id is None:
+            raise RuntimeError(f"info.trial: this task is a {self.task_type} task, not a trial")
+        return TrialInfo(trial_id=self.trial_id, experiment_id=self.experiment_id,
+                         trial_seed=self.trial_seed, hparams=dict(self.hparams),
+                         config=dict(self.config))
 
 
 _ENV = {

@@ -1,0 +1,123 @@
+"""Checkpoint storage: the core API's ``core_context.checkpoint``.
+
+A checkpoint is a directory in the session's storage (the local run's
+``checkpoints/`` or the cluster's ``checkpoint_storage``), written under a temporary
+name and renamed into place, then reported (so the master lists it and applies
+retention). Keras checkpoints written by ``DeterminedCallback`` are det_sdk's own
+format; any other files can be stored the same way::
+
+    with core_context.checkpoint.store_path({"steps_completed": 100}) as (path, uuid):
+        (path / "weights.npz").write_bytes(...)
+    with core_context.checkpoint.restore_path(uuid) as path:
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from det_sdk.distributed import DistributedContext
+from det_sdk.session import Session
+
+__all__ = ["CheckpointContext"]
+
+METADATA = "metadata.json"
+
+
+class CheckpointContext:
+    """Store, find and read checkpoints through the session's storage."""
+
+    def __init__(self, session: Session, distributed: DistributedContext) -> None:
+        self._session = session
+        self._dist = distributed
+
+    @contextlib.contextmanager
+    def store_path(self, metadata: Mapping[str, Any],
+                   shard: bool = False) -> Iterator[tuple[Path, str]]:
+        """A directory to fill; on leaving the block it becomes checkpoint ``uuid``.
+
+        ``metadata`` (JSON) must hold ``steps_completed``; it is written to
+        ``metadata.json`` and reported with the checkpoint. The chief stores; with
+        ``shard=True`` the other processes get a scratch directory that is discarded
+        (det_sdk keeps the chief's files only: a shared filesystem needs no merge).
+
+        >>> with ctx.store_path({"steps_completed": 10}) as (path, uuid):  # doctest: +SKIP
+        ...     (path / "w.npy").write_bytes(b"...")
+        """
+        meta = _checked_metadata(metadata)
+        if not self._dist.is_chief:
+            if not shard:
+                raise RuntimeError(
+                    "store_path: only the chief (rank 0) stores checkpoints; call it on "
+                    "rank 0, or with shard=True on every rank")
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="det-shard-") as tmp:
+                yield Path(tmp), ""
+            return
+        with self._session.storage.store() as (uuid, path):
+            yield path, uuid
+            if not (path / METADATA).exists():
+                (path / METADATA).write_text(json.dumps(meta, default=str))
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        self._report(uuid, meta, size)
+
+    def upload(self, ckpt_dir: str | os.PathLike[str], metadata: Mapping[str, Any],
+               shard: bool = False) -> str:
+        """Copy a local directory into storage as a new checkpoint; its uuid.
+
+        >>> uuid = ctx.upload("out/", {"steps_completed": 10})  # doctest: +SKIP
+        """
+        src = Path(ckpt_dir)
+        if not src.is_dir():
+            raise FileNotFoundError(f"upload: ckpt_dir {src} is not a directory")
+        with self.store_path(metadata, shard=shard) as (path, uuid):
+            if self._dist.is_chief:
+                shutil.copytree(src, path, dirs_exist_ok=True)
+        return uuid
+
+    @contextlib.contextmanager
+    def restore_path(self, storage_id: str) -> Iterator[Path]:
+        """The directory of checkpoint ``storage_id`` (on the shared storage: no copy).
+
+        >>> with ctx.restore_path(info.latest_checkpoint) as path:  # doctest: +SKIP
+        ...     model.load_weights(path / "w.h5")
+        """
+        yield self._session.checkpoint_path(storage_id)
+
+    def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
+        """Copy checkpoint ``storage_id`` into the local directory ``ckpt_dir``."""
+        shutil.copytree(self._session.checkpoint_path(storage_id), Path(ckpt_dir),
+                        dirs_exist_ok=True)
+
+    def get_metadata(self, storage_id: str) -> dict[str, Any]:
+        """The checkpoint's ``metadata.json`` ({} when it has none)."""
+        path = self._session.checkpoint_path(storage_id) / METADATA
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _report(self, uuid: str, meta: Mapping[str, Any], size: int) -> None:
+        record = {k: meta[k] for k in ("steps_completed", "epoch", "batch") if k in meta}
+        record.setdefault("epoch", 0)
+        record.setdefault("batch", 0)
+        self._session.report_checkpoint(uuid, {**record, "size": size,
+                                               "metrics": dict(meta.get("metrics") or {})})
+
+
+def _checked_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"store_path: metadata must be a mapping, got {type(metadata).__name__}")
+    steps = metadata.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError("store_path: metadata needs 'steps_completed' (an int >= 0), got "
+                         f"{steps!r}")
+    try:
+        json.dumps(dict(metadata))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"store_path: metadata must be JSON: {err}") from None
+    return dict(metadata)

@@ -1,0 +1,104 @@
+"""How long to train: the core API's ``core_context.searcher``.
+
+>>> from det_sdk.config import Length
+>>> from det_sdk.distributed import SingleProcess
+>>> from det_sdk.session import Session
+>>> ops = list(SearcherContext(Session(), SingleProcess(), Length(epochs=3)).operations())
+>>> [(op.length, op.unit) for op in ops]
+[(3, 'epochs')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from det_sdk.config import Length
+from det_sdk.distributed import DistributedContext
+from det_sdk.session import Session
+
+__all__ = ["SearcherContext", "SearcherOperation"]
+
+
+class SearcherOperation:
+    """"Train to ``length`` (in ``unit``), then report the searcher metric."
+
+    >>> op = SearcherOperation(None, Length(batches=100))
+    >>> op.length, op.unit
+    (100, 'batches')
+    """
+
+    def __init__(self, context: SearcherContext | None, length: Length) -> None:
+        self._context = context
+        self._length = length
+        self._completed = False
+        self._next: Length | None = None
+
+    @property
+    def length(self) -> int:
+        """How far to train, in :attr:`unit`s, counted from the start of the trial."""
+        return self._length.value
+
+    @property
+    def unit(self) -> str:
+        """``"epochs"`` or ``"batches"``."""
+        return self._length.unit
+
+    def report_progress(self, length: float) -> None:
+        """Training reached ``length`` units of this operation (chief only)."""
+        if self._context is not None and self._context._dist.is_chief:
+            self._context._session.report_progress(float(length) / max(self.length, 1))
+
+    def report_completed(self, searcher_metric: float) -> None:
+        """This length is trained and validated: ``searcher_metric`` goes to the searcher.
+
+        A collective (every process calls it); the searcher's answer decides whether
+        :meth:`SearcherContext.operations` yields another operation.
+        """
+        if self._completed:
+            raise RuntimeError("report_completed: this operation was already completed")
+        self._completed = True
+        ctx = self._context
+        if ctx is None:
+            return
+        dist = ctx._dist
+        nxt = ctx._session.complete_operation(self._length, float(searcher_metric)) \
+            if dist.is_chief else None
+        self._next = dist.broadcast(nxt) if dist.size > 1 else nxt
+
+
+class SearcherContext:
+    """The searcher's operations for this trial, one after another::
+
+        for op in core_context.searcher.operations():
+            while epochs_done < op.length:
+                train_one_epoch(); epochs_done += 1
+                op.report_progress(epochs_done)
+            op.report_completed(validate()["val_loss"])
+
+    On the cluster the master's searcher gives them (ASHA may lengthen a trial);
+    off it there is one, the config's ``searcher.max_length`` (or ``length=`` of
+    :func:`det_sdk.core.init`).
+    """
+
+    def __init__(self, session: Session, distributed: DistributedContext,
+                 local_length: Length | None = None) -> None:
+        self._session = session
+        self._dist = distributed
+        self._local_length = local_length
+
+    def current_length(self) -> Length | None:
+        """The length the searcher asks for now (a collective); None: as the script says."""
+        told = self._session.training_length() if self._dist.is_chief else None
+        told = self._dist.broadcast(told) if self._dist.size > 1 else told
+        return told or self._local_length
+
+    def operations(self) -> Iterator[SearcherOperation]:
+        """Each operation until the searcher says stop. Report each one completed."""
+        length = self.current_length()
+        while length is not None:
+            op = SearcherOperation(self, length)
+            yield op
+            if not op._completed:
+                raise RuntimeError("searcher: call op.report_completed(metric) before "
+                                   "asking for the next operation")
+            length = op._next
