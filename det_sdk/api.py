@@ -16,18 +16,27 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 __all__ = [
+    "DEFAULT_METRICS_LIMIT",
+    "DEFAULT_PAGE_LIMIT",
     "MAX_INT",
+    "MAX_METRICS_LIMIT",
+    "MAX_PAGE_LIMIT",
     "AllocationInfo",
     "AllocationState",
     "CheckpointInfo",
+    "CheckpointPage",
     "CheckpointReport",
     "CreateExperimentRequest",
     "CreateJobRequest",
     "ErrorBody",
     "ExperimentInfo",
+    "ExperimentPage",
     "ExperimentState",
+    "ExperimentSummary",
     "JobInfo",
+    "JobPage",
     "JobState",
+    "JobSummary",
     "MetricGroup",
     "MetricsReport",
     "MetricsRow",
@@ -35,6 +44,7 @@ __all__ = [
     "ProgressReport",
     "SearcherOperation",
     "TrialInfo",
+    "TrialPage",
     "TrialState",
     "decode_metric",
     "encode_metric",
@@ -44,6 +54,15 @@ __all__ = [
 # Number.MAX_SAFE_INTEGER; also within SQLite's 64 bits). Anything larger is refused
 # with its field rather than rounded by a client or overflowing the database.
 MAX_INT = 2**53 - 1
+
+# Pages: a list answers at most this many rows at a time (``limit``), newest first, and
+# an opaque ``next_cursor`` to ask for the next page with; what one request costs does
+# not grow with the history the master keeps.
+DEFAULT_PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 1000
+# A trial's metrics (steps order, ``after_steps``): rows are small and charts want many.
+DEFAULT_METRICS_LIMIT = 1000
+MAX_METRICS_LIMIT = 10_000
 
 
 class _State(str, Enum):
@@ -285,13 +304,53 @@ class TrialInfo(_Model):
 
 
 class ExperimentInfo(_Model):
+    """``GET /api/v1/experiments/{id}``: the experiment with the first page of its trials
+    (``trials_next_cursor`` continues at ``GET /api/v1/experiments/{id}/trials``)."""
+
     id: int
     name: str | None
     state: ExperimentState
     config: dict[str, Any]
     created: float
     trials: list[TrialInfo] = Field(default_factory=list)
+    progress: float = 0.0  # the mean of all its trials' progress
+    num_trials: int = 0  # all its trials, not only those in ``trials``
+    trial_states: dict[str, int] = Field(default_factory=dict)  # how many in each state
+    trials_next_cursor: str | None = None
+
+
+class TrialPage(_Model):
+    """``GET /api/v1/experiments/{id}/trials``: a page of an experiment's trials, in the
+    order the searcher created them."""
+
+    trials: list[TrialInfo]
+    total: int
+    next_cursor: str | None = Field(description="the next page's `cursor`; null: the last")
+
+
+class ExperimentSummary(_Model):
+    """One row of ``GET /api/v1/experiments``: state and counts, not every trial."""
+
+    id: int
+    name: str | None
+    state: ExperimentState
+    created: float
+    ended: float | None = None
+    searcher: str | None = None
+    metric: str | None = None
+    smaller_is_better: bool = True
+    best_metric: Metric | None = None  # the best of its trials' best searcher metrics
     progress: float = 0.0
+    num_trials: int = 0
+    trial_states: dict[str, int] = Field(default_factory=dict)
+
+
+class ExperimentPage(_Model):
+    """``GET /api/v1/experiments``: the newest experiments first, ``limit`` at a time."""
+
+    experiments: list[ExperimentSummary]
+    total: int = Field(description="how many experiments the master has")
+    next_cursor: str | None = Field(description="the next page's `cursor`; null: the last")
 
 
 class JobInfo(_Model):
@@ -301,6 +360,35 @@ class JobInfo(_Model):
     config: dict[str, Any]
     created: float
     exit_code: int | None = None
+
+
+class JobSummary(_Model):
+    """One row of ``GET /api/v1/jobs``."""
+
+    id: int
+    name: str | None
+    state: JobState
+    created: float
+    ended: float | None = None
+    exit_code: int | None = None
+    entrypoint: str | None = None
+    slots: int | None = None
+
+
+class JobPage(_Model):
+    """``GET /api/v1/jobs``: the newest jobs first, ``limit`` at a time."""
+
+    jobs: list[JobSummary]
+    total: int
+    next_cursor: str | None = Field(description="the next page's `cursor`; null: the last")
+
+
+class CheckpointPage(_Model):
+    """``GET /api/v1/checkpoints``: the newest checkpoints (of a trial) first."""
+
+    checkpoints: list[CheckpointInfo]
+    total: int
+    next_cursor: str | None = Field(description="the next page's `cursor`; null: the last")
 
 
 class AllocationInfo(_Model):

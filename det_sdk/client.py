@@ -3,7 +3,11 @@
 Errors come out as :class:`MasterError` with the master's own message, or
 :class:`MasterUnreachable` when nothing answers.
 
->>> # client = MasterClient("http://127.0.0.1:8080", token); client.experiments()
+Lists come in pages (``limit`` rows, newest first, and a ``next_cursor``): :meth:`page`
+reads one, :meth:`walk` follows the cursors, and the plain readers (``experiments``,
+``jobs``, ``checkpoints``, ``trial_metrics``) return everything, or the newest ``limit``.
+
+>>> # client = MasterClient("http://127.0.0.1:8080", token); client.experiments(limit=20)
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ __all__ = [
 ]
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
+# the largest pages the master serves (det_sdk.api; repeated here so that the client
+# does not import pydantic for two numbers)
+MAX_PAGE = 1000
+MAX_METRICS = 10_000
 
 
 class MasterError(RuntimeError):
@@ -133,11 +141,67 @@ class MasterClient:
                                     "content-length": str(len(body))})
         return int(out["id"])
 
-    def experiments(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/api/v1/experiments")
+    # --- pages ----------------------------------------------------------------------------
 
-    def experiment(self, exp_id: int) -> dict[str, Any]:
-        return self.request("GET", f"/api/v1/experiments/{exp_id}")
+    def page(self, path: str, limit: int | None = None, cursor: str | None = None,
+             **params: Any) -> dict[str, Any]:
+        """One page of a list (``/api/v1/experiments``, ``/api/v1/jobs``,
+        ``/api/v1/checkpoints``, ``/api/v1/experiments/{id}/trials``): its rows, ``total``
+        and ``next_cursor`` (None on the last page).
+
+        >>> # client.page("/api/v1/experiments", limit=20)["total"]
+        """
+        query = {k: v for k, v in params.items() if v is not None}
+        if limit is not None:
+            query["limit"] = limit
+        if cursor is not None:
+            query["cursor"] = cursor
+        return self.request("GET", path, params=query)
+
+    def walk(self, path: str, key: str, limit: int | None = None,
+             page_size: int | None = None, **params: Any) -> Iterator[dict[str, Any]]:
+        """The rows (``page[key]``) of a list page after page, following the cursors;
+        at most ``limit`` of them (all if None).
+
+        >>> # [e["id"] for e in client.walk("/api/v1/experiments", "experiments", limit=5)]
+        """
+        cursor, seen = None, 0
+        while True:
+            size = page_size
+            if limit is not None:
+                size = min(limit - seen, size or MAX_PAGE)
+            page = self.page(path, size, cursor, **params)
+            for row in page[key]:
+                yield row
+                seen += 1
+            cursor = page["next_cursor"]
+            if cursor is None or (limit is not None and seen >= limit):
+                return
+
+    # --- experiments, trials, jobs (continued) ----------------------------------------------
+
+    def experiments(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Experiment summaries (state, counts; no trials), newest first: all, or the
+        newest ``limit``."""
+        return list(self.walk("/api/v1/experiments", "experiments", limit, MAX_PAGE))
+
+    def experiment(self, exp_id: int, all_trials: bool = False) -> dict[str, Any]:
+        """An experiment with the first page of its trials (with ``all_trials``: all)."""
+        exp = self.request("GET", f"/api/v1/experiments/{exp_id}")
+        if all_trials and exp.get("trials_next_cursor"):
+            exp["trials"] += self.trials(exp_id, after=exp["trials_next_cursor"])
+            exp["trials_next_cursor"] = None
+        return exp
+
+    def trials(self, exp_id: int, after: str | None = None) -> list[dict[str, Any]]:
+        """All of an experiment's trials in id order (from cursor ``after``)."""
+        out, cursor = [], after
+        while True:
+            page = self.page(f"/api/v1/experiments/{exp_id}/trials", MAX_PAGE, cursor)
+            out += page["trials"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return out
 
     def kill_experiment(self, exp_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/experiments/{exp_id}/kill")
@@ -151,24 +215,42 @@ class MasterClient:
     def trial(self, trial_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/trials/{trial_id}")
 
-    def trial_metrics(self, trial_id: int, group: str | None = None) -> list[dict[str, Any]]:
-        params = {"group": group} if group else {}
-        return self.request("GET", f"/api/v1/trials/{trial_id}/metrics", params=params)
+    def trial_metrics(self, trial_id: int, group: str | None = None,
+                      after_steps: int | None = None,
+                      limit: int | None = None) -> list[dict[str, Any]]:
+        """A trial's reports in (steps, group) order past ``after_steps``: one page of
+        about ``limit`` rows, or (``limit=None``) all of them, page after page."""
+        params: dict[str, Any] = {"group": group} if group else {}
+        if limit is not None:
+            if after_steps is not None:
+                params["after_steps"] = after_steps
+            return self.request("GET", f"/api/v1/trials/{trial_id}/metrics",
+                                params={**params, "limit": limit})
+        out: list[dict[str, Any]] = []
+        while True:
+            page = self.trial_metrics(trial_id, group, after_steps, MAX_METRICS)
+            out += page
+            if len(page) < MAX_METRICS:  # a short page is the last (see the endpoint)
+                return out
+            after_steps = page[-1]["steps_completed"]
 
     def logs(self, kind: str, task_id: int, offset: int = 0) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/{kind}/{task_id}/logs", params={"offset": offset})
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/api/v1/jobs")
+    def jobs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Job summaries, newest first: all, or the newest ``limit``."""
+        return list(self.walk("/api/v1/jobs", "jobs", limit, MAX_PAGE))
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}")
 
     # --- checkpoints --------------------------------------------------------------------
 
-    def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
-        params = {"trial_id": trial_id} if trial_id is not None else {}
-        return self.request("GET", "/api/v1/checkpoints", params=params)
+    def checkpoints(self, trial_id: int | None = None,
+                    limit: int | None = None) -> list[dict[str, Any]]:
+        """Checkpoints (of one trial), newest first: all, or the newest ``limit``."""
+        return list(self.walk("/api/v1/checkpoints", "checkpoints", limit, MAX_PAGE,
+                              trial_id=trial_id))
 
     def trial_checkpoint(self, trial_id: int, best: bool = False) -> dict[str, Any]:
         params = {"best": "true"} if best else {"latest": "true"}

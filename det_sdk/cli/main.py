@@ -56,8 +56,10 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
         verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
         for verb, (func, help_text, arguments) in verbs.items():
             v = verbs_sub.add_parser(verb, help=help_text)
-            for (name,) in arguments:
-                if name == "--follow":
+            for name, *options in arguments:
+                if options:  # argparse options given with the command (--all, --limit)
+                    v.add_argument(name, **options[0])
+                elif name == "--follow":
                     v.add_argument("--follow", "-f", action="store_true",
                                    help="print logs until it ends; exit 0 only if it completed")
                 elif name.startswith("--"):

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["print_json", "progress_bar", "table"]
+__all__ = ["page_footer", "print_json", "progress_bar", "table"]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -23,6 +23,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     return "\n".join(lines)
+
+
+def page_footer(shown: int, total: int, what: str, newest: bool = True) -> str | None:
+    """The line under a table that shows part of a list (None when it shows all of it).
+
+    >>> page_footer(20, 1234, "experiments")
+    'showing the newest 20 of 1234 experiments; --all for everything'
+    >>> page_footer(3, 3, "jobs") is None
+    True
+    """
+    if shown >= total:
+        return None
+    which = "the newest " if newest else "the first "
+    return f"showing {which}{shown} of {total} {what}; --all for everything"
 
 
 def print_json(obj: Any) -> None:

@@ -10,11 +10,49 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
-from det_sdk.cli.render import print_json, progress_bar, table
+from det_sdk.cli.render import page_footer, print_json, progress_bar, table
 
 __all__ = ["COMMANDS"]
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
+LIST_LIMIT = 20  # rows a `det ... list` shows unless asked for more (--limit, --all)
+DESCRIBE_LIMIT = 100  # trials `det experiment describe` shows (the master's first page)
+METRICS_LIMIT = 1000  # metric reports `det trial describe` shows
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# --all / --limit of the list commands (argparse options, see det_sdk.cli.main)
+_ALL = ("--all", {"action": "store_true", "help": "show every row (follows the master's pages)"})
+_LIMIT = ("--limit", {"type": _positive_int, "default": LIST_LIMIT, "metavar": "N",
+                      "help": f"show the newest N (default {LIST_LIMIT})"})
+
+
+def _newest(client: Any, path: str, key: str, args: Namespace,
+            **params: Any) -> tuple[list[dict[str, Any]], int]:
+    """The newest ``--limit`` rows of a list (all with ``--all``, page after page), oldest
+    first as a terminal shows them (the newest beside the prompt), and how many there are."""
+    limit = None if args.all else args.limit
+    rows: list[dict[str, Any]] = []
+    cursor, total = None, None
+    while True:
+        size = 1000 if limit is None else min(limit - len(rows), 1000)  # the master's max
+        page = client.page(path, size, cursor, **params)
+        total = page["total"] if total is None else total
+        rows += page[key]
+        cursor = page["next_cursor"]
+        if cursor is None or (limit is not None and len(rows) >= limit):
+            return rows[::-1], total
 
 
 def _client(args: Namespace) -> Any:
@@ -96,13 +134,22 @@ def experiment_create(args: Namespace) -> int:
 
 
 def experiment_list(args: Namespace) -> int:
-    exps = _client(args).experiments()
+    exps, total = _newest(_client(args), "/api/v1/experiments", "experiments", args)
     if args.json:
         print_json(exps)
         return 0
-    rows = [[e["id"], e["name"] or "", e["state"], len(e["trials"]),
+
+    def trials(e: dict[str, Any]) -> str:
+        running = sum(n for s, n in e["trial_states"].items()
+                      if s in ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED"))
+        return f"{e['num_trials']} ({running} running)" if running else str(e["num_trials"])
+
+    rows = [[e["id"], e["name"] or "", e["state"], trials(e),
              f"{100 * e['progress']:.0f}%"] for e in exps]
     print(table(["ID", "NAME", "STATE", "TRIALS", "PROGRESS"], rows))
+    footer = page_footer(len(exps), total, "experiments")
+    if footer:
+        print(footer)
     return 0
 
 
@@ -128,7 +175,7 @@ def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def experiment_describe(args: Namespace) -> int:
-    exp = _client(args).experiment(args.id)
+    exp = _client(args).experiment(args.id, all_trials=args.all)
     if args.json:
         print_json(exp)
         return 0
@@ -137,6 +184,9 @@ def experiment_describe(args: Namespace) -> int:
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
     print(table(_TRIAL_HEADERS, _trial_rows(exp["trials"])))
+    footer = page_footer(len(exp["trials"]), exp["num_trials"], "trials", newest=False)
+    if footer:
+        print(footer)
     for t in exp["trials"]:
         if t["last_error"]:
             print(f"\ntrial {t['id']}: {t['last_error']}")
@@ -150,7 +200,7 @@ def experiment_wait(args: Namespace) -> int:
         return client.experiment(args.id)["state"]
 
     if getattr(args, "logs", False):
-        trials = client.experiment(args.id)["trials"]
+        trials = client.trials(args.id)
         for t in trials:
             _follow(client, "trials", t["id"], lambda tid=t["id"]: client.trial(tid)["state"])
     final = state()
@@ -183,7 +233,7 @@ def experiment_activate(args: Namespace) -> int:
 
 def experiment_logs(args: Namespace) -> int:
     client = _client(args)
-    for t in client.experiment(args.id)["trials"]:
+    for t in client.trials(args.id):
         print(f"==> trial {t['id']} <==")
         sys.stdout.write(client.logs("trials", t["id"])["text"])
     return 0
@@ -195,7 +245,7 @@ def experiment_logs(args: Namespace) -> int:
 def trial_describe(args: Namespace) -> int:
     client = _client(args)
     t = client.trial(args.id)
-    metrics = client.trial_metrics(args.id)
+    metrics = client.trial_metrics(args.id, limit=None if args.all else METRICS_LIMIT)
     if args.json:
         print_json({**t, "metrics": metrics})
         return 0
@@ -205,6 +255,8 @@ def trial_describe(args: Namespace) -> int:
     if rows:
         print()
         print(table(["GROUP", "BATCHES", "EPOCH", "METRICS"], rows))
+        if not args.all and len(metrics) >= METRICS_LIMIT:
+            print(f"showing the first {len(metrics)} metric reports; --all for everything")
     if t["last_error"]:
         print(f"\n{t['last_error']}")
     return 0
@@ -229,13 +281,17 @@ def trial_logs(args: Namespace) -> int:
 
 
 def checkpoint_list(args: Namespace) -> int:
-    rows = _client(args).checkpoints(args.trial)
+    rows, total = _newest(_client(args), "/api/v1/checkpoints", "checkpoints", args,
+                          trial_id=args.trial)
     if args.json:
         print_json(rows)
         return 0
     print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
                 [[c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c["size"],
                   " ".join(f"{k}={_num(v)}" for k, v in c["metrics"].items())] for c in rows]))
+    footer = page_footer(len(rows), total, "checkpoints")
+    if footer:
+        print(footer)
     return 0
 
 
@@ -267,13 +323,16 @@ def job_run(args: Namespace) -> int:
 
 
 def job_list(args: Namespace) -> int:
-    jobs = _client(args).jobs()
+    jobs, total = _newest(_client(args), "/api/v1/jobs", "jobs", args)
     if args.json:
         print_json(jobs)
         return 0
     print(table(["ID", "NAME", "STATE", "EXIT", "ENTRYPOINT"],
-                [[j["id"], j["name"] or "", j["state"], j["exit_code"],
-                  j["config"]["entrypoint_script"]] for j in jobs]))
+                [[j["id"], j["name"] or "", j["state"], j["exit_code"], j["entrypoint"]]
+                 for j in jobs]))
+    footer = page_footer(len(jobs), total, "jobs")
+    if footer:
+        print(footer)
     return 0
 
 
@@ -285,8 +344,12 @@ COMMANDS = {
     "experiment": {
         "create": (experiment_create, "submit an experiment: CONFIG DIR",
                    [("config",), ("model_dir",), ("--follow",)]),
-        "list": (experiment_list, "list experiments", []),
-        "describe": (experiment_describe, "trials, states and metrics of one", [("id",)]),
+        "list": (experiment_list, f"list the newest experiments ({LIST_LIMIT}; --all)",
+                 [_LIMIT, _ALL]),
+        "describe": (experiment_describe, "trials, states and metrics of one",
+                     [("id",), ("--all", {"action": "store_true",
+                                          "help": "every trial (default: the first "
+                                                  f"{DESCRIBE_LIMIT})"})]),
         "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [("id",)]),
         "kill": (experiment_kill, "stop its trials (CANCELED)", [("id",)]),
         "pause": (experiment_pause, "checkpoint and stop its trials (PAUSED)", [("id",)]),
@@ -294,17 +357,21 @@ COMMANDS = {
         "logs": (experiment_logs, "logs of its trials", [("id",)]),
     },
     "trial": {
-        "describe": (trial_describe, "state and metrics of a trial", [("id",)]),
+        "describe": (trial_describe, "state and metrics of a trial",
+                     [("id",), ("--all", {"action": "store_true",
+                                          "help": "every metric report (default: the first "
+                                                  f"{METRICS_LIMIT})"})]),
         "logs": (trial_logs, "a trial's logs", [("id",), ("--follow",)]),
     },
     "checkpoint": {
-        "list": (checkpoint_list, "checkpoints (of one trial with --trial)", [("--trial",)]),
+        "list": (checkpoint_list, "the newest checkpoints (of one trial with --trial)",
+                 [("--trial",), _LIMIT, _ALL]),
         "download": (checkpoint_download, "copy a checkpoint into DIR", [("uuid",), ("dir",)]),
     },
     "job": {
         "run": (job_run, "run a generic job (batch inference): CONFIG DIR",
                 [("config",), ("model_dir",), ("--follow",)]),
-        "list": (job_list, "list jobs", []),
+        "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
     },
 }

@@ -43,6 +43,15 @@ from det_sdk import api
 from det_sdk.master.archive import MAX_ARCHIVE_BYTES
 from det_sdk.master.core import Master
 from det_sdk.master.errors import STATUS, RequestError
+from det_sdk.master.pages import (
+    InvalidCursor,
+    checkpoint_page,
+    experiment_detail,
+    experiment_page,
+    job_page,
+    metrics_page,
+    trial_page,
+)
 
 __all__ = ["create_app"]
 
@@ -50,6 +59,13 @@ __all__ = ["create_app"]
 log = logging.getLogger("det_sdk.master.app")
 
 Id = Annotated[int, Path(ge=0, le=api.MAX_INT)]
+# A page's size and position (det_sdk.master.pages): out-of-range values are refused with
+# the parameter's name, like any other invalid field.
+Limit = Annotated[int, Query(ge=1, le=api.MAX_PAGE_LIMIT,
+                             description="rows per page (at most "
+                                         f"{api.MAX_PAGE_LIMIT})")]
+Cursor = Annotated[str | None, Query(max_length=200, description="a page's `next_cursor`, "
+                                     "unchanged; none: the first page")]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 
@@ -218,6 +234,12 @@ def create_app(master: Master) -> FastAPI:
                    "type": e.get("type", "")} for e in exc.errors()]
         return JSONResponse(status_code=400, content={"detail": detail})
 
+    @app.exception_handler(InvalidCursor)
+    async def _bad_cursor(request: Request, exc: InvalidCursor) -> JSONResponse:
+        # the shape of every other invalid field: the parameter's place and what is wrong
+        return JSONResponse(status_code=400, content={"detail": [
+            {"loc": ["query", "cursor"], "msg": str(exc), "type": "value_error"}]})
+
     @app.exception_handler(RecursionError)
     async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
         return JSONResponse(status_code=400, content={"detail": "request nested too deeply"})
@@ -278,13 +300,23 @@ def create_app(master: Master) -> FastAPI:
         return {"id": master.create_experiment(req.config, req.model_definition)}
 
     @app.get("/api/v1/experiments")
-    def list_experiments(p: Principal = Depends(user)) -> list[api.ExperimentInfo]:
-        return [api.ExperimentInfo(**master.experiment_info(e["id"]))
-                for e in master.store.experiments()]
+    def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                         p: Principal = Depends(user)) -> api.ExperimentPage:
+        """The newest experiments first, as summaries; `next_cursor` continues."""
+        return experiment_page(master, limit, cursor)
 
     @app.get("/api/v1/experiments/{exp_id}")
-    def get_experiment(exp_id: Id, p: Principal = Depends(user)) -> api.ExperimentInfo:
-        return api.ExperimentInfo(**master.experiment_info(exp_id))
+    def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,
+                       p: Principal = Depends(user)) -> api.ExperimentInfo:
+        """The experiment with its first `trials_limit` trials; `trials_next_cursor`
+        continues at `/api/v1/experiments/{exp_id}/trials`."""
+        return experiment_detail(master, exp_id, trials_limit)
+
+    @app.get("/api/v1/experiments/{exp_id}/trials")
+    def list_trials(exp_id: Id, limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                    p: Principal = Depends(user)) -> api.TrialPage:
+        """The experiment's trials in the order the searcher created them."""
+        return trial_page(master, exp_id, limit, cursor)
 
     @app.post("/api/v1/experiments/{exp_id}/pause")
     def pause_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
@@ -310,12 +342,17 @@ def create_app(master: Master) -> FastAPI:
 
     @app.get("/api/v1/trials/{trial_id}/metrics")
     def trial_metrics(trial_id: Id, group: api.MetricGroup | None = None,
+                      after_steps: Annotated[int | None, Query(
+                          ge=0, le=api.MAX_INT, description="only reports past this step "
+                          "(the previous page's last `steps_completed`)")] = None,
+                      limit: Annotated[int, Query(
+                          ge=1, le=api.MAX_METRICS_LIMIT, description="about this many rows "
+                          "(a page never splits a step); fewer: the last page")]
+                      = api.DEFAULT_METRICS_LIMIT,
                       p: Principal = Depends(principal)) -> list[api.MetricsRow]:
+        """The trial's reports in (steps, group) order, from `after_steps` on."""
         own_trial(trial_id, p)
-        master.trial(trial_id)
-        return [api.MetricsRow(group=m["grp"], steps_completed=m["steps"], epoch=m["epoch"],
-                               metrics=m["metrics"])
-                for m in master.store.metrics(trial_id, group)]
+        return metrics_page(master, trial_id, group, after_steps, limit)
 
     @app.post("/api/v1/trials/{trial_id}/metrics", status_code=204)
     async def report_metrics(trial_id: Id, report: api.MetricsReport,
@@ -348,11 +385,14 @@ def create_app(master: Master) -> FastAPI:
 
     @app.get("/api/v1/trials/{trial_id}/checkpoints")
     def trial_checkpoints(trial_id: Id, latest: bool = False, best: bool = False,
+                          limit: Limit = api.MAX_PAGE_LIMIT,
                           p: Principal = Depends(principal)) -> list[api.CheckpointInfo]:
+        """The trial's latest or best checkpoint, or its newest `limit` oldest first
+        (`/api/v1/checkpoints?trial_id=` pages through all of them)."""
         master.trial(trial_id)
         if latest or best:
             return [api.CheckpointInfo(**master.trial_checkpoint(trial_id, best=best))]
-        return [api.CheckpointInfo(**c) for c in master.checkpoints(trial_id)]
+        return checkpoint_page(master, trial_id, limit, None).checkpoints[::-1]
 
     @app.get("/api/v1/trials/{trial_id}/logs")
     def trial_logs(trial_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
@@ -371,8 +411,10 @@ def create_app(master: Master) -> FastAPI:
 
     @app.get("/api/v1/checkpoints")
     def list_checkpoints(trial_id: Annotated[int | None, Query(ge=0, le=api.MAX_INT)] = None,
-                         p: Principal = Depends(principal)) -> list[api.CheckpointInfo]:
-        return [api.CheckpointInfo(**c) for c in master.checkpoints(trial_id)]
+                         limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                         p: Principal = Depends(principal)) -> api.CheckpointPage:
+        """The newest checkpoints (of one trial) first; `next_cursor` continues."""
+        return checkpoint_page(master, trial_id, limit, cursor)
 
     @app.get("/api/v1/checkpoints/{uuid}")
     def get_checkpoint(uuid: str, p: Principal = Depends(principal)) -> api.CheckpointInfo:
@@ -422,8 +464,10 @@ def create_app(master: Master) -> FastAPI:
         return {"id": master.create_job(req.config, req.model_definition)}
 
     @app.get("/api/v1/jobs")
-    def list_jobs(p: Principal = Depends(user)) -> list[api.JobInfo]:
-        return [_job_info(j) for j in master.store.jobs()]
+    def list_jobs(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                  p: Principal = Depends(user)) -> api.JobPage:
+        """The newest jobs first; `next_cursor` continues."""
+        return job_page(master, limit, cursor)
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: Id, p: Principal = Depends(user)) -> api.JobInfo:

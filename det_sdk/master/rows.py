@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["AllocationRow", "CheckpointRow", "ExperimentRow", "JobRow", "MetricsRow",
-           "TrialRow"]
+__all__ = ["AllocationRow", "CheckpointListRow", "CheckpointRow", "ExperimentRow",
+           "ExperimentSummaryRow", "JobRow", "JobSummaryRow", "MetricsRow", "TrialRow"]
 
 
 class ExperimentRow(TypedDict):
@@ -91,3 +91,39 @@ class CheckpointRow(TypedDict):
     size: int
     metrics: dict[str, float]
     created: float
+
+
+# --- what the paged views read (Store.*_page): a few columns, with aggregates -------------
+
+
+class ExperimentSummaryRow(TypedDict):
+    id: int
+    name: str | None
+    state: str
+    created: float
+    ended: float | None
+    searcher: str | None  # the config's searcher.name, read in SQL (no config is decoded)
+    metric: str | None
+    smaller_is_better: int | None
+    trial_states: dict[str, int]  # how many of its trials are in each state
+    trials: int
+    progress: float  # the mean of its trials' progress
+    best_min: float | None  # the lowest and highest best searcher metric of its trials
+    best_max: float | None
+
+
+class JobSummaryRow(TypedDict):
+    id: int
+    name: str | None
+    state: str
+    exit_code: int | None
+    created: float
+    ended: float | None
+    entrypoint: str | None
+    slots: int | None
+
+
+class CheckpointListRow(CheckpointRow):
+    seq: int  # the row's rowid: insertion order, the key the list pages by
+    experiment_id: int | None
+    host_path: str | None  # its experiment's checkpoint_storage.host_path

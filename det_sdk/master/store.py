@@ -24,9 +24,12 @@ from typing import Any
 from det_sdk.api import decode_metric, encode_metric
 from det_sdk.master.rows import (
     AllocationRow,
+    CheckpointListRow,
     CheckpointRow,
     ExperimentRow,
+    ExperimentSummaryRow,
     JobRow,
+    JobSummaryRow,
     MetricsRow,
     TrialRow,
 )
@@ -85,6 +88,18 @@ _ADDED_COLUMNS = {
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 
+# Indexes the paged views (det_sdk.master.pages) and the per-trial lookups read through:
+# without them each experiment's trials and each trial's checkpoints were a full table
+# scan. Created after the column migration, so an existing database gets them on open.
+# experiments(state) and jobs(state) also make COUNT(*) read a small index, not the
+# rows with their configs.
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS trials_by_experiment ON trials(experiment_id);
+CREATE INDEX IF NOT EXISTS checkpoints_by_trial ON checkpoints(trial_id);
+CREATE INDEX IF NOT EXISTS experiments_by_state ON experiments(state);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
+"""
+
 
 def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
     if r is None:
@@ -133,6 +148,7 @@ class Store:
                 for col in columns:
                     if col.split()[0] not in have:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+            self._db.executescript(_INDEXES)
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -495,3 +511,126 @@ class Store:
             " WHERE t.experiment_id = ? AND m.grp = ? AND m.steps = (SELECT MAX(steps)"
             " FROM metrics WHERE trial_id = m.trial_id AND grp = m.grp)", exp_id, group)
         return {r["trial_id"]: r["metrics"] for r in rows}
+
+    # --- pages (det_sdk.master.pages): keyset reads ------------------------------------------
+    # Each reads one page in a fixed number of statements, whatever the history holds:
+    # ``WHERE key < last ORDER BY key DESC LIMIT n`` walks an index from the cursor, where
+    # OFFSET would read and drop every row before the page.
+
+    def experiment_page(self, before_id: int | None, limit: int
+                        ) -> tuple[list[ExperimentSummaryRow], int]:
+        """Up to ``limit`` experiments with ids below ``before_id`` (from the newest if
+        None), newest first, each with its trials' counts by state, mean progress and best
+        metrics; and how many experiments there are. Three statements.
+
+        >>> s = Store(":memory:")
+        >>> _ = [s.create_experiment_with_trials({"name": n}, "a", []) for n in "xyz"]
+        >>> rows, total = s.experiment_page(None, 2)
+        >>> [r["name"] for r in rows], total
+        (['z', 'y'], 3)
+        """
+        with self._lock:
+            exps = [dict(r) for r in self._db.execute(
+                "SELECT id, name, state, created, ended,"
+                " json_extract(config, '$.searcher.name') AS searcher,"
+                " json_extract(config, '$.searcher.metric') AS metric,"
+                " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better"
+                " FROM experiments WHERE id < ? ORDER BY id DESC LIMIT ?",
+                (_before(before_id), limit))]
+            aggregates = self._db.execute(
+                "SELECT experiment_id, state, COUNT(*), SUM(progress), MIN(best_metric),"
+                " MAX(best_metric) FROM trials WHERE experiment_id IN"
+                f" ({', '.join('?' for _ in exps)}) GROUP BY experiment_id, state",
+                [e["id"] for e in exps]).fetchall() if exps else []
+            (total,) = self._db.execute("SELECT COUNT(*) FROM experiments").fetchone()
+        by_id = {e["id"]: e for e in exps}
+        for e in exps:
+            e.update(trial_states={}, trials=0, progress=0.0, best_min=None, best_max=None)
+        for exp_id, state, n, progress, lo, hi in aggregates:
+            e = by_id[exp_id]
+            e["trial_states"][state] = n
+            e["trials"] += n
+            e["progress"] += progress or 0.0
+            e["best_min"] = lo if e["best_min"] is None or (
+                lo is not None and lo < e["best_min"]) else e["best_min"]
+            e["best_max"] = hi if e["best_max"] is None or (
+                hi is not None and hi > e["best_max"]) else e["best_max"]
+        for e in exps:
+            e["progress"] = e["progress"] / e["trials"] if e["trials"] else 0.0
+        return exps, int(total)  # type: ignore[return-value]
+
+    def trial_page(self, exp_id: int, after_id: int | None, limit: int
+                   ) -> tuple[list[TrialRow], dict[int, list[dict[str, Any]]]]:
+        """Up to ``limit`` trials of an experiment with ids above ``after_id``, in id order
+        (the order the searcher created them), with their rung results by trial id. Two
+        statements, both through an index."""
+        with self._lock:
+            trials = [_row(r) for r in self._db.execute(
+                "SELECT * FROM trials WHERE experiment_id = ? AND id > ? ORDER BY id LIMIT ?",
+                (exp_id, -1 if after_id is None else after_id, limit))]
+            rungs = self._db.execute(
+                "SELECT * FROM rungs WHERE trial_id IN"
+                f" ({', '.join('?' for _ in trials)}) ORDER BY trial_id, rung",
+                [t["id"] for t in trials]).fetchall() if trials else []  # type: ignore[index]
+        out: dict[int, list[dict[str, Any]]] = {}
+        for r in rungs:
+            out.setdefault(r["trial_id"], []).append(
+                {"rung": r["rung"], "metric": r["metric"], "promoted": bool(r["promoted"]),
+                 "order": r["seq"]})
+        return trials, out  # type: ignore[return-value]
+
+    def trial_state_counts(self, exp_id: int) -> tuple[dict[str, int], float]:
+        """How many of an experiment's trials are in each state, and their mean progress."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT state, COUNT(*), SUM(progress) FROM trials WHERE experiment_id = ?"
+                " GROUP BY state", (exp_id,)).fetchall()
+        n = sum(r[1] for r in rows)
+        return {r[0]: r[1] for r in rows}, (sum(r[2] or 0.0 for r in rows) / n if n else 0.0)
+
+    def job_page(self, before_id: int | None, limit: int) -> tuple[list[JobSummaryRow], int]:
+        """Up to ``limit`` jobs with ids below ``before_id``, newest first, and how many
+        jobs there are."""
+        with self._lock:
+            jobs = [dict(r) for r in self._db.execute(
+                "SELECT id, name, state, exit_code, created, ended,"
+                " json_extract(config, '$.entrypoint_script') AS entrypoint,"
+                " json_extract(config, '$.resources.slots') AS slots"
+                " FROM jobs WHERE id < ? ORDER BY id DESC LIMIT ?",
+                (_before(before_id), limit))]
+            (total,) = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
+        return jobs, int(total)  # type: ignore[return-value]
+
+    def checkpoint_page(self, trial_id: int | None, before_seq: int | None, limit: int
+                        ) -> tuple[list[CheckpointListRow], int]:
+        """Up to ``limit`` checkpoints (of one trial) recorded before ``before_seq``, newest
+        first, with each one's experiment and storage directory; and how many there are."""
+        where, args = "c.rowid < ?", [_before(before_seq)]
+        if trial_id is not None:
+            where, args = f"c.trial_id = ? AND {where}", [trial_id, *args]
+        with self._lock:
+            rows = [_row(r) for r in self._db.execute(
+                "SELECT c.rowid AS seq, c.*, t.experiment_id,"
+                " json_extract(e.config, '$.checkpoint_storage.host_path') AS host_path"
+                " FROM checkpoints c LEFT JOIN trials t ON t.id = c.trial_id"
+                f" LEFT JOIN experiments e ON e.id = t.experiment_id WHERE {where}"
+                " ORDER BY c.rowid DESC LIMIT ?", (*args, limit))]
+            (total,) = self._db.execute(
+                "SELECT COUNT(*) FROM checkpoints" if trial_id is None else
+                "SELECT COUNT(*) FROM checkpoints WHERE trial_id = ?",
+                () if trial_id is None else (trial_id,)).fetchone()
+        return rows, int(total)  # type: ignore[return-value]
+
+    def metrics_after(self, trial_id: int, group: str, after_steps: int | None,
+                      limit: int) -> list[MetricsRow]:
+        """A trial group's first ``limit`` reports past ``after_steps``, in steps order (a
+        primary-key range)."""
+        return self._all(
+            "SELECT * FROM metrics WHERE trial_id = ? AND grp = ? AND steps > ?"
+            " ORDER BY steps LIMIT ?", trial_id, group,
+            -1 if after_steps is None else after_steps, limit)
+
+
+def _before(key: int | None) -> int:
+    """The exclusive upper bound of a newest-first page: past the largest rowid if None."""
+    return 2**63 - 1 if key is None else key

@@ -1,0 +1,203 @@
+"""Paged views of the master's history: experiments, an experiment's trials, jobs,
+checkpoints and a trial's metrics, each read ``limit`` rows at a time.
+
+Keyset pagination: a page ends with an opaque cursor naming its last row's key, and the
+next page starts after that key. Unlike an offset, a cursor stays right while rows
+arrive (newest-first lists never show a row twice nor skip one: new rows land before
+the first page, not inside the walk), and a page costs the same few indexed statements
+(``Store.*_page``) whether the master holds ten experiments or ten thousand.
+
+>>> c = encode_cursor("experiments", 42)
+>>> decode_cursor("experiments", c)
+42
+>>> decode_cursor("jobs", c)
+Traceback (most recent call last):
+...
+det_sdk.master.pages.InvalidCursor: this cursor belongs to another list (experiments), not to jobs
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from pathlib import Path
+from typing import Any
+
+from det_sdk import api
+from det_sdk.master.errors import NotFound
+from det_sdk.master.rows import TrialRow
+
+__all__ = [
+    "InvalidCursor",
+    "checkpoint_page",
+    "decode_cursor",
+    "encode_cursor",
+    "experiment_detail",
+    "experiment_page",
+    "job_page",
+    "metrics_page",
+    "trial_page",
+]
+
+GROUPS = ("training", "validation", "evaluation")
+
+
+class InvalidCursor(ValueError):
+    """A ``cursor`` this master did not make for this list."""
+
+
+def encode_cursor(kind: str, key: int) -> str:
+    """The cursor that continues list ``kind`` after the row whose key is ``key``."""
+    raw = json.dumps([kind, key], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(kind: str, cursor: str) -> int:
+    """The key a cursor of list ``kind`` continues after; :class:`InvalidCursor` if it is
+    not one."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        made_for, key = json.loads(raw)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidCursor("not a cursor this master made: pass a page's next_cursor "
+                            "unchanged") from None
+    if made_for != kind:
+        raise InvalidCursor(f"this cursor belongs to another list ({made_for}), not to {kind}")
+    if not isinstance(key, int) or isinstance(key, bool) or not 0 <= key <= api.MAX_INT:
+        raise InvalidCursor("not a cursor this master made: pass a page's next_cursor "
+                            "unchanged")
+    return key
+
+
+def _next(kind: str, rows: list[Any], limit: int, key: str) -> str | None:
+    """The cursor after a page read with ``limit + 1`` rows: None if that was the last."""
+    return encode_cursor(kind, rows[limit - 1][key]) if len(rows) > limit else None
+
+
+# --- experiments and their trials ------------------------------------------------------
+
+
+def experiment_page(master: Any, limit: int, cursor: str | None) -> api.ExperimentPage:
+    """The newest experiments first: summaries (state, counts, progress, best metric).
+
+    ``master`` is a ``det_sdk.master.core.Master``. One row more than ``limit`` is read
+    to know whether there is a next page.
+    """
+    before = None if cursor is None else decode_cursor("experiments", cursor)
+    rows, total = master.store.experiment_page(before, limit + 1)
+    out = []
+    for r in rows[:limit]:
+        smaller = r["smaller_is_better"] is None or bool(r["smaller_is_better"])
+        out.append(api.ExperimentSummary(
+            id=r["id"], name=r["name"], state=r["state"], created=r["created"],
+            ended=r["ended"], searcher=r["searcher"], metric=r["metric"],
+            smaller_is_better=smaller, best_metric=r["best_min"] if smaller else r["best_max"],
+            progress=r["progress"], num_trials=r["trials"], trial_states=r["trial_states"]))
+    return api.ExperimentPage(experiments=out, total=total,
+                              next_cursor=_next("experiments", rows, limit, "id"))
+
+
+def _trial_infos(master: Any, trials: list[TrialRow],
+                 rungs: dict[int, list[dict[str, Any]]]) -> list[api.TrialInfo]:
+    """Trials as the API shows them, without a query per trial: the searcher's length
+    comes from the experiment's config (parsed once per experiment by the master)."""
+    if not trials:
+        return []
+    cfg = master.trial_config(trials[0]["id"])
+    length = cfg.searcher.max_length if cfg.searcher else None
+    out = []
+    for t in trials:
+        # as Search.operation: the trial's rung target (ASHA), else the searcher's length
+        op = None if length is None else {
+            "unit": length.unit,
+            "length": t["target"] if t["target"] is not None else length.value}
+        out.append(api.TrialInfo(
+            id=t["id"], experiment_id=t["experiment_id"], state=t["state"],
+            hparams=t["hparams"], seed=t["seed"], restarts=t["restarts"],
+            steps_completed=t["steps_completed"], epoch=t["epoch"], progress=t["progress"],
+            best_metric=t["best_metric"], latest_checkpoint=t["latest_checkpoint"],
+            last_error=t["last_error"], bracket=t["bracket"], searcher_length=op,
+            rungs=rungs.get(t["id"], [])))
+    return out
+
+
+def trial_page(master: Any, exp_id: int, limit: int, cursor: str | None) -> api.TrialPage:
+    """An experiment's trials in id order (the searcher's), ``limit`` at a time."""
+    if master.store.experiment(exp_id) is None:
+        raise NotFound(f"no experiment {exp_id}")
+    kind = f"experiments/{exp_id}/trials"
+    after = None if cursor is None else decode_cursor(kind, cursor)
+    trials, rungs = master.store.trial_page(exp_id, after, limit + 1)
+    counts, _ = master.store.trial_state_counts(exp_id)
+    return api.TrialPage(trials=_trial_infos(master, trials[:limit], rungs),
+                         total=sum(counts.values()), next_cursor=_next(kind, trials, limit, "id"))
+
+
+def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.ExperimentInfo:
+    """An experiment with its first ``trials_limit`` trials, its trial counts by state
+    and its mean progress over all of them."""
+    exp = master.store.experiment(exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id}")
+    page = trial_page(master, exp_id, trials_limit, None)
+    counts, progress = master.store.trial_state_counts(exp_id)
+    return api.ExperimentInfo(
+        id=exp["id"], name=exp["name"], state=exp["state"], config=exp["config"],
+        created=exp["created"], trials=page.trials, progress=progress,
+        num_trials=sum(counts.values()), trial_states=counts,
+        trials_next_cursor=page.next_cursor)
+
+
+# --- jobs and checkpoints ----------------------------------------------------------------
+
+
+def job_page(master: Any, limit: int, cursor: str | None) -> api.JobPage:
+    """The newest jobs first."""
+    before = None if cursor is None else decode_cursor("jobs", cursor)
+    rows, total = master.store.job_page(before, limit + 1)
+    return api.JobPage(jobs=[api.JobSummary(**r) for r in rows[:limit]], total=total,
+                       next_cursor=_next("jobs", rows, limit, "id"))
+
+
+def checkpoint_page(master: Any, trial_id: int | None, limit: int,
+                    cursor: str | None) -> api.CheckpointPage:
+    """The newest checkpoints (of one trial) first, with each one's directory."""
+    if trial_id is not None:
+        master.trial(trial_id)  # 404 for an unknown trial
+    before = None if cursor is None else decode_cursor("checkpoints", cursor)
+    rows, total = master.store.checkpoint_page(trial_id, before, limit + 1)
+    out = []
+    for c in rows[:limit]:
+        # as Checkpoints.directory: the experiment's host_path, else the master's own
+        base = Path(c["host_path"]) if c["host_path"] else master.data_dir / "checkpoints"
+        out.append(api.CheckpointInfo(
+            uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
+            steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
+            metrics=c["metrics"], created=c["created"],
+            path=str(base / c["uuid"]) if c["experiment_id"] is not None else None))
+    return api.CheckpointPage(checkpoints=out, total=total,
+                              next_cursor=_next("checkpoints", rows, limit, "seq"))
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+def metrics_page(master: Any, trial_id: int, group: str | None, after_steps: int | None,
+                 limit: int) -> list[api.MetricsRow]:
+    """A trial's reports past ``after_steps`` in (steps, group) order: about ``limit``.
+
+    A page never splits a step: when it is cut, the rows of its last step in the other
+    groups come along (at most two more). The next page is ``after_steps`` = the last
+    row's steps; a page shorter than ``limit`` is the last. One primary-key range per
+    group (no sort of the trial's whole history).
+    """
+    master.trial(trial_id)  # 404 for an unknown trial
+    rows = [r for g in ([group] if group else GROUPS)
+            for r in master.store.metrics_after(trial_id, g, after_steps, limit + 1)]
+    rows.sort(key=lambda r: (r["steps"], r["grp"]))
+    page = rows[:limit]
+    if len(rows) > limit:
+        page += [r for r in rows[limit:] if r["steps"] == page[-1]["steps"]]
+    return [api.MetricsRow(group=m["grp"], steps_completed=m["steps"], epoch=m["epoch"],
+                           metrics=m["metrics"]) for m in page]
