@@ -11,14 +11,17 @@ Importing this module imports TensorFlow; ``import det_sdk`` alone does not.
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DivergenceError
 from det_sdk.keras._context import KerasContext, TrainingContext
 from det_sdk.keras._data import ShardedArray
+from det_sdk.keras._determined_callback import DeterminedCallback, TensorBoard
 from det_sdk.keras._init import init
 
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointMismatchError",
+    "DeterminedCallback",
     "DivergenceError",
     "KerasContext",
     "ShardedArray",
+    "TensorBoard",
     "TrainingContext",
     "init",
 ]

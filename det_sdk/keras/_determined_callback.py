@@ -1,0 +1,349 @@
+"""``DeterminedCallback`` and ``TensorBoard``: det_sdk's training records for a plain ``model.fit``.
+
+For scripts that keep calling ``model.fit`` themselves (Determined's Keras user
+guide) rather than ``context.fit``::
+
+    distributed, strategy = det.core.DistributedContext.from_tf_config()
+    with det.core.init(distributed=distributed) as core_context:
+        info = core_context.info
+        det_cb = det.keras.DeterminedCallback(
+            core_context, checkpoint=info.latest_checkpoint, continue_id=info.trial.trial_id)
+        model.fit(x, y, epochs=..., validation_data=..., callbacks=[det_cb])
+
+The callback is a thin front over the engine ``context.fit`` uses
+(:class:`~det_sdk.keras._loop.TrainingLoop` saves and restores det_sdk's checkpoint
+format through the session; the position, metric-reporting and periodic-checkpoint
+hooks are the same classes), so its checkpoints, metrics and progress are the ones
+the master and ``det checkpoint``/``load_checkpoint_model`` know. What differs from
+``context.fit``: it works in whole epochs (a pause or Ctrl-C stops at the next epoch
+end, and training resumes at an epoch start), the data and its sharding are the
+script's own, and the searcher's length can only shorten the script's ``epochs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from det_sdk.config import Length
+from det_sdk.hparams import HParams
+from det_sdk.keras import _checkpoint, _compat
+from det_sdk.keras._callbacks import (
+    MetricsReporter,
+    PeriodicCheckpoint,
+    Position,
+    RecordHistory,
+    TrackPosition,
+    catch_stop_signals,
+)
+from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
+
+__all__ = ["DeterminedCallback", "TensorBoard", "continues"]
+
+log = logging.getLogger("det_sdk.keras")
+
+# The key, inside the checkpoint's resume record (metadata "history"), that keeps the
+# continue_id: the engine saves that record verbatim and hands it back on resume.
+_CONTINUE_ID = "continue_id"
+
+
+def continues(metadata: Mapping[str, Any], continue_id: Any) -> bool:
+    """True when a checkpoint (its metadata) continues the training of ``continue_id``.
+
+    The seed's rule: the checkpoint was saved with the same ``continue_id`` (on the
+    cluster, the same trial): continue its training state (epoch, optimizer, random
+    state). Otherwise (another trial's checkpoint, a checkpoint written by
+    ``context.fit``, or none recorded): warm start, the weights only, from epoch 0.
+    Ids compare as text (``3`` and ``"3"`` are one trial).
+
+    >>> continues({"history": {"continue_id": 3}}, "3")
+    True
+    >>> continues({"history": {"continue_id": 3}}, 4), continues({}, 3)
+    (False, False)
+    """
+    record = metadata.get("history")
+    if not isinstance(record, Mapping) or _CONTINUE_ID not in record:
+        return False
+    return str(record[_CONTINUE_ID]) == str(continue_id)
+
+
+def _start_at_epoch(model: Any, epoch: int | None) -> None:
+    """Make the running ``model.fit`` start at ``epoch`` (None: undo).
+
+    Keras offers no public way; both majors honour what ``BackupAndRestore`` sets in
+    ``on_train_begin``: Keras 3 reads ``model._initial_epoch``, Keras 2 asks
+    ``model._training_state``. Setting both needs no check of the major.
+    """
+    model._initial_epoch = epoch
+    model._training_state = _StartAt(epoch) if epoch is not None else None
+
+
+class _StartAt:
+    """What Keras 2's ``fit`` asks for its first (epoch, step) after ``on_train_begin``."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def maybe_load_initial_counters_from_ckpt(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return self.epoch, 0
+
+    def maybe_load_initial_epoch_from_ckpt(self, *args: Any, **kwargs: Any) -> int:
+        return self.epoch
+
+
+class DeterminedCallback(_compat.keras.callbacks.Callback):
+    """Metrics, checkpoints, pause/resume and the searcher's length for ``model.fit``.
+
+    - ``core_context``: from :func:`det_sdk.core.init`.
+    - ``checkpoint``: a checkpoint uuid to start from, or None (usually
+      ``info.latest_checkpoint``, filled in on a resumed trial).
+    - ``continue_id``: saved with every checkpoint. A ``checkpoint`` saved with the
+      same id continues (weights, optimizer, random state, epoch and History); any
+      other is a warm start (weights only, epoch 0). Usually ``info.trial.trial_id``.
+    - ``train_metrics_report_period``: ``"epoch"`` or a number of batches between
+      training-metric reports (epoch ends always report).
+    - ``checkpoint_epochs``: checkpoint every N epochs (0: only at the end and when
+      stopped). A checkpoint is also taken when training ends or stops.
+
+    Every epoch end it reports training and validation metrics (validation names as
+    ``val_...``) and progress; it stops the fit at the epoch end after a pause, kill,
+    SIGTERM or Ctrl-C (after checkpointing), and when the searcher's length is
+    reached (reporting the searcher metric; ASHA may lengthen it up to the script's
+    ``epochs``). ``initial_epoch`` of ``model.fit`` is overridden on a continue. The
+    model must be built (an ``Input`` or ``model.build``) and compiled.
+
+    >>> det_cb = det.keras.DeterminedCallback(core_context, checkpoint=None, continue_id=1)
+    >>> model.fit(x, y, epochs=2, validation_data=(xv, yv), callbacks=[det_cb])
+    """
+
+    def __init__(
+        self,
+        core_context: Any,
+        checkpoint: str | None,
+        continue_id: int | str,
+        *,
+        train_metrics_report_period: int | str = "epoch",
+        checkpoint_epochs: int = 1,
+    ) -> None:
+        super().__init__()
+        session = getattr(core_context, "_session", None)
+        if session is None or not hasattr(core_context, "distributed"):
+            raise TypeError("DeterminedCallback: core_context must come from det_sdk.core.init(), "
+                            f"got {type(core_context).__name__}")
+        if checkpoint is not None and not isinstance(checkpoint, str):
+            raise TypeError("DeterminedCallback: checkpoint must be a checkpoint uuid (str) or "
+                            f"None, got {type(checkpoint).__name__}")
+        if not isinstance(continue_id, (int, str)) or isinstance(continue_id, bool):
+            raise TypeError("DeterminedCallback: continue_id must be an int or a str, got "
+                            f"{type(continue_id).__name__}")
+        period = train_metrics_report_period
+        if period != "epoch" and (isinstance(period, bool) or not isinstance(period, int)
+                                  or period < 1):
+            raise ValueError("DeterminedCallback: train_metrics_report_period must be 'epoch' "
+                             f"or a number of batches >= 1, got {period!r}")
+        if isinstance(checkpoint_epochs, bool) or not isinstance(checkpoint_epochs, int) \
+                or checkpoint_epochs < 0:
+            raise ValueError("DeterminedCallback: checkpoint_epochs must be an int >= 0, got "
+                             f"{checkpoint_epochs!r}")
+        self._core = core_context
+        self._dist = core_context.distributed
+        self._session = session
+        self._checkpoint = checkpoint
+        self._continue_id = continue_id
+        self._report_every = None if period == "epoch" else int(period)
+        self._checkpoint_epochs = checkpoint_epochs
+        self._loop = TrainingLoop(self._dist, session, TrainingPolicy(
+            seed=core_context.info.trial_seed,
+            checkpoint_period=Length(epochs=checkpoint_epochs) if checkpoint_epochs else None,
+            report_every=self._report_every, searcher_metric=core_context.searcher_metric[0],
+            max_length=core_context.max_length,
+        ), HParams(core_context.info.hparams))
+        self._position = Position(0, 0, 0)
+        self._history = _compat.keras.callbacks.History()
+        self._hooks: list[Any] = []
+        self._target: Length | None = None
+        self._searcher_done = False
+        self._stopped: str | None = None
+        self._saved_at: int | None = None
+        self._signals: contextlib.ExitStack | None = None
+        self._signal_received: Any = lambda: None
+        self._reporter: MetricsReporter | None = None
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the last fit stopped early (``"preempted by the master"``, ``"SIGTERM"``), or None."""
+        return self._stopped
+
+    @property
+    def position(self) -> Position:
+        """Where training is: epoch, batch, batches trained (also those before a resume)."""
+        return self._position
+
+    def _restore(self, model: Any) -> None:
+        uuid = self._checkpoint
+        if uuid is None:
+            return
+        if not model.built:
+            raise ValueError("DeterminedCallback: the model must be built before fit to load "
+                             f"checkpoint {uuid} (give it an Input or call model.build)")
+        path = self._session.checkpoint_path(uuid)
+        meta = _checkpoint.read_metadata(path)
+        if not continues(meta, self._continue_id):
+            _checkpoint.load_weights(path, model)
+            log.info("det_sdk: warm start from checkpoint %s (weights only)", uuid)
+            return
+        # The optimizer's variables must exist before its state can be assigned.
+        for opt in self._loop.tracked_optimizers(model):
+            _compat.optimizer_variables(opt, model.trainable_variables)
+        self._loop.restore(model, uuid)
+        self._position = Position(int(meta["epoch"]), 0, int(meta["steps_completed"]))
+        record = meta.get("history") or {}
+        self._history.history = {k: list(v) for k, v in (record.get("history") or {}).items()}
+        self._history.epoch = list(record.get("epoch") or [])
+        self._saved_at = self._position.steps_completed
+        _start_at_epoch(model, self._position.epoch)
+        log.info("det_sdk: continuing from checkpoint %s at epoch %d", uuid, self._position.epoch)
+
+    def _save(self) -> None:
+        """A checkpoint at the current position (collective; once per position)."""
+        if self._saved_at == self._position.steps_completed:
+            return
+        record = {_CONTINUE_ID: self._continue_id, "epoch": list(self._history.epoch),
+                  "history": self._history.history}
+        assert self._reporter is not None
+        self._loop.save(self.model, self._position, self._reporter.last_validation,
+                        history=record)
+        self._saved_at = self._position.steps_completed
+
+    # --- Keras hooks ---------------------------------------------------------------------
+
+    def _each(self, hook: str, *args: Any) -> None:
+        for cb in self._hooks:
+            getattr(cb, hook)(*args)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        model = self.model
+        if _compat.model_optimizer(model) is None:
+            raise ValueError("DeterminedCallback: compile the model before fit")
+        self._stopped, self._searcher_done = None, False
+        self._position = Position(0, 0, 0)
+        self._history = _compat.keras.callbacks.History()
+        self._history.history, self._history.epoch = {}, []
+        self._saved_at = None
+        self._restore(model)
+        self._checkpoint = None  # a later fit in this process goes on from where this one ends
+        self._target = self._core.searcher.current_length()
+        steps = (self.params or {}).get("steps")
+        epochs = int((self.params or {}).get("epochs") or 0)
+        total = self._target or self._core.max_length or Length(epochs=max(epochs, 1))
+        total_steps = total.batches or (total.epochs * steps if steps else None)
+        self._reporter = MetricsReporter(
+            self._session, self._position, self._dist, publish=self._dist.is_chief,
+            report_every=self._report_every, total_steps=total_steps)
+        self._hooks = [TrackPosition(self._position), self._reporter,
+                       RecordHistory(self._history)]
+        if self._checkpoint_epochs:
+            self._hooks.append(PeriodicCheckpoint(Length(epochs=self._checkpoint_epochs),
+                                                  self._position, self._save))
+        for cb in self._hooks:
+            cb.set_model(model)
+            cb.set_params(self.params)
+        if self._target is not None and self._target.unit == "epochs" \
+                and self._target.epochs > epochs:
+            log.warning("det_sdk: the searcher asks for %d epochs but model.fit(epochs=%d) "
+                        "stops before; give fit at least searcher.max_length epochs",
+                        self._target.epochs, epochs)
+        self._signals = contextlib.ExitStack()
+        self._signal_received = self._signals.enter_context(catch_stop_signals())
+        self._each("on_train_begin", logs)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._each("on_epoch_begin", epoch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._each("on_train_batch_end", batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._each("on_epoch_end", epoch, logs)
+        if self._target is not None and self._reached(self._target):
+            self._complete(logs or {})
+        reason = self._signal_received() or (
+            "preempted by the master" if self._dist.is_chief and self._session.should_preempt()
+            else None)
+        if self._dist.size > 1:
+            reasons = [r for r in self._dist.allgather(reason) if r]
+            reason = reasons[0] if reasons else None
+        if reason:
+            self._stopped = reason
+            self._save()
+            self.model.stop_training = True
+            log.info("det_sdk: stopping after epoch %d: %s", epoch + 1, reason)
+
+    def _reached(self, target: Length) -> bool:
+        if target.epochs is not None:
+            return self._position.epoch >= target.epochs
+        return self._position.steps_completed >= target.value
+
+    def _complete(self, logs: Mapping[str, Any]) -> None:
+        """The searcher's length is trained: checkpoint, report its metric, get the next."""
+        self._save()
+        self._loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
+        assert self._target is not None
+        metric = None
+        if self._dist.is_chief:
+            name = self._core.searcher_metric[0]
+            if name not in logs:
+                raise ValueError(
+                    f"searcher.metric: {name!r} is not among this epoch's metrics "
+                    f"({', '.join(sorted(logs)) or 'none'}); pass validation_data to fit "
+                    "or name one of them in the experiment config")
+            metric = float(logs[name])
+        nxt = self._session.complete_operation(self._target, metric) \
+            if self._dist.is_chief else None
+        self._target = self._dist.broadcast(nxt) if self._dist.size > 1 else nxt
+        if self._target is None:
+            self._searcher_done = True
+            self.model.stop_training = True
+
+    def on_train_end(self, logs: Any = None) -> None:
+        try:
+            if self._reporter is not None and self._position.steps_completed:
+                self._save()  # whatever was trained since the last checkpoint
+            self._loop.wait_for_checkpoints()
+        finally:
+            _start_at_epoch(self.model, None)
+            if self._signals is not None:
+                self._signals.close()
+                self._signals = None
+
+
+class TensorBoard(_compat.keras.callbacks.TensorBoard):
+    """Keras's ``TensorBoard`` callback writing into the trial's TensorBoard directory.
+
+    Takes what ``keras.callbacks.TensorBoard`` takes, after ``core_context``; the
+    directory is the session's (``det-runs/<n>/tensorboard`` locally; on the cluster
+    the trial's, which ``det tensorboard EXP_ID`` shows). Other processes than the
+    chief write to a scratch directory, so one copy of the events is kept.
+
+    >>> tb_cb = det.keras.TensorBoard(core_context, histogram_freq=1)
+    """
+
+    def __init__(self, core_context: Any, *args: Any, **kwargs: Any) -> None:
+        session = getattr(core_context, "_session", None)
+        if session is None:
+            raise TypeError("TensorBoard: core_context must come from det_sdk.core.init(), got "
+                            f"{type(core_context).__name__}")
+        if args or "log_dir" in kwargs:
+            given = kwargs.pop("log_dir", args[0] if args else None)
+            args = args[1:]
+            log.warning("det_sdk: TensorBoard(log_dir=%r) ignored: events go to the trial's "
+                        "TensorBoard directory", given)
+        logdir = session.tensorboard_dir
+        if logdir is None or not core_context.distributed.is_chief:
+            logdir = tempfile.mkdtemp(prefix="det-tensorboard-")
+        super().__init__(str(logdir), *args, **kwargs)
