@@ -16,10 +16,11 @@ laptop to point the CLI at a master, and must not make a local run look like a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,8 +35,8 @@ class TrialInfo:
     trial_id: int
     experiment_id: int | None
     trial_seed: int
-    hparams: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
+    hparams: dict[str, Any] = dataclasses.field(default_factory=dict)
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class ClusterInfo(BaseModel):

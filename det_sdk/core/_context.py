@@ -26,8 +26,12 @@ from det_sdk.core._checkpoint import CheckpointContext
 from det_sdk.core._preempt import PreemptContext
 from det_sdk.core._searcher import SearcherContext
 from det_sdk.core._train import TrainContext
-from det_sdk.distributed import DistributedContext, HorovodProcesses, SingleProcess, \
-    launched_by_horovod
+from det_sdk.distributed import (
+    DistributedContext,
+    HorovodProcesses,
+    SingleProcess,
+    launched_by_horovod,
+)
 from det_sdk.hparams import HParams, local_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession, Session

@@ -12,7 +12,7 @@ Across TensorFlow workers the object collectives (``allgather``, ``broadcast``) 
 through a small TCP star around the chief; the tensors of training go through the
 strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``.
 
->>> parse_tf_config('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}')
+>>> parse_tf_config('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 1}}')
 (['a:1', 'b:2'], 1)
 >>> parse_tf_config(None)
 ([], 0)
@@ -180,7 +180,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def _recv(sock: socket.socket) -> Any:
     (n,) = struct.unpack("!Q", _recv_exact(sock, 8))
     # Peers are this training's own processes, admitted by the launcher's token.
-    return pickle.loads(_recv_exact(sock, n))  # noqa: S301
+    return pickle.loads(_recv_exact(sock, n))
 
 
 class TFWorkers(DistributedContext):

@@ -176,7 +176,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
 
     @property
     def stopped(self) -> str | None:
-        """Why the last fit stopped early (``"preempted by the master"``, ``"SIGTERM"``), or None."""
+        """Why the last fit stopped early (``"preempted by the master"``, ``"SIGTERM"``)."""
         return self._stopped
 
     @property

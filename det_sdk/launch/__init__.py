@@ -1,0 +1,1 @@
+"""Launchers for entrypoints: ``python3 -m det_sdk.launch.tensorflow -- python3 train.py``."""

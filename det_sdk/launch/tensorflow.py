@@ -1,0 +1,204 @@
+"""The TensorFlow launcher: give each training process its ``TF_CONFIG``, or do nothing.
+
+::
+
+    entrypoint_script: python3 -m det_sdk.launch.tensorflow -- python3 train.py
+
+How it learns the processes:
+
+- Under ``horovodrun`` (the master runs a trial of ``slots_per_trial: N > 1`` as
+  ``horovodrun -np N --gloo <entrypoint>``; also any ``horovodrun`` of your own):
+  each launcher sees ``HOROVOD_RANK``/``HOROVOD_SIZE``, picks a free port on its
+  host, publishes ``host:port`` in Horovod's rendezvous store (the HTTP key-value
+  server ``horovodrun`` runs for Gloo), reads the others' and execs the script
+  with ``TF_CONFIG`` (worker ``index`` = its rank). No TensorFlow is imported here.
+- ``--processes N`` off ``horovodrun``: it starts N copies of the script on this
+  host itself (Determined's launcher spawns its workers too), each with its
+  ``TF_CONFIG``, forwards SIGTERM/SIGINT to them, and exits with the first failure.
+- One process: it execs the script unchanged (no ``TF_CONFIG``).
+
+Next to ``TF_CONFIG`` each worker gets ``DET_TF_COLLECTIVE_ADDR`` and
+``DET_TF_COLLECTIVE_TOKEN``: where ``DistributedContext.from_tf_config()``'s object
+collectives meet (the chief) and the token that admits a worker.
+
+>>> parse_args(["--", "python3", "train.py", "--lr", "0.1"])
+(1, ['python3', 'train.py', '--lr', '0.1'])
+>>> tf_config(["h:1", "h:2"], 1)
+'{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from det_sdk.distributed import launched_by_horovod
+
+__all__ = ["main", "parse_args", "tf_config"]
+
+log = logging.getLogger("det_sdk.launch")
+
+COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"  # det_sdk.core._distributed reads these
+COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
+_SCOPE = "det_sdk_tf_launch"
+_RENDEZVOUS_TIMEOUT = 120.0
+
+
+def parse_args(argv: Sequence[str]) -> tuple[int, list[str]]:
+    """``[--processes N] [--] SCRIPT...`` -> (processes, script)."""
+    argv = list(argv)
+    script: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(
+        prog="python3 -m det_sdk.launch.tensorflow",
+        usage="%(prog)s [--processes N] -- SCRIPT...",
+        description="Give each TensorFlow training process its TF_CONFIG (several processes "
+                    "under horovodrun, or --processes N), or exec the script unchanged.")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="start N worker processes on this host (off horovodrun)")
+    parser.add_argument("script", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    script = list(args.script) + script
+    if not script:
+        parser.error("no script to launch: give it after --, e.g. -- python3 train.py")
+    if args.processes < 1:
+        parser.error(f"--processes must be >= 1, got {args.processes}")
+    return args.processes, script
+
+
+def tf_config(workers: Sequence[str], index: int) -> str:
+    """The ``TF_CONFIG`` of worker ``index`` among ``workers`` (``host:port``)."""
+    return json.dumps({"cluster": {"worker": list(workers)},
+                       "task": {"type": "worker", "index": index}})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker_env(base: Mapping[str, str], workers: Sequence[str], index: int,
+                collective: str, token: str) -> dict[str, str]:
+    return {**base, "TF_CONFIG": tf_config(workers, index), COLLECTIVE_ADDR_VAR: collective,
+            COLLECTIVE_TOKEN_VAR: token}
+
+
+# --- under horovodrun: agree on addresses through Horovod's rendezvous store -------------
+
+
+def _kv_url(env: Mapping[str, str], key: str) -> str:
+    addr = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    port = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    if not addr or not port:
+        raise RuntimeError("det_sdk.launch.tensorflow: under horovodrun but without "
+                           "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT; run horovodrun with --gloo")
+    return f"http://{addr}:{port}/{_SCOPE}/{key}"
+
+
+def _put(env: Mapping[str, str], key: str, value: Any) -> None:
+    req = urllib.request.Request(_kv_url(env, key), data=json.dumps(value).encode(),
+                                 method="PUT")
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+
+
+def _get(env: Mapping[str, str], key: str, deadline: float) -> Any:
+    while True:
+        try:
+            with urllib.request.urlopen(_kv_url(env, key), timeout=10) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"det_sdk.launch.tensorflow: worker {key} did not publish its "
+                               f"address within {_RENDEZVOUS_TIMEOUT:.0f} s")
+        time.sleep(0.1)
+
+
+def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
+    rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+    host = env.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    mine: dict[str, Any] = {"addr": f"{host}:{_free_port()}"}
+    if rank == 0:
+        mine["collective"] = f"{host}:{_free_port()}"
+        mine["token"] = secrets.token_hex(16)
+    _put(env, str(rank), mine)
+    deadline = time.monotonic() + _RENDEZVOUS_TIMEOUT
+    every = [mine if r == rank else _get(env, str(r), deadline) for r in range(size)]
+    chief = every[0]
+    return _worker_env(env, [w["addr"] for w in every], rank, chief["collective"],
+                       chief["token"])
+
+
+# --- --processes N: spawn the workers here -------------------------------------------------
+
+
+def _spawn(n: int, script: list[str]) -> int:
+    host = "127.0.0.1"
+    workers = [f"{host}:{_free_port()}" for _ in range(n)]
+    collective, token = f"{host}:{_free_port()}", secrets.token_hex(16)
+    procs = [subprocess.Popen(script, env=_worker_env(os.environ, workers, i, collective, token))
+             for i in range(n)]
+
+    def forward(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, forward)
+    # The first failure ends the others: a worker left alone waits in a collective forever.
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                p.wait()
+            return failed[0]
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the launcher (``python3 -m det_sdk.launch.tensorflow -- SCRIPT...``)."""
+    processes, script = parse_args(sys.argv[1:] if argv is None else argv)
+    if launched_by_horovod() and int(os.environ["HOROVOD_SIZE"]) > 1:
+        if processes != 1:
+            print("det_sdk.launch.tensorflow: --processes is for runs off horovodrun; under "
+                  "horovodrun each of its processes is one worker", file=sys.stderr)
+            return 2
+        env = _horovod_env(os.environ)
+    elif processes > 1:
+        return _spawn(processes, script)
+    else:
+        env = dict(os.environ)
+    try:
+        os.execvpe(script[0], script, env)
+    except OSError as err:
+        print(f"det_sdk.launch.tensorflow: cannot run {script[0]!r}: {err}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
