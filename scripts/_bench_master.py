@@ -57,6 +57,7 @@ def fill_history(db_path: Path, experiments: int, trials_per_experiment: int = 3
 
     from det_sdk.master.store import Store
 
+    db_path.parent.mkdir(parents=True, exist_ok=True)
     Store(db_path)  # the schema and indexes, as the master makes them (closed at once)
     config = _stored_config(name)
     now = time.time()

@@ -107,13 +107,16 @@ def _trial_infos(master: Any, trials: list[TrialRow],
     cfg = master.trial_config(trials[0]["id"])
     length = cfg.searcher.max_length if cfg.searcher else None
     out = []
+    queued = master.queued_trials()  # waiting in the resource manager's queue (Slurm)
     for t in trials:
         # as Search.operation: the trial's rung target (ASHA), else the searcher's length
         op = None if length is None else {
             "unit": length.unit,
             "length": t["target"] if t["target"] is not None else length.value}
         out.append(api.TrialInfo(
-            id=t["id"], experiment_id=t["experiment_id"], state=t["state"],
+            id=t["id"], experiment_id=t["experiment_id"],
+            state="QUEUED" if t["id"] in queued and t["state"] == "RUNNING" else t["state"],
+            queue_reason=queued.get(t["id"]) if t["state"] == "RUNNING" else None,
             hparams=t["hparams"], seed=t["seed"], restarts=t["restarts"],
             steps_completed=t["steps_completed"], epoch=t["epoch"], progress=t["progress"],
             best_metric=t["best_metric"], latest_checkpoint=t["latest_checkpoint"],
@@ -122,16 +125,21 @@ def _trial_infos(master: Any, trials: list[TrialRow],
     return out
 
 
+def _trials(master: Any, exp_id: int, limit: int, cursor: str | None
+            ) -> tuple[list[api.TrialInfo], str | None]:
+    kind = f"experiments/{exp_id}/trials"
+    after = None if cursor is None else decode_cursor(kind, cursor)
+    trials, rungs = master.store.trial_page(exp_id, after, limit + 1)
+    return _trial_infos(master, trials[:limit], rungs), _next(kind, trials, limit, "id")
+
+
 def trial_page(master: Any, exp_id: int, limit: int, cursor: str | None) -> api.TrialPage:
     """An experiment's trials in id order (the searcher's), ``limit`` at a time."""
     if master.store.experiment(exp_id) is None:
         raise NotFound(f"no experiment {exp_id}")
-    kind = f"experiments/{exp_id}/trials"
-    after = None if cursor is None else decode_cursor(kind, cursor)
-    trials, rungs = master.store.trial_page(exp_id, after, limit + 1)
+    trials, next_cursor = _trials(master, exp_id, limit, cursor)
     counts, _ = master.store.trial_state_counts(exp_id)
-    return api.TrialPage(trials=_trial_infos(master, trials[:limit], rungs),
-                         total=sum(counts.values()), next_cursor=_next(kind, trials, limit, "id"))
+    return api.TrialPage(trials=trials, total=sum(counts.values()), next_cursor=next_cursor)
 
 
 def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.ExperimentInfo:
@@ -140,13 +148,12 @@ def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.Experi
     exp = master.store.experiment(exp_id)
     if exp is None:
         raise NotFound(f"no experiment {exp_id}")
-    page = trial_page(master, exp_id, trials_limit, None)
+    trials, next_cursor = _trials(master, exp_id, trials_limit, None)
     counts, progress = master.store.trial_state_counts(exp_id)
     return api.ExperimentInfo(
         id=exp["id"], name=exp["name"], state=exp["state"], config=exp["config"],
-        created=exp["created"], trials=page.trials, progress=progress,
-        num_trials=sum(counts.values()), trial_states=counts,
-        trials_next_cursor=page.next_cursor)
+        created=exp["created"], trials=trials, progress=progress,
+        num_trials=sum(counts.values()), trial_states=counts, trials_next_cursor=next_cursor)
 
 
 # --- jobs and checkpoints ----------------------------------------------------------------
