@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointPage",
     "CheckpointReport",
     "CreateExperimentRequest",
+    "CreateExperimentResponse",
     "CreateJobRequest",
     "ErrorBody",
     "ExperimentInfo",
@@ -185,6 +186,14 @@ class CreateExperimentRequest(_Model):
     model_definition: str = Field(description="base64 of a .tar.gz of the model directory")
 
 
+class CreateExperimentResponse(_Model):
+    """The new experiment's id, and warnings about its config (Determined fields that
+    det_sdk accepted but ignores); ``det experiment create`` prints them."""
+
+    id: int
+    warnings: list[str] = Field(default_factory=list)
+
+
 class CreateJobRequest(_Model):
     """``POST /api/v1/jobs``: a generic task (``det job run``)."""
 
@@ -301,6 +310,8 @@ class TrialInfo(_Model):
     bracket: int = 0
     searcher_length: SearcherLength | None = None  # what the searcher has it train to now
     rungs: list[RungResult] = Field(default_factory=list)
+    # QUEUED in the resource manager's own queue (a PENDING Slurm job): its reason
+    queue_reason: str | None = None
 
 
 class ExperimentInfo(_Model):

@@ -118,7 +118,13 @@ class MasterClient:
 
     def create_experiment(self, config: dict[str, Any], archive: bytes,
                           progress: Callable[[int, int], None] | None = None) -> int:
-        return self._create("/api/v1/experiments", config, archive, progress)
+        return int(self.submit_experiment(config, archive, progress)["id"])
+
+    def submit_experiment(self, config: dict[str, Any], archive: bytes,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Create an experiment; the master's answer: ``id`` and ``warnings`` (a list)."""
+        out = self._request_create("/api/v1/experiments", config, archive, progress)
+        return {"id": int(out["id"]), "warnings": list(out.get("warnings") or [])}
 
     def create_job(self, config: dict[str, Any], archive: bytes,
                    progress: Callable[[int, int], None] | None = None) -> int:
@@ -126,6 +132,10 @@ class MasterClient:
 
     def _create(self, path: str, config: dict[str, Any], archive: bytes,
                 progress: Callable[[int, int], None] | None) -> int:
+        return int(self._request_create(path, config, archive, progress)["id"])
+
+    def _request_create(self, path: str, config: dict[str, Any], archive: bytes,
+                        progress: Callable[[int, int], None] | None) -> dict[str, Any]:
         body = json.dumps({"config": config,
                            "model_definition": base64.b64encode(archive).decode()}).encode()
 
@@ -139,7 +149,7 @@ class MasterClient:
         out = self.request("POST", path, content=chunks(),
                            headers={"content-type": "application/json",
                                     "content-length": str(len(body))})
-        return int(out["id"])
+        return dict(out)
 
     # --- pages ----------------------------------------------------------------------------
 

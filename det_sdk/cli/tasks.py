@@ -123,7 +123,11 @@ def experiment_create(args: Namespace) -> int:
     config = _read_config(args.config, "experiment")
     archive = _pack(args.model_dir)
     client = _client(args)
-    exp_id = client.create_experiment(config, archive, progress_bar("uploading model directory"))
+    created = client.submit_experiment(config, archive,
+                                       progress_bar("uploading model directory"))
+    exp_id = created["id"]
+    for warning in created["warnings"]:  # stderr: --json output stays parseable
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print_json({"id": exp_id})
     else:

@@ -13,15 +13,29 @@ from det_sdk.keras._context import KerasContext, TrainingContext
 from det_sdk.keras._data import ShardedArray
 from det_sdk.keras._determined_callback import DeterminedCallback, TensorBoard
 from det_sdk.keras._init import init
+from det_sdk.keras._trial import (
+    InMemorySequence,
+    SequenceAdapter,
+    TFKerasTensorBoard,
+    TFKerasTrial,
+    TFKerasTrialContext,
+    run_trial,
+)
 
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointMismatchError",
     "DeterminedCallback",
     "DivergenceError",
+    "InMemorySequence",
     "KerasContext",
+    "SequenceAdapter",
     "ShardedArray",
+    "TFKerasTensorBoard",
+    "TFKerasTrial",
+    "TFKerasTrialContext",
     "TensorBoard",
     "TrainingContext",
     "init",
+    "run_trial",
 ]

@@ -40,6 +40,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from det_sdk import api
+from det_sdk.config import ignored_fields, ignored_fields_warning
 from det_sdk.master.archive import MAX_ARCHIVE_BYTES
 from det_sdk.master.core import Master
 from det_sdk.master.errors import STATUS, RequestError
@@ -296,8 +297,13 @@ def create_app(master: Master) -> FastAPI:
 
     @app.post("/api/v1/experiments", status_code=201)
     def create_experiment(req: api.CreateExperimentRequest,
-                          p: Principal = Depends(user)) -> dict[str, int]:
-        return {"id": master.create_experiment(req.config, req.model_definition)}
+                          p: Principal = Depends(user)) -> api.CreateExperimentResponse:
+        exp_id = master.create_experiment(req.config, req.model_definition)
+        ignored = ignored_fields(req.config)  # accepted: the config validated above
+        warnings = [ignored_fields_warning(ignored)] if ignored else []
+        for warning in warnings:
+            log.warning("experiment %d: %s", exp_id, warning)
+        return api.CreateExperimentResponse(id=exp_id, warnings=warnings)
 
     @app.get("/api/v1/experiments")
     def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,

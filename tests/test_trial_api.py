@@ -1,0 +1,403 @@
+"""Determined's TFKerasTrial API on det_sdk (det_sdk.keras.TFKerasTrial and its runner).
+
+Fast tests run tiny trials in this process (each data kind a loader may return, the
+context's getters and wrappers, the errors). The slow ones run the seed tutorial's
+MNISTTrial (examples/mnist_trial) with `python -m det_sdk.keras.trial` and on a real
+master with 1 and 2 slots, pause and activate it, and read its metrics and
+checkpoints back through the `det` CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from det_sdk.config import ConfigError
+from det_sdk.keras import (
+    InMemorySequence,
+    SequenceAdapter,
+    TFKerasTensorBoard,
+    TFKerasTrial,
+    TFKerasTrialContext,
+    _compat,
+    run_trial,
+)
+from det_sdk.keras._trial import TrialLoadError, load_trial_class
+from det_sdk.keras.trial import main
+from tests.cluster_harness import Cluster, create, describe, wait_until
+from tests.conftest import REPO
+
+keras = _compat.keras
+EXAMPLE = REPO / "examples" / "mnist_trial"
+
+
+def _config(**overrides: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "hyperparameters": {"global_batch_size": 8},
+        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"batches": 6}},
+        "reproducibility": {"experiment_seed": 1},
+        "entrypoint": "t:Trial",
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(40, 4)).astype("float32")
+Y = (X.sum(axis=1) > 0).astype("float32")
+
+
+def _model(context: TFKerasTrialContext, optimizer: Any = "adam") -> Any:
+    model = context.wrap_model(keras.Sequential([
+        keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")]))
+    model.compile(optimizer=optimizer, loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+class NumpyTrial(TFKerasTrial):
+    """Loaders given per test through the config's data section's `kind`."""
+
+    def build_model(self) -> Any:
+        self.model = _model(self.context)
+        self.initial = [w.copy() for w in self.model.get_weights()]
+        return self.model
+
+    def build_training_data_loader(self) -> Any:
+        return loader(self.context, self.context.get_data_config()["kind"])
+
+    def build_validation_data_loader(self) -> Any:
+        return X[:16], Y[:16]
+
+
+class Batches(keras.utils.Sequence):
+    def __init__(self, n: int = 5) -> None:
+        super().__init__()
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        return X[i * 8:(i + 1) * 8], Y[i * 8:(i + 1) * 8]
+
+
+def loader(context: TFKerasTrialContext, kind: str) -> Any:
+    bs = context.get_per_slot_batch_size()
+    if kind == "zero_weights":
+        return X, Y, np.zeros(len(X), "float32")
+    if kind == "weights":
+        return X, Y, np.ones(len(X), "float32")
+    if kind == "dataset":
+        return context.wrap_dataset(tf.data.Dataset.from_tensor_slices((X, Y))).batch(bs)
+    if kind == "sequence":
+        return Batches()
+    if kind == "adapter":
+        return SequenceAdapter(Batches(), workers=2, use_multiprocessing=True)
+    if kind == "in_memory":
+        return InMemorySequence(data=X, labels=Y, batch_size=context.get_global_batch_size())
+    if kind == "list":
+        return [X, Y]
+    raise AssertionError(kind)
+
+
+def _run(tmp_path: Path, trial: type[TFKerasTrial] = NumpyTrial, **overrides: Any) -> Any:
+    return run_trial(trial, config=_config(**overrides), runs_dir=tmp_path / "runs")
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- data kinds ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["weights", "dataset", "sequence", "adapter", "in_memory"])
+def test_each_data_kind_trains_to_the_configured_length(tmp_path: Path, kind: str) -> None:
+    hist = _run(tmp_path, data={"kind": kind})
+    run = tmp_path / "runs" / "1"
+    ckpts = _rows(run / "checkpoints.jsonl")
+    assert ckpts[-1]["steps_completed"] == 6  # searcher.max_length: 6 batches, exactly
+    validations = [m for m in _rows(run / "metrics.jsonl") if m["group"] == "validation"]
+    assert validations and {"val_loss", "val_accuracy"} <= set(validations[-1]["metrics"])
+    assert hist.history["val_loss"]
+
+
+def test_sample_weights_from_the_loader_are_used(tmp_path: Path) -> None:
+    trials: list[Any] = []
+
+    class Keep(NumpyTrial):
+        def __init__(self, context: TFKerasTrialContext) -> None:
+            super().__init__(context)
+            trials.append(self)
+
+    _run(tmp_path, Keep, data={"kind": "zero_weights"})
+    _run(tmp_path, Keep, data={"kind": "weights"})
+    zero, ones = trials
+    # weight 0 everywhere: no gradient, the weights stay; weight 1: they move
+    for before, after in zip(zero.initial, zero.model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    assert any(not np.array_equal(b, a) for b, a in zip(ones.initial, ones.model.get_weights()))
+
+
+def test_in_memory_sequence_batches_and_checks() -> None:
+    w = np.arange(40, dtype="float32")
+    seq = InMemorySequence(data=X, labels=Y, batch_size=16, sample_weights=w)
+    assert len(seq) == 3 and isinstance(seq, keras.utils.Sequence)
+    x, _, sw = seq[2]
+    assert len(x) == 8 and list(sw) == list(w[32:])
+    with pytest.raises(IndexError):
+        seq[3]
+    with pytest.raises(ValueError, match="batch_size"):
+        InMemorySequence(data=X, labels=Y, batch_size=0)
+    with pytest.raises(ValueError, match="data: 40, labels: 39"):
+        InMemorySequence(data=X, labels=Y[:39], batch_size=4)
+    with pytest.raises(TypeError, match="labels must be a numpy array"):
+        InMemorySequence(data=X, labels="y", batch_size=4)
+    with pytest.raises(ValueError, match="workers"):
+        SequenceAdapter(seq, workers=-1)
+    with pytest.raises(TypeError, match=r"keras\.utils\.Sequence"):
+        SequenceAdapter([1, 2])
+
+
+# --- the context --------------------------------------------------------------------------
+
+
+def test_context_getters_and_the_optimizer_wrapped_at_compile(tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    class Probe(NumpyTrial):
+        def build_model(self) -> Any:
+            c = self.context
+            seen.update(hparams=c.get_hparams(), lr=c.get_hparam("lr"),
+                        gbs=c.get_global_batch_size(), per_slot=c.get_per_slot_batch_size(),
+                        data=c.get_data_config(), config=c.get_experiment_config(),
+                        rank=c.distributed.rank, trial=c.get_trial_id(),
+                        experiment=c.get_experiment_id())
+            model = super().build_model()
+            seen["optimizer"] = model.optimizer
+            with pytest.raises(KeyError, match="global_batch_size"):
+                c.get_hparam("nope")
+            return model
+
+    _run(tmp_path, Probe, hyperparameters={"global_batch_size": 8, "lr": 0.1},
+         data={"kind": "weights"})
+    assert seen["hparams"] == {"global_batch_size": 8, "lr": 0.1}
+    assert (seen["lr"], seen["gbs"], seen["per_slot"], seen["rank"]) == (0.1, 8, 8, 0)
+    assert seen["data"] == {"kind": "weights"} and seen["trial"] == 1
+    assert seen["experiment"] is None
+    assert seen["config"]["entrypoint_script"] == "python3 -m det_sdk.keras.trial t:Trial"
+    # compile(optimizer="adam") on a wrapped model: a real Adam, and checkpointed
+    assert isinstance(seen["optimizer"], keras.optimizers.Adam)
+    state = json.loads(next((tmp_path / "runs" / "1" / "checkpoints").glob("*/state.json"))
+                       .read_text())
+    groups = {a["group"] for a in state["arrays"]}
+    assert "optimizer:0" in groups, f"no optimizer state in the checkpoint: {groups}"
+
+
+def test_tensorboard_callback_writes_into_the_run(tmp_path: Path) -> None:
+    class WithTensorBoard(NumpyTrial):
+        def keras_callbacks(self) -> list[Any]:
+            return [TFKerasTensorBoard(update_freq="epoch")]
+
+    _run(tmp_path, WithTensorBoard, data={"kind": "weights"})
+    events = list((tmp_path / "runs" / "1" / "tensorboard" / "keras").rglob("events.out.*"))
+    assert events, "TFKerasTensorBoard wrote nothing into the run's tensorboard/keras"
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def test_a_model_not_wrapped_is_refused_naming_wrap_model(tmp_path: Path) -> None:
+    class Unwrapped(NumpyTrial):
+        def build_model(self) -> Any:
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            model.compile(optimizer="sgd", loss="mse")
+            return model
+
+    with pytest.raises(ValueError, match=r"self\.context\.wrap_model"):
+        _run(tmp_path, Unwrapped, data={"kind": "weights"})
+
+
+def test_bad_loader_output_and_missing_settings_name_what_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"NumpyTrial\.build_training_data_loader returned list"):
+        _run(tmp_path, data={"kind": "list"})
+    with pytest.raises(KeyError, match=r"hyperparameters\.global_batch_size"):
+        _run(tmp_path, hyperparameters={}, data={"kind": "weights"})
+    with pytest.raises(ConfigError, match=r"searcher\.max_length"):
+        _run(tmp_path, searcher={"name": "single", "metric": "val_loss"},
+             data={"kind": "weights"})
+
+
+def test_runner_entrypoint_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "mod.py").write_text("class NotATrial:\n    pass\n")
+    assert main(["mod:NotATrial", "--context", str(tmp_path), "--config", "x.yaml"]) == 2
+    assert "not a subclass of det_sdk.keras.TFKerasTrial" in capsys.readouterr().err
+    assert main(["nomodule:X", "--context", str(tmp_path)]) == 2
+    assert "no module 'nomodule'" in capsys.readouterr().err
+    with pytest.raises(TrialLoadError, match="expected module:Class"):
+        load_trial_class("just_a_name")
+    assert main(["mod:NotATrial", "--hparams", "[1]", "--context", str(tmp_path)]) == 2
+    assert "JSON object" in capsys.readouterr().err
+
+
+# --- the tutorial, as processes -----------------------------------------------------------
+
+
+def _hard_mnist(path: Path, n_train: int = 256, n_test: int = 64) -> Path:
+    """MNIST-shaped noise with random labels: it never trains to a loss of 0 (the
+    generated digits do, within a few batches, and then the weights stop moving, so a
+    comparison of final weights would prove nothing)."""
+    r = np.random.default_rng(5)
+    np.savez(path, x_train=r.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+             y_train=r.integers(0, 10, n_train, dtype=np.uint8),
+             x_test=r.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+             y_test=r.integers(0, 10, n_test, dtype=np.uint8))
+    return path
+
+
+def _tutorial_config(path: Path, npz: Path, **overrides: Any) -> Path:
+    cfg = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    cfg.update({"records_per_epoch": 256, "data": {"mnist_npz": str(npz)},
+                "reproducibility": {"experiment_seed": 7},
+                "checkpoint_storage": {"save_trial_latest": 100}})
+    cfg["searcher"]["max_length"] = {"batches": 16}  # 2 epochs of 8 batches of 32
+    cfg["min_validation_period"] = {"batches": 8}
+    cfg.update(overrides)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.slow
+def test_tutorial_runs_locally_with_the_runner(tmp_path: Path) -> None:
+    npz = _hard_mnist(tmp_path / "mnist.npz")
+    config = _tutorial_config(tmp_path / "const.yaml", npz)
+    env = {"DET_RUNS_DIR": str(tmp_path / "runs"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cmd = [sys.executable, "-m", "det_sdk.keras.trial", "model_def:MNISTTrial",
+           "--config", str(config)]
+    out = subprocess.run(cmd, cwd=EXAMPLE, env={**_env(), **env}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "1"
+    val = [m for m in _rows(run / "metrics.jsonl") if m["group"] == "validation"]
+    assert [m["steps_completed"] for m in val] == [8, 16]
+    assert "val_accuracy" in val[-1]["metrics"]
+    assert _rows(run / "checkpoints.jsonl")[-1]["steps_completed"] == 16
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID"):
+        env.pop(var, None)
+    return env
+
+
+def _final_weights(cluster: Cluster, trial_id: int, processes: int = 1) -> list[np.ndarray]:
+    """The weights of the trial's last checkpoint, listed by the `det` CLI."""
+    from det_sdk.keras._checkpoint import load_weights, read_metadata
+
+    out = cluster.det("checkpoint", "list", "--trial", str(trial_id), "--json")
+    assert out.returncode == 0, out.stderr
+    last = max(json.loads(out.stdout), key=lambda c: c["steps_completed"])
+    assert last["steps_completed"] == 16
+    assert read_metadata(Path(last["path"]))["processes"] == processes
+    model = keras.Sequential([keras.layers.Flatten(input_shape=(28, 28)),
+                              keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(10)])
+    load_weights(Path(last["path"]), model)
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+SLOW_TRIAL = '''
+import time
+import tensorflow as tf
+from model_def import MNISTTrial
+from det_sdk.keras import TFKerasTensorBoard
+
+
+class Sleep(tf.keras.callbacks.Callback):
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.seconds)
+
+
+class SlowMNISTTrial(MNISTTrial):
+    """The tutorial's trial, slowed down so that a test can pause it mid-run."""
+
+    def keras_callbacks(self):
+        return [Sleep(self.context.get_data_config().get("sleep_per_batch", 0)),
+                TFKerasTensorBoard(update_freq="epoch")]
+'''
+
+
+@pytest.mark.slow
+def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
+                                                            tmp_path: Path) -> None:
+    npz = _hard_mnist(tmp_path / "mnist.npz")
+    model_dir = tmp_path / "mnist_trial"
+    shutil.copytree(EXAMPLE, model_dir)
+    (model_dir / "slow.py").write_text(SLOW_TRIAL)
+
+    # 1 slot, the config carrying Determined fields det_sdk ignores: accepted, one warning
+    one = _tutorial_config(tmp_path / "one.yaml", npz, environment={"image": "x"},
+                           bind_mounts=[{"host_path": "/d", "container_path": "/d"}])
+    out = cluster.det("experiment", "create", str(one), str(model_dir), "--json")
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "bind_mounts, environment" in warnings[0], out.stderr
+    exp_one = json.loads(out.stdout)["id"]
+    two = _tutorial_config(tmp_path / "two.yaml", npz, resources={"slots_per_trial": 2})
+    exp_two = create(cluster, two, model_dir)
+    for exp in (exp_one, exp_two):
+        assert cluster.det("experiment", "wait", str(exp)).returncode == 0, \
+            cluster.det("experiment", "logs", str(exp)).stdout[-3000:]
+
+    (t_one,) = describe(cluster, exp_one)["trials"]
+    (t_two,) = describe(cluster, exp_two)["trials"]
+    assert t_one["state"] == t_two["state"] == "COMPLETED"
+    assert t_one["steps_completed"] == t_two["steps_completed"] == 16
+    # metrics as the master shows them: training and validation every 8 batches
+    trial = json.loads(cluster.det("trial", "describe", str(t_one["id"]), "--json").stdout)
+    validations = [m for m in trial["metrics"] if m["group"] == "validation"]
+    assert [m["steps_completed"] for m in validations] == [8, 16]
+    assert "val_accuracy" in validations[-1]["metrics"]
+    # the same global batch of 32 split over 2 processes: the same training
+    w_one, w_two = _final_weights(cluster, t_one["id"]), _final_weights(cluster, t_two["id"], 2)
+    for a, b in zip(w_one, w_two):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    # paused in the middle and activated: the weights of the uninterrupted run
+    slow = _tutorial_config(tmp_path / "slow.yaml", npz, entrypoint="slow:SlowMNISTTrial",
+                            data={"mnist_npz": str(npz), "sleep_per_batch": 0.25})
+    exp_slow = create(cluster, slow, model_dir)
+    wait_until("the trial to train a few batches", lambda: describe(cluster, exp_slow)
+               ["trials"][0]["steps_completed"] >= 3, timeout=120)
+    assert cluster.det("experiment", "pause", str(exp_slow)).returncode == 0
+    wait_until("PAUSED", lambda: describe(cluster, exp_slow)["state"] == "PAUSED",
+               timeout=120)
+    paused_at = describe(cluster, exp_slow)["trials"][0]["steps_completed"]
+    assert 3 <= paused_at < 16
+    assert cluster.det("experiment", "activate", str(exp_slow)).returncode == 0
+    assert cluster.det("experiment", "wait", str(exp_slow)).returncode == 0
+    (t_slow,) = describe(cluster, exp_slow)["trials"]
+    assert t_slow["state"] == "COMPLETED" and t_slow["restarts"] == 0
+    for a, b in zip(w_one, _final_weights(cluster, t_slow["id"])):
+        np.testing.assert_array_equal(a, b)
+    # keras_callbacks' TFKerasTensorBoard wrote into the trial's TensorBoard storage
+    storage = Path(json.loads(cluster.det("checkpoint", "list", "--trial", str(t_slow["id"]),
+                                          "--json").stdout)[0]["path"]).parent
+    events = list((storage / "tensorboard").rglob("keras/**/events.out.*"))
+    assert events, f"no Keras TensorBoard events under {storage / 'tensorboard'}"
