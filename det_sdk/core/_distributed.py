@@ -51,8 +51,8 @@ _CONNECT_TIMEOUT = 300.0  # s: workers start at different speeds (importing TF, 
 
 KERAS3_MULTIWORKER_MESSAGE = (
     "det_sdk: {n} TensorFlow worker processes need MultiWorkerMirroredStrategy, which "
-    "is broken in Keras 3 (keras-team/keras#20585: model.fit under it fails or trains "
-    "wrongly across processes). This Keras is {version}. Use instead: (a) one process "
+    "Keras 3 does not support across processes (broken upstream: keras-team/keras#20585). "
+    "This Keras is {version}. Use instead: (a) one process "
     "(resources.slots_per_trial: 1; MirroredStrategy still uses every local GPU), "
     "(b) det_sdk.keras.init() + context.fit with Horovod (slots_per_trial: N runs it "
     "under horovodrun; same-on-N tested), or (c) Keras 2: TensorFlow <= 2.15, or "

@@ -71,11 +71,10 @@ def main(core_context, strategy):
         batch_size=hparams["global_batch_size"],
         epochs=int(os.environ.get("EPOCHS", hparams.get("epochs", 2))),
         validation_data=(x_test, y_test),
+        shuffle=hparams.get("shuffle", True),
         verbose=2,
         callbacks=[det_cb, tb_cb],
     )
-    if core_context.distributed.rank == 0:
-        np.save("final_weights.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
 
 
 if __name__ == "__main__":
