@@ -231,7 +231,8 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     assert trial["restarts"] == 0  # it never stopped
     with cluster.http() as http:
         rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
-        ckpts = http.get("/api/v1/checkpoints", params={"trial_id": trial["id"]}).json()
+        ckpts = http.get("/api/v1/checkpoints",
+                         params={"trial_id": trial["id"]}).json()["checkpoints"]
     keys = [(r["group"], r["steps_completed"]) for r in rows]
     assert len(keys) == len(set(keys)) == 12  # 6 epochs x (training, validation)
     assert sorted(c["epoch"] for c in ckpts) == [1, 2, 3, 4, 5, 6]
@@ -336,5 +337,6 @@ def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster) -> None:
     assert kept <= on_disk
     # the deleted ones are gone from disk too (other tests' checkpoints share the dir)
     with cluster.http() as http:
-        all_known = {c["uuid"] for c in http.get("/api/v1/checkpoints").json()}
+        all_known = {c["uuid"] for c in http.get("/api/v1/checkpoints",
+                                                 params={"limit": 1000}).json()["checkpoints"]}
     assert on_disk == all_known

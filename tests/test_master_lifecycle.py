@@ -86,8 +86,11 @@ def test_a_trial_that_crashes_while_stopping_for_a_pause_is_paused(fakes: Fakes)
 def test_a_launch_that_fails_ends_the_trial_error_with_the_reason(fakes: Fakes) -> None:
     """L4: a launch that raises never leaves a trial RUNNING without a process."""
     with fakes.http() as http:
-        last = max([t["id"] for e in http.get("/api/v1/experiments").json()
-                    for t in e["trials"]], default=0)
+        # the newest experiment holds the newest trials (lists are paged, newest first)
+        newest = http.get("/api/v1/experiments", params={"limit": 1}).json()["experiments"]
+        last = max([t["id"] for e in newest for t in http.get(
+            f"/api/v1/experiments/{e['id']}/trials", params={"limit": 1000}).json()["trials"]],
+                   default=0)
     # the trial's directory cannot be created: its place is taken by a file
     trials_dir = fakes.cluster.data_dir / "trials"
     trials_dir.mkdir(exist_ok=True)
@@ -226,7 +229,8 @@ def test_a_job_whose_launch_fails_ends_error_and_says_why_in_its_log(fakes: Fake
                                                                      tmp_path: Path) -> None:
     """L4 for generic jobs: ERROR, the reason in `det job logs`, its upload deleted."""
     with fakes.http() as http:
-        last = max([j["id"] for j in http.get("/api/v1/jobs").json()], default=0)
+        last = max([j["id"] for j in http.get("/api/v1/jobs", params={"limit": 1}).json()[
+            "jobs"]], default=0)  # the newest job (lists are paged, newest first)
     # its working directory's place is taken by a file: the process cannot start there
     job_dir = fakes.cluster.data_dir / "jobs" / str(last + 1)
     job_dir.mkdir(parents=True)
