@@ -43,7 +43,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -144,12 +143,12 @@ def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
             _checkpoint.write_snapshot(path, snap, meta)
         done["uuid"] = uuid
 
-    writer = threading.Thread(target=lambda: (_writer._lower_priority(), write()))
-    writer.start()
+    writer = _writer.CheckpointWriter()  # det_sdk's own background writer
+    writer.submit(write)
     t1 = time.perf_counter()
     model.train_on_batch(x, y)  # the next step, while the write runs
     t_step = time.perf_counter() - t1
-    writer.join()
+    writer.wait()
     return t_snap + max(0.0, t_step - normal_step), t_snap, done["uuid"]
 
 

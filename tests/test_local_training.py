@@ -62,8 +62,25 @@ def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> 
         assert meta["framework"]["tensorflow"] == importlib.metadata.version(
             "tensorflow-cpu") and meta["keras_major"] in (2, 3)
         assert meta["framework"]["keras"].split(".")[0] == str(meta["keras_major"])
-    assert list((run / "tensorboard" / "validation").glob("events.out.tfevents.*"))
+    assert _tensorboard_scalars(run / "tensorboard" / "validation", "loss") == [
+        (m["steps_completed"], pytest.approx(m["metrics"]["val_loss"], rel=1e-6))
+        for m in metrics if m["group"] == "validation"]
     assert not list((run / "checkpoints").glob(".tmp-*"))
+
+
+def _tensorboard_scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of every ``tag`` scalar in a directory's event files, as TensorBoard
+    reads them (TensorFlow's own record reader and protocol buffers)."""
+    import tensorflow as tf
+
+    out = []
+    for path in sorted(logdir.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    assert value.metadata.plugin_data.plugin_name == "scalars"
+                    out.append((event.step, float(tf.make_ndarray(value.tensor))))
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,12 @@ when a resumed run starts in the middle of an epoch.
 
 from __future__ import annotations
 
+import itertools
+import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -506,30 +510,61 @@ class StopAt(_Callback):
             self.model.stop_training = True
 
 
-def _scalar_metadata() -> bytes:
-    """The summary metadata that marks a value as a TensorBoard scalar.
+class ScalarEventFile:
+    """A TensorBoard event file of scalars, written record by record without TF ops.
 
-    ``tf.summary.scalar`` lives in the ``tensorboard`` package, which TF >= 2.16 no
-    longer installs; the low-level ``tf.summary.write`` with this metadata writes
-    the same event without it.
+    ``tf.summary.write`` runs eager ops (a writer resource, a constant, the write)
+    and cost about 3.5 ms per epoch here; an ``Event`` protocol buffer appended
+    through ``tf.io.TFRecordWriter`` (C++, no graph, no ops) costs tens of
+    microseconds and gives TensorBoard the same records. The ``tensorboard``
+    package, which TF >= 2.16 no longer installs, is not needed.
+
+    >>> # f = ScalarEventFile(Path("det-runs/1/tensorboard/train")); f.add(64, {"loss": 0.3})
     """
-    from tensorflow.core.framework import summary_pb2
 
-    meta = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
-    )
-    return meta.SerializeToString()
+    def __init__(self, logdir: Path) -> None:
+        from tensorflow.core.framework import summary_pb2
+        from tensorflow.core.util import event_pb2
+
+        self._summary_pb2, self._event_pb2 = summary_pb2, event_pb2
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+            data_class=summary_pb2.DATA_CLASS_SCALAR,
+        )
+        logdir.mkdir(parents=True, exist_ok=True)
+        # TensorBoard reads any file whose name holds "tfevents"; this is its own pattern
+        name = (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
+                f"{os.getpid()}.{next(_event_files)}.v2")
+        self._records = tf.io.TFRecordWriter(str(logdir / name))
+        self._append(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _append(self, event: Any) -> None:
+        self._records.write(event.SerializeToString())
+
+    def add(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Append one event with these scalars at ``step`` and flush it to the file."""
+        pb = self._summary_pb2
+        values = [
+            pb.Summary.Value(tag=tag, metadata=self._metadata, tensor=tf.make_tensor_proto(
+                float(value), dtype=tf.float32))
+            for tag, value in scalars.items()
+        ]
+        self._append(self._event_pb2.Event(wall_time=time.time(), step=step,
+                                           summary=pb.Summary(value=values)))
+        self._records.flush()
+
+    def close(self) -> None:
+        self._records.close()
 
 
-_SCALAR_METADATA = _scalar_metadata()
+_event_files = itertools.count()
 
 
 class TensorBoardScalars(_Callback):
     """Write each epoch's metrics as TensorBoard scalars (step = batches trained).
 
-    Lighter than ``keras.callbacks.TensorBoard``: no graph, no histograms, one write
-    per epoch.
+    Lighter than ``keras.callbacks.TensorBoard``: no graph, no histograms, one
+    record per epoch.
 
     >>> # TensorBoardScalars(Path("det-runs/1/tensorboard"), position)
     """
@@ -538,28 +573,22 @@ class TensorBoardScalars(_Callback):
         super().__init__()
         self.logdir = logdir
         self.position = position
-        self._writers: dict[str, Any] = {}
-
-    def _writer(self, name: str) -> Any:
-        if name not in self._writers:
-            self._writers[name] = tf.summary.create_file_writer(str(self.logdir / name))
-        return self._writers[name]
+        self._files: dict[str, ScalarEventFile] = {}
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         train, val = split_logs(logs or {})
         for name, metrics in (("train", train), ("validation", val)):
             if not metrics:
                 continue
-            with self._writer(name).as_default(step=self.position.steps_completed):
-                for k, v in metrics.items():
-                    tf.summary.write(k.removeprefix("val_"), tf.constant(v, tf.float32),
-                                     metadata=_SCALAR_METADATA)
-            self._writer(name).flush()
+            if name not in self._files:
+                self._files[name] = ScalarEventFile(self.logdir / name)
+            self._files[name].add(self.position.steps_completed,
+                                  {k.removeprefix("val_"): v for k, v in metrics.items()})
 
     def on_train_end(self, logs: Any = None) -> None:
-        for w in self._writers.values():
-            w.close()
-        self._writers.clear()
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
 
 _SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}

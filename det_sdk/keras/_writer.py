@@ -32,14 +32,16 @@ class CheckpointWriteError(DetSdkError, RuntimeError):
     """A checkpoint could not be written (disk full, permissions, ...)."""
 
 
-def _lower_priority() -> None:
-    """Let training threads go first: on Linux a thread has its own nice value.
+def _set_priority(native_id: int, nice: int) -> None:
+    """Set one thread's nice value (on Linux a thread has its own); best effort.
 
     The write is mostly memory copies into the page cache and waiting on the disk;
-    on a machine whose cores training keeps busy it should take what is left.
+    while training runs it should take what the training threads leave (nice 10).
+    Once training waits for it, it is the critical path: back to nice 0 (allowed
+    as root or with CAP_SYS_NICE; otherwise it stays at 10).
     """
     with contextlib.suppress(AttributeError, OSError):  # not Linux, or not permitted
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        os.setpriority(os.PRIO_PROCESS, native_id, nice)
 
 
 class CheckpointWriter:
@@ -64,6 +66,8 @@ class CheckpointWriter:
     def wait(self) -> None:
         """Block until no write runs; raise the error of a write that failed."""
         if self._thread is not None:
+            if self._thread.is_alive() and self._thread.native_id is not None:
+                _set_priority(self._thread.native_id, 0)
             self._thread.join()
             self._thread = None
         error, self._error = self._error, None
@@ -72,7 +76,7 @@ class CheckpointWriter:
                                        ) from error
 
     def _run(self, write: Callable[[], None]) -> None:
-        _lower_priority()
+        _set_priority(threading.get_native_id(), 10)
         try:
             write()
         except BaseException as err:  # reported to the training thread by wait()

@@ -1,0 +1,326 @@
+"""Benchmark: time spent in det_sdk's hooks per epoch, against Determined's callback and
+Keras's ``BackupAndRestore``, timed the same way in one run.
+
+The workload is the Keras MNIST convnet on generated MNIST-shaped data (batch 128),
+each side with a checkpoint at every epoch end:
+
+* ``det_sdk``: ``context.fit`` with ``det_sdk.keras.init()``'s defaults (a checkpoint
+  every epoch, metrics, TensorBoard scalars). Its cost is the time inside every hook of
+  det_sdk's callback classes, plus the time ``context.fit`` spends after its last
+  ``model.fit`` returned (its final save and the wait for the background write: a
+  training script cannot go on before that). The time before the first ``model.fit``
+  (wrapping the data in a pipeline, restoring, broadcasting) is shown for information.
+* ``determined``: ``model.fit`` with Determined's ``DeterminedCallback`` on a local core
+  context (``determined.core._dummy_init``, shared-filesystem storage in a temporary
+  directory), ``checkpoint_epochs=1``. Determined's Keras support needs Keras 2
+  (``keras.src.saving.legacy``): on Keras 3 this side is reported as unavailable. Install
+  it beside the environment without touching it:
+  ``pip install --no-deps --target /tmp/detpkg determined==0.38.0 ruamel.yaml filelock
+  appdirs`` and pass ``--determined-path /tmp/detpkg``.
+* ``backup``: ``model.fit`` with ``keras.callbacks.BackupAndRestore`` (a backup every
+  epoch).
+
+Each hook of each side's own callback classes is wrapped with a timer (the same wrapper
+for all), so the figure is the training thread's time inside that side's code. The
+sides run in rotating order (ABC, BCA, CAB, ...), each for ``--epochs`` epochs; the
+median per-epoch figure over ``--reps`` rounds is compared.
+
+Gates: det_sdk's median <= ``--max-ms`` (default 6 ms per epoch) and <= ``--max-share``
+(default 0.5) of each other side measured. A round in which other processes used more
+than ``--max-foreign`` of the machine is noisy and repeated; fewer than 3 clean rounds
+is INCONCLUSIVE (exit status 2), never OK. Exit status 1 when a gate is missed.
+
+Usage::
+
+    .venv-keras2/bin/python scripts/bench_hooks.py --determined-path /tmp/detpkg
+    .venv/bin/python scripts/bench_hooks.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+from _bench_mnist import build_model, mnist_like
+from bench_fit_overhead import machine_busy_seconds
+
+import det_sdk as det
+
+HOOKS = (
+    "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
+    "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
+    "on_test_batch_begin", "on_test_batch_end",
+)
+
+
+class HookTimer:
+    """Seconds spent inside the hooks of some callback classes while ``active``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.active = False
+        self.by_hook: dict[str, float] = {}  # summed over all runs, for --breakdown
+
+    @contextlib.contextmanager
+    def wrapping(self, classes: list[type]) -> Iterator[None]:
+        """Wrap each hook a class defines itself; restore the originals on the way out."""
+        saved: list[tuple[type, str, Any]] = []
+        for cls in classes:
+            for hook in HOOKS:
+                if hook in vars(cls):
+                    saved.append((cls, hook, vars(cls)[hook]))
+                    setattr(cls, hook, self._timed(vars(cls)[hook], f"{cls.__name__}.{hook}"))
+        try:
+            yield
+        finally:
+            for cls, hook, original in saved:
+                setattr(cls, hook, original)
+
+    def _timed(self, fn: Callable[..., Any], key: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - t0
+                self.seconds += spent
+                self.by_hook[key] = self.by_hook.get(key, 0.0) + spent
+
+        return timed
+
+
+def det_sdk_callback_classes() -> list[type]:
+    """Every Keras callback class det_sdk's Keras package defines."""
+    import importlib
+    import pkgutil
+
+    import det_sdk.keras as pkg
+
+    base = tf.keras.callbacks.Callback
+    classes: list[type] = []
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"det_sdk.keras.{mod.name}")
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, base) and value is not base
+                    and value.__module__.startswith("det_sdk.") and value not in classes):
+                classes.append(value)
+    return classes
+
+
+def compiled(seed: int) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(seed)
+    model = build_model()
+    model.compile(loss="categorical_crossentropy", optimizer=tf.keras.optimizers.Adam(1e-3),
+                  metrics=["accuracy"])
+    return model
+
+
+class Side:
+    """One way of training with per-epoch checkpoints; ``run`` returns its cost in s."""
+
+    name = ""
+
+    def run(self, epochs: int) -> float:
+        raise NotImplementedError
+
+
+class DetSdk(Side):
+    name = "det_sdk"
+
+    def __init__(self, data: dict[str, Any], seed: int, tmp: Path) -> None:
+        self.timer = HookTimer()
+        self.classes = det_sdk_callback_classes()
+        self.data, self.seed, self.tmp = data, seed, tmp
+        self.before: list[float] = []
+        self.after: list[float] = []
+        self.runs = 0
+
+    def run(self, epochs: int) -> float:
+        self.runs += 1
+        # a fresh run directory each time: a fit that resumes would train nothing
+        context = det.keras.init(runs_dir=str(self.tmp / f"det-{self.runs}"), seed=self.seed)
+        x, y = context.wrap_data(self.data["x"], self.data["y"])
+        xv, yv = context.wrap_data(self.data["x_val"], self.data["y_val"])
+        model = compiled(self.seed)
+        inner_fit = model.fit
+        marks: list[float] = []
+
+        def fit(*args: Any, **kwargs: Any) -> Any:
+            marks.append(time.perf_counter())
+            try:
+                return inner_fit(*args, **kwargs)
+            finally:
+                marks.append(time.perf_counter())
+
+        model.fit = fit  # context.fit calls model.fit: see when its own work ends
+        self.timer.seconds = 0.0
+        with self.timer.wrapping(self.classes):
+            self.timer.active = True
+            t0 = time.perf_counter()
+            context.fit(model, x=x, y=y, validation_data=(xv, yv), batch_size=128,
+                        epochs=epochs, verbose=0)
+            t1 = time.perf_counter()
+            self.timer.active = False
+        context.close()
+        self.before.append(marks[0] - t0)
+        self.after.append(t1 - marks[-1])
+        return self.timer.seconds + (t1 - marks[-1])
+
+
+class Determined(Side):
+    name = "determined"
+
+    def __init__(self, data: dict[str, Any], seed: int, tmp: Path) -> None:
+        from determined import core
+        from determined.keras import DeterminedCallback
+
+        self.core, self.callback = core, DeterminedCallback
+        self.timer = HookTimer()
+        self.data, self.seed, self.tmp = data, seed, tmp
+
+    def run(self, epochs: int) -> float:
+        model = compiled(self.seed)
+        storage = self.tmp / "determined"
+        # Off the cluster its checkpoints copy the working directory as the model's
+        # code: make that an empty one, so only the checkpoint itself is measured.
+        code_dir = self.tmp / "determined-code"
+        code_dir.mkdir(exist_ok=True)
+        os.chdir(code_dir)
+        with self.core._dummy_init(checkpoint_storage=str(storage)) as core_context:
+            cb = self.callback(core_context, checkpoint=None, continue_id=1,
+                               checkpoint_epochs=1)
+            self.timer.seconds = 0.0
+            with self.timer.wrapping([type(cb)]):
+                self.timer.active = True
+                model.fit(self.data["x"], self.data["y"],
+                          validation_data=(self.data["x_val"], self.data["y_val"]),
+                          batch_size=128, epochs=epochs, verbose=0, callbacks=[cb])
+                self.timer.active = False
+        return self.timer.seconds
+
+
+class Backup(Side):
+    name = "backup"
+
+    def __init__(self, data: dict[str, Any], seed: int, tmp: Path) -> None:
+        self.timer = HookTimer()
+        self.data, self.seed, self.tmp = data, seed, tmp
+        self.runs = 0
+
+    def run(self, epochs: int) -> float:
+        self.runs += 1
+        model = compiled(self.seed)
+        cb = tf.keras.callbacks.BackupAndRestore(str(self.tmp / f"backup-{self.runs}"))
+        self.timer.seconds = 0.0
+        with self.timer.wrapping([type(cb)]):
+            self.timer.active = True
+            model.fit(self.data["x"], self.data["y"],
+                      validation_data=(self.data["x_val"], self.data["y_val"]),
+                      batch_size=128, epochs=epochs, verbose=0, callbacks=[cb])
+            self.timer.active = False
+        return self.timer.seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="clean rounds wanted (default 5)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per fit (default 2)")
+    parser.add_argument("--samples", type=int, default=8192)
+    parser.add_argument("--val-samples", type=int, default=1024)
+    parser.add_argument("--max-ms", type=float, default=6.0,
+                        help="det_sdk's per-epoch hook time target in ms (default 6)")
+    parser.add_argument("--max-share", type=float, default=0.5,
+                        help="det_sdk / each other side, at most (default 0.5)")
+    parser.add_argument("--max-foreign", type=float, default=0.15)
+    parser.add_argument("--max-attempts", type=int, default=None)
+    parser.add_argument("--determined-path", default=None,
+                        help="a directory holding the `determined` package (see above)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print where det_sdk's time goes, hook by hook")
+    args = parser.parse_args(argv)
+    if args.determined_path:
+        sys.path.insert(0, args.determined_path)
+
+    data = mnist_like(args.samples, args.val_samples, seed=args.seed)
+    with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        sides: list[Side] = [DetSdk(data, args.seed, tmp), Backup(data, args.seed, tmp)]
+        try:
+            sides.insert(1, Determined(data, args.seed, tmp))
+        except Exception as err:
+            print(f"determined: unavailable here ({type(err).__name__}: {err})")
+        from det_sdk.keras import _compat
+
+        print(f"tf {tf.__version__}, keras {_compat.KERAS_VERSION}; "
+              f"{args.samples} samples, batch 128, {args.epochs} epochs per fit; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        for side in sides:  # warm-up: tracing, first checkpoint directories
+            side.run(1)
+        per_epoch: dict[str, list[float]] = {s.name: [] for s in sides}
+        rounds = clean = 0
+        max_attempts = args.max_attempts or 3 * args.reps
+        while clean < args.reps and rounds < max_attempts:
+            order = sides[rounds % len(sides):] + sides[:rounds % len(sides)]
+            rounds += 1
+            busy0, cpu0, t0 = machine_busy_seconds(), time.process_time(), time.perf_counter()
+            got = {s.name: 1e3 * s.run(args.epochs) / args.epochs for s in order}
+            wall = time.perf_counter() - t0
+            others = max(0.0, machine_busy_seconds() - busy0 - (time.process_time() - cpu0))
+            foreign = others / (wall * (os.cpu_count() or 1))
+            ok = foreign <= args.max_foreign
+            clean += ok
+            if ok:
+                for name, ms in got.items():
+                    per_epoch[name].append(ms)
+            print(f"round {rounds} ({'>'.join(s.name for s in order)}): "
+                  + ", ".join(f"{n} {ms:.2f} ms/epoch" for n, ms in got.items())
+                  + f" | others {100 * foreign:.0f}%{'' if ok else ' noisy'}", flush=True)
+        det_side = sides[0]
+        assert isinstance(det_side, DetSdk)
+        if args.breakdown:
+            fits = det_side.runs
+            print(f"det_sdk, ms per fit of {args.epochs} epochs (mean of {fits} fits):")
+            for key, total in sorted(det_side.timer.by_hook.items(), key=lambda kv: -kv[1]):
+                print(f"  {key:<40} {1e3 * total / fits:7.2f}")
+            print(f"  {'after the last model.fit':<40} "
+                  f"{1e3 * statistics.mean(det_side.after):7.2f}")
+        print(f"det_sdk before its first model.fit (set-up, information): median "
+              f"{1e3 * statistics.median(det_side.before):.1f} ms per fit")
+
+    if clean < 3:
+        print(f"INCONCLUSIVE: {clean} clean rounds of {rounds}; run again on a quieter machine")
+        return 2
+    medians = {n: statistics.median(v) for n, v in per_epoch.items()}
+    mine = medians["det_sdk"]
+    print(f"\nmedian over {clean} clean rounds, ms per epoch in hooks (checkpoint every epoch):")
+    for name, ms in medians.items():
+        print(f"  {name:<11} {ms:7.2f}")
+    ok = mine <= args.max_ms
+    print(f"det_sdk {mine:.2f} ms/epoch (target <= {args.max_ms}) {'OK' if ok else 'MISSED'}")
+    for name, ms in medians.items():
+        if name != "det_sdk":
+            share = mine / ms
+            good = share <= args.max_share
+            ok &= good
+            print(f"det_sdk / {name}: {share:.3f} (target <= {args.max_share}) "
+                  f"{'OK' if good else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
