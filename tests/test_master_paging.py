@@ -257,3 +257,32 @@ def test_det_lists_show_the_newest_page_and_all_with_all(cluster: Cluster) -> No
         assert page["total"] == 45 and [e["id"] for e in page["experiments"]] == list(
             range(45, 25, -1))
         assert http.get("/api/v1/experiments", params={"limit": 5000}).status_code == 400
+
+
+@pytest.mark.slow
+def test_the_web_uis_list_loads_the_newest_page_then_more_on_request(cluster: Cluster) -> None:
+    from _ui_browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    fill_history(cluster.data_dir / "master.db", 130, trials_per_experiment=1, name="ui")
+    with cluster.http() as http:
+        total = http.get("/api/v1/experiments", params={"limit": 1}).json()["total"]
+    assert total > 130
+    with open_browser() as browser:
+        page = signed_in_context(browser, cluster.url, cluster.token).new_page()
+        page.goto(f"{cluster.url}/ui/#/experiments")
+        page.wait_for_function("document.body.dataset.ready === '#/experiments'")
+        rows = page.locator("#experiments tbody tr")
+        page.wait_for_function("document.querySelectorAll('#experiments tbody tr').length"
+                               " === 100")
+        ids = [int(i) for i in rows.evaluate_all("rs => rs.map(r => r.dataset.id)")]
+        assert ids == list(range(total, total - 100, -1))  # the newest, newest first
+        assert page.text_content("#exp-count") == (
+            f"100 of the newest 100 of {total} experiments")
+        page.click("#exp-more")
+        page.wait_for_function("document.querySelectorAll('#experiments tbody tr').length"
+                               f" === {min(200, total)}")
+        assert page.is_hidden("#exp-more") == (total <= 200)
+        page.context.close()

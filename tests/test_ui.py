@@ -108,7 +108,7 @@ def test_sign_in_by_link_once_by_pasted_token_never_by_task_token(cluster: Clust
     assert fresh.get("/ui/api/experiments").status_code == 401
     ok = fresh.post("/ui/signin", data={"token": cluster.token})
     assert ok.status_code == 303
-    assert asha in [e["id"] for e in fresh.get("/ui/api/experiments").json()]
+    assert asha in [e["id"] for e in fresh.get("/ui/api/experiments").json()["experiments"]]
     # state changes need the UI's header (or a bearer token): no cross-site form posts
     assert fresh.post(f"/ui/api/experiments/{asha}/pause").status_code == 403
     # a task token is no user for the UI's data either

@@ -117,7 +117,7 @@ def test_views_summaries_and_trial_metrics(tmp_path: Path) -> None:
     master.report_metrics(other, "validation", 10, 1, {"val_loss": 0.25})
     master.report_metrics(other, "validation", 20, 2, {"val_loss": 0.75})
     views = Views(master)
-    [row] = views.experiments()
+    [row] = views.experiments()["experiments"]
     assert (row["state"], row["searcher"], row["metric"], row["trials"]) == (
         "ACTIVE", "grid", "val_loss", 2)
     assert row["best"] == 0.25 and row["smaller_is_better"] is True
@@ -155,7 +155,7 @@ def test_ui_routes_need_a_user_and_serve_gzipped_static_files(tmp_path: Path) ->
     assert client.get("/ui/api/experiments").status_code == 401
     assert client.get("/ui/", follow_redirects=False).headers["location"] == "/ui/signin"
     auth = {"Authorization": f"Bearer {token}"}
-    assert client.get("/ui/api/experiments", headers=auth).json()[0]["id"] == exp
+    assert client.get("/ui/api/experiments", headers=auth).json()["experiments"][0]["id"] == exp
 
     js = client.get("/ui/static/app.js", headers={"Accept-Encoding": "gzip"})
     assert js.status_code == 200 and js.headers["content-encoding"] == "gzip"

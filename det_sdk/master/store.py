@@ -85,6 +85,9 @@ CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT
 _ADDED_COLUMNS = {
     "trials": ("bracket INTEGER NOT NULL DEFAULT 0", "target INTEGER",
                "searcher_done INTEGER NOT NULL DEFAULT 0"),
+    # det_sdk.master.resources: the resource manager's id of the task (a Slurm job id),
+    # why it waits in that manager's queue, and when a kill turns into a forced stop
+    "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 
@@ -95,6 +98,7 @@ _JSON_COLUMNS = ("config", "hparams", "metrics")
 # rows with their configs.
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS trials_by_experiment ON trials(experiment_id);
+CREATE INDEX IF NOT EXISTS allocations_by_state ON allocations(state);
 CREATE INDEX IF NOT EXISTS checkpoints_by_trial ON checkpoints(trial_id);
 CREATE INDEX IF NOT EXISTS experiments_by_state ON experiments(state);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
@@ -442,25 +446,7 @@ class Store:
         self._exec("DELETE FROM checkpoints WHERE uuid = ?", uuid)
 
     # --- read-only queries for the web UI (det_sdk.master.ui) ------------------------------
-    # Summaries computed in SQL so that a list of 1,000 experiments costs one statement,
-    # not one query per experiment and trial.
-
-    def experiment_summaries(self) -> list[dict[str, Any]]:
-        """Each experiment with its searcher, trial count, mean progress and best metrics.
-
-        ``best_min`` and ``best_max`` are the lowest and highest of its trials' best searcher
-        metrics; the caller picks one by ``smaller_is_better``.
-        """
-        return self._all(
-            "SELECT e.id, e.name, e.state, e.created, e.ended,"
-            " json_extract(e.config, '$.searcher.name') AS searcher,"
-            " json_extract(e.config, '$.searcher.metric') AS metric,"
-            " json_extract(e.config, '$.searcher.smaller_is_better') AS smaller_is_better,"
-            " COUNT(t.id) AS trials, COALESCE(AVG(t.progress), 0) AS progress,"
-            " SUM(t.state IN ('RUNNING', 'STOPPING_PAUSED', 'STOPPING_CANCELED')) AS running,"
-            " MIN(t.best_metric) AS best_min, MAX(t.best_metric) AS best_max"
-            " FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id"
-            " GROUP BY e.id ORDER BY e.id")
+    # (its lists read the pages below: experiment_page, job_page)
 
     def metric_columns(self, trial_id: int, group: str, after_steps: int | None = None
                        ) -> tuple[str, str, str, str] | None:

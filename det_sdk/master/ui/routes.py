@@ -29,7 +29,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from det_sdk.master.ui.views import Views, read_log
+from det_sdk.api import MAX_PAGE_LIMIT
+from det_sdk.master.ui.views import PAGE, Views, read_log
 from det_sdk.storage import pid_alive
 
 __all__ = ["COOKIE", "ui_router"]
@@ -242,9 +243,11 @@ def ui_router(master: Any) -> APIRouter:
         return {"code": code, "path": f"/ui/signin?code={code}"}
 
     @router.get("/ui/api/experiments")
-    def experiments(request: Request) -> Response:
+    def experiments(request: Request, limit: int = Query(PAGE, ge=1, le=MAX_PAGE_LIMIT),
+                    cursor: str | None = Query(None, max_length=200)) -> Response:
+        """The newest experiments first, ``limit`` at a time (``next_cursor`` continues)."""
         user(request)
-        return _json(request, _clean(views.experiments()))
+        return _json(request, _clean(views.experiments(limit, cursor)))
 
     @router.get("/ui/api/experiments/{exp_id}")
     def experiment(exp_id: int, request: Request) -> Response:
@@ -305,9 +308,10 @@ def ui_router(master: Any) -> APIRouter:
             "Content-Disposition": f'attachment; filename="checkpoint-{uuid}.tar.gz"'})
 
     @router.get("/ui/api/jobs")
-    def jobs(request: Request) -> Response:
+    def jobs(request: Request, limit: int = Query(PAGE, ge=1, le=MAX_PAGE_LIMIT),
+             cursor: str | None = Query(None, max_length=200)) -> Response:
         user(request)
-        return _json(request, views.jobs())
+        return _json(request, views.jobs(limit, cursor))
 
     @router.get("/ui/api/jobs/{job_id}")
     def job(job_id: int, request: Request) -> Response:

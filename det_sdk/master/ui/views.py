@@ -5,8 +5,8 @@ methods (``experiment_info``, ``trial_info``, ``checkpoints``, ``trial_config``,
 ``checkpoint_dir``, ``logs_path``); nothing here changes state. Keeping the UI's
 needs in one file means a change inside the master touches one place here.
 
->>> pick_best({"best_min": 0.1, "best_max": 0.9, "smaller_is_better": 0})
-0.9
+>>> tensorboard_dir(Path("/ckpt"), 1, 2).name
+'trial_2'
 """
 
 from __future__ import annotations
@@ -16,17 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from det_sdk.master.pages import experiment_page, job_page
 from det_sdk.master.ui.series import SeriesCache
 
-__all__ = ["Views", "pick_best", "read_log", "tensorboard_dir"]
+__all__ = ["Views", "read_log", "tensorboard_dir"]
 
 LOG_CHUNK = 1 << 20  # a log is read a megabyte at a time; the page asks for more
-
-
-def pick_best(row: dict[str, Any]) -> float | None:
-    """The best of an experiment summary's trial metrics, by its searcher's direction."""
-    smaller = row.get("smaller_is_better")
-    return row["best_max"] if smaller is not None and not smaller else row["best_min"]
+PAGE = 100  # list rows per request (the page asks for more as the user does)
+RUNNING = ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")  # trials with a process
 
 
 def tensorboard_dir(checkpoint_dir: Path, experiment_id: int, trial_id: int) -> Path:
@@ -63,7 +60,8 @@ class Views:
     """The pages' data, read from ``master`` (a ``det_sdk.master.core.Master``).
 
     >>> # views = Views(master)
-    >>> # views.experiments()[0]["state"], views.metrics(trial_id, max_points=2000)["groups"]
+    >>> # views.experiments(limit=100)["experiments"][0]["state"]
+    >>> # views.metrics(trial_id, max_points=2000)["groups"]
     """
 
     def __init__(self, master: Any) -> None:
@@ -73,20 +71,19 @@ class Views:
 
     # --- experiments ----------------------------------------------------------------------
 
-    def experiments(self) -> list[dict[str, Any]]:
+    def experiments(self, limit: int = PAGE, cursor: str | None = None) -> dict[str, Any]:
+        """A page of the list, newest first (``det_sdk.master.pages``): ``experiments``,
+        ``total`` and ``next_cursor``."""
         now = time.time()
-        out = []
-        for r in self.store.experiment_summaries():
-            out.append({
-                "id": r["id"], "name": r["name"], "state": r["state"],
-                "searcher": r["searcher"], "metric": r["metric"],
-                "smaller_is_better": r["smaller_is_better"] is None
-                or bool(r["smaller_is_better"]),
-                "best": pick_best(r), "trials": r["trials"], "running": r["running"] or 0,
-                "progress": r["progress"], "created": r["created"],
-                "age": now - r["created"],
-            })
-        return out
+        page = experiment_page(self.master, limit, cursor)
+        rows = [{
+            "id": e.id, "name": e.name, "state": e.state.value, "searcher": e.searcher,
+            "metric": e.metric, "smaller_is_better": e.smaller_is_better,
+            "best": e.best_metric, "trials": e.num_trials,
+            "running": sum(e.trial_states.get(s, 0) for s in RUNNING),
+            "progress": e.progress, "created": e.created, "age": now - e.created,
+        } for e in page.experiments]
+        return {"experiments": rows, "total": page.total, "next_cursor": page.next_cursor}
 
     def experiment(self, exp_id: int) -> dict[str, Any]:
         info = self.master.experiment_info(exp_id)
@@ -164,13 +161,13 @@ class Views:
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self, limit: int = PAGE, cursor: str | None = None) -> dict[str, Any]:
+        """A page of the jobs, newest first: ``jobs``, ``total`` and ``next_cursor``."""
         now = time.time()
-        return [{"id": j["id"], "name": j["name"], "state": j["state"],
-                 "entrypoint": j["config"].get("entrypoint_script"),
-                 "slots": (j["config"].get("resources") or {}).get("slots"),
-                 "exit_code": j["exit_code"], "created": j["created"], "ended": j["ended"],
-                 "age": now - j["created"]} for j in self.store.jobs()]
+        page = job_page(self.master, limit, cursor)
+        return {"jobs": [{**j.model_dump(mode="json"), "age": now - j.created}
+                         for j in page.jobs],
+                "total": page.total, "next_cursor": page.next_cursor}
 
     def job(self, job_id: int) -> dict[str, Any]:
         j = self.master.job(job_id)

@@ -19,6 +19,25 @@ export async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
+/**
+ * The newest `count` rows of a paged list (`/ui/api/experiments`, `/ui/api/jobs`), page
+ * after page: `{rows, total, more}` (`more`: older rows exist beyond them).
+ */
+export async function newest(path, key, count) {
+  let rows = [];
+  let cursor = null;
+  let total = 0;
+  do {
+    const q = new URLSearchParams({ limit: Math.min(1000, count - rows.length) });
+    if (cursor) q.set("cursor", cursor);
+    const page = await api(`${path}?${q}`);
+    rows = rows.concat(page[key]);
+    total = page.total;
+    cursor = page.next_cursor;
+  } while (cursor && rows.length < count);
+  return { rows, total, more: cursor !== null };
+}
+
 /** HTML-escape anything for a template string. */
 export function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g,

@@ -1,8 +1,10 @@
 // The experiments list: state, progress, searcher, best metric, trials, age;
 // filter by text and state, sort by any column, pause / activate / kill.
+// The newest PAGE experiments load first ("Show more" adds older ones): what the page
+// costs does not grow with the master's history. Filter and sort apply to those loaded.
 
-import { actionButtons, age, api, bindSort, esc, experimentAction, headerCell, isoTime,
-  markShown, num, progressBar, sortRows, stateBadge } from "../util.js";
+import { actionButtons, age, bindSort, esc, experimentAction, headerCell, isoTime,
+  markShown, newest, num, progressBar, sortRows, stateBadge } from "../util.js";
 
 const COLUMNS = [
   ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
@@ -10,6 +12,7 @@ const COLUMNS = [
 ];
 
 const FIRST_ROWS = 60;
+const PAGE = 100;
 
 function rowHtml(r) {
   return `<tr data-id="${r.id}">
@@ -29,6 +32,9 @@ export async function render(main) {
   const sort = { key: "id", dir: "desc" };
   const filter = { text: "", state: "" };
   let rows = [];
+  let total = 0;
+  let more = false;
+  let wanted = PAGE; // how many of the newest to show: "Show more" adds a page
   let lastText = "";
   let drawn = 0; // bumped by each draw: a stale second half is not appended
 
@@ -44,8 +50,10 @@ export async function render(main) {
       </select>
       <span id="exp-count" class="muted"></span>
     </div>
-    <table id="experiments" class="grid"><thead></thead><tbody></tbody></table>`;
+    <table id="experiments" class="grid"><thead></thead><tbody></tbody></table>
+    <p><button id="exp-more" hidden>Show ${PAGE} more</button></p>`;
   const table = main.querySelector("#experiments");
+  const moreButton = main.querySelector("#exp-more");
 
   function draw() {
     const text = filter.text.toLowerCase();
@@ -71,17 +79,19 @@ export async function render(main) {
     } else {
       markShown("list-all-rows");
     }
-    main.querySelector("#exp-count").textContent =
-      `${shown.length} of ${rows.length} experiments`;
+    main.querySelector("#exp-count").textContent = rows.length < total
+      ? `${shown.length} of the newest ${rows.length} of ${total} experiments`
+      : `${shown.length} of ${total} experiments`;
+    moreButton.hidden = !more;
   }
 
   async function refresh() {
-    const resp = await api("/ui/api/experiments");
+    const resp = await newest("/ui/api/experiments", "experiments", wanted);
     const text = JSON.stringify(resp);
     // Redraw only on change: a redraw under the pointer can swallow a click.
     if (text !== lastText) {
       lastText = text;
-      rows = resp;
+      ({ rows, total, more } = resp);
       draw();
     }
   }
@@ -95,6 +105,10 @@ export async function render(main) {
     draw();
   });
   bindSort(table, sort, draw);
+  moreButton.addEventListener("click", () => {
+    wanted += PAGE;
+    refresh();
+  });
   table.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-act]");
     if (b) experimentAction(+b.dataset.id, b.dataset.act, refresh);

@@ -1,22 +1,34 @@
 // Jobs (det job run): the list, and each job's state and log.
 
-import { age, api, esc, stateBadge } from "../util.js";
+import { age, api, esc, newest, stateBadge } from "../util.js";
 import { logView } from "./log.js";
+
+const PAGE = 100;
 
 export async function renderList(main) {
   let last = "";
-  main.innerHTML = `<h1>Jobs</h1>
+  let wanted = PAGE; // the newest jobs first; "Show more" adds older ones
+  main.innerHTML = `<h1>Jobs</h1> <span id="job-count" class="muted"></span>
     <table id="jobs" class="grid"><thead><tr><th>ID</th><th>Name</th><th>State</th>
     <th>Entrypoint</th><th>Slots</th><th>Exit code</th><th>Age</th></tr></thead>
-    <tbody></tbody></table>`;
+    <tbody></tbody></table><p><button id="job-more" hidden>Show ${PAGE} more</button></p>`;
   const body = main.querySelector("#jobs tbody");
+  const moreButton = main.querySelector("#job-more");
+  moreButton.addEventListener("click", () => {
+    wanted += PAGE;
+    refresh();
+  });
 
   async function refresh() {
-    const jobs = await api("/ui/api/jobs");
-    const text = JSON.stringify(jobs);
+    const page = await newest("/ui/api/jobs", "jobs", wanted);
+    const text = JSON.stringify(page);
     if (text === last) return;
     last = text;
-    body.innerHTML = jobs.slice().reverse().map((j) => `<tr data-id="${j.id}">
+    const jobs = page.rows;
+    moreButton.hidden = !page.more;
+    main.querySelector("#job-count").textContent = page.more
+      ? `the newest ${jobs.length} of ${page.total}` : "";
+    body.innerHTML = jobs.map((j) => `<tr data-id="${j.id}">
       <td><a href="#/jobs/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td>
       <td>${stateBadge(j.state)}</td><td class="mono">${esc(j.entrypoint)}</td>
       <td>${j.slots ?? ""}</td><td>${j.exit_code ?? ""}</td>
