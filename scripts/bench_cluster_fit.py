@@ -1,7 +1,8 @@
 """Cluster-mode `fit` vs local-mode `fit` of the same model: samples/s ratio.
 
-The same training script runs alternately as a local run (`python train.py`) and as
-a trial of a real master (`det experiment create`), N times each. In both, a timing
+The same training script runs as a local run (`python train.py`) and as a trial of a
+real master (`det experiment create`), N times each, in alternating order (local
+first, then cluster first, ...). In both, a timing
 callback measures the training span after a warm-up epoch (end of epoch 1 to the
 end of training: tracing excluded, and never fit()'s own return, which tf.data may
 delay by seconds) and writes samples/s to a file. Checkpoints are on in both (a
@@ -97,26 +98,40 @@ def main() -> int:
         path.write_text(yaml.safe_dump(cfg))
         return path
 
+    def run_local(i: int, out: Path) -> None:
+        subprocess.run([sys.executable, str(model_dir / "train.py")], check=True,
+                       capture_output=True, cwd=root,
+                       env={**master.env, "BENCH_CONFIG": str(config(f"local-{i}", out)),
+                            "DET_RUNS_DIR": str(root / "runs")})
+
+    def run_cluster(i: int, out: Path) -> str:
+        cpu0, t0 = _cpu_seconds(master), time.monotonic()
+        created = master.det("experiment", "create", str(config(f"cluster-{i}", out)),
+                             str(model_dir), "--follow")
+        master_cpu, wall = _cpu_seconds(master) - cpu0, time.monotonic() - t0
+        if created.returncode != 0:
+            raise RuntimeError(f"the cluster run failed: {created.stderr[-2000:]}")
+        return f"the master used {master_cpu:.2f} s of CPU during the {wall:.1f} s cluster run"
+
     ratios = []
     try:
         for i in range(args.reps):
             local_out, cluster_out = root / f"local-{i}.json", root / f"cluster-{i}.json"
-            subprocess.run([sys.executable, str(model_dir / "train.py")], check=True,
-                           capture_output=True, cwd=root,
-                           env={**master.env, "BENCH_CONFIG": str(config(f"local-{i}", local_out)),
-                                "DET_RUNS_DIR": str(root / "runs")})
-            cpu0, t0 = _cpu_seconds(master), time.monotonic()
-            created = master.det("experiment", "create", str(config(f"cluster-{i}", cluster_out)),
-                                 str(model_dir), "--follow")
-            master_cpu, wall = _cpu_seconds(master) - cpu0, time.monotonic() - t0
-            if created.returncode != 0:
-                raise RuntimeError(f"the cluster run failed: {created.stderr[-2000:]}")
+            # alternate which runs first: a machine that warms up or gets busier
+            # during a pair must not always favour the same side
+            order = "LC" if i % 2 == 0 else "CL"
+            note = ""
+            for which in order:
+                if which == "L":
+                    run_local(i, local_out)
+                else:
+                    note = run_cluster(i, cluster_out)
             local = json.loads(local_out.read_text())["samples_per_s"]
             cluster = json.loads(cluster_out.read_text())["samples_per_s"]
             ratios.append(cluster / local)
-            print(f"rep {i}: local {local:.0f} samples/s, cluster {cluster:.0f} samples/s, "
-                  f"ratio {cluster / local:.3f}; the master used {master_cpu:.2f} s of CPU "
-                  f"during the {wall:.1f} s cluster run", flush=True)
+            print(f"rep {i} ({'local first' if order == 'LC' else 'cluster first'}): local "
+                  f"{local:.0f} samples/s, cluster {cluster:.0f} samples/s, ratio "
+                  f"{cluster / local:.3f}; {note}", flush=True)
     finally:
         master.down()
     median = statistics.median(ratios)

@@ -23,7 +23,11 @@ Usage::
     .venv/bin/python scripts/bench_horovod_predict.py [--reps 3] [--rows 20000]
         [--repeats 3] [--batch-size N] [--quiet-wait 120]
 
-Exit status 0 unless a run fails or the predictions differ.
+Gates, each printed with its measured figure: every 2-process run's predictions were
+compared with one process's and differ by at most ``--atol`` (default 1e-5), and the
+gather's median share (transfer alone) is at most ``--max-gather-share`` (default 2%).
+The speed-up is information: on 2 cores two processes cannot beat one. Exit status 1
+when a gate is missed (or a run fails).
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="predict batch size (default: Keras's, 32)")
     parser.add_argument("--processes", type=int, default=2, help="horovodrun -np (default 2)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--atol", type=float, default=1e-5,
+                        help="largest |difference| from one process's predictions allowed")
+    parser.add_argument("--max-gather-share", type=float, default=0.02,
+                        help="largest median share of the gather (transfer alone) allowed")
     parser.add_argument("--quiet-wait", type=float, default=120,
                         help="before each launch, wait up to this many seconds for the "
                              "machine to be idle (0: don't; default 120)")
@@ -62,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.rows} rows, batch {args.batch_size or 32}; horovodrun -np {args.processes} "
           f"--gloo vs 1 process; {args.repeats} timed predicts per process, {args.reps} pairs; "
           f"{os.cpu_count()} cpus")
-    speedups, shares, pure_shares = [], [], []
+    speedups, shares, pure_shares, diffs = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-hvd-predict-") as tmp_name:
         tmp = Path(tmp_name)
         reference = tmp / "single.npy"
@@ -82,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             speedups.append(s["predict_s"] / d["predict_s"])
             shares.append(d["gather_share"])
             pure_shares.append(d["gather_after_barrier_share"])
+            # absent when the worker had no reference to compare with: counted as a miss
+            diffs.append(d.get("max_abs_diff_vs_single", float("inf")))
             print(f"pair {i + 1} ({order}): 1 process {s['predict_s']:.3f}s | "
                   f"{args.processes} processes {d['predict_s']:.3f}s "
                   f"(local predict {d['local_predict_s']:.3f}s, per rank "
@@ -96,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median gather share of the {args.processes}-process predict: "
           f"{100 * statistics.median(shares):.2f}% (incl. waiting for the slower rank), "
           f"{100 * statistics.median(pure_shares):.2f}% (transfer alone, after a barrier)")
-    print("predictions equal to one process's (allclose, atol 1e-5): yes")
-    return 0
+    worst = max(diffs)
+    same = worst <= args.atol
+    print(f"largest |difference| from one process's predictions over {len(diffs)} runs: "
+          f"{worst:.2e} (target <= {args.atol}) {'OK' if same else 'MISSED'}")
+    share = statistics.median(pure_shares)
+    cheap = share <= args.max_gather_share
+    print(f"median gather share (transfer alone): {100 * share:.2f}% (target <= "
+          f"{100 * args.max_gather_share:.0f}%) {'OK' if cheap else 'MISSED'}")
+    return 0 if same and cheap else 1
 
 
 if __name__ == "__main__":

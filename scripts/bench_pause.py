@@ -36,8 +36,14 @@ From these:
     S  save + restore = the reference above
 
     raw ratio           (P + A) / S              the issue's target: <= --max-ratio (1.5)
-    attributable ratio  ((P - T) + (A - N)) / S
-    ... by parts        ((P - T) + scheduling + restore) / S   (A - N without its noise)
+    attributable ratio  ((P - T) + scheduling + restore) / S
+
+Every term of the attributable ratio is an interval measured on one process (or by
+the master for it): ``P - T`` is the pause request to that trial process's last
+atexit handler plus the master's notice; scheduling and restore are the resumed
+process's. An earlier version used ``A - N``, a difference of two processes' start-up
+stages, which carried both processes' noise and went negative; it is still printed,
+as information only.
 
 A pause/resume cycle does one save and one restore, so S is what it must cost at
 least. The attributable latencies leave out what starting and ending a Python +
@@ -317,8 +323,9 @@ def one_rep(m: Master, i: int, args: argparse.Namespace, root: Path) -> dict[str
     for key in ("P", "A", "P_attr", "A_attr"):
         r[f"{key}/S"] = r[key] / r["S"]
     r["raw"] = (r["P"] + r["A"]) / r["S"]
-    r["attr"] = (r["P_attr"] + r["A_attr"]) / r["S"]
-    r["attr_direct"] = (r["P_attr"] + r["a_direct"]) / r["S"]
+    r["a_direct/S"] = r["a_direct"] / r["S"]
+    # each term measured on one process: never a difference of two processes' timings
+    r["attr"] = (r["P_attr"] + r["a_direct"]) / r["S"]
     return r
 
 
@@ -416,14 +423,11 @@ definitions (S = one save + one restore of this model, measured here, {ms(med('S
 ratios are medians of the per-rep ratios):
   raw          = (P + A) / S                      median {raw:.1f}
       P / S {med('P/S'):.1f}, A / S {med('A/S'):.1f}
-  attributable = ((P - T) + (A - N)) / S          median {attr:.1f}
-      (P - T) / S {med('P_attr/S'):.1f}, (A - N) / S {med('A_attr/S'):.1f}
+  attributable = ((P - T) + scheduling + restore) / S   median {attr:.1f}
       P - T = {ms(med('P_attr'))}: pause without the teardown any ending process pays
-      A - N = {ms(med('A_attr'))}: activate beyond what a new process pays to its first batch
-            = scheduling + restore, measured directly ({ms(med('a_direct'))})
-            + fit stages resumed - fresh ({ms(med('a_fitdiff'))}: resuming mid-epoch, and noise)
-  attributable, activate side by its measured parts alone (no cross-process difference):
-               ((P - T) + scheduling + restore) / S   median {med('attr_direct'):.1f}
+      scheduling + restore = {ms(med('a_direct'))}: activate without a new process's start-up
+  information only (a difference of two processes' timings, noisy, may be negative):
+      A - N = {ms(med('A_attr'))}; fit stages resumed - fresh {ms(med('a_fitdiff'))}
 """)
     ok = raw <= args.max_ratio
 
@@ -435,7 +439,7 @@ ratios are medians of the per-rep ratios):
     # The issue's other reading: each latency on its own against S.
     print(f"each latency against S: raw P / S {verdict(med('P/S'))}, A / S {verdict(med('A/S'))};"
           f" attributable (P - T) / S {verdict(med('P_attr/S'))}, "
-          f"(A - N) / S {verdict(med('A_attr/S'))}")
+          f"(scheduling + restore) / S {verdict(med('a_direct/S'))}")
     return 0 if ok else 1
 
 

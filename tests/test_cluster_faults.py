@@ -199,6 +199,35 @@ def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
             np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_a_trial_relaunched_from_its_final_checkpoint_completes(cluster: Cluster) -> None:
+    """Issue 11, L3: the process dies after its last epoch's checkpoint was reported,
+    before the searcher heard the length was trained. The relaunch trains nothing,
+    validates again at the last step (stored with that step's epoch), gets the whole
+    run's History from ``fit`` (the script reads ``hist.history["val_loss"][-1]``) and
+    the trial completes."""
+    config = cluster.write_config(
+        "final-checkpoint", data={"fail_once_at_train_end": True},
+        searcher={"name": "single", "metric": "val_loss", "max_length": {"epochs": 2}})
+    exp_id = create(cluster, config)
+    assert cluster.det("experiment", "wait", str(exp_id), timeout=400).returncode == 0
+    trial = _trial(cluster, exp_id)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    allocs = _allocations(cluster, trial["id"])
+    assert [a["exit_code"] for a in allocs] == [3, 0]
+    # the premise: the relaunch started from epoch 2's checkpoint (and took its own
+    # checkpoint there before telling the searcher), not from epoch 1's
+    assert [c["epoch"] for c in _checkpoints(cluster, trial["id"])] == [1, 2, 2]
+    with cluster.http() as http:
+        rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+    rows = rows.get("metrics", rows) if isinstance(rows, dict) else rows
+    validation = [(r["steps_completed"], r["epoch"]) for r in rows
+                  if r["group"] == "validation"]
+    # 160 rows, batch 16: 10 steps an epoch; the re-validation at step 20 is epoch 2's
+    assert validation == [(10, 1), (20, 2)]
+    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    assert "final val_loss" in logs and "epochs [0, 1]" in logs
+
+
 def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster) -> None:
     """Rank 1 of 2 exits with an error after epoch 1: the whole trial restarts from the
     checkpoint of that epoch and completes, with one metric value per step."""

@@ -4,6 +4,9 @@ data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
 data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
 data.fail_rank: with fail_once_at_epoch, only this Horovod rank crashes
+data.fail_once_at_train_end: crash (exit 3) once per trial when model.fit ends, 3 s
+    after its last epoch's checkpoint was taken (written and reported meanwhile), before
+    the searcher hears its length is done: the relaunch resumes from that final checkpoint
 data.weights_out: where rank 0 saves the final weights (.npz)
 hparam handicap: added to val_loss as val_handicapped_loss, a searcher metric whose
     order between trials the test knows in advance
@@ -52,10 +55,20 @@ class Steer(tf.keras.callbacks.Callback):
             marker.write_text("x")
             os._exit(3)
 
+    def on_train_end(self, logs=None):
+        marker = Path("crashed-at-train-end")
+        if data.get("fail_once_at_train_end") and not marker.exists():
+            marker.write_text("x")
+            time.sleep(3)
+            os._exit(3)
 
-context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(
+
+hist = context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(
     hp["global_batch_size"]), epochs=1, validation_data=(xv, yv), callbacks=[Steer()],
     verbose=0)
+# The proposal's own use of the History: it must hold the whole run's epochs also in a
+# process relaunched from the final checkpoint, which trains nothing (issue 11, L3).
+print("final val_loss", hist.history["val_loss"][-1], "epochs", hist.epoch, flush=True)
 if context.distributed.is_chief and data.get("weights_out"):
     np.savez(data["weights_out"], *model.get_weights())
 print("rank", context.distributed.rank, "done")
