@@ -7,6 +7,8 @@ a real master (1 and 2 slots, pause and activate) and locally.
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import json
 import os
 import subprocess
@@ -110,6 +112,15 @@ def test_tf_workers_collectives_across_three_workers() -> None:
     for t in threads:
         t.join(30)
     assert results == {i: ([0, 10, 20], "from 0", True, i, 3) for i in range(3)}
+
+
+@pytest.mark.parametrize("name", [
+    "det_sdk.core._distributed", "det_sdk.core._train", "det_sdk.core._preempt",
+    "det_sdk.core._searcher", "det_sdk.core._context", "det_sdk.launch.tensorflow",
+    "det_sdk.keras._determined_callback"])
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
 
 
 # --- the DeterminedCallback in this process ------------------------------------------------------

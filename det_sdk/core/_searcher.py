@@ -3,9 +3,10 @@
 >>> from det_sdk.config import Length
 >>> from det_sdk.distributed import SingleProcess
 >>> from det_sdk.session import Session
->>> ops = list(SearcherContext(Session(), SingleProcess(), Length(epochs=3)).operations())
->>> [(op.length, op.unit) for op in ops]
-[(3, 'epochs')]
+>>> for op in SearcherContext(Session(), SingleProcess(), Length(epochs=3)).operations():
+...     print(op.length, op.unit)
+...     op.report_completed(0.25)
+3 epochs
 """
 
 from __future__ import annotations

@@ -115,8 +115,10 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
     ``epochs``). ``initial_epoch`` of ``model.fit`` is overridden on a continue. The
     model must be built (an ``Input`` or ``model.build``) and compiled.
 
-    >>> det_cb = det.keras.DeterminedCallback(core_context, checkpoint=None, continue_id=1)
-    >>> model.fit(x, y, epochs=2, validation_data=(xv, yv), callbacks=[det_cb])
+    >>> det_cb = det.keras.DeterminedCallback(core_context, checkpoint=None,
+    ...                                       continue_id=1)  # doctest: +SKIP
+    >>> model.fit(x, y, epochs=2, validation_data=(xv, yv),
+    ...           callbacks=[det_cb])  # doctest: +SKIP
     """
 
     def __init__(
@@ -330,7 +332,7 @@ class TensorBoard(_compat.keras.callbacks.TensorBoard):
     the trial's, which ``det tensorboard EXP_ID`` shows). Other processes than the
     chief write to a scratch directory, so one copy of the events is kept.
 
-    >>> tb_cb = det.keras.TensorBoard(core_context, histogram_freq=1)
+    >>> tb_cb = det.keras.TensorBoard(core_context, histogram_freq=1)  # doctest: +SKIP
     """
 
     def __init__(self, core_context: Any, *args: Any, **kwargs: Any) -> None:
