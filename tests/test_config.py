@@ -344,3 +344,114 @@ def test_searcher_settings_are_checked(searcher, expected):
 
 def test_scheduling_unit_must_be_positive():
     assert "scheduling_unit:" in _error(parse_experiment_config, {"scheduling_unit": 0})
+
+
+# --- Determined configs (issue 14): trial classes, units, fields det_sdk ignores ----------
+
+SEED_TUTORIAL_YAML = textwrap.dedent(
+    """\
+    description: mnist_keras_const_simple
+    hyperparameters:
+        global_batch_size: 32
+    searcher:
+        name: single
+        metric: val_accuracy
+        max_steps: 40
+    min_validation_period: 10
+    entrypoint: model_def:MNISTTrial
+    """
+)
+
+
+def test_seed_tutorial_config_parses_as_written():
+    cfg = parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML))
+    # Determined's module:Class entrypoint runs det_sdk's trial runner
+    assert cfg.entrypoint_script == "python3 -m det_sdk.keras.trial model_def:MNISTTrial"
+    # older releases' steps are scheduling_unit (100) batches each
+    assert cfg.searcher.max_length.batches == 4000
+    assert cfg.min_validation_period.batches == 1000
+    unit = parse_experiment_config({**yaml.safe_load(SEED_TUTORIAL_YAML), "scheduling_unit": 5})
+    assert (unit.searcher.max_length.batches, unit.min_validation_period.batches) == (200, 50)
+    # what the master stores parses to the same config (the runner is a plain command)
+    assert parse_experiment_config(cfg.model_dump(mode="json")) == cfg
+
+
+@pytest.mark.parametrize("entrypoint, command", [
+    ("model_def:MNISTTrial", "python3 -m det_sdk.keras.trial model_def:MNISTTrial"),
+    ("pkg.models:Trial_2", "python3 -m det_sdk.keras.trial pkg.models:Trial_2"),
+    ("python3 train.py", "python3 train.py"),
+    ("python3 -m pkg:x", "python3 -m pkg:x"),
+    ("sh -c 'a:b'", "sh -c 'a:b'"),
+])
+def test_entrypoint_forms(entrypoint, command):
+    assert parse_experiment_config({"entrypoint": entrypoint}).entrypoint_script == command
+
+
+def test_records_lengths_count_global_batches():
+    cfg = parse_experiment_config({
+        "hyperparameters": {"global_batch_size": {"type": "const", "val": 32}},
+        "records_per_epoch": 60000,
+        "searcher": {"name": "single", "max_length": {"records": 100}},
+        "min_validation_period": {"records": 64}, "min_checkpoint_period": {"records": 65}})
+    assert cfg.searcher.max_length.batches == 4  # ceil(100 / 32)
+    assert (cfg.min_validation_period.batches, cfg.min_checkpoint_period.batches) == (2, 3)
+    assert cfg.records_per_epoch == 60000
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"searcher": {"name": "single", "max_length": {"records": 100}}},
+     "searcher.max_length.records: counting records in batches needs a constant "
+     "hyperparameters.global_batch_size"),
+    ({"hyperparameters": {"global_batch_size": {"type": "int", "minval": 8, "maxval": 64}},
+      "min_validation_period": {"records": 100}},
+     "min_validation_period.records: counting records in batches needs a constant"),
+    ({"hyperparameters": {"global_batch_size": 8}, "min_checkpoint_period": {"records": 0}},
+     "min_checkpoint_period.records: expected a positive integer, got 0"),
+    ({"hyperparameters": {"global_batch_size": 8},
+      "min_checkpoint_period": {"records": 8, "epochs": 1}},
+     "min_checkpoint_period: give exactly one of 'epochs', 'batches' or 'records'"),
+    ({"searcher": {"name": "single", "max_steps": 4, "max_length": {"epochs": 1}}},
+     "searcher: give max_length or the older max_steps, not both"),
+    ({"records_per_epoch": 0}, "records_per_epoch: Input should be greater than or equal to 1"),
+])
+def test_determined_lengths_errors_name_the_field(raw, expected):
+    assert expected in _error(parse_experiment_config, raw)
+
+
+def test_known_determined_fields_are_accepted_with_one_warning(caplog):
+    raw = yaml.safe_load(SEED_TUTORIAL_YAML)
+    raw.update({
+        "environment": {"image": "determinedai/environments:tf"},
+        "bind_mounts": [{"host_path": "/data", "container_path": "/data"}],
+        "profiling": {"enabled": True}, "optimizations": {"aggregation_frequency": 2},
+        "data_layer": {"type": "shared_fs"}, "labels": ["a"],
+        "resources": {"slots_per_trial": 2, "shm_size": 4096, "resource_pool": "gpu"},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/c",
+                               "storage_path": "det"},
+    })
+    with caplog.at_level("WARNING", logger="det_sdk.config"):
+        cfg = parse_experiment_config(raw)
+    expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer", "environment",
+                "labels", "optimizations", "profiling", "resources.resource_pool",
+                "resources.shm_size"]
+    assert cfg.ignored_fields == expected
+    (record,) = [r for r in caplog.records if r.name == "det_sdk.config"]
+    assert ", ".join(expected) in record.getMessage()
+    # what det_sdk implements is kept; the ignored fields are not stored
+    assert cfg.resources.slots_per_trial == 2 and cfg.checkpoint_storage.host_path == "/tmp/c"
+    dumped = cfg.model_dump(mode="json")
+    assert "environment" not in dumped and "shm_size" not in dumped["resources"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="det_sdk.config"):
+        parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML))
+    assert not caplog.records  # nothing ignored, nothing said
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"enviroment": {"image": "x"}}, "enviroment"),
+    ({"resources": {"shm_sise": 1}}, "resources.shm_sise"),
+    ({"checkpoint_storage": {"storage_pth": "x"}}, "checkpoint_storage.storage_pth"),
+    ({"searcher": {"name": "single", "max_step": 3}}, "searcher.max_step"),
+])
+def test_misspelled_determined_fields_are_still_errors(raw, field):
+    assert f"  {field}: unknown field" in _error(parse_experiment_config, raw)
