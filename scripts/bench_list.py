@@ -124,6 +124,8 @@ def main() -> int:
     cli_ratio = statistics.median(cli[SIZES[-1]]) / statistics.median(cli[SIZES[0]])
     print(f"ratio 10,000 / 10: first page median {ratio:.2f} (target <= 2), p95 "
           f"{p95[SIZES[-1]] / p95[SIZES[0]]:.2f}; det experiment list {cli_ratio:.2f}")
+    print(f"same page size (100 rows), 1,000 -> 10,000 experiments: median "
+          f"{med[SIZES[-1]] / med[SIZES[1]]:.2f}x (at 10 the page holds only 10 rows)")
     print(f"det experiment list --all at {big}: {all_s:.2f} s for {rows_all} rows "
           "(follows the cursors, 1,000 a page)")
     enough = all(len(samples[n]) >= 0.9 * args.rounds for n in SIZES)
