@@ -186,6 +186,17 @@ def test_callback_continues_its_own_checkpoint_and_warm_starts_from_others(
     for a, b in zip(full.get_weights(), model.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # = the uninterrupted run
 
+    # resumed exactly at the searcher's length (stopped before the searcher heard):
+    # nothing to train; the saved validation completes the operation
+    told = []
+    with det.core.init(runs_dir=runs, resume=1, config={"searcher": {
+            "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}}}) as ctx:
+        ctx._session.complete_operation = lambda length, metric: told.append((length, metric))
+        _, hist = _fit(ctx, _model(keras), ctx.info.latest_checkpoint, 7, epochs=3)
+        last = ctx._session.read_checkpoints()[-1]
+    assert hist.epoch == [] and [(t.epochs, m) for t, m in told] == [
+        (3, last["metrics"]["val_loss"])]
+
     # another continue_id: a warm start, weights only, from epoch 0
     meta = _checkpoint.read_metadata(det.session.find_runs_dir_checkpoint(runs, first))
     assert meta["history"]["continue_id"] == 7 and meta["epoch"] == 1

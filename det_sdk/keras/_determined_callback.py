@@ -173,6 +173,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._signals: contextlib.ExitStack | None = None
         self._signal_received: Any = lambda: None
         self._reporter: MetricsReporter | None = None
+        self._restored_validation: dict[str, float] = {}
 
     # --- state -----------------------------------------------------------------------------
 
@@ -208,6 +209,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._history.history = {k: list(v) for k, v in (record.get("history") or {}).items()}
         self._history.epoch = list(record.get("epoch") or [])
         self._saved_at = self._position.steps_completed
+        self._restored_validation = dict(meta.get("metrics") or {})
         _start_at_epoch(model, self._position.epoch)
         log.info("det_sdk: continuing from checkpoint %s at epoch %d", uuid, self._position.epoch)
 
@@ -237,6 +239,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._history = _compat.keras.callbacks.History()
         self._history.history, self._history.epoch = {}, []
         self._saved_at = None
+        self._restored_validation = {}
         self._restore(model)
         self._checkpoint = None  # a later fit in this process goes on from where this one ends
         self._target = self._core.searcher.current_length()
@@ -247,6 +250,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._reporter = MetricsReporter(
             self._session, self._position, self._dist, publish=self._dist.is_chief,
             report_every=self._report_every, total_steps=total_steps)
+        self._reporter.last_validation = self._restored_validation
         self._hooks = [TrackPosition(self._position), self._reporter,
                        RecordHistory(self._history)]
         if self._checkpoint_epochs:
@@ -316,6 +320,12 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         try:
             if self._reporter is not None and self._position.steps_completed:
                 self._save()  # whatever was trained since the last checkpoint
+            if self._target is not None and self._reporter is not None \
+                    and not self._searcher_done and not self._stopped \
+                    and self._reached(self._target):
+                # Resumed from a checkpoint at the searcher's length (the trial stopped
+                # before the searcher heard): no epoch ran; report the saved validation.
+                self._complete(self._reporter.last_validation)
             self._loop.wait_for_checkpoints()
         finally:
             _start_at_epoch(self.model, None)
