@@ -106,6 +106,8 @@ def loader(context: TFKerasTrialContext, kind: str) -> Any:
         return InMemorySequence(data=X, labels=Y, batch_size=context.get_global_batch_size())
     if kind == "list":
         return [X, Y]
+    if kind == "unwrapped_dataset":
+        return tf.data.Dataset.from_tensor_slices((X, Y)).batch(bs)
     raise AssertionError(kind)
 
 
@@ -203,6 +205,17 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(tmp_path: Path) ->
     assert "optimizer:0" in groups, f"no optimizer state in the checkpoint: {groups}"
 
 
+def test_records_per_epoch_other_than_the_data_says_what_an_epoch_is(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="det_sdk.keras"):
+        _run(tmp_path, records_per_epoch=60000, data={"kind": "in_memory"})
+    assert "records_per_epoch is 60000 but the training data has 40 records" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="det_sdk.keras"):
+        _run(tmp_path, records_per_epoch=40, data={"kind": "in_memory"})
+    assert "records_per_epoch" not in caplog.text
+
+
 def test_tensorboard_callback_writes_into_the_run(tmp_path: Path) -> None:
     class WithTensorBoard(NumpyTrial):
         def keras_callbacks(self) -> list[Any]:
@@ -230,6 +243,8 @@ def test_a_model_not_wrapped_is_refused_naming_wrap_model(tmp_path: Path) -> Non
 def test_bad_loader_output_and_missing_settings_name_what_to_fix(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"NumpyTrial\.build_training_data_loader returned list"):
         _run(tmp_path, data={"kind": "list"})
+    with pytest.raises(ValueError, match=r"ds = self\.context\.wrap_dataset\(ds\)"):
+        _run(tmp_path, data={"kind": "unwrapped_dataset"})
     with pytest.raises(KeyError, match=r"hyperparameters\.global_batch_size"):
         _run(tmp_path, hyperparameters={}, data={"kind": "weights"})
     with pytest.raises(ConfigError, match=r"searcher\.max_length"):

@@ -193,6 +193,7 @@ class TFKerasTrialContext:
         self._config = config
         self._models: list[Any] = []
         self._wrapped: list[Any] = []  # optimizers this context returned (never wrap twice)
+        self.datasets_wrapped = 0  # wrap_dataset calls: a loader's dataset must have one
         self.fit_options: dict[str, Any] = {}
 
     @property
@@ -327,6 +328,7 @@ class TFKerasTrialContext:
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError("wrap_dataset: expected a tf.data.Dataset, got "
                             f"{type(dataset).__name__}")
+        self.datasets_wrapped += 1
         return self.keras_context.wrap_data(dataset) if shard_dataset else dataset
 
     def configure_fit(self, verbose: int | None = None, class_weight: Any = None,
@@ -586,6 +588,7 @@ def _training_data(data: Any, context: TFKerasTrialContext, where: str,
         return {"x": x, "y": y, "sample_weight": sw, "_rows": _data.num_rows(data.data),
                 "batch_size": dist.shard_batch_size(data.batch_size)}
     if isinstance(data, tf.data.Dataset):
+        _check_wrapped(context, where)
         return {"x": data}
     if isinstance(data, _compat.SequenceBase):
         # Each of a Sequence's batches is one process's batch (as in Determined):
@@ -596,6 +599,16 @@ def _training_data(data: Any, context: TFKerasTrialContext, where: str,
     x, y, sw = _wrap_arrays(keras_context, x, y, sw)
     return {"x": x, "y": y, "sample_weight": sw, "_rows": rows,
             "batch_size": context.get_per_slot_batch_size()}
+
+
+def _check_wrapped(context: TFKerasTrialContext, where: str) -> None:
+    # As in Determined: a dataset must go through wrap_dataset, or with several
+    # processes each would train (or validate) on all of it. Checked on one process
+    # too, so that a trial that would fail on 2 slots fails on a laptop first.
+    if context.datasets_wrapped == 0:
+        raise ValueError(f"{where} returned a tf.data.Dataset that was not wrapped: call "
+                         "ds = self.context.wrap_dataset(ds) right after creating it (before "
+                         "batching), so that each process reads its part")
 
 
 def _wrap_arrays(context: KerasContext, x: Any, y: Any, sw: Any) -> tuple[Any, Any, Any]:
@@ -616,6 +629,7 @@ def _validation_data(data: Any, context: TFKerasTrialContext, where: str,
         return {"validation_data": parts,
                 "validation_batch_size": max(1, data.batch_size // size)}
     if isinstance(data, tf.data.Dataset):
+        _check_wrapped(context, where)
         return {"validation_data": data}
     if isinstance(data, _compat.SequenceBase):
         return {"validation_data": _set_workers(data, workers)}
