@@ -83,6 +83,8 @@ def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None
     with pytest.raises(ValueError, match="TF_CONFIG: task"):
         parse_tf_config('{"cluster": {"worker": ["a:1"]}, "task": {"index": 3}}')
     assert parse_args(["--processes", "2", "--", "python3", "t.py"]) == (2, ["python3", "t.py"])
+    with pytest.raises(det.core.UnsupportedStrategyError, match=r"det_sdk\.launch\.tensorflow"):
+        det.core.DistributedContext.from_tf_config({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
     out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "no script to launch" in out.stderr

@@ -117,6 +117,14 @@ class DistributedContext(_base.DistributedContext):
         """
         env = os.environ if environ is None else environ
         workers, index = parse_tf_config(env.get("TF_CONFIG"))
+        if not workers and _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) > 1:
+            # Each of the N processes would take itself for the only one (N chiefs
+            # reporting the same trial): say what is missing instead.
+            raise UnsupportedStrategyError(
+                f"det_sdk: {env['HOROVOD_SIZE']} processes were started (horovodrun, e.g. "
+                "slots_per_trial > 1) but TF_CONFIG is not set: put the TensorFlow launcher in "
+                "the entrypoint (python3 -m det_sdk.launch.tensorflow -- python3 train.py), or "
+                "use DistributedContext.from_horovod()")
         import tensorflow as tf
 
         if len(workers) > 1:

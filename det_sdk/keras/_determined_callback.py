@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -356,6 +357,12 @@ class TensorBoard(_compat.keras.callbacks.TensorBoard):
             log.warning("det_sdk: TensorBoard(log_dir=%r) ignored: events go to the trial's "
                         "TensorBoard directory", given)
         logdir = session.tensorboard_dir
+        self._scratch: str | None = None
         if logdir is None or not core_context.distributed.is_chief:
-            logdir = tempfile.mkdtemp(prefix="det-tensorboard-")
+            logdir = self._scratch = tempfile.mkdtemp(prefix="det-tensorboard-")
         super().__init__(str(logdir), *args, **kwargs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        super().on_train_end(logs)
+        if self._scratch is not None:  # another process's copy: nobody reads it
+            shutil.rmtree(self._scratch, ignore_errors=True)
