@@ -236,8 +236,16 @@ def test_a_model_not_wrapped_is_refused_naming_wrap_model(tmp_path: Path) -> Non
             model.compile(optimizer="sgd", loss="mse")
             return model
 
+    class CompiledFirst(NumpyTrial):
+        def build_model(self) -> Any:
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            model.compile(optimizer="sgd", loss="mse")
+            return self.context.wrap_model(model)
+
     with pytest.raises(ValueError, match=r"self\.context\.wrap_model"):
         _run(tmp_path, Unwrapped, data={"kind": "weights"})
+    with pytest.raises(ValueError, match=r"compiled before self\.context\.wrap_model"):
+        _run(tmp_path, CompiledFirst, data={"kind": "weights"})
 
 
 def test_bad_loader_output_and_missing_settings_name_what_to_fix(tmp_path: Path) -> None:

@@ -521,9 +521,17 @@ def _built_model(trial: TFKerasTrial, context: TFKerasTrialContext) -> Any:
             f"{type(trial).__name__}.build_model: wrap the model before compiling it: "
             "model = self.context.wrap_model(model); model.compile(...) (det_sdk distributes "
             "the optimizer given to compile)")
-    if _compat.model_optimizer(model) is None:
+    optimizer = _compat.model_optimizer(model)
+    if optimizer is None:
         raise ValueError(f"{type(trial).__name__}.build_model must return a compiled model "
                          "(call model.compile(optimizer=..., loss=...))")
+    # Keras may hold the optimizer inside a wrapper of its own (loss scaling)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not any(o is optimizer or o is inner for o in context._wrapped):
+        raise ValueError(
+            f"{type(trial).__name__}.build_model: the model was compiled before "
+            "self.context.wrap_model(model); wrap it first, then compile (det_sdk distributes "
+            "the optimizer given to compile)")
     return model
 
 
