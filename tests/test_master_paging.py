@@ -217,6 +217,17 @@ def test_an_older_database_gets_the_indexes(tmp_path: Path) -> None:
     assert "USING INDEX trials_by_experiment" in plan
 
 
+def test_the_web_uis_experiment_page_holds_at_most_a_page_of_trials(app: App) -> None:
+    from det_sdk.master.ui.views import Views
+
+    (exp,) = fill_history(app.db, 1, trials_per_experiment=api.MAX_PAGE_LIMIT + 5)
+    info = Views(app.master).experiment(exp)
+    assert len(info["trials"]) == api.MAX_PAGE_LIMIT and info["num_trials"] == 1005
+    assert info["trials"][0]["validation"] == {"val_loss": 0.5}
+    r = app.http.get(f"/ui/api/experiments/{exp}")
+    assert r.status_code == 200 and len(r.json()["trials"]) == api.MAX_PAGE_LIMIT
+
+
 def test_the_clients_page_sizes_are_the_masters() -> None:
     # det_sdk.client repeats two numbers of det_sdk.api so as not to import pydantic
     assert (client.MAX_PAGE, client.MAX_METRICS) == (api.MAX_PAGE_LIMIT, api.MAX_METRICS_LIMIT)

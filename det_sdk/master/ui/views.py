@@ -16,13 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from det_sdk.master.pages import experiment_page, job_page
+from det_sdk.api import MAX_PAGE_LIMIT
+from det_sdk.master.pages import experiment_detail, experiment_page, job_page
 from det_sdk.master.ui.series import SeriesCache
 
 __all__ = ["Views", "read_log", "tensorboard_dir"]
 
 LOG_CHUNK = 1 << 20  # a log is read a megabyte at a time; the page asks for more
 PAGE = 100  # list rows per request (the page asks for more as the user does)
+TRIALS = MAX_PAGE_LIMIT  # trials an experiment's page shows (its table and charts)
 RUNNING = ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")  # trials with a process
 
 
@@ -86,7 +88,9 @@ class Views:
         return {"experiments": rows, "total": page.total, "next_cursor": page.next_cursor}
 
     def experiment(self, exp_id: int) -> dict[str, Any]:
-        info = self.master.experiment_info(exp_id)
+        """The experiment with its first TRIALS trials (``num_trials``: all of them)."""
+        # python mode: NaN metrics stay floats (the route makes them null), states strings
+        info = experiment_detail(self.master, exp_id, TRIALS).model_dump()
         config = info["config"]
         searcher = config.get("searcher") or {}
         latest_val = self.store.latest_metrics(exp_id, "validation")

@@ -52,7 +52,8 @@ export async function render(main, [id]) {
         <span>${progressBar(exp.progress)}</span>
         <span>searcher <b>${esc(s.name)}</b> on <b>${esc(s.metric)}</b>
           (${s.smaller_is_better ? "smaller" : "larger"} is better)</span>
-        <span>${info.trials.length} trials</span>
+        <span id="exp-trials">${info.num_trials} trials${info.trials.length < info.num_trials
+          ? ` (the first ${info.trials.length} shown)` : ""}</span>
         <span title="${isoTime(exp.created)}">created ${age(exp.created)} ago</span>
         <span class="actions">${actionButtons(exp)}</span>
         <span class="tb">${tbs || `TensorBoard: <code>det tensorboard ${exp.id}</code>`}</span>
