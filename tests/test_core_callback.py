@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -329,4 +328,30 @@ def test_example_on_two_slots(cluster: Cluster, mnist_npz: Path) -> None:
     assert [c["epoch"] for c in ckpts] == [1, 2, 3]  # one writer, the chief
     # 512 samples, global batch 64 split over the two workers: 8 steps per epoch
     assert trial["steps_completed"] == 24
-    time.sleep(0)
+
+
+@pytest.mark.slow
+def test_launcher_spawns_two_local_workers(mnist_npz: Path, tmp_path: Path) -> None:
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config["data"] = {"mnist_npz": str(mnist_npz)}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "DET_CONFIG": str(tmp_path / "c.yaml"), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "DET_RUNS_DIR": str(tmp_path / "runs")}
+    for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--processes", "2",
+                          "--", sys.executable, str(EXAMPLE / "train.py")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    if KERAS_MAJOR >= 3:
+        assert out.returncode != 0 and "keras-team/keras#20585" in out.stderr, out.stderr[-2000:]
+        assert not (tmp_path / "runs").exists()  # refused before anything was created
+        return
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "1"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # one run, written by the chief only; global batch 64 over 512 samples: 8 steps an epoch
+    assert [(r["group"], r["steps_completed"]) for r in rows] == [
+        ("training", 8), ("validation", 8), ("training", 16), ("validation", 16)]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["1"]
