@@ -424,3 +424,29 @@ def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
                                           "--json").stdout)[0]["path"]).parent
     events = list((storage / "tensorboard").rglob("keras/**/events.out.*"))
     assert events, f"no Keras TensorBoard events under {storage / 'tensorboard'}"
+
+
+@pytest.mark.slow
+def test_tutorial_under_adaptive_asha(cluster: Cluster, tmp_path: Path) -> None:
+    npz = _hard_mnist(tmp_path / "mnist.npz", n_train=128)
+    config = _tutorial_config(
+        tmp_path / "asha.yaml", npz, records_per_epoch=128,
+        hyperparameters={"global_batch_size": {"type": "categorical", "vals": [16, 32]}},
+        searcher={"name": "adaptive_asha", "metric": "val_accuracy", "smaller_is_better": False,
+                  "max_length": {"epochs": 2}, "max_trials": 3, "num_rungs": 2, "divisor": 2,
+                  "mode": "aggressive"})
+    config_data = yaml.safe_load(config.read_text())
+    del config_data["min_validation_period"]
+    config.write_text(yaml.safe_dump(config_data))
+    exp = create(cluster, config, EXAMPLE)
+    assert cluster.det("experiment", "wait", str(exp)).returncode == 0, \
+        cluster.det("experiment", "logs", str(exp)).stdout[-3000:]
+    trials = describe(cluster, exp)["trials"]
+    assert len(trials) == 3 and {t["state"] for t in trials} == {"COMPLETED"}
+    # rung 1 at 1 epoch: the first result there always goes on, a later one only when it
+    # ranks in the top half; every trial reported val_accuracy at its rung
+    epochs = sorted(t["epoch"] for t in trials)
+    assert epochs[-1] == 2 and set(epochs) <= {1, 2}
+    for t in trials:
+        assert t["steps_completed"] == t["epoch"] * 128 // t["hparams"]["global_batch_size"]
+        assert t["best_metric"] is not None
