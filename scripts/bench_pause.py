@@ -251,8 +251,13 @@ def one_rep(m: Master, i: int, args: argparse.Namespace, root: Path) -> dict[str
 
     # 1. train a while
     first = wait_for("the trial's first process", lambda: process(0), 300)
-    wait_for("the first batch", lambda: "first_batch_end" in read_stamps(stamps_dir, first["id"]),
-             300)
+    def first_batch() -> bool:
+        if m.state("trials", trial_id) == "ERROR":  # never wait 300 s for a dead trial
+            raise RuntimeError(f"trial {trial_id} failed; its log: "
+                               f"{m.data_dir / 'trials' / str(trial_id) / 'logs.txt'}")
+        return "first_batch_end" in read_stamps(stamps_dir, first["id"])
+
+    wait_for("the first batch", first_batch, 300)
     time.sleep(args.train_s)
 
     # 2. pause

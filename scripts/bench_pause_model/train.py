@@ -12,7 +12,7 @@ Each process appends ``{"name": ..., "t": time.time()}`` lines to
     train_begin      first on_train_begin of a user callback (after det_sdk's restore)
     first_batch_end  first on_train_batch_end in this process
     preempt_seen     the SDK's preemption long-poll returned "preempt"
-    save_begin/_end  det_sdk's KerasContext._save_checkpoint (storage, fsync, report queued)
+    save_begin/_end  TrainingLoop.save (snapshot handed to the writer) -> the wait for the write
     close_end        context.close() returned (queued reports delivered)
     fit_raised       the SystemExit of a stop (pause, kill) has left context.fit
     fit_unwound      that exception and fit's frames are freed (with the names of the
@@ -47,7 +47,7 @@ from model import build_model, make_data
 
 import det_sdk as det
 from det_sdk.client import MasterClient
-from det_sdk.keras import _checkpoint, _context
+from det_sdk.keras import _checkpoint, _context, _loop
 
 T_IMPORTED = time.time()
 
@@ -90,8 +90,25 @@ def preemption(self: MasterClient, alloc_id: str, timeout_seconds: float) -> boo
 # Patched before init() so that the SDK's watcher thread uses the stamping versions.
 MasterClient.preemption = preemption  # type: ignore[method-assign]
 _checkpoint.restore_state = timed(_checkpoint.restore_state, "restore_begin", "restore_end")
-_context.KerasContext._save_checkpoint = timed(  # type: ignore[method-assign]
-    _context.KerasContext._save_checkpoint, "save_begin", "save_end")
+# A save is a snapshot handed to the background writer, then (at a stop) the wait
+# for that write: save_begin is the first, save_end the end of the second.
+_save, _wait = _loop.TrainingLoop.save, _loop.TrainingLoop.wait_for_checkpoints
+
+
+def save(*args: Any, **kwargs: Any) -> Any:
+    stamp("save_begin")
+    return _save(*args, **kwargs)
+
+
+def wait_for_checkpoints(*args: Any, **kwargs: Any) -> Any:
+    try:
+        return _wait(*args, **kwargs)
+    finally:
+        stamp("save_end")
+
+
+_loop.TrainingLoop.save = save  # type: ignore[method-assign]
+_loop.TrainingLoop.wait_for_checkpoints = wait_for_checkpoints  # type: ignore[method-assign]
 _context.KerasContext.close = timed(  # type: ignore[method-assign]
     _context.KerasContext.close, "close_begin", "close_end")
 
