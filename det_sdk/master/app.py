@@ -37,6 +37,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from det_sdk import api
@@ -305,24 +306,24 @@ def create_app(master: Master) -> FastAPI:
             log.warning("experiment %d: %s", exp_id, warning)
         return api.CreateExperimentResponse(id=exp_id, warnings=warnings)
 
-    @app.get("/api/v1/experiments")
+    @app.get("/api/v1/experiments", response_model=api.ExperimentPage)
     def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
-                         p: Principal = Depends(user)) -> api.ExperimentPage:
+                         p: Principal = Depends(user)) -> Response:
         """The newest experiments first, as summaries; `next_cursor` continues."""
-        return experiment_page(master, limit, cursor)
+        return _as_json(experiment_page(master, limit, cursor))
 
-    @app.get("/api/v1/experiments/{exp_id}")
+    @app.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
     def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,
-                       p: Principal = Depends(user)) -> api.ExperimentInfo:
+                       p: Principal = Depends(user)) -> Response:
         """The experiment with its first `trials_limit` trials; `trials_next_cursor`
         continues at `/api/v1/experiments/{exp_id}/trials`."""
-        return experiment_detail(master, exp_id, trials_limit)
+        return _as_json(experiment_detail(master, exp_id, trials_limit))
 
-    @app.get("/api/v1/experiments/{exp_id}/trials")
+    @app.get("/api/v1/experiments/{exp_id}/trials", response_model=api.TrialPage)
     def list_trials(exp_id: Id, limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
-                    p: Principal = Depends(user)) -> api.TrialPage:
+                    p: Principal = Depends(user)) -> Response:
         """The experiment's trials in the order the searcher created them."""
-        return trial_page(master, exp_id, limit, cursor)
+        return _as_json(trial_page(master, exp_id, limit, cursor))
 
     @app.post("/api/v1/experiments/{exp_id}/pause")
     def pause_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
@@ -346,7 +347,7 @@ def create_app(master: Master) -> FastAPI:
         own_trial(trial_id, p)
         return api.TrialInfo(**master.trial_info(trial_id))
 
-    @app.get("/api/v1/trials/{trial_id}/metrics")
+    @app.get("/api/v1/trials/{trial_id}/metrics", response_model=list[api.MetricsRow])
     def trial_metrics(trial_id: Id, group: api.MetricGroup | None = None,
                       after_steps: Annotated[int | None, Query(
                           ge=0, le=api.MAX_INT, description="only reports past this step "
@@ -355,10 +356,10 @@ def create_app(master: Master) -> FastAPI:
                           ge=1, le=api.MAX_METRICS_LIMIT, description="about this many rows "
                           "(a page never splits a step); fewer: the last page")]
                       = api.DEFAULT_METRICS_LIMIT,
-                      p: Principal = Depends(principal)) -> list[api.MetricsRow]:
+                      p: Principal = Depends(principal)) -> Response:
         """The trial's reports in (steps, group) order, from `after_steps` on."""
         own_trial(trial_id, p)
-        return metrics_page(master, trial_id, group, after_steps, limit)
+        return _as_json(_METRICS_ROWS, metrics_page(master, trial_id, group, after_steps, limit))
 
     @app.post("/api/v1/trials/{trial_id}/metrics", status_code=204)
     async def report_metrics(trial_id: Id, report: api.MetricsReport,
@@ -415,12 +416,12 @@ def create_app(master: Master) -> FastAPI:
         master.report_checkpoint(report.model_dump())
         return Response(status_code=204)
 
-    @app.get("/api/v1/checkpoints")
+    @app.get("/api/v1/checkpoints", response_model=api.CheckpointPage)
     def list_checkpoints(trial_id: Annotated[int | None, Query(ge=0, le=api.MAX_INT)] = None,
                          limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
-                         p: Principal = Depends(principal)) -> api.CheckpointPage:
+                         p: Principal = Depends(principal)) -> Response:
         """The newest checkpoints (of one trial) first; `next_cursor` continues."""
-        return checkpoint_page(master, trial_id, limit, cursor)
+        return _as_json(checkpoint_page(master, trial_id, limit, cursor))
 
     @app.get("/api/v1/checkpoints/{uuid}")
     def get_checkpoint(uuid: str, p: Principal = Depends(principal)) -> api.CheckpointInfo:
@@ -469,11 +470,11 @@ def create_app(master: Master) -> FastAPI:
     def create_job(req: api.CreateJobRequest, p: Principal = Depends(user)) -> dict[str, int]:
         return {"id": master.create_job(req.config, req.model_definition)}
 
-    @app.get("/api/v1/jobs")
+    @app.get("/api/v1/jobs", response_model=api.JobPage)
     def list_jobs(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
-                  p: Principal = Depends(user)) -> api.JobPage:
+                  p: Principal = Depends(user)) -> Response:
         """The newest jobs first; `next_cursor` continues."""
-        return job_page(master, limit, cursor)
+        return _as_json(job_page(master, limit, cursor))
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: Id, p: Principal = Depends(user)) -> api.JobInfo:
@@ -490,6 +491,19 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(ui_router(master))
 
     return app
+
+
+_METRICS_ROWS = TypeAdapter(list[api.MetricsRow])
+
+
+def _as_json(model: Any, value: Any = None) -> Response:
+    """A page as JSON, serialized once by pydantic-core (``model`` is a model instance, or
+    a TypeAdapter of ``value``). FastAPI's own path for a returned model (validate it
+    again, ``jsonable_encoder``, ``json.dumps``) costs about 40 us a row: four times the
+    rest of a 100-row page. The route's ``response_model`` still documents the answer.
+    """
+    body = model.dump_json(value) if isinstance(model, TypeAdapter) else model.model_dump_json()
+    return Response(body, media_type="application/json")
 
 
 def _job_info(j: dict[str, Any]) -> api.JobInfo:
