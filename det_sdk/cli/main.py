@@ -80,6 +80,7 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=8080)
     up.add_argument("--slots", type=int, default=os.cpu_count() or 1,
                     help="slots to schedule on (GPUs, or on a CPU machine as you choose)")
+    master_cmd.add_up_options(up)  # where tasks run: --resource-manager local|slurm, ...
     up.set_defaults(func=master_cmd.master_up)
     down = m.add_parser("down", help="stop the master")
     down.set_defaults(func=master_cmd.master_down)

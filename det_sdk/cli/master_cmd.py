@@ -9,12 +9,24 @@ import signal
 import subprocess
 import sys
 import time
-from argparse import Namespace
+from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
 from det_sdk.storage import pid_alive
 
-__all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
+__all__ = ["add_up_options", "default_data_dir", "master_down", "master_status", "master_up"]
+
+
+def add_up_options(up: ArgumentParser) -> None:
+    """``det master up``'s choice of where tasks run (made once, for the master's life)."""
+    from det_sdk.master.resources import KINDS
+
+    up.add_argument("--resource-manager", choices=KINDS, default="local",
+                    help="where trials and jobs run: local processes (default)")
+    up.add_argument("--shared-dir",
+                    help="where tasks' working directories, logs and checkpoints (unless a "
+                         "config's checkpoint_storage.host_path says otherwise) go: a path "
+                         "every node sees at the same place (default: the data directory)")
 
 
 def default_data_dir() -> Path:
@@ -51,10 +63,15 @@ def master_up(args: Namespace) -> int:
     if _healthy(url):
         print(f"det: something already answers at {url}; pick another --port", file=sys.stderr)
         return 1
+    kind = getattr(args, "resource_manager", "local")
     log = open(data_dir / "master.log", "ab")  # noqa: SIM115 - handed to the child
+    command = [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",
+               args.host, "--port", str(args.port), "--slots", str(args.slots),
+               "--resource-manager", kind]
+    if getattr(args, "shared_dir", None):
+        command += ["--shared-dir", str(Path(args.shared_dir).resolve())]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",
-         args.host, "--port", str(args.port), "--slots", str(args.slots)],
+        command,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
     (data_dir / "master.pid").write_text(f"{proc.pid}\n")
@@ -69,7 +86,10 @@ def master_up(args: Namespace) -> int:
             return 1
         time.sleep(0.2)
     save_token(url, (data_dir / "user.token").read_text().strip())
-    print(f"master listening on {url} (pid {proc.pid}, {args.slots} slots)")
+    capacity = f"{args.slots} slots"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        capacity = json.loads((data_dir / "master.json").read_text())["capacity"]
+    print(f"master listening on {url} (pid {proc.pid}, {capacity})")
     print(f"  data and logs: {data_dir}")
     print(f"  use it: export DET_MASTER={url}")
     return 0

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from det_sdk.master.resources import KINDS
+
 if TYPE_CHECKING:
     from det_sdk.master.core import Master
 
@@ -34,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--slots", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--resource-manager", choices=KINDS, default="local")
+    parser.add_argument("--shared-dir", type=Path)
     args = parser.parse_args(argv)
 
     import logging
@@ -50,13 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     # Everything the master writes is its owner's only (the database holds tokens);
     # the tasks it launches get the umask it was started with.
     task_umask = os.umask(0o077)
-    master = Master(args.data_dir.resolve(), slots=args.slots, url=url)
+    shared = args.shared_dir.resolve() if args.shared_dir else None
+    master = Master(args.data_dir.resolve(), slots=args.slots, url=url,
+                    resource_manager=args.resource_manager, shared_dir=shared)
     master.launcher.task_umask = task_umask
     _user_token(master, args.data_dir)
     master.start()
-    info = {"url": url, "pid": os.getpid(), "slots": args.slots}
+    slots = master.launcher.slots
+    where = f"{slots}{master.launcher.capacity_note() or ' slots'}"
+    info = {"url": url, "pid": os.getpid(), "slots": slots,
+            "resource_manager": args.resource_manager, "capacity": where,
+            "shared_dir": str(master.tasks_dir)}
     (args.data_dir / INFO_FILE).write_text(json.dumps(info) + "\n")
-    print(f"master listening on {url} with {args.slots} slots", flush=True)
+    print(f"master listening on {url} with {where}", flush=True)
     uvicorn.run(create_app(master), host=args.host, port=args.port, log_level="warning")
     master.stop()
     return 0

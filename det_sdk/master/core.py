@@ -8,7 +8,9 @@ Each concern has its module; ``Master`` wires them together and is what ``app.py
 - ``scheduler``: which queued task starts when, launching, exits, a restart;
 - ``search``: the trials an experiment starts with and their searcher operations;
 - ``checkpoints``: registration, retention and the sweep of unrecorded directories;
-- ``store`` (SQLite) and ``launcher`` (processes) below them.
+- ``store`` (SQLite) and ``launcher`` below them: the resource manager that runs
+  tasks (``det_sdk.master.resources``: local processes or Slurm jobs, chosen once
+  at start; nothing above it knows which).
 
 Errors are the domain errors of ``det_sdk.master.errors``; ``app.py`` maps them to
 HTTP statuses. What is cleaned up, and when: a trial's working directory when it
@@ -37,7 +39,6 @@ from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
-from det_sdk.master.launcher import Launcher
 from det_sdk.master.lifecycle import (
     REPORTING_STATES,
     ExperimentEvent,
@@ -46,6 +47,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     next_trial_state,
 )
+from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
@@ -73,9 +75,16 @@ class Master:
     1
     """
 
-    def __init__(self, data_dir: Path, slots: int, url: str) -> None:
+    def __init__(self, data_dir: Path, slots: int, url: str, resource_manager: str = "local",
+                 shared_dir: Path | None = None, **rm_options: Any) -> None:
+        """``resource_manager``: where tasks run (``local`` or ``slurm``, with its
+        ``rm_options``); ``shared_dir``: where tasks' working directories, logs and (by
+        default) checkpoints go, a path every node sees (default: ``data_dir``)."""
         self.data_dir = data_dir
         _private_dir(data_dir)
+        # what tasks read and write (a path every node shares, under Slurm)
+        self.tasks_dir = shared_dir or data_dir
+        self.tasks_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(data_dir / "master.db")
         for name in ("master.db", "master.db-wal", "master.db-shm"):
             if (data_dir / name).exists():
@@ -91,10 +100,12 @@ class Master:
             on_experiment_ended=self._experiment_ended,
             on_stop_requested=self._preemption_changed, on_runnable=self._wake)
         self.search = Search(self.store, self._lock, self.trial_config)
-        self.checkpoint_store = Checkpoints(self.store, self.lifecycle, data_dir,
+        self.checkpoint_store = Checkpoints(self.store, self.lifecycle, self.tasks_dir,
                                             self.trial_config)
-        self.launcher = Launcher(self.store, data_dir, slots, url, self._on_exit)
-        self.scheduler = Scheduler(self.store, self.lifecycle, self.launcher, data_dir,
+        self.launcher: ResourceManager = make_resource_manager(
+            resource_manager, self.store, self.tasks_dir, slots, url, self._on_exit,
+            **rm_options)
+        self.scheduler = Scheduler(self.store, self.lifecycle, self.launcher, self.tasks_dir,
                                    self.trial_config, self.search, self.checkpoint_store)
 
     # --- the master itself ----------------------------------------------------------------
@@ -103,13 +114,17 @@ class Master:
         """Recover from the previous master (adopt or end its tasks), sweep what nothing
         uses any more, then schedule in the background."""
         self.scheduler.recover()
+        self.launcher.start()
         self._sweep_uploads()
         with self._lock:
             self.scheduler.sweep_idle_checkpoint_dirs()
         self.scheduler.start()
 
     def stop(self) -> None:
+        """Stop scheduling; tasks being stopped are stopped (within their grace) before
+        this returns, the others keep running for the next master to adopt."""
         self.scheduler.stop()
+        self.launcher.stop()
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
@@ -136,7 +151,7 @@ class Master:
 
     def _trial_ended(self, t: TrialRow) -> None:
         """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes."""
-        shutil.rmtree(self.data_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
+        shutil.rmtree(self.tasks_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
 
     def _experiment_ended(self, exp: ExperimentRow) -> None:
         """An experiment ended: nothing will unpack its upload again."""
@@ -166,7 +181,8 @@ class Master:
         if config.resources.slots_per_trial > self.launcher.slots:
             raise InvalidRequest(
                 f"resources.slots_per_trial: {config.resources.slots_per_trial} is more than "
-                f"this master has ({self.launcher.slots}); the trials could never run")
+                f"this master has ({self.launcher.slots}{self.launcher.capacity_note()}); "
+                "the trials could never run")
         archive = _decode_archive(model_b64)
         seed = config.reproducibility.experiment_seed
         if seed is None:
@@ -207,7 +223,9 @@ class Master:
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
         rungs = self.store.experiment_rungs(exp_id)  # one query, not one per trial
-        trials = [self._trial_out(t, rungs.get(t["id"], [])) for t in self.store.trials(exp_id)]
+        queued = self.queued_trials()
+        trials = [self._trial_out(t, rungs.get(t["id"], []), queued)
+                  for t in self.store.trials(exp_id)]
         progress = sum(t["progress"] for t in trials) / len(trials) if trials else 0.0
         return {
             "id": exp["id"], "name": exp["name"], "state": exp["state"],
@@ -232,11 +250,22 @@ class Master:
     def trial_info(self, trial_id: int) -> dict[str, Any]:
         return self._trial_out(self.trial(trial_id))
 
-    def _trial_out(self, t: TrialRow, rungs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def queued_trials(self) -> dict[int, str]:
+        """Trials handed to the resource manager that still wait in its queue (a Slurm job
+        PENDING), with its reason: they show as QUEUED, though the lifecycle has them
+        RUNNING (pause and kill reach them through the resource manager)."""
+        return {a["trial_id"]: a["queue_reason"] for a in self.store.running_allocations()
+                if a["queue_reason"] and a["trial_id"] is not None}
+
+    def _trial_out(self, t: TrialRow, rungs: list[dict[str, Any]] | None = None,
+                   queued: dict[int, str] | None = None) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
                 "last_error", "bracket")
         info = {k: t[k] for k in keys}
+        reason = (self.queued_trials() if queued is None else queued).get(t["id"])
+        if reason and t["state"] == TrialState.RUNNING.value:
+            info["state"], info["queue_reason"] = TrialState.QUEUED.value, reason
         op = self.search.operation(t["id"], t)
         info["searcher_length"] = op and {"unit": op["unit"], "length": op["length"]}
         info["rungs"] = self.store.trial_rungs(t["id"]) if rungs is None else rungs
@@ -310,7 +339,7 @@ class Master:
         if config.resources.slots > self.launcher.slots:
             raise InvalidRequest(
                 f"resources.slots: {config.resources.slots} is more than this master has "
-                f"({self.launcher.slots})"
+                f"({self.launcher.slots}{self.launcher.capacity_note()})"
             )
         archive = _decode_archive(model_b64)
         archive_path = self._store_archive("jobs", archive)

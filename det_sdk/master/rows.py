@@ -71,6 +71,9 @@ class AllocationRow(TypedDict):
     exit_code: int | None
     started: float
     ended: float | None
+    rm_id: str | None  # the resource manager's own id of the task (a Slurm job id)
+    queue_reason: str | None  # why it still waits in the resource manager's queue
+    kill_after: float | None  # a kill's deadline: forced then, by whichever master runs
 
 
 class MetricsRow(TypedDict):

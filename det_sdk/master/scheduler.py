@@ -18,7 +18,6 @@ from pathlib import Path
 
 from det_sdk.config import ExperimentConfig
 from det_sdk.master.checkpoints import Checkpoints
-from det_sdk.master.launcher import Launcher, task_env
 from det_sdk.master.lifecycle import (
     JobEvent,
     JobState,
@@ -27,6 +26,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     exit_event,
 )
+from det_sdk.master.resources import ResourceManager, task_env
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.search import Search
 from det_sdk.master.store import Store
@@ -51,7 +51,8 @@ def _tail(path: Path, lines: int) -> str:
 class Scheduler:
     """Starts queued tasks within the launcher's slots and turns exits into events."""
 
-    def __init__(self, store: Store, lifecycle: Lifecycle, launcher: Launcher, data_dir: Path,
+    def __init__(self, store: Store, lifecycle: Lifecycle, launcher: ResourceManager,
+                 data_dir: Path,
                  config_of: Callable[[int], ExperimentConfig], search: Search,
                  checkpoints: Checkpoints) -> None:
         self.store = store
