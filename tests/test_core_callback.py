@@ -248,20 +248,21 @@ def _create(cluster: Cluster, config: Path) -> int:
     return json.loads(out.stdout)["id"]
 
 
-def _model_arrays(path: Path) -> list[np.ndarray]:
-    from det_sdk.keras import _checkpoint
+def _run_local(config: Path, runs: Path, processes: int = 1) -> subprocess.CompletedProcess:
+    """The example off the cluster, under the launcher, with ``config``'s hparams and data."""
+    env = {**os.environ, "DET_CONFIG": str(config), "DET_RUNS_DIR": str(runs),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
+        env.pop(var, None)
+    return subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--processes",
+                           str(processes), "--", sys.executable, str(EXAMPLE / "train.py")],
+                          env=env, capture_output=True, text=True, timeout=300)
 
-    return _checkpoint._read_arrays(Path(path))["model"]
 
-
-@pytest.mark.slow
-def test_example_on_one_slot_pauses_and_continues_as_a_local_uninterrupted_run(
-        cluster: Cluster, mnist_npz: Path, tmp_path: Path) -> None:
-    config = _example_config(cluster, "cb-pause", mnist_npz)
-    exp_id = _create(cluster, config)
+def _pause_then_activate(cluster: Cluster, exp_id: int) -> tuple[dict, str]:
+    """Pause as the trial starts (it stops at its first epoch end), activate, wait."""
     wait_until("the trial to start", lambda: describe(cluster, exp_id)["trials"][0]["state"]
                == "RUNNING")
-    # asked while the process starts: it trains its first epoch, checkpoints and stops
     assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
     wait_until("PAUSED", lambda: describe(cluster, exp_id)["state"] == "PAUSED", every=0.3)
     (trial,) = describe(cluster, exp_id)["trials"]
@@ -272,9 +273,11 @@ def test_example_on_one_slot_pauses_and_continues_as_a_local_uninterrupted_run(
     assert out.returncode == 0, logs[-3000:]
     (trial,) = describe(cluster, exp_id)["trials"]
     assert trial["state"] == "COMPLETED" and trial["epoch"] == 3 and trial["progress"] == 1.0
-    assert logs.count("Epoch 1/3") == 1  # the second launch continued, it did not start over
+    return trial, logs
 
-    # what the master shows: each epoch's metrics once, a checkpoint per epoch
+
+def _shown_by_master(cluster: Cluster, trial: dict) -> list[dict]:
+    """Each epoch's metrics once and a checkpoint per epoch; the checkpoints."""
     with cluster.http() as http:
         metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
     assert [(m["group"], m["epoch"]) for m in metrics] == [
@@ -282,76 +285,67 @@ def test_example_on_one_slot_pauses_and_continues_as_a_local_uninterrupted_run(
     assert {"val_loss", "val_accuracy"} <= set(metrics[1]["metrics"])
     ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
                                    "--json").stdout)
-    assert [c["epoch"] for c in ckpts] == [1, 2, 3]
+    assert [c["epoch"] for c in ckpts] == [1, 2, 3]  # one writer, the chief
     assert (Path(ckpts[0]["path"]) / "state.bin").is_file()
+    return ckpts
 
-    # the same script and config, locally and uninterrupted: the same final weights
-    env = {**os.environ, "DET_CONFIG": str(config), "DET_RUNS_DIR": str(tmp_path),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
-        env.pop(var, None)
-    local = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--",
-                            sys.executable, str(EXAMPLE / "train.py")], env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert local.returncode == 0, local.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "1" / "checkpoints.jsonl").read_text()
-            .splitlines()]
+
+def _assert_same_final_weights(ckpts: list[dict], run: Path) -> None:
+    rows = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     for a, b in zip(_model_arrays(Path(ckpts[-1]["path"])),
-                    _model_arrays(tmp_path / "1" / "checkpoints" / rows[-1]["uuid"])):
+                    _model_arrays(run / "checkpoints" / rows[-1]["uuid"])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _model_arrays(path: Path) -> list[np.ndarray]:
+    from det_sdk.keras import _checkpoint
+
+    return _checkpoint._read_arrays(Path(path))["model"]
+
+
+@pytest.mark.slow
+def test_example_on_one_slot_pauses_and_continues_as_a_local_uninterrupted_run(
+        cluster: Cluster, mnist_npz: Path, tmp_path: Path) -> None:
+    config = _example_config(cluster, "cb-pause", mnist_npz)
+    trial, logs = _pause_then_activate(cluster, _create(cluster, config))
+    assert logs.count("Epoch 1/3") == 1  # the second launch continued, it did not start over
+    ckpts = _shown_by_master(cluster, trial)
+    # the same script and config, locally and uninterrupted: the same final weights
+    local = _run_local(config, tmp_path)
+    assert local.returncode == 0, local.stderr[-3000:]
+    _assert_same_final_weights(ckpts, tmp_path / "1")
     assert any((tmp_path / "1" / "tensorboard").rglob("events.out.tfevents.*"))
 
 
 @pytest.mark.slow
-def test_example_on_two_slots(cluster: Cluster, mnist_npz: Path) -> None:
+def test_example_on_two_slots_and_two_local_workers(cluster: Cluster, mnist_npz: Path,
+                                                    tmp_path: Path) -> None:
     from det_sdk.keras._compat import KERAS_MAJOR
 
     config = _example_config(cluster, "cb-two", mnist_npz, resources={"slots_per_trial": 2})
-    exp_id = _create(cluster, config)
-    out = cluster.det("experiment", "wait", str(exp_id))
-    (trial,) = describe(cluster, exp_id)["trials"]
-    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    local = _run_local(config, tmp_path / "runs", processes=2)
     if KERAS_MAJOR >= 3:
-        # MultiWorkerMirroredStrategy across processes is broken in Keras 3: said plainly
+        # MultiWorkerMirroredStrategy across processes is broken in Keras 3: said plainly,
+        # locally (before anything is created) and on the master
+        assert local.returncode != 0 and "keras-team/keras#20585" in local.stderr
+        assert not (tmp_path / "runs").exists()
+        exp_id = _create(cluster, config)
+        out = cluster.det("experiment", "wait", str(exp_id))
+        (trial,) = describe(cluster, exp_id)["trials"]
+        logs = cluster.det("trial", "logs", str(trial["id"])).stdout
         assert out.returncode != 0 and trial["state"] == "ERROR", logs[-3000:]
         assert "keras-team/keras#20585" in logs and "UnsupportedStrategyError" in logs
         return
-    assert out.returncode == 0, logs[-3000:]
-    assert trial["state"] == "COMPLETED" and trial["epoch"] == 3
-    with cluster.http() as http:
-        metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
-    assert [(m["group"], m["epoch"]) for m in metrics] == [
-        (g, e) for e in (1, 2, 3) for g in ("training", "validation")]
-    ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
-                                   "--json").stdout)
-    assert [c["epoch"] for c in ckpts] == [1, 2, 3]  # one writer, the chief
-    # 512 samples, global batch 64 split over the two workers: 8 steps per epoch
-    assert trial["steps_completed"] == 24
-
-
-@pytest.mark.slow
-def test_launcher_spawns_two_local_workers(mnist_npz: Path, tmp_path: Path) -> None:
-    from det_sdk.keras._compat import KERAS_MAJOR
-
-    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
-    config["data"] = {"mnist_npz": str(mnist_npz)}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "DET_CONFIG": str(tmp_path / "c.yaml"), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "DET_RUNS_DIR": str(tmp_path / "runs")}
-    for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
-        env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--processes", "2",
-                          "--", sys.executable, str(EXAMPLE / "train.py")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    if KERAS_MAJOR >= 3:
-        assert out.returncode != 0 and "keras-team/keras#20585" in out.stderr, out.stderr[-2000:]
-        assert not (tmp_path / "runs").exists()  # refused before anything was created
-        return
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert local.returncode == 0, local.stderr[-3000:]
     run = tmp_path / "runs" / "1"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     # one run, written by the chief only; global batch 64 over 512 samples: 8 steps an epoch
     assert [(r["group"], r["steps_completed"]) for r in rows] == [
-        ("training", 8), ("validation", 8), ("training", 16), ("validation", 16)]
+        (g, s) for s in (8, 16, 24) for g in ("training", "validation")]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["1"]
+
+    trial, logs = _pause_then_activate(cluster, _create(cluster, config))
+    assert logs.count("Epoch 1/3") == 2  # one per worker, in the first launch only
+    assert trial["steps_completed"] == 24
+    _assert_same_final_weights(_shown_by_master(cluster, trial), run)
