@@ -520,11 +520,12 @@ class Store:
         (['z', 'y'], 3)
         """
         with self._lock:
-            # one json_extract of three paths: the config is parsed once, not three times
             exps = [dict(r) for r in self._db.execute(
-                "SELECT id, name, state, created, ended, json_extract(config,"
-                " '$.searcher.name', '$.searcher.metric', '$.searcher.smaller_is_better')"
-                " AS searcher FROM experiments WHERE id < ? ORDER BY id DESC LIMIT ?",
+                "SELECT id, name, state, created, ended,"
+                " json_extract(config, '$.searcher.name') AS searcher,"
+                " json_extract(config, '$.searcher.metric') AS metric,"
+                " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better"
+                " FROM experiments WHERE id < ? ORDER BY id DESC LIMIT ?",
                 (_before(before_id), limit))]
             aggregates = self._db.execute(
                 "SELECT experiment_id, state, COUNT(*), SUM(progress), MIN(best_metric),"
@@ -534,7 +535,6 @@ class Store:
             (total,) = self._db.execute("SELECT COUNT(*) FROM experiments").fetchone()
         by_id = {e["id"]: e for e in exps}
         for e in exps:
-            e["searcher"], e["metric"], e["smaller_is_better"] = json.loads(e["searcher"])
             e.update(trial_states={}, trials=0, progress=0.0, best_min=None, best_max=None)
         for exp_id, state, n, progress, lo, hi in aggregates:
             e = by_id[exp_id]
