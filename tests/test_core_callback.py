@@ -40,6 +40,7 @@ def test_core_init_locally_keeps_a_run_and_its_records(tmp_path: Path) -> None:
         assert (info.task_type, info.trial.trial_id, info.latest_checkpoint) == ("TRIAL", 1, None)
         assert dict(info.trial.hparams) == {"lr": 0.1, "units": 4}
         assert (ctx.distributed.rank, ctx.distributed.size) == (0, 1)
+        assert isinstance(ctx.distributed, det.core.DistributedContext)
         assert ctx.preempt.should_preempt() is False
         ops = []
         for op in ctx.searcher.operations():  # off the cluster: one, the config's length

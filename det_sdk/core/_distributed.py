@@ -149,6 +149,11 @@ class DistributedContext(_base.DistributedContext):
         return _base.HorovodProcesses()
 
 
+# Every det_sdk context is one of these for isinstance (det.keras.init()'s too).
+DistributedContext.register(_base.SingleProcess)
+DistributedContext.register(_base.HorovodProcesses)
+
+
 def _single() -> _base.DistributedContext:
     return _base.SingleProcess()
 
