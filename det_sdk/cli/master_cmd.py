@@ -110,7 +110,9 @@ def master_down(args: Namespace) -> int:
     else:
         os.kill(pid, signal.SIGKILL)
     (data_dir / "master.pid").unlink(missing_ok=True)
-    print(f"master (pid {pid}) stopped; trials it started keep running until it is back")
+    # the master stops the tasks it was stopping (kills within their grace) before it exits
+    print(f"master (pid {pid}) stopped; tasks it was stopping are stopped, the others keep "
+          "running until it is back")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             "shared_dir": str(master.tasks_dir)}
     (args.data_dir / INFO_FILE).write_text(json.dumps(info) + "\n")
     print(f"master listening on {url} with {where}", flush=True)
+    # uvicorn re-raises the SIGTERM of `det master down` once it has shut down: handled
+    # here, it lets the master finish the stops it promised (master.stop) before it exits
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: None)
     uvicorn.run(create_app(master), host=args.host, port=args.port, log_level="warning")
     master.stop()
     return 0

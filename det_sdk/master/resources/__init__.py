@@ -18,7 +18,11 @@ What every implementation shares lives here:
 - a task's exit status is written to a file beside its working directory by the task
   itself (its shell, or the Slurm batch step), so that a master restarted while it
   runs still learns how it ended;
-- a kill is a polite stop now (SIGTERM) and a forced one ``grace`` seconds later.
+- a kill is a polite stop now (SIGTERM) and a forced one ``grace`` seconds later. The
+  deadline is recorded on the allocation (``kill_after``) before the polite stop is
+  sent, and carried out by whichever master runs when it falls due: this one, the one
+  that replaces it after a crash, or this one on its way down (:meth:`stop` waits for
+  the stops it promised, within the grace, before the master exits).
 """
 
 from __future__ import annotations
@@ -149,13 +153,21 @@ class ResourceManager:
         raise NotImplementedError
 
     def adopt(self, alloc: AllocationRow) -> None:
-        """Watch a task started by an earlier master process (after a restart)."""
+        """Watch a task started by an earlier master process (after a restart), and carry
+        out the forced stop that master recorded for it, if any."""
+        if alloc.get("kill_after") is not None:
+            self._schedule_force(alloc["id"], float(alloc["kill_after"]))
         self._watch(alloc)
 
     def kill(self, alloc: AllocationRow | dict[str, Any],
              grace: float = KILL_GRACE_SECONDS) -> None:
-        """Stop a task: politely now (SIGTERM), by force after ``grace`` seconds."""
-        self._schedule_force(alloc["id"], time.time() + grace)
+        """Stop a task: politely now (SIGTERM), by force after ``grace`` seconds.
+
+        The deadline is recorded first: a master that dies in between leaves it to the next.
+        """
+        deadline = time.time() + grace
+        self.store.update_allocation(alloc["id"], kill_after=deadline)
+        self._schedule_force(alloc["id"], deadline)
         self._terminate(alloc)
 
     # --- the master's own start and stop ----------------------------------------------------
@@ -165,8 +177,16 @@ class ResourceManager:
                                         name=f"resources-{self.kind}")
         self._thread.start()
 
-    def stop(self) -> None:
-        """The master is going; its tasks keep running for the next master to adopt."""
+    def stop(self, timeout: float = KILL_GRACE_SECONDS + 5) -> None:
+        """The master is going: carry out the forced stops already promised (a task asked
+        to stop is not left running because the master went first), then return. Tasks
+        nobody asked to stop keep running for the next master to adopt."""
+        end = time.time() + timeout
+        while time.time() < end:
+            with self._deadline_lock:
+                if not self._deadlines:
+                    break
+            time.sleep(0.05)
         self._closed.set()
         self._wake.set()
         if self._thread is not None:
