@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -512,7 +513,12 @@ class ExperimentConfig(_Strict):
         if not isinstance(raw, Mapping):
             return handler(raw)
         ignored = ignored_fields(raw)
-        cfg = handler(_determined_lengths(_without_ignored(raw)))
+        raw = _determined_lengths(_without_ignored(raw))
+        entrypoint = raw.get("entrypoint")
+        if isinstance(entrypoint, list) and all(isinstance(a, str) for a in entrypoint):
+            # Determined also takes the command as a list of arguments
+            raw["entrypoint"] = shlex.join(entrypoint)
+        cfg = handler(raw)
         cfg._ignored = ignored
         return cfg
 

@@ -382,6 +382,8 @@ def test_seed_tutorial_config_parses_as_written():
     ("python3 train.py", "python3 train.py"),
     ("python3 -m pkg:x", "python3 -m pkg:x"),
     ("sh -c 'a:b'", "sh -c 'a:b'"),
+    (["python3", "train.py", "--name", "a b"], "python3 train.py --name 'a b'"),
+    (["model_def:MNISTTrial"], "python3 -m det_sdk.keras.trial model_def:MNISTTrial"),
 ])
 def test_entrypoint_forms(entrypoint, command):
     assert parse_experiment_config({"entrypoint": entrypoint}).entrypoint_script == command

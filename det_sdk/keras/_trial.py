@@ -119,7 +119,10 @@ class InMemorySequence(_compat.SequenceBase):  # type: ignore[misc, valid-type]
         return tuple(_data.slice_rows(p, start, stop) for p in parts)
 
     def arrays(self) -> tuple[Any, Any, Any]:
-        """``(data, labels, sample_weights)`` as given."""
+        """``(data, labels, sample_weights)`` as given.
+
+        >>> x, y, w = InMemorySequence(data=x, labels=y, batch_size=32).arrays()
+        """
         return self.data, self.labels, self.sample_weights
 
 
@@ -171,7 +174,10 @@ class TFKerasTensorBoard(_compat.keras.callbacks.TensorBoard):  # type: ignore[m
         super().__init__(*args, **kwargs)
 
     def use_dir(self, log_dir: str | os.PathLike[str]) -> None:
-        """Write into ``log_dir`` (det_sdk calls this before training)."""
+        """Write into ``log_dir`` (det_sdk calls this before training).
+
+        >>> TFKerasTensorBoard(update_freq="epoch").use_dir("det-runs/1/tensorboard/keras")
+        """
         super().__init__(str(log_dir), *self._det_args, **self._det_kwargs)
 
 
@@ -259,11 +265,19 @@ class TFKerasTrialContext:
         return self.distributed.shard_batch_size(self.get_global_batch_size())
 
     def get_trial_id(self) -> int | None:
-        """The trial's id (the local run's id off the cluster)."""
+        """The trial's id (the local run's id off the cluster).
+
+        >>> context.get_trial_id()
+        3
+        """
         return self.keras_context.trial_id
 
     def get_experiment_id(self) -> int | None:
-        """The experiment's id on the cluster; None off it."""
+        """The experiment's id on the cluster; None off it.
+
+        >>> context.get_experiment_id()
+        1
+        """
         info = self.keras_context.info
         return info.experiment_id if info is not None else None
 
@@ -444,6 +458,10 @@ class _ConfiguredLength:
 
     def complete_operation(self, length: Length, searcher_metric: float | None) -> None:
         return None
+
+    def resume_hint(self) -> str:
+        run = self._inner.run_id
+        return f"Resume with --resume {run} (or DET_RESUME={run})."
 
 
 def run_trial(
