@@ -270,6 +270,13 @@ def test_runner_entrypoint_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureF
         load_trial_class("just_a_name")
     assert main(["mod:NotATrial", "--hparams", "[1]", "--context", str(tmp_path)]) == 2
     assert "JSON object" in capsys.readouterr().err
+    (tmp_path / "ok.py").write_text("from det_sdk.keras import TFKerasTrial\n"
+                                    "class T(TFKerasTrial):\n    pass\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_config()))
+    assert main(["ok:T", "--context", str(tmp_path), "--config", str(config), "--resume", "7",
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "no local run 7" in capsys.readouterr().err
 
 
 # --- the tutorial, as processes -----------------------------------------------------------

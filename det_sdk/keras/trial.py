@@ -8,7 +8,8 @@ Off the cluster::
 
 On the cluster the master runs the same command (``entrypoint: model_def:MNISTTrial``
 in an experiment config becomes it), and the trial's config, hyperparameters and
-length come from the master. Exit status 2 for a bad config or entrypoint.
+length come from the master. Exit status 2 for a bad config or entrypoint, or a run
+to resume that does not exist.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 
 from det_sdk.config import ConfigError
 from det_sdk.keras._trial import TrialLoadError, load_trial_class, run_trial
+from det_sdk.session import RunNotFoundError
 
 __all__ = ["main"]
 
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as err:
         print(f"{parser.prog}: error: --hparams is not valid JSON: {err}", file=sys.stderr)
         return 2
-    except (ConfigError, TrialLoadError) as err:
+    except (ConfigError, TrialLoadError, RunNotFoundError) as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     return 0
