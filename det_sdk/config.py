@@ -736,8 +736,13 @@ def load_yaml_file(path: str | os.PathLike[str]) -> Any:
     return load_yaml_text(text, f"config file {p}")
 
 
-def parse_experiment_config(raw: Mapping[str, Any] | str | os.PathLike[str]) -> ExperimentConfig:
+def parse_experiment_config(raw: Mapping[str, Any] | str | os.PathLike[str], *,
+                            warn_ignored: bool = False) -> ExperimentConfig:
     """Validate an experiment config given as a mapping or a YAML file path.
+
+    ``warn_ignored``: log the one warning about Determined fields det_sdk ignores
+    (``cfg.ignored_fields``). Off by default: where a config enters (a local run, the
+    master's create, the CLI) says it once, not every parse of it.
 
     >>> parse_experiment_config({"hyperparameters": {"lr": {"type": "bogus"}}})
     Traceback (most recent call last):
@@ -750,7 +755,7 @@ def parse_experiment_config(raw: Mapping[str, Any] | str | os.PathLike[str]) -> 
         source = f"experiment config {raw}"
         raw = load_yaml_file(raw)
     cfg = _validate(ExperimentConfig, raw, source)
-    if cfg.ignored_fields:
+    if warn_ignored and cfg.ignored_fields:
         log.warning("%s: %s", source, ignored_fields_warning(cfg.ignored_fields))
     return cfg
 

@@ -432,7 +432,9 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
                                "storage_path": "det"},
     })
     with caplog.at_level("WARNING", logger="det_sdk.config"):
-        cfg = parse_experiment_config(raw)
+        assert parse_experiment_config(raw).ignored_fields  # found, but not said
+        assert not caplog.records
+        cfg = parse_experiment_config(raw, warn_ignored=True)
     expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer", "environment",
                 "labels", "optimizations", "profiling", "resources.resource_pool",
                 "resources.shm_size"]
@@ -445,7 +447,7 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
     assert "environment" not in dumped and "shm_size" not in dumped["resources"]
     caplog.clear()
     with caplog.at_level("WARNING", logger="det_sdk.config"):
-        parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML))
+        parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML), warn_ignored=True)
     assert not caplog.records  # nothing ignored, nothing said
 
 

@@ -173,7 +173,8 @@ def test_in_memory_sequence_batches_and_checks() -> None:
 # --- the context --------------------------------------------------------------------------
 
 
-def test_context_getters_and_the_optimizer_wrapped_at_compile(tmp_path: Path) -> None:
+def test_context_getters_and_the_optimizer_wrapped_at_compile(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     seen: dict[str, Any] = {}
 
     class Probe(NumpyTrial):
@@ -190,8 +191,11 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(tmp_path: Path) ->
                 c.get_hparam("nope")
             return model
 
-    _run(tmp_path, Probe, hyperparameters={"global_batch_size": 8, "lr": 0.1},
-         data={"kind": "weights"})
+    with caplog.at_level("WARNING", logger="det_sdk.config"):
+        _run(tmp_path, Probe, hyperparameters={"global_batch_size": 8, "lr": 0.1},
+             data={"kind": "weights"}, environment={"image": "x"})
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "det_sdk.config"]
+    assert said.endswith("which it does not implement: environment")
     assert seen["hparams"] == {"global_batch_size": 8, "lr": 0.1}
     assert (seen["lr"], seen["gbs"], seen["per_slot"], seen["rank"]) == (0.1, 8, 8, 0)
     assert seen["data"] == {"kind": "weights"} and seen["trial"] == 1
@@ -388,6 +392,7 @@ def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "bind_mounts, environment" in warnings[0], out.stderr
+    assert out.stderr.count("det_sdk ignores") == 1, out.stderr  # said once, not per parse
     exp_one = json.loads(out.stdout)["id"]
     two = _tutorial_config(tmp_path / "two.yaml", npz, resources={"slots_per_trial": 2})
     exp_two = create(cluster, two, model_dir)

@@ -54,7 +54,7 @@ def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
         )
     raw = load_yaml_file(config) if isinstance(config, (str, os.PathLike)) else config
     try:
-        return parse_experiment_config(raw)
+        return parse_experiment_config(raw, warn_ignored=True)
     except ConfigError as as_experiment:
         try:
             return parse_job_config(raw)

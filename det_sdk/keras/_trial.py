@@ -526,7 +526,7 @@ def _local_config(config: Any) -> ExperimentConfig:
     if config is None:
         raise ConfigError("a TFKerasTrial needs an experiment config off the cluster: "
                           "--config const.yaml (or DET_CONFIG)")
-    return parse_experiment_config(config)
+    return parse_experiment_config(config, warn_ignored=True)
 
 
 def _built_model(trial: TFKerasTrial, context: TFKerasTrialContext) -> Any:
