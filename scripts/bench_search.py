@@ -102,7 +102,7 @@ def run_experiment(master: BenchMaster, label: str, searcher: dict[str, Any], tr
     exp_id = master.det_json("experiment", "create", str(path), str(MODEL_DIR))["id"]
     waited = master.det("experiment", "wait", str(exp_id), timeout=3600)
     wall = time.perf_counter() - start
-    exp = master.det_json("experiment", "describe", str(exp_id))
+    exp = master.det_json("experiment", "describe", str(exp_id), "--all")  # every trial
     if waited.returncode != 0 or exp["state"] != "COMPLETED":
         errors = "\n".join(f"trial {t['id']}: {t['last_error']}" for t in exp["trials"]
                            if t["last_error"])
