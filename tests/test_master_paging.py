@@ -262,11 +262,18 @@ def test_det_lists_show_the_newest_page_and_all_with_all(cluster: Cluster) -> No
     bad = cluster.det("experiment", "list", "--limit", "0")
     assert bad.returncode == 2 and "--limit" in bad.stderr and "at least 1" in bad.stderr
 
+    (wide,) = fill_history(cluster.data_dir / "master.db", 1, trials_per_experiment=105)
+    described = cluster.det("experiment", "describe", str(wide)).stdout.splitlines()
+    assert "showing the first 100 of 105 trials; --all for everything" in described
+    every_trial = json.loads(cluster.det("experiment", "describe", str(wide), "--all",
+                                         "--json").stdout)["trials"]
+    assert len({t["id"] for t in every_trial}) == 105
+
     # the same pages over HTTP from the master process
     with cluster.http() as http:
         page = http.get("/api/v1/experiments", params={"limit": 20}).json()
-        assert page["total"] == 45 and [e["id"] for e in page["experiments"]] == list(
-            range(45, 25, -1))
+        assert page["total"] == 46 and [e["id"] for e in page["experiments"]] == list(
+            range(46, 26, -1))
         assert http.get("/api/v1/experiments", params={"limit": 5000}).status_code == 400
 
 
