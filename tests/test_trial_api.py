@@ -184,6 +184,8 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(
                         gbs=c.get_global_batch_size(), per_slot=c.get_per_slot_batch_size(),
                         data=c.get_data_config(), config=c.get_experiment_config(),
                         rank=c.distributed.rank, trial=c.get_trial_id(),
+                        sizes=(c.distributed.get_size(), c.distributed.get_rank(),
+                               c.distributed.get_local_size(), c.distributed.size),
                         experiment=c.get_experiment_id())
             model = super().build_model()
             seen["optimizer"] = model.optimizer
@@ -199,7 +201,7 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(
     assert seen["hparams"] == {"global_batch_size": 8, "lr": 0.1}
     assert (seen["lr"], seen["gbs"], seen["per_slot"], seen["rank"]) == (0.1, 8, 8, 0)
     assert seen["data"] == {"kind": "weights"} and seen["trial"] == 1
-    assert seen["experiment"] is None
+    assert seen["experiment"] is None and seen["sizes"] == (1, 0, 1, 1)
     assert seen["config"]["entrypoint_script"] == "python3 -m det_sdk.keras.trial t:Trial"
     # compile(optimizer="adam") on a wrapped model: a real Adam, and checkpointed
     assert isinstance(seen["optimizer"], keras.optimizers.Adam)
@@ -354,25 +356,31 @@ def _final_weights(cluster: Cluster, trial_id: int, processes: int = 1) -> list[
 
 SLOW_TRIAL = '''
 import time
+from pathlib import Path
 import tensorflow as tf
 from model_def import MNISTTrial
 from det_sdk.keras import TFKerasTensorBoard
 
 
 class Sleep(tf.keras.callbacks.Callback):
-    def __init__(self, seconds):
+    """Sleeps after each batch; after the second, touches `started` (the test then pauses)."""
+
+    def __init__(self, seconds, started):
         super().__init__()
-        self.seconds = seconds
+        self.seconds, self.started = seconds, started
 
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(self.seconds)
+        if batch >= 1 and self.started:
+            Path(self.started).touch()
 
 
 class SlowMNISTTrial(MNISTTrial):
     """The tutorial's trial, slowed down so that a test can pause it mid-run."""
 
     def keras_callbacks(self):
-        return [Sleep(self.context.get_data_config().get("sleep_per_batch", 0)),
+        data = self.context.get_data_config()
+        return [Sleep(data.get("sleep_per_batch", 0), data.get("started")),
                 TFKerasTensorBoard(update_freq="epoch")]
 '''
 
@@ -415,16 +423,19 @@ def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # measured: 1.1e-7
 
     # paused in the middle and activated: the weights of the uninterrupted run
+    started = tmp_path / "started"
     slow = _tutorial_config(tmp_path / "slow.yaml", npz, entrypoint="slow:SlowMNISTTrial",
-                            data={"mnist_npz": str(npz), "sleep_per_batch": 0.25})
+                            data={"mnist_npz": str(npz), "sleep_per_batch": 0.4,
+                                  "started": str(started)})
     exp_slow = create(cluster, slow, model_dir)
-    wait_until("the trial to train a few batches", lambda: describe(cluster, exp_slow)
-               ["trials"][0]["steps_completed"] >= 3, timeout=120)
+    wait_until("the trial to train 2 batches", started.exists, timeout=180)
     assert cluster.det("experiment", "pause", str(exp_slow)).returncode == 0
     wait_until("PAUSED", lambda: describe(cluster, exp_slow)["state"] == "PAUSED",
                timeout=120)
-    paused_at = describe(cluster, exp_slow)["trials"][0]["steps_completed"]
-    assert 3 <= paused_at < 16
+    (t_paused,) = describe(cluster, exp_slow)["trials"]
+    out = cluster.det("checkpoint", "list", "--trial", str(t_paused["id"]), "--json")
+    paused_at = max(c["steps_completed"] for c in json.loads(out.stdout))
+    assert 2 <= paused_at < 16  # stopped before the end, with a checkpoint there
     assert cluster.det("experiment", "activate", str(exp_slow)).returncode == 0
     assert cluster.det("experiment", "wait", str(exp_slow)).returncode == 0
     (t_slow,) = describe(cluster, exp_slow)["trials"]

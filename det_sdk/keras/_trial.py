@@ -56,6 +56,7 @@ __all__ = [
     "TFKerasTensorBoard",
     "TFKerasTrial",
     "TFKerasTrialContext",
+    "TrialDistributed",
     "TrialLoadError",
     "load_trial_class",
     "run_trial",
@@ -184,6 +185,46 @@ class TFKerasTensorBoard(_compat.keras.callbacks.TensorBoard):  # type: ignore[m
 # --- the context ----------------------------------------------------------------------------
 
 
+class TrialDistributed:
+    """A trial's ``context.distributed``: det_sdk's distributed context (``rank``, ``size``,
+    ``local_rank``, ``allgather``, ...) plus the getters Determined's code calls.
+
+    >>> context.distributed.get_size(), context.distributed.rank
+    (2, 0)
+    """
+
+    def __init__(self, distributed: DistributedContext) -> None:
+        self._distributed = distributed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._distributed, name)
+
+    def get_rank(self) -> int:
+        """This process's rank among the trial's processes."""
+        return self._distributed.rank
+
+    def get_size(self) -> int:
+        """How many processes train the trial."""
+        return self._distributed.size
+
+    def get_local_rank(self) -> int:
+        """This process's rank on its host."""
+        return self._distributed.local_rank
+
+    def get_local_size(self) -> int:
+        """How many of the trial's processes run on this host."""
+        return self._distributed.local_size
+
+    def get_cross_rank(self) -> int:
+        """This host's rank among the trial's hosts."""
+        return self._distributed.cross_rank
+
+    def get_cross_size(self) -> int:
+        """How many hosts the trial's processes run on."""
+        return self._distributed.cross_size
+
+
+
 class TFKerasTrialContext:
     """What a ``TFKerasTrial`` gets: hyperparameters, config, and the wrappers.
 
@@ -203,9 +244,14 @@ class TFKerasTrialContext:
         self.fit_options: dict[str, Any] = {}
 
     @property
-    def distributed(self) -> DistributedContext:
-        """Rank, size and collectives of this trial's processes (``rank``, ``size``, ...)."""
-        return self.keras_context.distributed
+    def distributed(self) -> TrialDistributed:
+        """Rank, size and collectives of this trial's processes (``rank``, ``size``,
+        ``get_rank()``, ``get_size()``, ...).
+
+        >>> self.context.distributed.get_rank()
+        0
+        """
+        return TrialDistributed(self.keras_context.distributed)
 
     # --- hyperparameters and config ---------------------------------------------------
 
