@@ -133,6 +133,17 @@ def test_each_data_kind_trains_to_the_configured_length(tmp_path: Path, kind: st
     assert hist.history["val_loss"]
 
 
+def test_a_length_in_epochs_counts_passes_over_the_training_data(tmp_path: Path) -> None:
+    _run(tmp_path, searcher={"name": "single", "metric": "val_accuracy",
+                             "smaller_is_better": False, "max_length": {"epochs": 2}},
+         data={"kind": "in_memory"})
+    run = tmp_path / "runs" / "1"
+    # 40 rows in global batches of 8: 5 steps an epoch; validated at each epoch's end
+    assert _rows(run / "checkpoints.jsonl")[-1]["steps_completed"] == 10
+    assert [(m["epoch"], m["steps_completed"]) for m in _rows(run / "metrics.jsonl")
+            if m["group"] == "validation"] == [(1, 5), (2, 10)]
+
+
 def test_sample_weights_from_the_loader_are_used(tmp_path: Path) -> None:
     trials: list[Any] = []
 
