@@ -348,6 +348,12 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
         "max_slots", "weight", "native_parallel", "shm_size", "resource_pool", "priority",
         "is_single_node", "devices",
     }),
+    # searcher: warm starts from another trial's checkpoint, custom brackets and time
+    # budgets are not implemented (det_sdk's ASHA already stops once)
+    "searcher": frozenset({
+        "source_trial_id", "source_checkpoint_uuid", "stop_once", "bracket_rungs",
+        "max_time", "time_metric",
+    }),
     # checkpoint_storage (shared_fs): container paths mean nothing without containers
     "checkpoint_storage": frozenset({
         "storage_path", "propagation", "container_path", "checkpoint_path",

@@ -431,13 +431,14 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
         "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/c",
                                "storage_path": "det"},
     })
+    raw["searcher"]["source_trial_id"] = 3
     with caplog.at_level("WARNING", logger="det_sdk.config"):
         assert parse_experiment_config(raw).ignored_fields  # found, but not said
         assert not caplog.records
         cfg = parse_experiment_config(raw, warn_ignored=True)
     expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer", "environment",
                 "labels", "optimizations", "profiling", "resources.resource_pool",
-                "resources.shm_size"]
+                "resources.shm_size", "searcher.source_trial_id"]
     assert cfg.ignored_fields == expected
     (record,) = [r for r in caplog.records if r.name == "det_sdk.config"]
     assert ", ".join(expected) in record.getMessage()
