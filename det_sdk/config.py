@@ -14,6 +14,7 @@ wrong types and missing required fields fail with the field's dotted path::
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -592,8 +593,13 @@ class JobConfig(_Strict):
 # --- parsing helpers ----------------------------------------------------------------------
 
 
-def format_validation_error(err: ValidationError, source: str = "config") -> str:
-    """One line per problem, each naming the field by its dotted path."""
+def format_validation_error(err: ValidationError, source: str = "config",
+                            known: Mapping[str, set[str]] | None = None) -> str:
+    """One line per problem, each naming the field by its dotted path.
+
+    ``known``: the field names of a section (``""``: the top level), from which an
+    unknown field gets a "did you mean" (a typo of a Determined field, most often).
+    """
     lines = []
     for e in err.errors():
         loc = _user_path(e["loc"])
@@ -604,6 +610,10 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
                    "(or write a constant as a plain value)")
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
+            near = difflib.get_close_matches(loc[-1], (known or {}).get(".".join(loc[:-1]), ()),
+                                             n=1, cutoff=0.75)
+            if near:
+                msg += f" (did you mean {near[0]!r}?)"
         elif e["type"] == "missing":
             msg = "required field is missing"
         elif "input" in e and e["type"] != "value_error":
@@ -648,11 +658,23 @@ def _validate(model: type[BaseModel], raw: Any, source: str) -> Any:
         _expanded_size(dict(raw))  # a mapping from JSON or code: the same limits as YAML
         return model.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        known = _experiment_fields() if model is ExperimentConfig else None
+        raise ConfigError(format_validation_error(err, source, known)) from None
     except ConfigError as err:
         raise ConfigError(f"invalid {source}: {err}") from None
     except RecursionError:
         raise ConfigError(f"invalid {source}: nested too deeply") from None
+
+
+def _experiment_fields() -> dict[str, set[str]]:
+    """Every field name an experiment config accepts, by section (for "did you mean")."""
+    sections: dict[str, Any] = {"": ExperimentConfig, "resources": ExperimentResources,
+                                "checkpoint_storage": CheckpointStorageConfig}
+    out = {}
+    for section, model in sections.items():
+        names = set(model.model_fields) | set(IGNORED_DETERMINED_FIELDS.get(section, ()))
+        out[section] = names | ({"entrypoint"} if not section else set())
+    return out
 
 
 MAX_YAML_DEPTH = 64  # levels of nesting

@@ -460,3 +460,12 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
 ])
 def test_misspelled_determined_fields_are_still_errors(raw, field):
     assert f"  {field}: unknown field" in _error(parse_experiment_config, raw)
+
+
+def test_a_misspelled_field_gets_the_nearest_known_name():
+    msg = _error(parse_experiment_config, {"enviroment": {}, "resources": {"shm_sise": 1},
+                                           "recods_per_epoch": 5, "zzz": 1})
+    assert "  enviroment: unknown field (did you mean 'environment'?)" in msg
+    assert "  resources.shm_sise: unknown field (did you mean 'shm_size'?)" in msg
+    assert "  recods_per_epoch: unknown field (did you mean 'records_per_epoch'?)" in msg
+    assert "  zzz: unknown field\n" in msg + "\n"
