@@ -221,8 +221,11 @@ class ResourceManager:
             code = recorded  # the task's own report is the entrypoint's status
         self.store.update_allocation(alloc_id, state=_EXITED, exit_code=code,
                                      ended=time.time())
-        self._unschedule(alloc_id)
-        self.on_exit({**alloc, "state": _EXITED, "exit_code": code}, code)
+        try:
+            self.on_exit({**alloc, "state": _EXITED, "exit_code": code}, code)
+        finally:
+            # only now: a master on its way down (stop) waits for the whole of it
+            self._unschedule(alloc_id)
 
     # --- forced stops -----------------------------------------------------------------------
 
