@@ -96,6 +96,12 @@ if ! $PY -c "import det_sdk, pytest, ruff" >/dev/null 2>&1 \
 fi
 
 bash scripts/setup_browser.sh  # headless Chromium for the web UI's page tests
+# Slurm for tests/test_slurm.py's simulated cluster (scripts/slurm-sim.sh); they skip without
+if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing Debian's Slurm (slurmctld slurmd slurm-client munge)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld \
+      slurmd slurm-client munge >/dev/null; } || say "could not install Slurm: its tests will skip"
+fi
 say "ready: $($PY -c 'import tensorflow as tf, horovod, det_sdk; from det_sdk.keras import _compat as c; print(f"tensorflow {tf.__version__}, keras {c.KERAS_VERSION}, horovod {horovod.__version__}, det_sdk {det_sdk.__version__}")' 2>/dev/null \
   || $PY -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")')"
 

@@ -39,7 +39,8 @@ while True:
 """
 
 
-@pytest.mark.parametrize("name", ["det_sdk.master.resources"])
+@pytest.mark.parametrize("name", ["det_sdk.master.resources", "det_sdk.master.resources.slurm",
+                                  "det_sdk.master.resources.slurm_step"])
 def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

@@ -22,11 +22,17 @@ def add_up_options(up: ArgumentParser) -> None:
     from det_sdk.master.resources import KINDS
 
     up.add_argument("--resource-manager", choices=KINDS, default="local",
-                    help="where trials and jobs run: local processes (default)")
+                    help="where trials and jobs run: local processes (default) or Slurm jobs")
     up.add_argument("--shared-dir",
                     help="where tasks' working directories, logs and checkpoints (unless a "
                          "config's checkpoint_storage.host_path says otherwise) go: a path "
                          "every node sees at the same place (default: the data directory)")
+    slurm = up.add_argument_group("slurm", "with --resource-manager slurm")
+    slurm.add_argument("--partition", help="the partition to submit to (default: Slurm's)")
+    slurm.add_argument("--account", help="the account to charge")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
+                       help="an extra sbatch option, e.g. --slurm-option=--qos=high "
+                            "(repeatable)")
 
 
 def default_data_dir() -> Path:
@@ -64,12 +70,21 @@ def master_up(args: Namespace) -> int:
         print(f"det: something already answers at {url}; pick another --port", file=sys.stderr)
         return 1
     kind = getattr(args, "resource_manager", "local")
+    slurm_only = [f"--{n.replace('_', '-')}" for n in ("partition", "account", "slurm_option")
+                  if getattr(args, n, None)]
+    if slurm_only and kind != "slurm":
+        print(f"det: {', '.join(slurm_only)} need --resource-manager slurm", file=sys.stderr)
+        return 2
     log = open(data_dir / "master.log", "ab")  # noqa: SIM115 - handed to the child
     command = [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",
                args.host, "--port", str(args.port), "--slots", str(args.slots),
                "--resource-manager", kind]
     if getattr(args, "shared_dir", None):
         command += ["--shared-dir", str(Path(args.shared_dir).resolve())]
+    for name in ("partition", "account"):
+        if getattr(args, name, None):
+            command += [f"--{name}", getattr(args, name)]
+    command += [f"--slurm-option={o}" for o in getattr(args, "slurm_option", None) or []]
     proc = subprocess.Popen(
         command,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

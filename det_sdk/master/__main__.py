@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--resource-manager", choices=KINDS, default="local")
     parser.add_argument("--shared-dir", type=Path)
+    parser.add_argument("--partition")
+    parser.add_argument("--account")
+    parser.add_argument("--slurm-option", action="append", default=[])
     args = parser.parse_args(argv)
 
     import logging
@@ -55,9 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     # Everything the master writes is its owner's only (the database holds tokens);
     # the tasks it launches get the umask it was started with.
     task_umask = os.umask(0o077)
+    options = {}
+    if args.resource_manager == "slurm":
+        options = {"partition": args.partition, "account": args.account,
+                   "slurm_options": args.slurm_option}
     shared = args.shared_dir.resolve() if args.shared_dir else None
     master = Master(args.data_dir.resolve(), slots=args.slots, url=url,
-                    resource_manager=args.resource_manager, shared_dir=shared)
+                    resource_manager=args.resource_manager, shared_dir=shared, **options)
     master.launcher.task_umask = task_umask
     _user_token(master, args.data_dir)
     master.start()

@@ -102,6 +102,8 @@ class Master:
         self.search = Search(self.store, self._lock, self.trial_config)
         self.checkpoint_store = Checkpoints(self.store, self.lifecycle, self.tasks_dir,
                                             self.trial_config)
+        if resource_manager == "slurm":  # its queued jobs cancelled when asked to stop
+            rm_options.setdefault("wants_stop", self.should_preempt)
         self.launcher: ResourceManager = make_resource_manager(
             resource_manager, self.store, self.tasks_dir, slots, url, self._on_exit,
             **rm_options)

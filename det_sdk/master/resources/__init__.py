@@ -47,7 +47,7 @@ __all__ = ["KILL_GRACE_SECONDS", "KINDS", "ResourceManager", "make_resource_mana
 log = logging.getLogger("det_sdk.master.resources")
 
 KILL_GRACE_SECONDS = 10.0
-KINDS = ("local",)
+KINDS = ("local", "slurm")
 # how long a forced stop that has not ended the task waits before it is tried again
 _RETRY_SECONDS = 5.0
 _RUNNING, _EXITED = "RUNNING", "EXITED"  # det_sdk.api.AllocationState (not imported: light)
@@ -287,4 +287,8 @@ def make_resource_manager(kind: str, store: Store, data_dir: Path, slots: int,
         from det_sdk.master.resources.local import LocalManager
 
         return LocalManager(store, data_dir, slots, master_url, on_exit)
+    if kind == "slurm":  # its slots are the partition's, from sinfo
+        from det_sdk.master.resources.slurm import SlurmManager
+
+        return SlurmManager(store, data_dir, master_url, on_exit, **options)
     raise ValueError(f"unknown resource manager {kind!r}; expected one of {', '.join(KINDS)}")
