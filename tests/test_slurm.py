@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 import time
@@ -39,15 +41,31 @@ from tests.lifecycle_harness import Fakes
 pytestmark = pytest.mark.slow
 
 SIM = REPO / "scripts" / "slurm-sim.sh"
-# the tests' own simulated cluster: a user's (scripts/slurm-sim.sh up) is left alone
-SIM_ENV = {"DET_SLURM_SIM_DIR": os.environ.get("DET_SLURM_TEST_DIR", "/tmp/det-slurm-sim-tests"),
-           "DET_SLURM_SIM_PORT": os.environ.get("DET_SLURM_TEST_PORT", "16917")}
+
+
+def _free_port_range(n: int) -> int:
+    """The first of ``n`` consecutive free ports (slurmctld's, then one per node)."""
+    for _ in range(100):
+        base = random.randrange(20000, 60000)
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free ports for the simulated cluster")
 
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> Iterator[str]:
-    """The simulated cluster's SLURM_CONF; up for the whole session."""
-    env = {**os.environ, **SIM_ENV}
+    """The simulated cluster's SLURM_CONF; up for the whole session. The session's own
+    (directory and ports): a user's (scripts/slurm-sim.sh up) and another test session's
+    are left alone."""
+    env = {**os.environ,
+           "DET_SLURM_SIM_DIR": os.environ.get("DET_SLURM_TEST_DIR",
+                                               f"/tmp/det-slurm-sim-tests-{os.getpid()}"),
+           "DET_SLURM_SIM_PORT": str(_free_port_range(4))}
     try:
         out = subprocess.run(["bash", str(SIM), "up"], env=env, capture_output=True, text=True,
                              timeout=900)
@@ -61,6 +79,8 @@ def slurm_conf() -> Iterator[str]:
         yield conf
     finally:
         subprocess.run(["bash", str(SIM), "down"], env=env, capture_output=True, timeout=120)
+        if "DET_SLURM_TEST_DIR" not in os.environ:
+            shutil.rmtree(env["DET_SLURM_SIM_DIR"], ignore_errors=True)
 
 
 class SlurmCluster(Cluster):
@@ -324,6 +344,8 @@ def test_a_job_waiting_in_slurms_queue_shows_queued_and_pauses_without_running(
             "Resources", "Priority") else None)(fakes.trial_of(exp_id)), timeout=60)
     described = json.loads(one.det("trial", "describe", str(trial_id), "--json").stdout)
     assert described["state"] == "QUEUED" and described["queue_reason"] == queued["queue_reason"]
+    text = one.det("experiment", "describe", str(exp_id)).stdout
+    assert f"QUEUED ({queued['queue_reason']})" in text, text
     fakes.command(exp_id, "pause")
     fakes.wait_state(exp_id, "PAUSED", "PAUSED", timeout=30)  # cancelled in the queue
     assert fakes.process(trial_id) is None  # it never ran

@@ -172,7 +172,9 @@ def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
     def value(v: Any) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    return [[t["id"], t["state"], t["steps_completed"], t["epoch"], target(t),
+    # QUEUED in a resource manager's queue (Slurm) shows why: "QUEUED (Resources)"
+    return [[t["id"], f"{t['state']} ({t['queue_reason']})" if t.get("queue_reason")
+             else t["state"], t["steps_completed"], t["epoch"], target(t),
              "" if t["best_metric"] is None else _num(t["best_metric"]),
              t["restarts"], " ".join(f"{k}={value(v)}" for k, v in t["hparams"].items())]
             for t in trials]
