@@ -201,7 +201,7 @@ def test_callback_continues_its_own_checkpoint_and_warm_starts_from_others(
 
     # another continue_id: a warm start, weights only, from epoch 0
     meta = _checkpoint.read_metadata(det.session.find_runs_dir_checkpoint(runs, first))
-    assert meta["history"]["continue_id"] == 7 and meta["epoch"] == 1
+    assert meta["continue_id"] == 7 and meta["epoch"] == 1
     with det.core.init(runs_dir=tmp_path / "c") as ctx:
         ctx._session.checkpoint_path = lambda uuid: det.session.find_runs_dir_checkpoint(
             runs, uuid)  # another run's checkpoint, as another trial's on the cluster

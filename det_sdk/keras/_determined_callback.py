@@ -46,8 +46,7 @@ __all__ = ["DeterminedCallback", "TensorBoard", "continues"]
 
 log = logging.getLogger("det_sdk.keras")
 
-# The key, inside the checkpoint's resume record (metadata "history"), that keeps the
-# continue_id: the engine saves that record verbatim and hands it back on resume.
+# The checkpoint metadata key that keeps the continue_id (TrainingLoop.save's extra).
 _CONTINUE_ID = "continue_id"
 
 
@@ -60,15 +59,14 @@ def continues(metadata: Mapping[str, Any], continue_id: Any) -> bool:
     ``context.fit``, or none recorded): warm start, the weights only, from epoch 0.
     Ids compare as text (``3`` and ``"3"`` are one trial).
 
-    >>> continues({"history": {"continue_id": 3}}, "3")
+    >>> continues({"continue_id": 3}, "3")
     True
-    >>> continues({"history": {"continue_id": 3}}, 4), continues({}, 3)
+    >>> continues({"continue_id": 3}, 4), continues({}, 3)
     (False, False)
     """
-    record = metadata.get("history")
-    if not isinstance(record, Mapping) or _CONTINUE_ID not in record:
+    if _CONTINUE_ID not in metadata:
         return False
-    return str(record[_CONTINUE_ID]) == str(continue_id)
+    return str(metadata[_CONTINUE_ID]) == str(continue_id)
 
 
 def _start_at_epoch(model: Any, epoch: int | None) -> None:
@@ -218,11 +216,10 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         """A checkpoint at the current position (collective; once per position)."""
         if self._saved_at == self._position.steps_completed:
             return
-        record = {_CONTINUE_ID: self._continue_id, "epoch": list(self._history.epoch),
-                  "history": self._history.history}
+        record = {"epoch": list(self._history.epoch), "history": self._history.history}
         assert self._reporter is not None
         self._loop.save(self.model, self._position, self._reporter.last_validation,
-                        history=record)
+                        history=record, extra={_CONTINUE_ID: self._continue_id})
         self._saved_at = self._position.steps_completed
 
     # --- Keras hooks ---------------------------------------------------------------------

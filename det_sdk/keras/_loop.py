@@ -233,12 +233,13 @@ class TrainingLoop:
 
     def save(
         self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float],
-        history: Mapping[str, Any] | None = None,
+        history: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Save a checkpoint (collective: every process calls it at the same point).
 
         ``history`` (epochs and their logs so far) goes into the metadata, so a
-        resumed ``fit`` returns the whole run's History.
+        resumed ``fit`` returns the whole run's History. ``extra`` adds keys of the
+        caller's to the metadata (JSON-able; they may not replace the loop's own).
         """
         rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
         if not self.distributed.is_chief:
@@ -254,6 +255,10 @@ class TrainingLoop:
             "created": time.time(),
             "history": dict(history or {}),
         }
+        clash = set(extra or {}) & set(metadata)
+        if clash:
+            raise ValueError(f"checkpoint metadata: {sorted(clash)} are det_sdk's own keys")
+        metadata.update(extra or {})
         # Taken now (milliseconds); written while training goes on.
         if self._model_config is None or self._model_config[0] is not model:
             self._model_config = (model, _checkpoint.model_config_of(model))
