@@ -122,3 +122,17 @@ def test_a_kill_is_carried_out_by_the_next_master_after_a_crash(stubborn: Stubbo
     db = json.loads(stubborn.cluster.det("experiment", "describe", str(exp_id),
                                          "--json").stdout)
     assert db["trials"][0]["state"] == "CANCELED"
+
+
+@pytest.mark.slow
+def test_a_slurm_master_without_slurm_says_so_and_slurm_options_need_slurm(
+        tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    c.env["SLURM_CONF"] = str(tmp_path / "no-such-slurm.conf")
+    out = c.det("master", "up", "--data-dir", str(c.data_dir), "--port", str(c.port),
+                "--resource-manager", "slurm")
+    assert out.returncode == 1
+    assert "the master cannot start: SLURM_CONF names" in out.stderr, out.stderr
+    out = c.det("master", "up", "--data-dir", str(c.data_dir), "--port", str(c.port),
+                "--partition", "gpu")
+    assert out.returncode == 2 and "--partition is only for --resource-manager slurm" in out.stderr

@@ -73,7 +73,9 @@ def master_up(args: Namespace) -> int:
     slurm_only = [f"--{n.replace('_', '-')}" for n in ("partition", "account", "slurm_option")
                   if getattr(args, n, None)]
     if slurm_only and kind != "slurm":
-        print(f"det: {', '.join(slurm_only)} need --resource-manager slurm", file=sys.stderr)
+        verb = "is" if len(slurm_only) == 1 else "are"
+        print(f"det: {', '.join(slurm_only)} {verb} only for --resource-manager slurm",
+              file=sys.stderr)
         return 2
     log = open(data_dir / "master.log", "ab")  # noqa: SIM115 - handed to the child
     command = [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",

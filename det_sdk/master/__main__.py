@@ -63,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         options = {"partition": args.partition, "account": args.account,
                    "slurm_options": args.slurm_option}
     shared = args.shared_dir.resolve() if args.shared_dir else None
-    master = Master(args.data_dir.resolve(), slots=args.slots, url=url,
-                    resource_manager=args.resource_manager, shared_dir=shared, **options)
+    try:
+        master = Master(args.data_dir.resolve(), slots=args.slots, url=url,
+                        resource_manager=args.resource_manager, shared_dir=shared, **options)
+    except RuntimeError as err:  # e.g. no Slurm to be seen (SlurmError): say it plainly
+        print(f"the master cannot start: {err}", flush=True)
+        return 1
     master.launcher.task_umask = task_umask
     _user_token(master, args.data_dir)
     master.start()

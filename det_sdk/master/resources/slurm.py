@@ -199,8 +199,11 @@ class SlurmManager(ResourceManager):
                  wants_stop: Callable[[str], bool] | None = None) -> None:
         self.options = list(slurm_options)
         self.account = account
+        conf = os.environ.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():  # Slurm's commands would look for a server
+            raise SlurmError(f"SLURM_CONF names {conf}, which is not a file")
         self.capacity = Capacity.from_sinfo(
-            _run(["sinfo", "-h", "-N", "-o", "%N|%c|%G|%P"]), partition)
+            _run(["sinfo", "-h", "-N", "-o", "%N|%c|%G|%P"], timeout=30), partition)
         self.partition = partition  # None: sbatch uses Slurm's default, as sinfo showed it
         super().__init__(store, data_dir, self.capacity.slots(cpus_per_task(self.options)),
                          master_url, on_exit)
