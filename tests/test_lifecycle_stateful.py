@@ -150,8 +150,12 @@ class LifecycleMachine(RuleBasedStateMachine):
     def create(self, launch_fails: bool) -> None:
         if launch_fails:
             with self.fakes.http() as http:
-                last = max([t["id"] for e in http.get("/api/v1/experiments").json()
-                            for t in e["trials"]], default=0)
+                # the newest experiment holds the newest trial (lists are newest first)
+                newest = http.get("/api/v1/experiments",
+                                  params={"limit": 1}).json()["experiments"]
+                last = max([t["id"] for e in newest for t in http.get(
+                    f"/api/v1/experiments/{e['id']}/trials",
+                    params={"limit": 1000}).json()["trials"]], default=0)
             blocker = self.cluster.data_dir / "trials" / str(last + 1)
             blocker.parent.mkdir(exist_ok=True)
             blocker.write_text("in the way: the launch fails")
@@ -261,7 +265,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not self.models:
             return
         with self.fakes.http() as http:
-            exps = {e["id"]: e for e in http.get("/api/v1/experiments").json()}
+            exps = {m.exp_id: http.get(f"/api/v1/experiments/{m.exp_id}").json()
+                    for m in self.models.values()}
         for m in self.models.values():
             exp = exps[m.exp_id]
             trial = exp["trials"][0]
