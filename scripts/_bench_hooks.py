@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -19,39 +20,49 @@ import tensorflow as tf
 
 
 class HookProfile:
-    """Wall time spent in each hook the det_sdk callback classes define themselves."""
+    """Wall time spent in each hook of some Keras callback classes while ``active``.
+
+    ``total``/``calls`` add up over everything measured, per ``Class.hook``;
+    ``seconds`` is their sum since the caller last set it to 0.
+    """
 
     HOOKS = (
         "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
         "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
-        "on_test_batch_end",
+        "on_test_batch_begin", "on_test_batch_end",
     )
 
     def __init__(self) -> None:
         self.total: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.seconds = 0.0
         self.active = False
 
     @contextmanager
-    def installed(self) -> Iterator[None]:
-        """Wrap the hooks while inside; put the originals back on the way out."""
-        from det_sdk.keras import _callbacks
-
+    def wrapping(self, classes: list[type]) -> Iterator[None]:
+        """Wrap each hook a class defines itself; put the originals back on the way out."""
         saved: list[tuple[type, str, Callable[..., Any]]] = []
-        for name in _callbacks.__all__:
-            cls = getattr(_callbacks, name)
-            if not (isinstance(cls, type) and issubclass(cls, tf.keras.callbacks.Callback)):
-                continue
+        for cls in classes:
             for hook in self.HOOKS:
                 if hook in vars(cls):
                     original = vars(cls)[hook]
                     saved.append((cls, hook, original))
-                    setattr(cls, hook, self._wrap(f"{name}.{hook}", original))
+                    setattr(cls, hook, self._wrap(f"{cls.__name__}.{hook}", original))
         try:
             yield
         finally:
             for cls, hook, original in saved:
                 setattr(cls, hook, original)
+
+    def installed(self) -> contextlib.AbstractContextManager[None]:
+        """Wrap the hooks of det_sdk's injected callbacks while inside."""
+        from det_sdk.keras import _callbacks
+
+        return self.wrapping([
+            cls for name in _callbacks.__all__
+            if isinstance(cls := getattr(_callbacks, name), type)
+            and issubclass(cls, tf.keras.callbacks.Callback)
+        ])
 
     def _wrap(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -61,8 +72,10 @@ class HookProfile:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.total[key] += time.perf_counter() - t0
+                spent = time.perf_counter() - t0
+                self.total[key] += spent
                 self.calls[key] += 1
+                self.seconds += spent
 
         return timed
 

@@ -43,64 +43,19 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
+from _bench_hooks import HookProfile
 from _bench_mnist import build_model, mnist_like
 from bench_fit_overhead import machine_busy_seconds
 
 import det_sdk as det
-
-HOOKS = (
-    "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
-    "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
-    "on_test_batch_begin", "on_test_batch_end",
-)
-
-
-class HookTimer:
-    """Seconds spent inside the hooks of some callback classes while ``active``."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.active = False
-        self.by_hook: dict[str, float] = {}  # summed over all runs, for --breakdown
-
-    @contextlib.contextmanager
-    def wrapping(self, classes: list[type]) -> Iterator[None]:
-        """Wrap each hook a class defines itself; restore the originals on the way out."""
-        saved: list[tuple[type, str, Any]] = []
-        for cls in classes:
-            for hook in HOOKS:
-                if hook in vars(cls):
-                    saved.append((cls, hook, vars(cls)[hook]))
-                    setattr(cls, hook, self._timed(vars(cls)[hook], f"{cls.__name__}.{hook}"))
-        try:
-            yield
-        finally:
-            for cls, hook, original in saved:
-                setattr(cls, hook, original)
-
-    def _timed(self, fn: Callable[..., Any], key: str) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return fn(*args, **kwargs)
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent = time.perf_counter() - t0
-                self.seconds += spent
-                self.by_hook[key] = self.by_hook.get(key, 0.0) + spent
-
-        return timed
 
 
 def det_sdk_callback_classes() -> list[type]:
@@ -129,6 +84,18 @@ def compiled(seed: int) -> tf.keras.Model:
     return model
 
 
+def hooks_of(callback: Any, model: tf.keras.Model, data: dict[str, Any], epochs: int,
+             timer: HookProfile) -> float:
+    """Seconds inside ``callback``'s hooks during a plain ``model.fit`` with it."""
+    timer.seconds = 0.0
+    with timer.wrapping([type(callback)]):
+        timer.active = True
+        model.fit(data["x"], data["y"], validation_data=(data["x_val"], data["y_val"]),
+                  batch_size=128, epochs=epochs, verbose=0, callbacks=[callback])
+        timer.active = False
+    return timer.seconds
+
+
 class Side:
     """One way of training with per-epoch checkpoints; ``run`` returns its cost in s."""
 
@@ -142,7 +109,7 @@ class DetSdk(Side):
     name = "det_sdk"
 
     def __init__(self, data: dict[str, Any], seed: int, tmp: Path) -> None:
-        self.timer = HookTimer()
+        self.timer = HookProfile()
         self.classes = det_sdk_callback_classes()
         self.data, self.seed, self.tmp = data, seed, tmp
         self.before: list[float] = []
@@ -189,7 +156,7 @@ class Determined(Side):
         from determined.keras import DeterminedCallback
 
         self.core, self.callback = core, DeterminedCallback
-        self.timer = HookTimer()
+        self.timer = HookProfile()
         self.data, self.seed, self.tmp = data, seed, tmp
 
     def run(self, epochs: int) -> float:
@@ -203,21 +170,14 @@ class Determined(Side):
         with self.core._dummy_init(checkpoint_storage=str(storage)) as core_context:
             cb = self.callback(core_context, checkpoint=None, continue_id=1,
                                checkpoint_epochs=1)
-            self.timer.seconds = 0.0
-            with self.timer.wrapping([type(cb)]):
-                self.timer.active = True
-                model.fit(self.data["x"], self.data["y"],
-                          validation_data=(self.data["x_val"], self.data["y_val"]),
-                          batch_size=128, epochs=epochs, verbose=0, callbacks=[cb])
-                self.timer.active = False
-        return self.timer.seconds
+            return hooks_of(cb, model, self.data, epochs, self.timer)
 
 
 class Backup(Side):
     name = "backup"
 
     def __init__(self, data: dict[str, Any], seed: int, tmp: Path) -> None:
-        self.timer = HookTimer()
+        self.timer = HookProfile()
         self.data, self.seed, self.tmp = data, seed, tmp
         self.runs = 0
 
@@ -225,14 +185,7 @@ class Backup(Side):
         self.runs += 1
         model = compiled(self.seed)
         cb = tf.keras.callbacks.BackupAndRestore(str(self.tmp / f"backup-{self.runs}"))
-        self.timer.seconds = 0.0
-        with self.timer.wrapping([type(cb)]):
-            self.timer.active = True
-            model.fit(self.data["x"], self.data["y"],
-                      validation_data=(self.data["x_val"], self.data["y_val"]),
-                      batch_size=128, epochs=epochs, verbose=0, callbacks=[cb])
-            self.timer.active = False
-        return self.timer.seconds
+        return hooks_of(cb, model, self.data, epochs, self.timer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.breakdown:
             fits = det_side.runs
             print(f"det_sdk, ms per fit of {args.epochs} epochs (mean of {fits} fits):")
-            for key, total in sorted(det_side.timer.by_hook.items(), key=lambda kv: -kv[1]):
+            for key, total in sorted(det_side.timer.total.items(), key=lambda kv: -kv[1]):
                 print(f"  {key:<40} {1e3 * total / fits:7.2f}")
             print(f"  {'after the last model.fit':<40} "
                   f"{1e3 * statistics.mean(det_side.after):7.2f}")

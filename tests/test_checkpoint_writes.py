@@ -69,6 +69,18 @@ def _signal_mid_write(runs: Path, signum: int) -> tuple[str, subprocess.Complete
     return in_flight, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _resume_to_the_uninterrupted_weights(runs: Path, tmp_path: Path,
+                                          uninterrupted: Path) -> None:
+    """Resume the run in ``runs`` to its end: the final weights equal the uninterrupted
+    run's."""
+    resumed = run_python(BIG, {"DET_RUNS_DIR": str(runs), "DET_RESUME": "1",
+                               "BIG_WEIGHTS_OUT": str(tmp_path / "resumed.npz")})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = np.load(uninterrupted), np.load(tmp_path / "resumed.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
 def test_a_stop_waits_for_the_write_in_flight(tmp_path: Path, uninterrupted: Path) -> None:
     runs = tmp_path / "paused"
     in_flight, stopped = _signal_mid_write(runs, signal.SIGTERM)
@@ -82,12 +94,7 @@ def test_a_stop_waits_for_the_write_in_flight(tmp_path: Path, uninterrupted: Pat
     ckpt_dir = runs / "1" / "checkpoints"
     assert (ckpt_dir / uuids[-1] / "checksums.json").is_file()
     assert not list(ckpt_dir.glob(".tmp-*"))
-    resumed = run_python(BIG, {"DET_RUNS_DIR": str(runs), "DET_RESUME": "1",
-                               "BIG_WEIGHTS_OUT": str(tmp_path / "resumed.npz")})
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = np.load(uninterrupted), np.load(tmp_path / "resumed.npz")
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
+    _resume_to_the_uninterrupted_weights(runs, tmp_path, uninterrupted)
 
 
 def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
@@ -102,12 +109,7 @@ def test_kill_during_a_background_write_keeps_the_previous_checkpoint(
     # every recorded checkpoint is complete; the one cut off was never recorded
     for row in recorded:
         assert (ckpt_dir / row["uuid"] / "checksums.json").is_file()
-    resumed = run_python(BIG, {"DET_RUNS_DIR": str(runs), "DET_RESUME": "1",
-                               "BIG_WEIGHTS_OUT": str(tmp_path / "resumed.npz")})
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = np.load(uninterrupted), np.load(tmp_path / "resumed.npz")
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
+    _resume_to_the_uninterrupted_weights(runs, tmp_path, uninterrupted)
     # the abandoned temporary directory was swept by the next run's first save
     assert not list(ckpt_dir.glob(".tmp-*"))
     epochs = [r["epoch"] for r in _rows(runs / "1")]
