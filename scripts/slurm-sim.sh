@@ -124,9 +124,9 @@ up() {
     idle=$(sinfo -h -p debug -t idle -o %D 2>/dev/null || true)
     [ "${idle:-0}" = "${#NODES[@]}" ] && break
     if [ $SECONDS -gt $deadline ]; then
-      say "the cluster did not come up; logs in $DIR/log:"
       tail -n 5 "$DIR"/log/*.log >&2 || true
-      exit 1
+      down_quietly
+      die "the cluster did not come up within 30 s (logs above, and in $DIR/log)"
     fi
     sleep 0.2
   done

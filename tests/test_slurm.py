@@ -72,7 +72,10 @@ def slurm_conf() -> Iterator[str]:
     except (OSError, subprocess.TimeoutExpired) as err:
         pytest.skip(f"Slurm tests skipped: scripts/slurm-sim.sh up did not finish ({err})")
     if out.returncode != 0:
-        why = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        if "DET_SLURM_TEST_DIR" not in os.environ:
+            shutil.rmtree(env["DET_SLURM_SIM_DIR"], ignore_errors=True)
+        said = [line for line in out.stderr.splitlines() if line.startswith("[slurm-sim]")]
+        why = (said or out.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.skip(f"Slurm tests skipped: Slurm cannot be installed or started here ({why})")
     conf = out.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
     try:
