@@ -195,6 +195,26 @@ def test_a_trial_left_stopping_without_a_process_ends_after_a_master_restart(
     fakes.wait_state(exp_id, "CANCELED", "CANCELED", timeout=30)
 
 
+def test_an_experiment_left_stopping_after_its_trials_ended_settles_on_restart(
+        fakes: Fakes) -> None:
+    """A master that died between a trial's CANCELED and its experiment's transition:
+    the next master settles the experiment from its trials instead of leaving it
+    STOPPING_CANCELED for ever."""
+    cluster = fakes.cluster
+    exp_id, trial_id, _proc = fakes.start_trial()
+    fakes.command(exp_id, "kill")
+    fakes.wait_state(exp_id, "CANCELED", "CANCELED")
+    cluster.down()
+    db = sqlite3.connect(cluster.data_dir / "master.db")
+    with db:  # the experiment's last transition, lost
+        db.execute("UPDATE experiments SET state = 'STOPPING_CANCELED', ended = NULL "
+                   "WHERE id = ?", (exp_id,))
+    db.close()
+    cluster.up()
+    exp = fakes.wait_state(exp_id, "CANCELED", "CANCELED", timeout=30)
+    assert exp["trials"][0]["id"] == trial_id
+
+
 def test_a_master_restart_keeps_a_running_trial_and_its_token(fakes: Fakes) -> None:
     cluster = fakes.cluster
     exp_id, trial_id, _proc = fakes.start_trial()

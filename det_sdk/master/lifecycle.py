@@ -353,6 +353,17 @@ class Lifecycle:
                 self.trial_event(t["id"], trial_event, settle_experiment=False)
             return self._settle(exp_id)
 
+    def settle_unfinished(self) -> None:
+        """Bring every experiment not yet ended in line with its trials.
+
+        For a master starting after a crash: the previous one may have died between a
+        trial's last transition and its experiment's (a kill whose trial was CANCELED
+        while the experiment stayed STOPPING_CANCELED for good).
+        """
+        with self.lock:
+            for exp_id in self.store.experiment_ids_not_in([s.value for s in _EXP_ENDED]):
+                self._settle(exp_id)
+
     def _settle(self, exp_id: int) -> ExperimentState:
         exp = self.store.experiment(exp_id)
         if exp is None:

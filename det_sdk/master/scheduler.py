@@ -234,6 +234,7 @@ class Scheduler:
                     event = (TrialEvent.ADOPTED if t["id"] in with_process
                              else TrialEvent.MASTER_RESTARTED)
                     self.lifecycle.trial_event(t["id"], event)
+            self.lifecycle.settle_unfinished()  # a crash between a trial's and its experiment's
             for j in self.store.jobs():
                 if j["state"] == JobState.RUNNING.value and j["id"] not in jobs_with_process:
                     self.lifecycle.job_event(j["id"], JobEvent.MASTER_RESTARTED)

@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -218,6 +218,12 @@ class Store:
 
     def experiments(self) -> list[ExperimentRow]:
         return self._all("SELECT * FROM experiments ORDER BY id")
+
+    def experiment_ids_not_in(self, states: Sequence[str]) -> list[int]:
+        """Ids of the experiments whose state is none of ``states``, oldest first."""
+        marks = ",".join("?" * len(states))
+        return [r["id"] for r in self._all(
+            f"SELECT id FROM experiments WHERE state NOT IN ({marks}) ORDER BY id", *states)]
 
     def set_experiment_state(self, exp_id: int, state: str) -> None:
         ended = time.time() if state in ("COMPLETED", "CANCELED", "ERROR") else None
