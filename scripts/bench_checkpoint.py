@@ -6,12 +6,10 @@ is checkpointed the way ``context.fit`` does it, and the same number of bytes is
 written and read raw, in one run, alternating which goes first:
 
 * **blocked**: what the training thread waits for at a checkpoint: taking the
-  snapshot (``_checkpoint.snapshot``, copied into the loop's reused host buffer,
-  ``HostBuffer.hold``) plus the extra time of the next training step while the
-  background write runs (the writer shares the cores). Target <= 0.2 x raw
-  write+fsync. A fit's first checkpoint is taken by copy on write instead (TensorFlow
-  copies a variable's buffer before updating it while the snapshot holds it) while
-  the writer prepares the buffer: shown once, for information.
+  snapshot (``_checkpoint.snapshot``) plus the extra time of the next training step
+  while the background write runs (TensorFlow copies a variable's buffer before
+  updating it while the snapshot holds it: copy on write; and the writer shares the
+  cores). Target <= 0.2 x raw write+fsync.
 * **save, end to end**: snapshot to the checkpoint being on disk, with nothing else
   running: written through DLPack views, checksummed, fsynced and renamed by the
   storage (the code path of ``context.fit``). Target <= 1.5 x raw write+fsync of
@@ -130,16 +128,13 @@ def det_save(model: tf.keras.Model, storage: SharedFSStorage) -> tuple[float, st
 
 
 def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
-                storage: SharedFSStorage, normal_step: float,
-                buffer: _checkpoint.HostBuffer) -> tuple[float, float, str]:
+                storage: SharedFSStorage, normal_step: float) -> tuple[float, float, str]:
     """What a checkpoint costs the training thread, as context.fit takes it: the
-    snapshot (copied into the loop's host buffer once the writer has prepared one),
-    then the next step while the background write runs. (blocked, snapshot seconds,
-    uuid)."""
+    snapshot, then the next step while the background write runs. (blocked, snapshot
+    seconds, uuid)."""
     meta = {"epoch": 0, "batch": 1, "steps_completed": 1}
     t0 = time.perf_counter()
-    snap = buffer.hold(_checkpoint.snapshot(model, [model.optimizer],
-                                            plain_optimizer=model.optimizer))
+    snap = _checkpoint.snapshot(model, [model.optimizer], plain_optimizer=model.optimizer)
     t_snap = time.perf_counter() - t0
     done: dict[str, str] = {}
 
@@ -147,8 +142,6 @@ def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
         with storage.store() as (uuid, path):
             _checkpoint.write_snapshot(path, snap, meta)
         done["uuid"] = uuid
-        if snap.contiguous is None:
-            buffer.prepare_for(snap)  # as TrainingLoop.save's write does
 
     writer = _writer.CheckpointWriter()  # det_sdk's own background writer
     writer.submit(write)
@@ -191,16 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tf {tf.__version__}, {os.cpu_count()} cpus; model {model.count_params():,} params, "
           f"Adam; {args.reps} reps; in {base}; load average {os.getloadavg()[0]:.2f}")
     rows: list[dict[str, float]] = []
-    buffer = _checkpoint.HostBuffer()  # a fit's: reused by every checkpoint after its first
     try:
         _, uuid, size, nbytes = det_save(model, storage)  # first use: imports, tracing
         _checkpoint.restore_state(storage.path(uuid), twin, [twin.optimizer])
         storage.delete(uuid)
-        # a fit's first checkpoint: copy on write, and the writer prepares the buffer
-        first, _, uuid = det_blocked(model, x, y, storage, step_time(model, x, y), buffer)
-        storage.delete(uuid)
-        print(f"first checkpoint of a fit (copy on write; the writer then maps a "
-              f"{buffer.nbytes / 2**20:.0f} MiB buffer): blocked {first:.3f}s (information)")
         for i in range(args.reps):
             row: dict[str, float] = {}
             for which in (("raw", "det") if i % 2 == 0 else ("det", "raw")):
@@ -220,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_restored(want, twin, x)
                 storage.delete(uuid)
                 normal = step_time(model, x, y)
-                row["blocked"], row["snapshot"], uuid = det_blocked(model, x, y, storage, normal,
-                                                                    buffer)
+                row["blocked"], row["snapshot"], uuid = det_blocked(model, x, y, storage, normal)
                 storage.delete(uuid)
             rows.append(row)
             print(f"rep {i + 1}: blocked {row['blocked']:.3f}s (snapshot "

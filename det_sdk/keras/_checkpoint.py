@@ -181,113 +181,20 @@ def model_config_of(model: Any) -> dict[str, Any]:
 class Snapshot:
     """A checkpoint's content, taken at one instant of training, not yet written.
 
-    As :func:`snapshot` takes it, the arrays are TensorFlow tensors read from the
-    variables (``read_value``): taking them copies nothing, and TensorFlow copies a
-    variable's buffer before updating it in place while such a tensor is alive (copy
-    on write), so the snapshot stays consistent while training goes on.
-    :meth:`HostBuffer.hold` instead copies them into one reused host buffer, laid out
-    as ``state.bin`` (``contiguous``), so that the next steps copy nothing.
-    ``write_snapshot`` streams either to disk.
+    The arrays are TensorFlow tensors read from the variables (``read_value``):
+    taking them copies nothing, and TensorFlow copies a variable's buffer before
+    updating it in place while such a tensor is alive (copy on write), so the
+    snapshot stays consistent while training goes on. ``write_snapshot`` turns
+    them into numpy views (DLPack, no copy) and streams them to disk.
     """
 
     arrays: list[tuple[str, str, Any]]  # (group, name, tensor or ndarray)
     model_spec: dict[str, Any]
-    contiguous: np.ndarray | None = None  # state.bin's bytes, when held in a HostBuffer
 
     @property
     def nbytes(self) -> int:
-        return sum(_nbytes(a) for _, _, a in self.arrays)
-
-
-def _nbytes(array: Any) -> int:
-    """Bytes of a numpy array or a TensorFlow tensor (whose dtype says ``size``)."""
-    item = getattr(array.dtype, "itemsize", None) or array.dtype.size
-    return int(np.prod(array.shape, dtype=np.int64)) * int(item)
-
-
-def _aligned_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
-    """Where each array starts in state.bin (each on an ``ALIGN`` boundary); the end.
-
-    >>> _aligned_offsets([3, 64, 1])
-    ([0, 64, 128], 129)
-    """
-    offsets, end = [], 0
-    for n in sizes:
-        end += -end % ALIGN
-        offsets.append(end)
-        end += n
-    return offsets, end
-
-
-class HostBuffer:
-    """One host buffer, reused from checkpoint to checkpoint, that holds a snapshot.
-
-    Copy on write (see :class:`Snapshot`) makes the first training step after a
-    checkpoint copy every variable it updates into freshly mapped memory: measured
-    on a 576 MiB state (50M parameters, Adam), a copy into fresh memory took about
-    0.6 s against 0.07 s into memory already mapped. So after the first checkpoint
-    of a loop (taken by copy on write), the background writer maps and touches a
-    buffer of the state's size, and later snapshots are copied into it before
-    training goes on: memcpy speed, and no copy on write afterwards.
-    Memory: one buffer the size of the training state, kept for the loop's life;
-    the one snapshot in flight is written from it.
-
-    >>> buf = HostBuffer()
-    >>> snap = Snapshot([("model", "w", np.ones(3, np.float32))], {})
-    >>> buf.fits(snap), buf.prepare_for(snap), buf.fits(snap)
-    (False, True, True)
-    >>> buf.hold(snap).contiguous.view(np.float32).tolist()
-    [1.0, 1.0, 1.0]
-    """
-
-    def __init__(self) -> None:
-        self._mem: np.ndarray | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._mem is None else int(self._mem.nbytes)
-
-    @staticmethod
-    def _needed(snap: Snapshot) -> int:
-        return _aligned_offsets([_nbytes(a) for _, _, a in snap.arrays])[1]
-
-    def fits(self, snap: Snapshot) -> bool:
-        """True when ``snap`` can be held here (the buffer exists and is large enough)."""
-        return self._mem is not None and self._needed(snap) <= self._mem.nbytes
-
-    def prepare_for(self, snap: Snapshot) -> bool:
-        """Map and touch a buffer for snapshots like ``snap`` (slow: run it in the
-        background); True if one was made, False if the one there fits already."""
-        if self.fits(snap):
-            return False
-        self._mem = None  # let the old one go first
-        needed = self._needed(snap)
-        raw = np.empty(needed + ALIGN, np.uint8)
-        start = -raw.ctypes.data % ALIGN
-        mem = raw[start:start + needed]
-        mem.fill(0)  # touch every page now, not in the training thread
-        self._mem = mem
-        return True
-
-    def hold(self, snap: Snapshot) -> Snapshot:
-        """``snap`` copied into this buffer (its tensors released), or ``snap`` as it is
-        when it does not fit or holds an array that cannot be laid out as raw bytes."""
-        mem = self._mem
-        if mem is None or not self.fits(snap):
-            return snap
-        sources = [np.asarray(_host_array(a), order="C") for _, _, a in snap.arrays]
-        if any(src.dtype.kind not in "biufc" for src in sources):
-            return snap
-        offsets, end = _aligned_offsets([src.nbytes for src in sources])
-        arrays: list[tuple[str, str, Any]] = []
-        previous_end = 0
-        for (group, name, _), src, at in zip(snap.arrays, sources, offsets):
-            mem[previous_end:at] = 0  # padding: the zero bytes a streamed write has
-            dst = mem[at:at + src.nbytes].view(src.dtype).reshape(src.shape)
-            np.copyto(dst, src)
-            arrays.append((group, name, dst))
-            previous_end = at + src.nbytes
-        return Snapshot(arrays=arrays, model_spec=snap.model_spec, contiguous=mem[:end])
+        return sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.size
+                   for _, _, a in self.arrays)
 
 
 def snapshot(
@@ -349,14 +256,16 @@ def _host_array(value: Any) -> np.ndarray:
     return np.asarray(value.numpy())
 
 
-def _stream_arrays(path: Path, snap: Snapshot, digest: Any) -> tuple[list[dict[str, Any]], int]:
-    """Write a snapshot's arrays one after another, each aligned, into ``path``.
+def write_snapshot(path: Path, snap: Snapshot, metadata: Mapping[str, Any]) -> int:
+    """Write a snapshot and ``metadata`` into the directory ``path``; bytes written.
 
-    Returns state.json's index and the end offset; ``digest`` sees every byte written.
+    Every file gets an xxh3-64 checksum in ``checksums.json`` (about 30 GB/s, so
+    it costs nothing next to the disk), verified when the checkpoint is read.
     """
     index = []
     offset = 0
-    with open(path, "wb") as f:
+    digest = xxhash.xxh3_64()
+    with open(path / "state.bin", "wb") as f:
         for group, name, value in snap.arrays:
             # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
             arr = np.asarray(_host_array(value), order="C")
@@ -371,33 +280,6 @@ def _stream_arrays(path: Path, snap: Snapshot, digest: Any) -> tuple[list[dict[s
             index.append({"group": group, "name": name, "dtype": tf.as_dtype(arr.dtype).name,
                           "shape": list(arr.shape), "offset": offset, "nbytes": arr.nbytes})
             offset += arr.nbytes
-    return index, offset
-
-
-def _write_contiguous(path: Path, snap: Snapshot, digest: Any) -> tuple[list[dict[str, Any]], int]:
-    """:func:`_stream_arrays` for a snapshot held in a :class:`HostBuffer`: its bytes are
-    already state.bin's, so one write."""
-    assert snap.contiguous is not None
-    offsets, end = _aligned_offsets([arr.nbytes for _, _, arr in snap.arrays])
-    index = [{"group": group, "name": name, "dtype": tf.as_dtype(arr.dtype).name,
-              "shape": list(arr.shape), "offset": at, "nbytes": arr.nbytes}
-             for (group, name, arr), at in zip(snap.arrays, offsets)]
-    data = memoryview(snap.contiguous).cast("B")
-    with open(path, "wb") as f:
-        f.write(data)
-    digest.update(data)
-    return index, end
-
-
-def write_snapshot(path: Path, snap: Snapshot, metadata: Mapping[str, Any]) -> int:
-    """Write a snapshot and ``metadata`` into the directory ``path``; bytes written.
-
-    Every file gets an xxh3-64 checksum in ``checksums.json`` (about 30 GB/s, so
-    it costs nothing next to the disk), verified when the checkpoint is read.
-    """
-    digest = xxhash.xxh3_64()
-    write = _write_contiguous if snap.contiguous is not None else _stream_arrays
-    index, offset = write(path / "state.bin", snap, digest)
     sums = {"state.bin": digest.hexdigest()}
     sums["state.json"] = _write_json(path / "state.json", {"arrays": index, "total_bytes": offset})
     sums["model.json"] = _write_json(path / "model.json", snap.model_spec)

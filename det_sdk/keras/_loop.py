@@ -81,7 +81,6 @@ class TrainingLoop:
         # a fit rather than at every one (to_json is 1.5 ms of a save's ~3)
         self._model_config: tuple[Any, dict[str, Any]] | None = None
         self.writer = CheckpointWriter()  # checkpoints are written in the background
-        self._buffer = _checkpoint.HostBuffer()  # where snapshots wait for their write
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -262,12 +261,10 @@ class TrainingLoop:
         # Taken now (milliseconds); written while training goes on.
         if self._model_config is None or self._model_config[0] is not model:
             self._model_config = (model, _checkpoint.model_config_of(model))
-        # The host buffer is free (and a failed write raises) once the last write is done.
-        self.writer.wait()
-        snap = self._buffer.hold(_checkpoint.snapshot(
+        snap = _checkpoint.snapshot(
             model, opts, rng_states=rng_states, model_config=self._model_config[1],
             plain_optimizer=self._given.get(id(opts[0]), opts[0]) if opts else None,
-        ))
+        )
         uuid = str(uuidlib.uuid4())
         record = {**position.as_dict(), "metrics": dict(metrics)}
 
@@ -275,10 +272,6 @@ class TrainingLoop:
             with self.session.storage.store(uuid) as (_, path):
                 size = _checkpoint.write_snapshot(path, snap, metadata)
             self.session.report_checkpoint(uuid, {**record, "size": size})
-            if snap.contiguous is None and self._buffer.prepare_for(snap):
-                # copy on write took this one; the next ones are copied into this buffer
-                log.info("det_sdk: checkpoint snapshots are held in a host buffer of "
-                         "%.1f MiB (the training state's size)", self._buffer.nbytes / 2**20)
 
         self.writer.submit(write)
         return uuid
