@@ -30,12 +30,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import sys
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from det_sdk.master.archive import unpack
 
 if TYPE_CHECKING:
     from det_sdk.master.rows import AllocationRow
@@ -151,6 +155,15 @@ class ResourceManager:
         that reason.
         """
         raise NotImplementedError
+
+    @staticmethod
+    def _new_task(task_type: str, task_id: int, archive: str, workdir: Path) -> tuple[str, str]:
+        """What every launch starts with: a new allocation id and task token, and the
+        model's archive unpacked into ``workdir`` (kept from an earlier allocation)."""
+        alloc_id = f"{task_type.lower()}-{task_id}-{uuidlib.uuid4().hex[:8]}"
+        if not workdir.exists():
+            unpack(Path(archive).read_bytes(), workdir)
+        return alloc_id, secrets.token_urlsafe(24)
 
     def adopt(self, alloc: AllocationRow) -> None:
         """Watch a task started by an earlier master process (after a restart), and carry

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
 from det_sdk.api import AllocationState
-from det_sdk.master.archive import unpack
 from det_sdk.master.resources import (
     KILL_GRACE_SECONDS,
     ResourceManager,
@@ -90,10 +87,7 @@ class LocalManager(ResourceManager):
 
     def launch(self, *, task_type: str, task_id: int, archive: str, workdir: Path,
                entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
-        alloc_id = f"{task_type.lower()}-{task_id}-{uuidlib.uuid4().hex[:8]}"
-        token = secrets.token_urlsafe(24)
-        if not workdir.exists():
-            unpack(Path(archive).read_bytes(), workdir)
+        alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         exit_path = exit_file(workdir, alloc_id)
         command = entrypoint
         if slots > 1:

@@ -39,18 +39,15 @@ import json
 import logging
 import os
 import re
-import secrets
 import shlex
 import subprocess
 import sys
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from det_sdk.master.archive import unpack
 from det_sdk.master.resources import (
     ResourceManager,
     exit_file,
@@ -232,10 +229,7 @@ class SlurmManager(ResourceManager):
 
     def launch(self, *, task_type: str, task_id: int, archive: str, workdir: Path,
                entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
-        alloc_id = f"{task_type.lower()}-{task_id}-{uuidlib.uuid4().hex[:8]}"
-        token = secrets.token_urlsafe(24)
-        if not workdir.exists():
-            unpack(Path(archive).read_bytes(), workdir)
+        alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path, script = self._job_files(workdir, alloc_id)
         spec = {
