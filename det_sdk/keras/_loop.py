@@ -77,9 +77,9 @@ class TrainingLoop:
         self.resume_uuid: str | None = session.latest_checkpoint
         self.position: Position | None = None  # where the latest fit got to
         self._fingerprints: dict[int, Any] = {}  # id(model) -> compiled fingerprint fn
-        # (model, its architecture) for the fit under way: taken at the first save of
-        # a fit rather than at every one (to_json is 1.5 ms of a save's ~3)
-        self._model_config: tuple[Any, dict[str, Any]] | None = None
+        # Where the state of the fit under way lives: found at its first save rather
+        # than at every one (walking the layers costs more than reading the state)
+        self._layout: _checkpoint.StateLayout | None = None
         self.writer = CheckpointWriter()  # checkpoints are written in the background
 
     # --- optimizers -----------------------------------------------------------------------
@@ -124,9 +124,13 @@ class TrainingLoop:
         """
         if not model.built:
             model(sample_input(), training=False)
-        self._model_config = None  # a new fit: the model may have changed between fits
         for opt in self.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
+        # A new fit: the model may have changed since the last. The first read of a
+        # model's variables costs ~2 ms (TensorFlow sets up each handle once): paid here,
+        # not at the first epoch's end.
+        self._layout = None
+        self._state_layout(model).read()
         if self.distributed.size == 1:
             return
         opt = _compat.model_optimizer(model)
@@ -240,10 +244,12 @@ class TrainingLoop:
         resumed ``fit`` returns the whole run's History. ``extra`` adds keys of the
         caller's to the metadata (JSON-able; they may not replace the loop's own).
         """
-        rng_states = self.distributed.allgather(_checkpoint.rng_state(model))
+        layout = self._state_layout(model)
+        rng_states = None  # one process: its own, read with the rest
+        if self.distributed.size > 1:  # each process's own RNG state goes into rank 0's file
+            rng_states = self.distributed.allgather([t.numpy() for t in layout.read()[1]])
         if not self.distributed.is_chief:
             return None
-        opts = self.tracked_optimizers(model)
         metadata = {
             **position.as_dict(),
             "seed": self.policy.seed,
@@ -252,19 +258,15 @@ class TrainingLoop:
             "trial_id": self.session.trial_id,
             "processes": self.distributed.size,
             "created": time.time(),
-            "history": dict(history or {}),
+            # a copy: the writer serialises it while training appends to the History
+            "history": _copied(history or {}),
         }
         clash = set(extra or {}) & set(metadata)
         if clash:
             raise ValueError(f"checkpoint metadata: {sorted(clash)} are det_sdk's own keys")
         metadata.update(extra or {})
-        # Taken now (milliseconds); written while training goes on.
-        if self._model_config is None or self._model_config[0] is not model:
-            self._model_config = (model, _checkpoint.model_config_of(model))
-        snap = _checkpoint.snapshot(
-            model, opts, rng_states=rng_states, model_config=self._model_config[1],
-            plain_optimizer=self._given.get(id(opts[0]), opts[0]) if opts else None,
-        )
+        # Taken now (one TensorFlow op); written while training goes on.
+        snap = layout.snapshot(rng_states)
         uuid = str(uuidlib.uuid4())
         record = {**position.as_dict(), "metrics": dict(metrics)}
 
@@ -275,6 +277,15 @@ class TrainingLoop:
 
         self.writer.submit(write)
         return uuid
+
+    def _state_layout(self, model: tf.keras.Model) -> _checkpoint.StateLayout:
+        """Where ``model``'s training state lives (kept while the model and optimizers are
+        the same objects)."""
+        opts = self.tracked_optimizers(model)
+        plain = self._given.get(id(opts[0]), opts[0]) if opts else None
+        if self._layout is None or not self._layout.fits(model, opts, plain):
+            self._layout = _checkpoint.StateLayout(model, opts, plain)
+        return self._layout
 
     def wait_for_checkpoints(self) -> None:
         """Block until the last checkpoint is written and reported (raise if it failed)."""
@@ -307,6 +318,15 @@ class TrainingLoop:
         else:
             logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
         return combine_logs(logs, aggregated_results(model, dist), dist, weight=counter.steps)
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its dicts and lists copied, all the way down (JSON-like data)."""
+    if isinstance(value, Mapping):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copied(v) for v in value]
+    return value
 
 
 class _CountSteps(_compat.keras.callbacks.Callback):

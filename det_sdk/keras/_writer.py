@@ -45,39 +45,67 @@ def _set_priority(native_id: int, nice: int) -> None:
 
 
 class CheckpointWriter:
-    """Runs checkpoint writes in a background thread, one at a time."""
+    """Runs checkpoint writes in one background thread, one at a time.
+
+    The thread is started at the first write and kept (starting one per write cost
+    0.4 ms of the training thread's time at each checkpoint); it is a daemon, and
+    whoever needs a write on disk waits for it (:meth:`wait`).
+    """
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
+        self._ready = threading.Condition()
+        self._job: Callable[[], None] | None = None  # handed over, not yet taken
+        self._running = False  # a write is under way (or handed over)
         self._error: BaseException | None = None
 
     @property
     def busy(self) -> bool:
         """True while a write is running."""
-        return self._thread is not None and self._thread.is_alive()
+        with self._ready:
+            return self._running
 
     def submit(self, write: Callable[[], None]) -> None:
         """Start ``write()`` in the background, after the previous write has finished."""
         self.wait()
-        self._thread = threading.Thread(target=self._run, args=(write,), daemon=True,
-                                        name="det_sdk-checkpoint-writer")
-        self._thread.start()
+        with self._ready:
+            self._job, self._running = write, True
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name="det_sdk-checkpoint-writer")
+                self._thread.start()
+            self._ready.notify_all()
 
     def wait(self) -> None:
         """Block until no write runs; raise the error of a write that failed."""
-        if self._thread is not None:
-            if self._thread.is_alive() and self._thread.native_id is not None:
-                _set_priority(self._thread.native_id, 0)
-            self._thread.join()
-            self._thread = None
-        error, self._error = self._error, None
+        with self._ready:
+            if self._running:
+                thread = self._thread
+                if thread is not None and thread.native_id is not None:
+                    _set_priority(thread.native_id, 0)  # training waits: the critical path
+                while self._running:
+                    self._ready.wait()
+            error, self._error = self._error, None
         if error is not None:
             raise CheckpointWriteError(f"det_sdk: a checkpoint could not be written: {error}"
                                        ) from error
 
-    def _run(self, write: Callable[[], None]) -> None:
-        _set_priority(threading.get_native_id(), 10)
-        try:
-            write()
-        except BaseException as err:  # reported to the training thread by wait()
-            self._error = err
+    def _serve(self) -> None:
+        native_id = threading.get_native_id()
+        while True:
+            with self._ready:
+                while self._job is None:
+                    self._ready.wait()
+                write, self._job = self._job, None
+            _set_priority(native_id, 10)
+            error: BaseException | None = None
+            try:
+                write()
+            except BaseException as err:  # reported to the training thread by wait()
+                error = err
+            # drop the snapshot now: kept until the next job, it would hold a copy of
+            # the whole training state for nothing
+            write = None  # type: ignore[assignment]
+            with self._ready:
+                self._error, self._running = error, False
+                self._ready.notify_all()

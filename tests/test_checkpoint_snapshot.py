@@ -1,0 +1,100 @@
+"""A checkpoint's snapshot and its background writer, in this process.
+
+The snapshot is taken in one TensorFlow op and shares the variables' buffers; these
+tests train on after taking it and check that what is written is the state of the
+instant it was taken (copy on write), that the writer surfaces a failed write as an
+error in the training thread, and that it keeps one thread for all writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from det_sdk.keras import _checkpoint, _compat  # noqa: E402
+from det_sdk.keras._writer import CheckpointWriteError, CheckpointWriter  # noqa: E402
+
+
+def _trained_model() -> tuple[object, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6)).astype("float32")
+    y = rng.integers(0, 3, size=64)
+    model = tf.keras.Sequential([tf.keras.Input((6,)), tf.keras.layers.Dense(8),
+                                 tf.keras.layers.Dropout(0.5), tf.keras.layers.Dense(3)])
+    model.compile(tf.keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    return model, x, y
+
+
+def _state(model: object) -> list[np.ndarray]:
+    opt = model.optimizer
+    return [np.array(v.numpy()) for v in
+            _compat.model_variables(model) + _checkpoint.optimizer_variables(opt, model)]
+
+
+def test_a_snapshot_is_the_state_when_taken_not_when_written(tmp_path: Path) -> None:
+    model, x, y = _trained_model()
+    layout = _checkpoint.StateLayout(model, [model.optimizer], model.optimizer)
+    before = _state(model)
+    snap = layout.snapshot()
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0)  # updates every variable in place
+    after = _state(model)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+    _checkpoint.write_snapshot(tmp_path, snap, {"epoch": 1})
+    saved = _checkpoint._read_arrays(tmp_path)
+    written = saved["model"] + saved["optimizer:0"]
+    assert len(written) == len(before)
+    for a, b in zip(before, written):
+        np.testing.assert_array_equal(a, b)
+    assert snap.nbytes == sum(a.nbytes for a in before) + sum(
+        np.asarray(a).nbytes for a in saved.get("rng:0", []))
+
+
+def test_snapshot_size_counts_numpy_and_tensor_arrays() -> None:
+    model, _, _ = _trained_model()
+    layout = _checkpoint.StateLayout(model, [model.optimizer], model.optimizer)
+    _, own_rng = layout.read()
+    as_numpy = [t.numpy() for t in own_rng]  # how other processes' RNG states arrive
+    snap = layout.snapshot(rng_states=[as_numpy, as_numpy])
+    rng_bytes = sum(a.nbytes for a in as_numpy)
+    assert snap.nbytes == layout.snapshot().nbytes + rng_bytes
+
+
+def test_the_writer_reports_a_failed_write_at_the_next_wait_and_goes_on() -> None:
+    writer = CheckpointWriter()
+    threads: list[int] = []
+    writer.submit(lambda: threads.append(threading.get_ident()))
+    writer.wait()
+
+    def fail() -> None:
+        threads.append(threading.get_ident())
+        raise OSError(28, "No space left on device")
+
+    writer.submit(fail)
+    with pytest.raises(CheckpointWriteError, match="No space left on device"):
+        writer.wait()
+    writer.wait()  # reported once
+    done = threading.Event()
+    writer.submit(lambda: (threads.append(threading.get_ident()), done.set()))
+    writer.wait()
+    assert done.is_set() and not writer.busy
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+
+
+def test_a_new_write_waits_for_the_one_in_flight() -> None:
+    writer = CheckpointWriter()
+    release = threading.Event()
+    order: list[str] = []
+    writer.submit(lambda: (release.wait(5), order.append("first")))
+    assert writer.busy
+    threading.Timer(0.2, release.set).start()
+    writer.submit(lambda: order.append("second"))  # blocks until the first is done
+    assert order == ["first"]
+    writer.wait()
+    assert order == ["first", "second"]
