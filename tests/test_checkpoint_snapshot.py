@@ -98,3 +98,23 @@ def test_a_new_write_waits_for_the_one_in_flight() -> None:
     assert order == ["first"]
     writer.wait()
     assert order == ["first", "second"]
+
+
+def test_a_period_in_batches_checkpoints_every_so_many_batches(tmp_path: Path) -> None:
+    import json
+
+    import det_sdk as det
+
+    ctx = det.keras.init(runs_dir=tmp_path, seed=2, checkpoint_period={"batches": 3})
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 6)).astype("float32")
+    y = rng.integers(0, 3, size=128)
+    model = tf.keras.Sequential([tf.keras.Input((6,)), tf.keras.layers.Dense(3)])
+    model.compile(ctx.wrap_optimizer(tf.keras.optimizers.Adam(0.01)),
+                  "sparse_categorical_crossentropy")
+    xs, ys = ctx.wrap_data(x, y)
+    ctx.fit(model, x=xs, y=ys, batch_size=16, epochs=1, validation_data=(x, y), verbose=0)
+    ctx.close()
+    rows = [json.loads(line) for f in tmp_path.glob("*/checkpoints.jsonl")
+            for line in f.read_text().splitlines()]
+    assert [r["steps_completed"] for r in rows] == [3, 6, 8]  # every 3 batches, and the end

@@ -33,6 +33,7 @@ from det_sdk.session import Session
 
 __all__ = [
     "AggregateMetrics",
+    "BatchPeriodCheckpoint",
     "CheckInSync",
     "MetricsReporter",
     "PeriodicCheckpoint",
@@ -49,6 +50,7 @@ __all__ = [
     "catch_stop_signals",
     "chief_only_callbacks",
     "combine_logs",
+    "periodic_checkpoint",
 ]
 
 
@@ -349,7 +351,8 @@ def chief_only_callbacks(callbacks: list[Any], dist: DistributedContext) -> list
 
 
 class PeriodicCheckpoint(_Callback):
-    """Save a checkpoint every ``period`` (epochs or batches) through ``save()``.
+    """Save a checkpoint every ``period`` epochs through ``save()`` (see
+    :func:`periodic_checkpoint` for a period in batches).
 
     >>> cb = PeriodicCheckpoint(Length(epochs=1), Position(0, 0, 0), save=lambda: None)
     """
@@ -360,15 +363,34 @@ class PeriodicCheckpoint(_Callback):
         self.position = position
         self.save = save
 
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.period.batches and self.position.steps_completed % self.period.batches == 0:
-            self.save()
-
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         # position (updated by TrackPosition before us) says whether the epoch is complete
         done = self.position.batch == 0 and self.position.epoch == epoch + 1
         if self.period.epochs and done and self.position.epoch % self.period.epochs == 0:
             self.save()
+
+
+class BatchPeriodCheckpoint(PeriodicCheckpoint):
+    """Save a checkpoint every ``period.batches`` batches (a hook on every batch, which
+    an epoch period does without).
+
+    >>> cb = BatchPeriodCheckpoint(Length(batches=50), Position(0, 0, 0), save=lambda: None)
+    """
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.position.steps_completed % self.period.batches == 0:
+            self.save()
+
+
+def periodic_checkpoint(period: Length, position: Position, save: Callable[[], Any]
+                        ) -> PeriodicCheckpoint:
+    """The checkpoint callback for ``period``: per epochs, or per batches.
+
+    >>> type(periodic_checkpoint(Length(batches=5), Position(0, 0, 0), lambda: None)).__name__
+    'BatchPeriodCheckpoint'
+    """
+    cls = BatchPeriodCheckpoint if period.batches else PeriodicCheckpoint
+    return cls(period, position, save)
 
 
 class Preempted(Exception):

@@ -28,7 +28,6 @@ from det_sdk.keras._callbacks import (
     AggregateMetrics,
     CheckInSync,
     MetricsReporter,
-    PeriodicCheckpoint,
     Position,
     Preempted,
     RecordHistory,
@@ -40,6 +39,7 @@ from det_sdk.keras._callbacks import (
     UndoPaddingMetrics,
     catch_stop_signals,
     chief_only_callbacks,
+    periodic_checkpoint,
 )
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
@@ -177,7 +177,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     if dist.is_chief and session.tensorboard_dir is not None:
         hooks["tensorboard"] = TensorBoardScalars(session.tensorboard_dir, position)
     if policy.checkpoint_period is not None:
-        hooks["checkpoint"] = PeriodicCheckpoint(policy.checkpoint_period, position, save)
+        hooks["checkpoint"] = periodic_checkpoint(policy.checkpoint_period, position, save)
 
     outcome = FitOutcome(trainer.history, position=position)
     with _stop_requests(loop) as should_stop:
