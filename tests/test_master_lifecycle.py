@@ -267,3 +267,33 @@ def test_a_job_whose_launch_fails_ends_error_and_says_why_in_its_log(fakes: Fake
     logs = fakes.cluster.det("job", "logs", str(last + 1))
     assert "launch failed" in logs.stdout and "NotADirectoryError" in logs.stdout
     assert not list((fakes.cluster.data_dir / "uploads" / "jobs").glob("*.tar.gz"))
+
+
+def test_a_preemption_long_poll_ends_when_its_allocation_ends(fakes: Fakes) -> None:
+    """A process polling for preemption while the master ends its allocation (it
+    exited, or was declared lost) hears "stop" at once, not after its timeout."""
+    import threading
+    import time
+
+    exp_id, trial_id, proc = fakes.start_trial()
+    answer: dict[str, object] = {}
+
+    def poll() -> None:
+        t0 = time.monotonic()
+        with fakes.http() as http:
+            r = http.get(f"/api/v1/allocations/{proc['allocation']}/signals/preemption",
+                         params={"timeout_seconds": 30}, timeout=60)
+        answer.update(status=r.status_code, body=r.json(), seconds=time.monotonic() - t0)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(0.5)  # the poll waits
+    assert "status" not in answer
+    fakes.send(trial_id, "finish")
+    wait_until("the allocation to end", lambda: not any(
+        a["id"] == proc["allocation"] and a["state"] == "RUNNING"
+        for a in fakes.allocations(trial_id)), timeout=30)
+    poller.join(timeout=30)
+    assert answer["status"] == 200 and answer["body"] == {"preempt": True}
+    assert answer["seconds"] < 15, answer
+    fakes.wait_state(exp_id, "COMPLETED", "COMPLETED")

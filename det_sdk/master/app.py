@@ -447,8 +447,14 @@ def create_app(master: Master) -> FastAPI:
     master.preemption_listeners.append(wakeup.fire)
 
     @app.get("/api/v1/allocations/{alloc_id}/signals/preemption")
-    async def preemption(alloc_id: str, timeout_seconds: api.Number = Query(0, ge=0, le=60),
+    async def preemption(request: Request, alloc_id: str,
+                         timeout_seconds: api.Number = Query(0, ge=0, le=60),
                          p: Principal = Depends(principal)) -> api.PreemptionSignal:
+        """Whether the allocation must stop; waits up to `timeout_seconds` for a change.
+
+        An allocation that has ended must stop too (its process may outlive the
+        master's record of it). The wait ends early when the caller hangs up.
+        """
         if p.kind == "task" and (p.allocation or {}).get("id") != alloc_id:
             raise HTTPException(403, "this task's token cannot read another allocation")
         loop = asyncio.get_running_loop()
@@ -458,7 +464,7 @@ def create_app(master: Master) -> FastAPI:
             if master.should_preempt(alloc_id):
                 return api.PreemptionSignal(preempt=True)
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if remaining <= 0 or await request.is_disconnected():
                 return api.PreemptionSignal(preempt=False)
             # woken at once by pause/kill; the timeout re-checks now and then anyway
             with contextlib.suppress(TimeoutError):

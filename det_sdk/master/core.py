@@ -368,8 +368,8 @@ class Master:
         alloc = self.store.allocation(alloc_id)
         if alloc is None:
             raise NotFound(f"no allocation {alloc_id!r}")
-        if alloc["preempt"]:
-            return True
+        if alloc["preempt"] or alloc["state"] != "RUNNING":
+            return True  # asked to stop, or the master has ended the allocation
         if alloc["trial_id"] is not None:
             t = self.store.trial(alloc["trial_id"])
             return bool(t and t["state"] in ("STOPPING_PAUSED", "STOPPING_CANCELED"))
