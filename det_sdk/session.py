@@ -132,6 +132,9 @@ class LocalSession(Session):
         self.latest_checkpoint = self._latest_checkpoint()
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
         self.created = False  # set by create(): this process made the run directory
+        # How long to train when the run has no script of its own to say it (a
+        # TFKerasTrial off the cluster: the config's searcher.max_length, once)
+        self.length: Length | None = None
 
     # --- creating and reopening runs ----------------------------------------------------
 
@@ -262,8 +265,12 @@ class LocalSession(Session):
         # Any run of this runs directory may hold it: batch inference loads another run's.
         return find_runs_dir_checkpoint(self.runs_dir, uuid)
 
+    def training_length(self) -> Length | None:
+        return self.length
+
     def resume_hint(self) -> str:
-        return f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}))."
+        return (f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}); "
+                f"a trial runner: --resume {self.run_id}).")
 
     def close(self) -> None:
         if self._metrics_file is not None and not self._metrics_file.closed:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from det_sdk.config import ConfigError, ExperimentConfig, Length, parse_experiment_config
+from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
 from det_sdk.distributed import DistributedContext
 from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
@@ -486,30 +486,6 @@ def load_trial_class(spec: str, directory: str | os.PathLike[str] = ".") -> type
     return cls
 
 
-class _ConfiguredLength:
-    """Off the cluster, the session says to train to the config's ``searcher.max_length``,
-    once, as the cluster's single searcher would; everything else is the local run's.
-
-    A trial has no script of its own to give ``epochs``: the config is its length.
-    """
-
-    def __init__(self, inner: Any, length: Length) -> None:
-        self._inner, self._length = inner, length
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def training_length(self) -> Length:
-        return self._length
-
-    def complete_operation(self, length: Length, searcher_metric: float | None) -> None:
-        return None
-
-    def resume_hint(self) -> str:
-        run = self._inner.run_id
-        return f"Resume with --resume {run} (or DET_RESUME={run})."
-
-
 def run_trial(
     trial_class: type[TFKerasTrial],
     *,
@@ -544,9 +520,9 @@ def run_trial(
             raise ConfigError("invalid experiment config:\n  searcher.max_length: required to "
                               "run a TFKerasTrial (how long to train), e.g. "
                               "max_length: {epochs: 1}")
-        session = _ConfiguredLength(context.session, length)
-        context.session = session  # type: ignore[assignment]
-        context._loop.session = session  # type: ignore[assignment]
+        # A trial has no script of its own to give `epochs`: the config is its length,
+        # trained to once, as the cluster's single searcher would.
+        context.session.length = length
     trial_context = TFKerasTrialContext(context, cfg)
     trial_context.get_global_batch_size()  # a clear error before any user code runs
     trial = trial_class(trial_context)
