@@ -252,13 +252,10 @@ class Snapshot:
     @property
     def nbytes(self) -> int:
         """Bytes of array data the snapshot holds (what TensorFlow may have to copy)."""
-        return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(_numpy_dtype(a)).itemsize
+        # numpy's dtype says itemsize, TensorFlow's says size
+        return sum(int(np.prod(a.shape, dtype=np.int64))
+                   * int(getattr(a.dtype, "itemsize", None) or a.dtype.size)
                    for _, _, a in self.arrays)
-
-
-def _numpy_dtype(value: Any) -> Any:
-    dtype = value.dtype
-    return dtype.as_numpy_dtype if isinstance(dtype, tf.DType) else dtype
 
 
 def snapshot(

@@ -11,6 +11,7 @@ runs or which Keras it is: the seams and ``_compat`` answer.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import uuid as uuidlib
@@ -259,7 +260,7 @@ class TrainingLoop:
             "processes": self.distributed.size,
             "created": time.time(),
             # a copy: the writer serialises it while training appends to the History
-            "history": _copied(history or {}),
+            "history": copy.deepcopy(dict(history or {})),
         }
         clash = set(extra or {}) & set(metadata)
         if clash:
@@ -318,15 +319,6 @@ class TrainingLoop:
         else:
             logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
         return combine_logs(logs, aggregated_results(model, dist), dist, weight=counter.steps)
-
-
-def _copied(value: Any) -> Any:
-    """``value`` with its dicts and lists copied, all the way down (JSON-like data)."""
-    if isinstance(value, Mapping):
-        return {k: _copied(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copied(v) for v in value]
-    return value
 
 
 class _CountSteps(_compat.keras.callbacks.Callback):
