@@ -129,9 +129,10 @@ class TrainingLoop:
             _compat.optimizer_variables(opt, model.trainable_variables)
         # A new fit: the model may have changed since the last. The first read of a
         # model's variables costs ~2 ms (TensorFlow sets up each handle once): paid here,
-        # not at the first epoch's end.
+        # not at the first epoch's end (and not at all when nothing is checkpointed).
         self._layout = None
-        self._state_layout(model).read()
+        if self.policy.checkpoint_period is not None:
+            self._state_layout(model).read()
         if self.distributed.size == 1:
             return
         opt = _compat.model_optimizer(model)
