@@ -31,6 +31,7 @@ import tensorflow as tf
 import xxhash
 
 import det_sdk
+from det_sdk.arrayfile import ArrayFileWriter
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError
 from det_sdk.keras import _compat
 
@@ -306,25 +307,16 @@ def write_snapshot(path: Path, snap: Snapshot, metadata: Mapping[str, Any]) -> i
     it costs nothing next to the disk), verified when the checkpoint is read.
     """
     index = []
-    offset = 0
-    digest = xxhash.xxh3_64()
-    with open(path / "state.bin", "wb") as f:
+    with ArrayFileWriter(path / "state.bin", align=ALIGN) as out:
         for group, name, value in snap.arrays:
             # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
             arr = np.asarray(_host_array(value), order="C")
-            data = memoryview(arr).cast("B")
-            pad = -offset % ALIGN  # each array starts aligned, so a restore can use it in place
-            if pad:
-                f.write(bytes(pad))
-                digest.update(bytes(pad))
-                offset += pad
-            f.write(data)
-            digest.update(data)
+            offset = out.add(arr)
             index.append({"group": group, "name": name, "dtype": tf.as_dtype(arr.dtype).name,
                           "shape": list(arr.shape), "offset": offset, "nbytes": arr.nbytes})
-            offset += arr.nbytes
-    sums = {"state.bin": digest.hexdigest()}
-    sums["state.json"] = _write_json(path / "state.json", {"arrays": index, "total_bytes": offset})
+    sums = {"state.bin": out.digest.hexdigest()}
+    sums["state.json"] = _write_json(path / "state.json",
+                                     {"arrays": index, "total_bytes": out.total})
     sums["model.json"] = _write_json(path / "model.json", snap.model_spec())
     meta = {"format_version": FORMAT_VERSION, "keras_major": _compat.KERAS_MAJOR,
             "framework": framework_versions(), **metadata}
