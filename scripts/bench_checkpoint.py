@@ -7,12 +7,16 @@ written and read raw, in one run, alternating which goes first:
 
 * **blocked**: what a checkpoint costs training, as ``context.fit`` takes it: the
   snapshot (one TensorFlow op), then training steps until the background write is on
-  disk, against as many steps without a checkpoint measured just after. All that the
+  disk, less as many steps without a checkpoint measured just after. All that the
   write takes from training while it runs counts (TensorFlow's copy on write of the
   variables the steps update, the cores the writer shares, the page cache). The
-  same measure with no checkpoint at all is printed beside it: the machine's noise.
-  Target <= 0.2 x raw write+fsync. (Until 2026-11-23 this counted one step only,
-  and a write that went on after it cost nothing.)
+  same measure with no checkpoint at all (the machine's noise) alternates with it,
+  ``--blocked-reps`` pairs; the result is the difference of their medians over the
+  median raw write+fsync, with a 95% bootstrap interval. Target <= 0.2 x raw
+  write+fsync: OK when the whole interval is under it, MISSED when it is all above,
+  INCONCLUSIVE otherwise. (Until 2026-11-23 this counted one step only, and a write
+  that went on after it cost nothing; then one pair per repetition, judged against
+  the noise of one pair.)
 * **save, end to end**: snapshot to the checkpoint being on disk, with nothing else
   running: written through DLPack views, checksummed, fsynced and renamed by the
   storage (the code path of ``context.fit``). Target <= 1.5 x raw write+fsync of
@@ -29,11 +33,10 @@ Medians of per-repetition ratios are the results.
 Usage::
 
     .venv/bin/python scripts/bench_checkpoint.py [--params 50000000] [--reps 3]
-        [--dir /path/on/the/disk/to/test] [--no-keras]
+        [--blocked-reps 15] [--dir /path/on/the/disk/to/test] [--no-keras]
 
-Exit status 1 when a target is missed; 2 when the blocked figure lies within the
-machine's noise (the blocked measure taken with no checkpoint) of its target, so
-that it is neither met nor missed.
+Exit status 1 when a target is missed; 2 when the blocked figure's 95% interval
+holds its target, so that it is neither met nor missed.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import math
+import random
 import shutil
 import statistics
 import sys
@@ -136,12 +140,12 @@ def det_save(model: tf.keras.Model, storage: SharedFSStorage) -> tuple[float, st
 def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
                 storage: SharedFSStorage, layout: _checkpoint.StateLayout,
                 writer: _writer.CheckpointWriter, min_steps: int,
-                ) -> tuple[float, float, str]:
+                ) -> tuple[float, float]:
     """What a checkpoint costs training, as context.fit takes it: the snapshot, then
     training steps until the background write is on disk (at least ``min_steps``),
-    against as many steps without a checkpoint just before and just after. Everything
-    the write takes from training while it runs counts: copy on write, the cores it
-    shares, the page cache. (blocked, snapshot seconds, uuid)."""
+    less as many steps without a checkpoint just after. Everything the write takes
+    from training while it runs counts: copy on write, the cores it shares, the page
+    cache. (blocked seconds, snapshot seconds)."""
     meta = {"epoch": 0, "batch": 1, "steps_completed": 1}
     done: dict[str, str] = {}
 
@@ -161,10 +165,8 @@ def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
         steps += 1
     t_with = time.perf_counter() - t0
     writer.wait()
-    # the same number of steps without a checkpoint, after and (for the next pair's
-    # order) timed the same way: their mean is the reference
-    t_without = statistics.mean(steps_time(model, x, y, steps) for _ in range(2))
-    return t_with - t_without, t_snap, done["uuid"]
+    storage.delete(done["uuid"])
+    return t_with - steps_time(model, x, y, steps), t_snap
 
 
 def steps_time(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> float:
@@ -175,10 +177,19 @@ def steps_time(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> f
 
 
 def no_checkpoint(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> float:
-    """The same measure with no checkpoint at all (n steps against n steps): the noise
-    of the machine, shown beside the result."""
-    t_with = steps_time(model, x, y, n)
-    return t_with - statistics.mean(steps_time(model, x, y, n) for _ in range(2))
+    """The same measure with no checkpoint at all (n steps less n steps): the noise of
+    the machine, alternated with the blocked measure."""
+    return steps_time(model, x, y, n) - steps_time(model, x, y, n)
+
+
+def median_difference(a: list[float], b: list[float], seed: int = 0,
+                      rounds: int = 4000) -> tuple[float, float, float]:
+    """median(a) - median(b), and its 95% bootstrap interval (percentiles)."""
+    rng = random.Random(seed)
+    diffs = sorted(statistics.median(rng.choices(a, k=len(a)))
+                   - statistics.median(rng.choices(b, k=len(b))) for _ in range(rounds))
+    return (statistics.median(a) - statistics.median(b),
+            diffs[int(0.025 * rounds)], diffs[int(0.975 * rounds) - 1])
 
 
 def state_of(model: tf.keras.Model, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -201,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", type=int, default=50_000_000,
                         help="model parameters, about (default 50000000)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--blocked-reps", type=int, default=15,
+                        help="pairs of blocked / no-checkpoint measures (default 15)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--no-keras", action="store_true", help="skip the .keras reference")
     parser.add_argument("--seed", type=int, default=0)
@@ -237,17 +250,25 @@ def main(argv: list[str] | None = None) -> int:
                 row["restore_warm"] = time.perf_counter() - t0
                 check_restored(want, twin, x)
                 storage.delete(uuid)
-                min_steps = max(3, math.ceil(row.get("raw_write", 0.5) / step_time(model, x, y)))
-                row["blocked"], row["snapshot"], uuid = det_blocked(
-                    model, x, y, storage, layout, writer, min_steps)
-                storage.delete(uuid)
-                row["noise"] = no_checkpoint(model, x, y, min_steps)
             rows.append(row)
-            print(f"rep {i + 1}: blocked {row['blocked']:.3f}s (snapshot "
-                  f"{row['snapshot'] * 1e3:.1f} ms; no checkpoint {row['noise']:+.3f}s) | save "
-                  f"{row['save']:.3f}s | restore cold "
+            print(f"rep {i + 1}: save {row['save']:.3f}s | restore cold "
                   f"{row['restore_cold']:.3f}s warm {row['restore_warm']:.3f}s | raw write+fsync "
                   f"{row['raw_write']:.3f}s cold read {row['raw_read']:.3f}s", flush=True)
+        raw_write = statistics.median(r["raw_write"] for r in rows)
+        min_steps = max(3, math.ceil(raw_write / step_time(model, x, y)))
+        blocked: list[float] = []
+        null: list[float] = []
+        snaps: list[float] = []
+        for i in range(args.blocked_reps):
+            for which in (("det", "none") if i % 2 == 0 else ("none", "det")):
+                if which == "none":
+                    null.append(no_checkpoint(model, x, y, min_steps))
+                    continue
+                b, t_snap = det_blocked(model, x, y, storage, layout, writer, min_steps)
+                blocked.append(b)
+                snaps.append(t_snap)
+            print(f"pair {i + 1}: blocked {blocked[-1]:+.3f}s (snapshot {snaps[-1] * 1e3:.1f} ms)"
+                  f" | no checkpoint {null[-1]:+.3f}s", flush=True)
         keras_line = ""
         if not args.no_keras:
             t0 = time.perf_counter()
@@ -263,27 +284,33 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(key: str, ref: str) -> float:
         return statistics.median(r[key] / r[ref] for r in rows)
 
+    value, low, high = (v / raw_write for v in median_difference(blocked, null, args.seed))
+    null_mid, null_low, null_high = (v / raw_write for v in median_difference(null, [0.0]))
     results = [
-        ("blocked / raw write+fsync", ratio("blocked", "raw_write"), 0.2),
         ("save end to end / raw write+fsync", ratio("save", "raw_write"), 1.5),
         ("cold restore / raw cold read", ratio("restore_cold", "raw_read"), 1.5),
     ]
-    print(f"\nstate {nbytes / 2**20:.0f} MiB; checkpoint on disk {size / 2**20:.0f} MiB")
+    print(f"\nstate {nbytes / 2**20:.0f} MiB; checkpoint on disk {size / 2**20:.0f} MiB; "
+          f"{args.blocked_reps} blocked pairs of {min_steps}+ steps; median raw write+fsync "
+          f"{raw_write:.3f}s")
     if keras_line:
         print(keras_line)
     print(f"warm restore / raw cold read: {ratio('restore_warm', 'raw_read'):.2f} (information)")
-    # The same measure with no checkpoint: what the machine alone varies by. A blocked
-    # figure closer to its target than that says neither met nor missed.
-    noise = statistics.median(abs(r["noise"]) / r["raw_write"] for r in rows)
-    print(f"the blocked measure with no checkpoint (the machine's noise), median size / "
-          f"raw write+fsync: {noise:.3f}")
+    print(f"the blocked measure with no checkpoint (the machine's noise), median / raw "
+          f"write+fsync: {null_mid:+.3f} [95%: {null_low:+.3f}, {null_high:+.3f}]")
     status = 0
+    target = 0.2
+    if high <= target:
+        verdict = "OK"
+    elif low > target:
+        verdict, status = "MISSED", 1
+    else:
+        verdict, status = "INCONCLUSIVE (the interval holds the target)", 2
+    print(f"blocked / raw write+fsync: {value:.3f} [95%: {low:.3f}, {high:.3f}] "
+          f"(target <= {target}) {verdict}")
     for name, value, target in results:
         verdict = "OK" if value <= target else "MISSED"
-        if name.startswith("blocked") and abs(value - target) <= noise:
-            verdict = f"INCONCLUSIVE (within the noise {noise:.3f} of the target)"
-            status = max(status, 2)
-        elif verdict == "MISSED":
+        if verdict == "MISSED":
             status = 1
         print(f"{name}: {value:.3f} (target <= {target}) {verdict}")
     return 1 if status == 1 else status
