@@ -44,11 +44,13 @@ class ArrayFileWriter:
     """Writes arrays into a new file at increasing offsets, and checksums its content.
 
     ``digest`` is the xxh3-64 of the whole file as written (gaps between arrays
-    are zeros), ``total`` its size. Close it (or use it as a context manager)
+    are zeros), ``total`` its size. ``direct=False`` writes every byte through
+    the page cache. Close it (or use it as a context manager)
     before the file is fsynced and published; the caller does that.
     """
 
-    def __init__(self, path: str | os.PathLike[str], align: int = 64) -> None:
+    def __init__(self, path: str | os.PathLike[str], align: int = 64, direct: bool = True
+                 ) -> None:
         self.align = align
         self.total = 0  # end of the last array: the file's size once closed
         self.digest = xxhash.xxh3_64()
@@ -56,7 +58,7 @@ class ArrayFileWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._direct_fd: int | None = None
         direct_flag = getattr(os, "O_DIRECT", 0)
-        if direct_flag:
+        if direct and direct_flag:
             try:
                 self._direct_fd = os.open(path, os.O_WRONLY | direct_flag)
             except OSError:  # tmpfs on older kernels, some network filesystems
@@ -64,7 +66,7 @@ class ArrayFileWriter:
 
     def add(self, arr: np.ndarray) -> int:
         """Append ``arr``'s bytes (C-contiguous); the offset they start at."""
-        data = memoryview(arr).cast("B")
+        data = memoryview(arr.reshape(-1).view(np.uint8))  # a byte view, empty arrays too
         addr = arr.ctypes.data
         direct = (self._direct_fd is not None and len(data) >= _MIN_DIRECT
                   and addr % self.align == 0)
