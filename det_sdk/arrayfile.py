@@ -1,17 +1,18 @@
 """Arrays written back to back into one file, the large ones straight from their memory.
 
 A buffered ``write`` copies every byte into the page cache, and the kernel writes
-the cache back later: on a machine whose cores are busy training, those copies
-take from training (a background checkpoint of 572 MiB beside the training steps
-of a 50M-parameter model on this project's 2-core VM: +0.5 s of training time,
-the write itself 2.2 to 2.8 s) while the same bytes written with ``O_DIRECT`` go
-from the arrays' own memory to the disk (0.4 to 0.5 s, training barely slowed).
-``O_DIRECT`` needs the memory, the file offset and the length aligned to the
-disk's block: each large array is placed in the file at an offset congruent to
-its address modulo :data:`BLOCK`, so everything but its first and last partial
-blocks goes direct; those and small arrays go through the page cache as usual.
-A filesystem without ``O_DIRECT`` (or a platform without it) gets every byte
-buffered, the same file.
+the cache back later. On a machine whose cores are busy training, those copies
+take from training: a background checkpoint of 572 MiB beside the training steps of
+a 50M-parameter model on this project's 2-core VM cost training 1.08x a raw
+write+fsync of the same bytes, and took 2.2 to 2.8 s. Written with ``O_DIRECT``,
+the bytes go from the arrays' own memory to the disk: 0.27x, in 0.4 to 0.5 s
+(``scripts/bench_checkpoint.py``). ``O_DIRECT`` needs the memory, the file offset
+and the length aligned to the disk's block, so each array of :data:`MIN_DIRECT`
+bytes or more is placed in the file at an offset congruent to its address modulo
+:data:`BLOCK`: everything but its first and last partial blocks goes direct.
+Those, and smaller arrays, go through the page cache as usual. A filesystem
+without ``O_DIRECT`` (or a platform without it) gets every byte buffered, the
+same file.
 
 The offsets therefore depend on where the arrays lie in memory; the caller keeps
 the index (:meth:`ArrayFileWriter.add` returns each offset). Every offset is a
@@ -34,10 +35,12 @@ from types import TracebackType
 import numpy as np
 import xxhash
 
-__all__ = ["BLOCK", "ArrayFileWriter"]
+__all__ = ["BLOCK", "MIN_DIRECT", "ArrayFileWriter"]
 
 BLOCK = 4096  # O_DIRECT alignment that fits disks of 512- and 4096-byte sectors
-_MIN_DIRECT = 4 * BLOCK  # smaller arrays are not worth a direct write of their own
+# A direct write waits for the disk; a buffered one returns at once and its data goes
+# out with the file's fsync. Small arrays, which cost the page cache little, go buffered.
+MIN_DIRECT = 1 << 20
 
 
 class ArrayFileWriter:
@@ -68,7 +71,7 @@ class ArrayFileWriter:
         """Append ``arr``'s bytes (C-contiguous); the offset they start at."""
         data = memoryview(arr.reshape(-1).view(np.uint8))  # a byte view, empty arrays too
         addr = arr.ctypes.data
-        direct = (self._direct_fd is not None and len(data) >= _MIN_DIRECT
+        direct = (self._direct_fd is not None and len(data) >= MIN_DIRECT
                   and addr % self.align == 0)
         if direct:  # offset congruent with the address: whole blocks line up
             offset = self.total + (addr - self.total) % BLOCK

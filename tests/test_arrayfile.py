@@ -17,7 +17,7 @@ import pytest
 import xxhash
 
 from det_sdk import arrayfile
-from det_sdk.arrayfile import BLOCK, ArrayFileWriter
+from det_sdk.arrayfile import BLOCK, MIN_DIRECT, ArrayFileWriter
 
 
 def _page_aligned(nbytes: int, shift: int = 0) -> np.ndarray:
@@ -29,13 +29,14 @@ def _page_aligned(nbytes: int, shift: int = 0) -> np.ndarray:
 
 def _arrays() -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    big = _page_aligned(300_000, shift=64).view(np.float32)  # 64-aligned, not page-aligned
+    big = _page_aligned(3_000_000, shift=64).view(np.float32)  # 64-aligned, not page-aligned
     big[:] = rng.standard_normal(big.size).astype(np.float32)
-    aligned = _page_aligned(1 << 20).view(np.int64)  # page-aligned: all of it direct
+    aligned = _page_aligned(2 << 20).view(np.int64)  # page-aligned: all of it direct
     aligned[:] = rng.integers(-(2**40), 2**40, size=aligned.size)
     return [
         np.array(3.5),  # 0-d
         np.arange(7, dtype=np.int16),  # small: buffered
+        np.arange(5000, dtype=np.float64),  # under MIN_DIRECT: buffered
         big.reshape(-1, 3)[:, :],  # large, its tail not a whole block
         np.zeros((0, 4), np.float32),  # empty
         aligned,
@@ -64,19 +65,19 @@ def test_arrays_read_back_at_their_offsets_with_the_files_checksum(
     assert out.digest.hexdigest() == xxhash.xxh3_64_hexdigest(path.read_bytes())
     if direct:
         # the two large arrays went straight from memory, all but their partial blocks
-        assert out.direct_bytes >= arrays[4].nbytes + arrays[2].nbytes - 2 * BLOCK
+        assert out.direct_bytes >= arrays[5].nbytes + arrays[3].nbytes - 2 * BLOCK
     else:
         assert out.direct_bytes == 0
 
 
 def test_a_large_array_lies_at_an_offset_congruent_with_its_address(tmp_path: Path) -> None:
-    arr = _page_aligned(5 * BLOCK + 100, shift=192)
+    arr = _page_aligned(MIN_DIRECT + 100, shift=192)
     arr[:] = 7
     with ArrayFileWriter(tmp_path / "a.bin") as out:
         out.add(np.ones(3, np.float32))
         offset = out.add(arr)
     assert offset % BLOCK == arr.ctypes.data % BLOCK == 192
-    assert out.direct_bytes == 4 * BLOCK  # the whole blocks between its ragged ends
+    assert out.direct_bytes == MIN_DIRECT - BLOCK  # the whole blocks between its ragged ends
 
 
 def test_a_filesystem_that_refuses_the_direct_write_gets_it_buffered(
@@ -121,4 +122,4 @@ def test_a_write_error_other_than_alignment_is_raised(
     monkeypatch.setattr(arrayfile.os, "pwrite", full)
     with pytest.raises(OSError, match="No space left"), \
             ArrayFileWriter(tmp_path / "state.bin") as out:
-        out.add(_page_aligned(8 * BLOCK))
+        out.add(_page_aligned(2 * MIN_DIRECT))
