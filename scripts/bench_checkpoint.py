@@ -18,8 +18,9 @@ written and read raw, in one run, alternating which goes first:
   that went on after it cost nothing; then one pair per repetition, judged against
   the noise of one pair.)
 * **save, end to end**: snapshot to the checkpoint being on disk, with nothing else
-  running: written through DLPack views, checksummed, fsynced and renamed by the
-  storage (the code path of ``context.fit``). Target <= 1.5 x raw write+fsync of
+  running: written from the variables' own memory (DLPack views; arrays of 1 MiB
+  and more with ``O_DIRECT``, see ``det_sdk.arrayfile``), checksummed, fsynced and
+  renamed by the storage (the code path of ``context.fit``). Target <= 1.5 x raw write+fsync of
   the same bytes.
 * **cold restore**: ``restore_state`` (read, checksum verified, assigned into the
   model's and optimizer's variables) after the file's pages were dropped from the
