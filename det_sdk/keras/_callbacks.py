@@ -545,10 +545,12 @@ class ScalarEventFile:
     """
 
     def __init__(self, logdir: Path) -> None:
-        from tensorflow.core.framework import summary_pb2
+        from tensorflow.core.framework import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorflow.core.util import event_pb2
 
         self._summary_pb2, self._event_pb2 = summary_pb2, event_pb2
+        self._tensor_pb2, self._float32 = tensor_pb2, types_pb2.DT_FLOAT
+        self._scalar_shape = tensor_shape_pb2.TensorShapeProto()
         self._metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
             data_class=summary_pb2.DATA_CLASS_SCALAR,
@@ -566,9 +568,11 @@ class ScalarEventFile:
     def add(self, step: int, scalars: Mapping[str, float]) -> None:
         """Append one event with these scalars at ``step`` and flush it to the file."""
         pb = self._summary_pb2
+        # a scalar float32 TensorProto built directly: tf.make_tensor_proto (numpy and
+        # type checks) cost 15 us a value, a third of the whole record
         values = [
-            pb.Summary.Value(tag=tag, metadata=self._metadata, tensor=tf.make_tensor_proto(
-                float(value), dtype=tf.float32))
+            pb.Summary.Value(tag=tag, metadata=self._metadata, tensor=self._tensor_pb2.TensorProto(
+                dtype=self._float32, tensor_shape=self._scalar_shape, float_val=[float(value)]))
             for tag, value in scalars.items()
         ]
         self._append(self._event_pb2.Event(wall_time=time.time(), step=step,
