@@ -94,6 +94,8 @@ class ArrayFileWriter:
     def _buffered(self, data: memoryview, offset: int) -> None:
         while data:
             n = os.pwrite(self._fd, data, offset)
+            if n <= 0:  # never loop on a write that makes no progress
+                raise OSError(errno.EIO, f"wrote nothing at offset {offset}")
             data, offset = data[n:], offset + n
 
     def _direct(self, data: memoryview, offset: int) -> None:
@@ -107,10 +109,9 @@ class ArrayFileWriter:
                 os.close(self._direct_fd)
                 self._direct_fd = None
                 break
-            if n % BLOCK:  # a short direct write ends off a block: finish buffered
-                n -= n % BLOCK
-                if n == 0:
-                    break
+            n -= n % BLOCK  # a short direct write that ends off a block: finish buffered
+            if n <= 0:
+                break
             self.direct_bytes += n
             data, offset = data[n:], offset + n
         self._buffered(data, offset)

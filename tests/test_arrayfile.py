@@ -123,3 +123,12 @@ def test_a_write_error_other_than_alignment_is_raised(
     with pytest.raises(OSError, match="No space left"), \
             ArrayFileWriter(tmp_path / "state.bin") as out:
         out.add(_page_aligned(2 * MIN_DIRECT))
+
+
+def test_a_write_that_makes_no_progress_raises_instead_of_looping(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Same boundary: a write(2) that returns 0 for a regular file cannot be provoked here.
+    monkeypatch.setattr(arrayfile.os, "pwrite", lambda fd, data, offset: 0)
+    with pytest.raises(OSError, match="wrote nothing"), \
+            ArrayFileWriter(tmp_path / "state.bin") as out:
+        out.add(_page_aligned(2 * MIN_DIRECT))
