@@ -48,8 +48,8 @@ class ArrayFileWriter:
 
     ``digest`` is the xxh3-64 of the whole file as written (gaps between arrays
     are zeros), ``total`` its size. ``direct=False`` writes every byte through
-    the page cache. Close it (or use it as a context manager)
-    before the file is fsynced and published; the caller does that.
+    the page cache. Close it (or use it as a context manager) before the file is
+    fsynced and published; the caller does that.
     """
 
     def __init__(self, path: str | os.PathLike[str], align: int = 64, direct: bool = True
