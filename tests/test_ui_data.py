@@ -179,3 +179,102 @@ def test_ui_routes_need_a_user_and_serve_gzipped_static_files(tmp_path: Path) ->
         "state"]
     assert client.post(f"/ui/api/experiments/{exp}/explode",
                        headers={"X-Det-UI": "1"}).status_code == 404
+
+
+def _search(master: Master, trials: int, validations: int, smaller_is_better: bool,
+            seed: int = 0) -> tuple[int, dict[int, float]]:
+    """An experiment of ``trials`` trials, each with ``validations`` reports of val_loss
+    (known lowest and highest values mid-curve), reported as the master does; returns it
+    and each trial's distinct rank (the lower, the lower its whole curve)."""
+    config = {"name": "big", "searcher": {"name": "random", "metric": "val_loss",
+                                          "smaller_is_better": smaller_is_better,
+                                          "max_length": {"epochs": validations}}}
+    exp = master.store.create_experiment_with_trials(
+        config, "archive", [{"hparams": {}, "seed": i, "bracket": 0, "target": None}
+                            for i in range(trials)])
+    ids = [t["id"] for t in master.store.trials(exp)]
+    rng = np.random.default_rng(seed)
+    rank = dict(zip(ids, rng.permutation(trials).tolist(), strict=True))
+    for i in ids:
+        low, high = rng.integers(1, validations - 1, 2)  # a spike down and one up, inside
+        for j in range(validations):
+            v = 1.0 + rank[i] + 0.3 * math.sin(j / 5)
+            v = v - 0.5 if j == low else v + 0.9 if j == high and high != low else v
+            master.store.record_metrics(i, "validation", (j + 1) * 10, j + 1, {"val_loss": v},
+                                        v, smaller_is_better)
+    return exp, rank
+
+
+@pytest.mark.parametrize("smaller_is_better", [True, False])
+def test_curves_show_the_best_trials_downsampled_with_their_extremes(
+        tmp_path: Path, smaller_is_better: bool) -> None:
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    exp, rank = _search(master, 300, 60, smaller_is_better)
+    views = Views(master)
+    statements: list[str] = []
+    master.store._db.set_trace_callback(statements.append)
+    curves = views.curves(exp, max_trials=40, max_points=20)
+    master.store._db.set_trace_callback(None)
+
+    assert curves["total_trials"] == 300 and curves["metric"] == "val_loss"
+    assert curves["unit"] == "epochs"
+    by_rank = sorted(rank, key=rank.__getitem__)  # lowest curves first
+    best = by_rank[:40] if smaller_is_better else by_rank[-40:]
+    assert [t["id"] for t in curves["trials"]] == sorted(best)
+    full: dict[int, list[float]] = {}
+    for trial_id, _, _, value in master.store.validation_metric(best, "val_loss"):
+        full.setdefault(trial_id, []).append(value)
+    for t in curves["trials"]:
+        assert len(t["steps"]) == len(t["epoch"]) == len(t["value"]) <= 20
+        assert t["steps"] == sorted(set(t["steps"]))
+        assert t["steps"][0] == 10 and t["steps"][-1] == 600  # first and last stay
+        assert min(t["value"]) == min(full[t["id"]]) and max(t["value"]) == max(full[t["id"]])
+        assert t["epoch"] == [s // 10 for s in t["steps"]]
+    # every point with max_points=0; 200 (the default) is more than 60 validations
+    assert all(len(t["value"]) == 60 for t in views.curves(exp, 40, 0)["trials"])
+    assert views.curves(exp)["trials"] == views.curves(exp, 50, 0)["trials"]
+    assert len(views.curves(exp)["trials"]) == 50
+
+    # reads: the trials' index (a LIMIT), a count, and the chosen trials' metric rows
+    plans: list[str] = []
+    for sql in statements:
+        if " FROM trials" in sql or " FROM metrics" in sql:
+            plans += [r[3] for r in master.store._db.execute(f"EXPLAIN QUERY PLAN {sql}")]
+    assert plans and not [p for p in plans if p.startswith("SCAN")], plans
+    assert any("SEARCH metrics USING" in p for p in plans)
+    assert any("SEARCH trials USING COVERING INDEX" in p for p in plans)
+
+
+def test_best_trials_puts_trials_without_a_metric_last_and_ties_by_id(tmp_path: Path) -> None:
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    exp = master.store.create_experiment_with_trials(
+        {}, "archive", [{"hparams": {}, "seed": i, "bracket": 0, "target": None}
+                        for i in range(6)])
+    ids = [t["id"] for t in master.store.trials(exp)]
+    for i, best in zip(ids, [None, 0.5, 0.2, 0.5, None, 0.9], strict=True):
+        master.store.update_trial(i, best_metric=best)
+    store = master.store
+    assert store.best_trials(exp, 2) == ([ids[1], ids[2]], 6)  # 0.2, then the first 0.5
+    assert store.best_trials(exp, 2, smaller_is_better=False) == ([ids[1], ids[5]], 6)
+    assert store.best_trials(exp, 5) == (sorted([ids[2], ids[1], ids[3], ids[5], ids[0]]), 6)
+    assert store.best_trials(exp, 100, False) == (ids, 6)
+    assert store.best_trials(exp + 1, 10) == ([], 0)
+
+
+def test_curves_route_bounds_its_parameters(tmp_path: Path) -> None:
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    exp, _ = _search(master, 12, 30, True)
+    auth = {"Authorization": f"Bearer {master.user_token()}"}
+    client = TestClient(create_app(master))
+    path = f"/ui/api/experiments/{exp}/curves"
+    got = client.get(path, headers=auth, params={"max_trials": 5, "max_points": 8}).json()
+    assert got == Views(master).curves(exp, 5, 8)
+    assert len(got["trials"]) == 5 and got["total_trials"] == 12
+    assert all(len(t["value"]) <= 8 for t in got["trials"])
+    assert len(client.get(path, headers=auth).json()["trials"]) == 12  # default: 50
+    for name, bad in [("max_trials", 0), ("max_trials", 501), ("max_trials", "many"),
+                      ("max_points", -1), ("max_points", 5001)]:
+        r = client.get(path, headers=auth, params={name: bad})
+        assert r.status_code == 400, (name, bad)
+        assert [d["loc"] for d in r.json()["detail"]] == [["query", name]], r.json()
+    assert client.get("/ui/api/experiments/999/curves", headers=auth).status_code == 404

@@ -490,15 +490,58 @@ class Store:
                     out[grp] = last
         return out
 
-    def experiment_validation_metric(self, exp_id: int,
-                                     metric: str) -> list[dict[str, Any]]:
-        """One validation metric of all an experiment's trials: ``{trial_id, steps, epoch,
-        value}`` rows, in trial and steps order (the experiment page's learning curves)."""
-        return self._all(
-            "SELECT m.trial_id, m.steps, m.epoch, json_extract(m.metrics, '$.' || ?) AS value"
-            " FROM metrics m JOIN trials t ON t.id = m.trial_id"
-            " WHERE t.experiment_id = ? AND m.grp = 'validation' ORDER BY m.trial_id, m.steps",
-            json.dumps(metric), exp_id)
+    def best_trials(self, exp_id: int, limit: int, smaller_is_better: bool = True
+                    ) -> tuple[list[int], int]:
+        """The ids of the experiment's ``limit`` best trials by ``best_metric`` (trials
+        without one last, ties by id), in id order; and how many trials it has.
+
+        Two statements, both on the ``trials_summary`` index alone (it holds
+        ``best_metric``): the best are a top-``limit`` sort of the experiment's index
+        entries, never of its metric rows.
+
+        >>> s = Store(":memory:")
+        >>> exp = s.create_experiment_with_trials({}, "a", [
+        ...     {"hparams": {}, "seed": 0, "bracket": 0, "target": None}] * 4)
+        >>> for t, m in zip(s.trials(exp), [0.3, None, 0.1, 0.2]):
+        ...     s.update_trial(t["id"], best_metric=m)
+        >>> s.best_trials(exp, 2)
+        ([3, 4], 4)
+        >>> s.best_trials(exp, 3, smaller_is_better=False)
+        ([1, 3, 4], 4)
+        """
+        order = "" if smaller_is_better else " DESC"
+        with self._lock:
+            ids = [r[0] for r in self._db.execute(
+                "SELECT id FROM trials WHERE experiment_id = ?"
+                f" ORDER BY best_metric IS NULL, best_metric{order}, id LIMIT ?",
+                (exp_id, limit))]
+            (total,) = self._db.execute(
+                "SELECT COUNT(*) FROM trials WHERE experiment_id = ?", (exp_id,)).fetchone()
+        return sorted(ids), int(total)
+
+    def validation_metric(self, trial_ids: Sequence[int], metric: str
+                          ) -> list[tuple[int, int, int, Any]]:
+        """One validation metric of these trials: ``(trial_id, steps, epoch, value)`` rows
+        in trial and steps order (the experiment page's learning curves). The value is
+        None where a report lacks the metric, ``"NaN"``/``"Infinity"`` where it was not
+        finite (``det_sdk.api.encode_metric``). A primary-key range per trial.
+
+        >>> s = Store(":memory:")
+        >>> exp = s.create_experiment_with_trials({}, "a", [
+        ...     {"hparams": {}, "seed": 0, "bracket": 0, "target": None}])
+        >>> _ = s.record_metrics(1, "validation", 10, 1, {"val_loss": 0.5}, 0.5, True)
+        >>> _ = s.record_metrics(1, "validation", 20, 2, {"acc": 0.9}, None, True)
+        >>> s.validation_metric([1], "val_loss")
+        [(1, 10, 1, 0.5), (1, 20, 2, None)]
+        """
+        if not trial_ids:
+            return []
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(
+                "SELECT trial_id, steps, epoch, json_extract(metrics, '$.' || ?) FROM metrics"
+                f" WHERE trial_id IN ({', '.join('?' for _ in trial_ids)})"
+                " AND grp = 'validation' ORDER BY trial_id, steps",
+                (json.dumps(metric), *trial_ids))]
 
     def latest_metrics(self, exp_id: int, group: str) -> dict[int, dict[str, Any]]:
         """Each trial's latest metrics of ``group`` in the experiment, by trial id."""

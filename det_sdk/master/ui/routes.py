@@ -30,7 +30,15 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from det_sdk.api import MAX_PAGE_LIMIT
-from det_sdk.master.ui.views import PAGE, Views, read_log
+from det_sdk.master.ui.views import (
+    CURVE_POINTS,
+    CURVE_TRIALS,
+    MAX_CURVE_POINTS,
+    MAX_CURVE_TRIALS,
+    PAGE,
+    Views,
+    read_log,
+)
 from det_sdk.storage import pid_alive
 
 __all__ = ["COOKIE", "ui_router"]
@@ -257,9 +265,13 @@ def ui_router(master: Any) -> APIRouter:
         return _json(request, _clean(info))
 
     @router.get("/ui/api/experiments/{exp_id}/curves")
-    def curves(exp_id: int, request: Request) -> Response:
+    def curves(exp_id: int, request: Request,
+               max_trials: int = Query(CURVE_TRIALS, ge=1, le=MAX_CURVE_TRIALS),
+               max_points: int = Query(CURVE_POINTS, ge=0, le=MAX_CURVE_POINTS)) -> Response:
+        """The best ``max_trials`` trials' searcher metric, ``max_points`` validations each
+        (0: all), and ``total_trials``: a bounded answer however many trials there are."""
         user(request)
-        return _json(request, _clean(views.curves(exp_id)))
+        return _json(request, _clean(views.curves(exp_id, max_trials, max_points)))
 
     @router.post("/ui/api/experiments/{exp_id}/{verb}")
     def experiment_action(exp_id: int, verb: str, request: Request) -> dict[str, str]:

@@ -18,13 +18,17 @@ from typing import Any
 
 from det_sdk.api import MAX_PAGE_LIMIT
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
-from det_sdk.master.ui.series import SeriesCache
+from det_sdk.master.ui.series import SeriesCache, minmax_indices
 
 __all__ = ["Views", "read_log", "tensorboard_dir"]
 
 LOG_CHUNK = 1 << 20  # a log is read a megabyte at a time; the page asks for more
 PAGE = 100  # list rows per request (the page asks for more as the user does)
 TRIALS = MAX_PAGE_LIMIT  # trials an experiment's page shows (its table and charts)
+CURVE_TRIALS = 50  # trials the experiment's curves show by default: the best ones
+MAX_CURVE_TRIALS = 500
+CURVE_POINTS = 200  # validations per trial's curve by default (min/max downsampled)
+MAX_CURVE_POINTS = 5000
 RUNNING = ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")  # trials with a process
 
 
@@ -119,22 +123,46 @@ class Views:
         except Exception:  # an optional decoration: never fail the page for it
             return []
 
-    def curves(self, exp_id: int) -> dict[str, Any]:
-        """The searcher metric of every trial over training length (epochs and batches)."""
+    def curves(self, exp_id: int, max_trials: int = CURVE_TRIALS,
+               max_points: int = CURVE_POINTS) -> dict[str, Any]:
+        """The searcher metric over training length (epochs and batches) of the
+        experiment's ``max_trials`` best trials by best metric, in trial id order, each
+        downsampled to ``max_points`` validations (0: all; at least 4: a bucket's first,
+        last, lowest and highest) by :func:`minmax_indices`, so each curve keeps its lowest
+        and highest values. ``total_trials``: how many trials the experiment has.
+
+        The size of the answer is bounded whatever the experiment holds: one LIMIT read of
+        the trials' index, then only the chosen trials' validation rows.
+
+        >>> # views.curves(exp_id, max_trials=50, max_points=200)
+        >>> # {"metric": "val_loss", "unit": "epochs", "total_trials": 1200,
+        >>> #  "trials": [{"id": 7, "steps": [...], "epoch": [...], "value": [...]}, ...]}
+        """
         exp = self.store.experiment(exp_id)
         if exp is None:
             self.master.experiment_info(exp_id)  # raises the master's 404
         searcher = exp["config"].get("searcher") or {}
         metric = searcher.get("metric") or "val_loss"
+        smaller = searcher.get("smaller_is_better")
+        ids, total = self.store.best_trials(exp_id, max_trials, smaller is None or bool(smaller))
         trials: dict[int, dict[str, list[Any]]] = {}
-        for r in self.store.experiment_validation_metric(exp_id, metric):
-            if not isinstance(r["value"], (int, float)):  # missing, or "NaN" (api.encode_metric)
+        for trial_id, steps, epoch, value in self.store.validation_metric(ids, metric):
+            if not isinstance(value, (int, float)):  # missing, or "NaN" (api.encode_metric)
                 continue
-            t = trials.setdefault(r["trial_id"], {"steps": [], "epoch": [], "value": []})
-            t["steps"].append(r["steps"])
-            t["epoch"].append(r["epoch"])
-            t["value"].append(r["value"])
-        return {"metric": metric, "unit": _unit(searcher),
+            t = trials.setdefault(trial_id, {"steps": [], "epoch": [], "value": []})
+            t["steps"].append(steps)
+            t["epoch"].append(epoch)
+            t["value"].append(value)
+        for t in trials.values():
+            if 0 < max_points < len(t["steps"]):
+                import numpy as np  # here, not at import: the master starts without it
+
+                keep = minmax_indices(np.asarray(t["steps"], dtype=np.float64),
+                                      [np.asarray(t["value"], dtype=np.float64)],
+                                      max_points).tolist()
+                for k, col in t.items():
+                    t[k] = [col[i] for i in keep]
+        return {"metric": metric, "unit": _unit(searcher), "total_trials": total,
                 "trials": [{"id": k, **v} for k, v in sorted(trials.items())]}
 
     # --- trials ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // An experiment: its trials (sortable by any hyperparameter or metric), the searcher
-// metric of every trial over training length (ASHA rungs as dashed lines), and the
+// metric of its best trials over training length (ASHA rungs as dashed lines), and the
 // metric against each hyperparameter (scatters and parallel coordinates).
 
 import { lineChart, PALETTE, parallel, scatter } from "../charts.js";
@@ -84,8 +84,10 @@ export async function render(main, [id]) {
   function drawCurves() {
     const unit = curves.unit;
     const x = (t) => (unit === "epochs" ? t.epoch : t.steps);
+    const shown = curves.trials.length;
     main.querySelector("#curves-title").textContent =
-      `Searcher metric (${curves.metric}) over ${unit}`;
+      `Searcher metric (${curves.metric}) over ${unit}${curves.total_trials > shown
+        ? `: best ${shown} of ${curves.total_trials} trials` : ""}`;
     const spec = {
       title: "", xLabel: unit, yLabel: curves.metric,
       vlines: info.searcher.rung_lengths,
