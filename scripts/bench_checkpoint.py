@@ -11,8 +11,10 @@ written and read raw, in one run, alternating which goes first:
   write takes from training while it runs counts (TensorFlow's copy on write of the
   variables the steps update, the cores the writer shares, the page cache). The
   same measure with no checkpoint at all (the machine's noise) alternates with it,
-  ``--blocked-reps`` pairs; the result is the difference of their medians over the
-  median raw write+fsync, with a 95% bootstrap interval. Target <= 0.2 x raw
+  ``--blocked-reps`` rounds; the result is the difference of their medians over the
+  median raw write+fsync, with a 95% bootstrap interval. A third measure in each
+  round holds the snapshot as long and writes nothing: the copy on write alone, the
+  part of the blocked time that no writer can remove (information). Target <= 0.2 x raw
   write+fsync: OK when the whole interval is under it, MISSED when it is all above,
   INCONCLUSIVE otherwise. (Until 2026-11-23 this counted one step only, and a write
   that went on after it cost nothing; then one pair per repetition, judged against
@@ -141,12 +143,12 @@ def det_save(model: tf.keras.Model, storage: SharedFSStorage) -> tuple[float, st
 def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
                 storage: SharedFSStorage, layout: _checkpoint.StateLayout,
                 writer: _writer.CheckpointWriter, min_steps: int,
-                ) -> tuple[float, float]:
+                ) -> tuple[float, float, int]:
     """What a checkpoint costs training, as context.fit takes it: the snapshot, then
     training steps until the background write is on disk (at least ``min_steps``),
     less as many steps without a checkpoint just after. Everything the write takes
     from training while it runs counts: copy on write, the cores it shares, the page
-    cache. (blocked seconds, snapshot seconds)."""
+    cache. (blocked seconds, snapshot seconds, steps taken)."""
     meta = {"epoch": 0, "batch": 1, "steps_completed": 1}
     done: dict[str, str] = {}
 
@@ -167,7 +169,7 @@ def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
     t_with = time.perf_counter() - t0
     writer.wait()
     storage.delete(done["uuid"])
-    return t_with - steps_time(model, x, y, steps), t_snap
+    return t_with - steps_time(model, x, y, steps), t_snap, steps
 
 
 def steps_time(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> float:
@@ -181,6 +183,19 @@ def no_checkpoint(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -
     """The same measure with no checkpoint at all (n steps less n steps): the noise of
     the machine, alternated with the blocked measure."""
     return steps_time(model, x, y, n) - steps_time(model, x, y, n)
+
+
+def copy_on_write(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
+                  layout: _checkpoint.StateLayout, n: int) -> float:
+    """The snapshot held for ``n`` steps and nothing written, less ``n`` steps: what
+    TensorFlow's copy of the variables the steps update costs alone (information: the
+    part of the blocked time no writer can remove)."""
+    t0 = time.perf_counter()
+    snap = layout.snapshot()
+    for _ in range(n):
+        model.train_on_batch(x, y)
+    del snap
+    return time.perf_counter() - t0 - steps_time(model, x, y, n)
 
 
 def median_difference(a: list[float], b: list[float], seed: int = 0,
@@ -214,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="model parameters, about (default 50000000)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     parser.add_argument("--blocked-reps", type=int, default=15,
-                        help="pairs of blocked / no-checkpoint measures (default 15)")
+                        help="rounds of blocked / copy-on-write / no-checkpoint measures "
+                        "(default 15)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--no-keras", action="store_true", help="skip the .keras reference")
     parser.add_argument("--seed", type=int, default=0)
@@ -259,17 +275,24 @@ def main(argv: list[str] | None = None) -> int:
         min_steps = max(3, math.ceil(raw_write / step_time(model, x, y)))
         blocked: list[float] = []
         null: list[float] = []
+        cow: list[float] = []
         snaps: list[float] = []
+        steps = min_steps
         for i in range(args.blocked_reps):
-            for which in (("det", "none") if i % 2 == 0 else ("none", "det")):
+            order = ("det", "cow", "none")[i % 3:] + ("det", "cow", "none")[:i % 3]
+            for which in order if i % 2 == 0 else order[::-1]:
                 if which == "none":
                     null.append(no_checkpoint(model, x, y, min_steps))
-                    continue
-                b, t_snap = det_blocked(model, x, y, storage, layout, writer, min_steps)
-                blocked.append(b)
-                snaps.append(t_snap)
-            print(f"pair {i + 1}: blocked {blocked[-1]:+.3f}s (snapshot {snaps[-1] * 1e3:.1f} ms)"
-                  f" | no checkpoint {null[-1]:+.3f}s", flush=True)
+                elif which == "cow":
+                    cow.append(copy_on_write(model, x, y, layout, steps))
+                else:
+                    b, t_snap, steps = det_blocked(model, x, y, storage, layout, writer,
+                                                   min_steps)
+                    blocked.append(b)
+                    snaps.append(t_snap)
+            print(f"round {i + 1}: blocked {blocked[-1]:+.3f}s (snapshot {snaps[-1] * 1e3:.1f} "
+                  f"ms) | copy on write alone {cow[-1]:+.3f}s | no checkpoint {null[-1]:+.3f}s",
+                  flush=True)
         keras_line = ""
         if not args.no_keras:
             t0 = time.perf_counter()
@@ -292,11 +315,15 @@ def main(argv: list[str] | None = None) -> int:
         ("cold restore / raw cold read", ratio("restore_cold", "raw_read"), 1.5),
     ]
     print(f"\nstate {nbytes / 2**20:.0f} MiB; checkpoint on disk {size / 2**20:.0f} MiB; "
-          f"{args.blocked_reps} blocked pairs of {min_steps}+ steps; median raw write+fsync "
+          f"{args.blocked_reps} rounds of {min_steps}+ steps; median raw write+fsync "
           f"{raw_write:.3f}s")
     if keras_line:
         print(keras_line)
     print(f"warm restore / raw cold read: {ratio('restore_warm', 'raw_read'):.2f} (information)")
+    cow_mid, cow_low, cow_high = (v / raw_write for v in median_difference(cow, null))
+    print(f"of the blocked time, copy on write alone (snapshot held, nothing written), "
+          f"median / raw write+fsync: {cow_mid:.3f} [95%: {cow_low:.3f}, {cow_high:.3f}] "
+          f"(information)")
     print(f"the blocked measure with no checkpoint (the machine's noise), median / raw "
           f"write+fsync: {null_mid:+.3f} [95%: {null_low:+.3f}, {null_high:+.3f}]")
     status = 0
