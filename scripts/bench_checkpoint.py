@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     model, x, y = build_model(args.params, args.seed)
     twin, _, _ = build_model(args.params, args.seed + 1)  # restored into: same architecture
     layout = _checkpoint.StateLayout(model, [model.optimizer], model.optimizer)
+    if layout.changed_updates:  # as det_sdk's fit does (TrainingLoop.prepare): updates
+        model.train_function = None  # into fresh buffers from the next trace on
     writer = _writer.CheckpointWriter()  # det_sdk's own background writer
     base = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))
     storage = SharedFSStorage(base / "checkpoints")

@@ -118,3 +118,64 @@ def test_a_period_in_batches_checkpoints_every_so_many_batches(tmp_path: Path) -
     rows = [json.loads(line) for f in tmp_path.glob("*/checkpoints.jsonl")
             for line in f.read_text().splitlines()]
     assert [r["steps_completed"] for r in rows] == [3, 6, 8]  # every 3 batches, and the end
+
+
+def _twin_models(make_optimizer: object) -> list[object]:
+    models = []
+    for _ in range(2):
+        tf.keras.utils.set_random_seed(3)
+        model = tf.keras.Sequential([tf.keras.Input((6,)), tf.keras.layers.Dense(16, "relu"),
+                                     tf.keras.layers.Dense(3)])
+        model.compile(make_optimizer(), "sparse_categorical_crossentropy")
+        models.append(model)
+    return models
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: tf.keras.optimizers.Adam(0.05),
+    lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+    lambda: tf.keras.optimizers.RMSprop(0.01, momentum=0.5),
+], ids=["adam", "sgd-nesterov", "rmsprop"])
+def test_updates_into_fresh_buffers_train_bit_equal_to_updates_in_place(
+        make_optimizer: object) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(96, 6)).astype("float32")
+    y = rng.integers(0, 3, size=96)
+    in_place, fresh = _twin_models(make_optimizer)
+    fresh.fit(x[:16], y[:16], epochs=1, verbose=0)  # traced with updates in place
+    in_place.fit(x[:16], y[:16], epochs=1, verbose=0)
+    # what a fit's first checkpoint set-up does: the step function is made anew
+    layout = _checkpoint.StateLayout(fresh, [fresh.optimizer], fresh.optimizer)
+    assert layout.changed_updates == (_compat.KERAS_MAJOR >= 3)
+    fresh.train_function = None
+    assert getattr(fresh.optimizer, "_det_fresh_buffers", False) == (_compat.KERAS_MAJOR >= 3)
+    for model in (in_place, fresh):
+        model.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    a, b = _state(in_place), _state(fresh)
+    assert any(not np.array_equal(w, w0) for w, w0 in zip(a, _state(_twin_models(
+        make_optimizer)[0]))), "training changed nothing: the comparison would be empty"
+    for w_in_place, w_fresh in zip(a, b):
+        np.testing.assert_array_equal(w_in_place, w_fresh)
+
+
+def _address(variable: object) -> int:
+    return _checkpoint._host_array(variable.value()).ctypes.data
+
+
+def test_an_update_into_a_fresh_buffer_leaves_the_old_one_to_the_snapshot() -> None:
+    model, x, y = _trained_model()
+    layout = _checkpoint.StateLayout(model, [model.optimizer], model.optimizer)
+    model.train_function = None  # traced before: made anew, as a fit does
+    kernel = layout.variables[0]
+    model.train_on_batch(x[:16], y[:16])
+    before = _address(kernel)
+    model.train_on_batch(x[:16], y[:16])  # no snapshot held: in place would keep the buffer
+    fresh = _compat.KERAS_MAJOR >= 3
+    assert (_address(kernel) != before) == fresh
+
+    snap = layout.snapshot()
+    held = _checkpoint._host_array(snap.arrays[0][2])
+    values = held.copy()
+    model.train_on_batch(x[:16], y[:16])
+    np.testing.assert_array_equal(held, values)  # the snapshot's buffer is untouched
+    assert not np.array_equal(kernel.numpy(), values)

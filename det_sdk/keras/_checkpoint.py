@@ -178,6 +178,10 @@ class StateLayout:
     builds its layout once (the variables do not change while it runs) and each
     checkpoint reads every variable at once (:func:`_compat.read_variables`).
 
+    Building one also has the optimizers write their updates to fresh buffers
+    (:func:`_compat.fresh_buffer_updates`), so that training on while a snapshot
+    is written costs no copy, from the next time the step function is traced.
+
     >>> # layout = StateLayout(model, [model.optimizer]); snap = layout.snapshot()
     """
 
@@ -198,6 +202,10 @@ class StateLayout:
             else:
                 self.entries += [(group, _compat.variable_name(v)) for v in variables]
             self.variables += [_compat.backing_variable(v) for v in variables]
+        changed = [_compat.fresh_buffer_updates(opt) for opt in self.optimizers]
+        #: True if this layout changed the optimizers' updates: a step function
+        #: traced before (the model trained before this fit) still updates in place.
+        self.changed_updates = any(changed)
         self._model_config: dict[str, Any] | None = None
 
     def fits(self, model: Any, optimizers: Sequence[Any], plain_optimizer: Any = None) -> bool:

@@ -132,7 +132,12 @@ class TrainingLoop:
         # not at the first epoch's end (and not at all when nothing is checkpointed).
         self._layout = None
         if self.policy.checkpoint_period is not None:
-            self._state_layout(model).read()
+            layout = self._state_layout(model)
+            layout.read()
+            if layout.changed_updates:
+                # Its step function (if the model trained before) updates in place,
+                # which makes every checkpoint copy the state: Keras traces it anew.
+                model.train_function = None
         if self.distributed.size == 1:
             return
         opt = _compat.model_optimizer(model)
