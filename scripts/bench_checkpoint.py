@@ -18,7 +18,9 @@ written and read raw, in one run, alternating which goes first:
   write+fsync: OK when the whole interval is under it, MISSED when it is all above,
   INCONCLUSIVE otherwise. (Until 2026-11-23 this counted one step only, and a write
   that went on after it cost nothing; then one pair per repetition, judged against
-  the noise of one pair.)
+  the noise of one pair; and it stepped with ``train_on_batch``, whose Keras 2 form
+  made one step in three 110 ms slower. A step is now ``model.train_step`` in one
+  ``tf.function``, as in a fit's inner loop.)
 * **save, end to end**: snapshot to the checkpoint being on disk, with nothing else
   running: written from the variables' own memory (DLPack views; arrays of 1 MiB
   and more with ``O_DIRECT``, see ``det_sdk.arrayfile``), checksummed, fsynced and
@@ -57,6 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -120,11 +123,27 @@ def raw_io(nbytes: int, where: Path) -> tuple[float, float]:
     return t_sync, t_read
 
 
-def step_time(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int = 3) -> float:
+Step = Callable[[], object]
+
+
+def compiled_step(model: tf.keras.Model, x: np.ndarray, y: np.ndarray) -> Step:
+    """One training step on (x, y) as a fit's inner loop runs it: ``model.train_step`` in
+    one ``tf.function``, the batch already a tensor.
+
+    Not ``train_on_batch``: Keras 2's builds a dataset per call, which made about one
+    step in three 110 ms slower (steps of 185 or 310 ms on TF 2.15): noise that no
+    checkpoint causes and that hid the figure. Traced after the state layout, as in a
+    fit (on Keras 3 its updates then go to fresh buffers).
+    """
+    data = (tf.constant(x), tf.constant(y))
+    return tf.function(lambda: model.train_step(data))
+
+
+def step_time(step: Step, n: int = 3) -> float:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        model.train_on_batch(x, y)
+        step()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -140,8 +159,7 @@ def det_save(model: tf.keras.Model, storage: SharedFSStorage) -> tuple[float, st
     return time.perf_counter() - t0, uuid, size, snap.nbytes
 
 
-def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
-                storage: SharedFSStorage, layout: _checkpoint.StateLayout,
+def det_blocked(step: Step, storage: SharedFSStorage, layout: _checkpoint.StateLayout,
                 writer: _writer.CheckpointWriter, min_steps: int,
                 ) -> tuple[float, float, int]:
     """What a checkpoint costs training, as context.fit takes it: the snapshot, then
@@ -164,38 +182,37 @@ def det_blocked(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
     del snap  # only the write holds it, as in context.fit
     steps = 0
     while steps < min_steps or writer.busy:
-        model.train_on_batch(x, y)
+        step()
         steps += 1
     t_with = time.perf_counter() - t0
     writer.wait()
     storage.delete(done["uuid"])
-    return t_with - steps_time(model, x, y, steps), t_snap, steps
+    return t_with - steps_time(step, steps), t_snap, steps
 
 
-def steps_time(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> float:
+def steps_time(step: Step, n: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
-        model.train_on_batch(x, y)
+        step()
     return time.perf_counter() - t0
 
 
-def no_checkpoint(model: tf.keras.Model, x: np.ndarray, y: np.ndarray, n: int) -> float:
+def no_checkpoint(step: Step, n: int) -> float:
     """The same measure with no checkpoint at all (n steps less n steps): the noise of
     the machine, alternated with the blocked measure."""
-    return steps_time(model, x, y, n) - steps_time(model, x, y, n)
+    return steps_time(step, n) - steps_time(step, n)
 
 
-def copy_on_write(model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
-                  layout: _checkpoint.StateLayout, n: int) -> float:
+def copy_on_write(step: Step, layout: _checkpoint.StateLayout, n: int) -> float:
     """The snapshot held for ``n`` steps and nothing written, less ``n`` steps: what
     TensorFlow's copy of the variables the steps update costs alone (information: the
     part of the blocked time no writer can remove)."""
     t0 = time.perf_counter()
     snap = layout.snapshot()
     for _ in range(n):
-        model.train_on_batch(x, y)
+        step()
     del snap
-    return time.perf_counter() - t0 - steps_time(model, x, y, n)
+    return time.perf_counter() - t0 - steps_time(step, n)
 
 
 def median_difference(a: list[float], b: list[float], seed: int = 0,
@@ -239,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     model, x, y = build_model(args.params, args.seed)
     twin, _, _ = build_model(args.params, args.seed + 1)  # restored into: same architecture
     layout = _checkpoint.StateLayout(model, [model.optimizer], model.optimizer)
-    if layout.changed_updates:  # as det_sdk's fit does (TrainingLoop.prepare): updates
-        model.train_function = None  # into fresh buffers from the next trace on
+    step = compiled_step(model, x, y)
     writer = _writer.CheckpointWriter()  # det_sdk's own background writer
     base = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))
     storage = SharedFSStorage(base / "checkpoints")
@@ -274,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['restore_cold']:.3f}s warm {row['restore_warm']:.3f}s | raw write+fsync "
                   f"{row['raw_write']:.3f}s cold read {row['raw_read']:.3f}s", flush=True)
         raw_write = statistics.median(r["raw_write"] for r in rows)
-        min_steps = max(3, math.ceil(raw_write / step_time(model, x, y)))
+        min_steps = max(3, math.ceil(raw_write / step_time(step)))
         blocked: list[float] = []
         null: list[float] = []
         cow: list[float] = []
@@ -284,12 +300,11 @@ def main(argv: list[str] | None = None) -> int:
             order = ("det", "cow", "none")[i % 3:] + ("det", "cow", "none")[:i % 3]
             for which in order if i % 2 == 0 else order[::-1]:
                 if which == "none":
-                    null.append(no_checkpoint(model, x, y, min_steps))
+                    null.append(no_checkpoint(step, min_steps))
                 elif which == "cow":
-                    cow.append(copy_on_write(model, x, y, layout, steps))
+                    cow.append(copy_on_write(step, layout, steps))
                 else:
-                    b, t_snap, steps = det_blocked(model, x, y, storage, layout, writer,
-                                                   min_steps)
+                    b, t_snap, steps = det_blocked(step, storage, layout, writer, min_steps)
                     blocked.append(b)
                     snaps.append(t_snap)
             print(f"round {i + 1}: blocked {blocked[-1]:+.3f}s (snapshot {snaps[-1] * 1e3:.1f} "

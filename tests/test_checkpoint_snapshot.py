@@ -135,7 +135,13 @@ def _twin_models(make_optimizer: object) -> list[object]:
     lambda: tf.keras.optimizers.Adam(0.05),
     lambda: tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
     lambda: tf.keras.optimizers.RMSprop(0.01, momentum=0.5),
-], ids=["adam", "sgd-nesterov", "rmsprop"])
+    lambda: tf.keras.optimizers.Nadam(0.01),
+    lambda: tf.keras.optimizers.AdamW(0.01, amsgrad=True),
+    lambda: tf.keras.optimizers.Adagrad(0.1),
+    lambda: tf.keras.optimizers.Adamax(0.01),
+    lambda: tf.keras.optimizers.Ftrl(0.1),
+], ids=["adam", "sgd-nesterov", "rmsprop", "nadam", "adamw-amsgrad", "adagrad", "adamax",
+        "ftrl"])
 def test_updates_into_fresh_buffers_train_bit_equal_to_updates_in_place(
         make_optimizer: object) -> None:
     rng = np.random.default_rng(1)
@@ -146,9 +152,10 @@ def test_updates_into_fresh_buffers_train_bit_equal_to_updates_in_place(
     in_place.fit(x[:16], y[:16], epochs=1, verbose=0)
     # what a fit's first checkpoint set-up does: the step function is made anew
     layout = _checkpoint.StateLayout(fresh, [fresh.optimizer], fresh.optimizer)
-    assert layout.changed_updates == (_compat.KERAS_MAJOR >= 3)
-    fresh.train_function = None
-    assert getattr(fresh.optimizer, "_det_fresh_buffers", False) == (_compat.KERAS_MAJOR >= 3)
+    assert layout.changed_updates
+    # both traced anew (Keras 2's Nadam counts its traces in Python: only a fair
+    # comparison if both traced as often)
+    fresh.train_function = in_place.train_function = None
     for model in (in_place, fresh):
         model.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
     a, b = _state(in_place), _state(fresh)
@@ -170,8 +177,7 @@ def test_an_update_into_a_fresh_buffer_leaves_the_old_one_to_the_snapshot() -> N
     model.train_on_batch(x[:16], y[:16])
     before = _address(kernel)
     model.train_on_batch(x[:16], y[:16])  # no snapshot held: in place would keep the buffer
-    fresh = _compat.KERAS_MAJOR >= 3
-    assert (_address(kernel) != before) == fresh
+    assert _address(kernel) != before
 
     snap = layout.snapshot()
     held = _checkpoint._host_array(snap.arrays[0][2])

@@ -21,7 +21,9 @@ True
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -344,20 +346,28 @@ def fresh_buffer_updates(opt: Any) -> bool:
     arithmetic (bit-equal results), with the same memory traffic per step.
 
     Keras 3 optimizers update through ``optimizer.assign_add``/``assign_sub``,
-    which this replaces on ``opt`` (and on a loss-scale optimizer's inner one);
-    sparse updates keep the original. Keras 2's optimizers call the variables'
-    methods directly, so there TensorFlow keeps copying: returns False. A step
-    function traced before this call keeps the old updates.
+    which this replaces on ``opt``. Keras 2's call the variables' own methods in
+    ``update_step``: while this optimizer traces its ``update_step`` (and only
+    then, in this thread), resource variables' ``assign_add``/``assign_sub``
+    take the same form. A loss-scale optimizer's inner one is changed too; sparse
+    updates, eager calls and Keras 2's legacy (fused-kernel) optimizers keep
+    updating in place. A step function traced before this call keeps the old
+    updates.
 
-    >>> fresh_buffer_updates(keras.optimizers.SGD(0.1)) == (KERAS_MAJOR >= 3)
+    >>> fresh_buffer_updates(keras.optimizers.SGD(0.1))
     True
     """
     changed = False
-    while _K3 and opt is not None:
+    while opt is not None:
         if not getattr(opt, "_det_fresh_buffers", False):
-            opt.assign_add = _fresh_buffer_update(opt.assign_add, tf.add)
-            opt.assign_sub = _fresh_buffer_update(opt.assign_sub, tf.subtract)
-            opt._det_fresh_buffers = changed = True
+            if _K3:
+                opt.assign_add = _fresh_buffer_update(opt.assign_add, tf.add)
+                opt.assign_sub = _fresh_buffer_update(opt.assign_sub, tf.subtract)
+                opt._det_fresh_buffers = changed = True
+            elif hasattr(opt, "update_step") and not isinstance(
+                    opt, keras.optimizers.legacy.Optimizer):
+                opt.update_step = _with_fresh_buffer_variables(opt.update_step)
+                opt._det_fresh_buffers = changed = True
         opt = getattr(opt, "inner_optimizer", None)
     return changed
 
@@ -368,10 +378,65 @@ def _fresh_buffer_update(in_place: Callable[[Any, Any], Any], op: Callable[[Any,
         var = backing_variable(variable)
         if isinstance(value, tf.IndexedSlices) or not isinstance(var, tf.Variable):
             return in_place(variable, value)
-        var.assign(op(var, tf.cast(value, var.dtype)))
+        var.assign(op(var, _as_computed(tf.cast(value, var.dtype))))
         return None
 
     return update
+
+
+def _as_computed(delta: Any) -> Any:
+    """``delta`` as computed, not merged into the update: Grappler's arithmetic
+    optimizer would fold ``var + (a + b)`` into one sum of three and round it
+    differently from the in-place add. ``Snapshot`` stops it and passes the
+    buffer on (no copy when the update is its only reader)."""
+    return tf.raw_ops.Snapshot(input=delta)
+
+
+_tracing_fresh = threading.local()  # .on: an update_step of ours is being traced here
+
+
+def _with_fresh_buffer_variables(update_step: Callable[..., Any]) -> Callable[..., Any]:
+    _fresh_variable_updates()
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        before = getattr(_tracing_fresh, "on", False)
+        _tracing_fresh.on = True
+        try:
+            return update_step(*args, **kwargs)
+        finally:
+            _tracing_fresh.on = before
+
+    return traced
+
+
+def _fresh_variable_updates() -> None:
+    """Keras 2: resource variables' in-place add and subtract write a new buffer while
+    an optimizer of :func:`fresh_buffer_updates` is traced (installed once).
+
+    Every resource variable class builds ``assign_add``/``assign_sub`` on the two
+    generated ops, so those are what is replaced: a read, the arithmetic, and an
+    assign, which TensorFlow orders among the variable's other uses as it did
+    the in-place op.
+    """
+    from tensorflow.python.ops import gen_resource_variable_ops as ops
+
+    if getattr(ops, "_det_fresh_buffers", False):
+        return
+
+    def fresh(in_place: Callable[..., Any], op: Callable[[Any, Any], Any]
+              ) -> Callable[..., Any]:
+        def update(resource: Any, value: Any, name: Any = None) -> Any:
+            if not getattr(_tracing_fresh, "on", False) or tf.executing_eagerly():
+                return in_place(resource, value, name=name)
+            current = ops.read_variable_op(resource, value.dtype)
+            return ops.assign_variable_op(resource, op(current, _as_computed(value)),
+                                          name=name)
+
+        return functools.wraps(in_place)(update)
+
+    ops.assign_add_variable_op = fresh(ops.assign_add_variable_op, tf.add)
+    ops.assign_sub_variable_op = fresh(ops.assign_sub_variable_op, tf.subtract)
+    ops._det_fresh_buffers = True
 
 
 def turn_off_xla(model: Any) -> bool:
