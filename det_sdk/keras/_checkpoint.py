@@ -248,11 +248,12 @@ class Snapshot:
     """A checkpoint's content, taken at one instant of training, not yet written.
 
     The arrays are TensorFlow tensors sharing the variables' buffers: taking them
-    copies nothing, and TensorFlow copies a variable's buffer before updating it in
-    place while such a tensor is alive (copy on write), so the snapshot stays
-    consistent while training goes on. ``write_snapshot`` turns them into numpy
-    views (DLPack, no copy) and streams them to disk. ``model_spec`` makes
-    ``model.json``'s content when the snapshot is written.
+    copies nothing. The optimizers' updates write new buffers
+    (:func:`_compat.fresh_buffer_updates`), and any other update in place makes
+    TensorFlow copy the buffer first while such a tensor is alive (copy on write),
+    so the snapshot stays consistent while training goes on. ``write_snapshot``
+    turns them into numpy views (DLPack, no copy) and streams them to disk.
+    ``model_spec`` makes ``model.json``'s content when the snapshot is written.
     """
 
     arrays: list[tuple[str, str, Any]]  # (group, name, tensor or ndarray)

@@ -5,8 +5,9 @@ At a checkpoint the loop takes a :class:`~det_sdk.keras._checkpoint.Snapshot`
 hands the writing to this writer; training goes on while it streams the arrays
 to disk with the storage's atomicity (temporary name, fsync, rename). A new
 checkpoint first waits for the previous write, so at most one snapshot is in
-flight (its memory: one copy of the model's and optimizers' state, made by
-TensorFlow as training updates the variables). A stop (pause, preemption, end of
+flight (its memory: one copy of the model's and optimizers' state: the buffers
+the variables held, which the optimizers' next updates replace rather than
+overwrite, see ``_compat.fresh_buffer_updates``). A stop (pause, preemption, end of
 training, SIGTERM) waits for the last write before it reports and exits. A write
 that failed raises :class:`CheckpointWriteError` in the training thread at the
 next checkpoint or wait: never a silently missing checkpoint.
