@@ -376,7 +376,8 @@ def _fresh_buffer_update(in_place: Callable[[Any, Any], Any], op: Callable[[Any,
                          ) -> Callable[[Any, Any], Any]:
     def update(variable: Any, value: Any) -> Any:
         var = backing_variable(variable)
-        if isinstance(value, tf.IndexedSlices) or not isinstance(var, tf.Variable):
+        if (isinstance(value, tf.IndexedSlices) or not isinstance(var, tf.Variable)
+                or tf.executing_eagerly()):  # eager: the sum is held, assign would copy it
             return in_place(variable, value)
         var.assign(op(var, _as_computed(tf.cast(value, var.dtype))))
         return None
