@@ -51,7 +51,11 @@ def open_browser() -> Iterator[Any]:
 
 
 def signed_in_context(browser: Any, url: str, token: str, **kwargs: Any) -> Any:
-    """A browser context holding the UI's session cookie for the master at ``url``."""
+    """A browser context signed in to the UI of the master at ``url`` with the user
+    ``token`` (the sign-in form's POST: the context keeps the session cookie)."""
     context = browser.new_context(viewport={"width": 1400, "height": 900}, **kwargs)
-    context.add_cookies([{"name": "det_session", "value": token, "url": url}])
+    answer = context.request.post(f"{url}/ui/signin", form={"token": token},
+                                  max_redirects=0)
+    if answer.status != 303:
+        raise RuntimeError(f"sign-in at {url} answered {answer.status}: {answer.text()[:200]}")
     return context

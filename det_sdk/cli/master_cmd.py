@@ -39,6 +39,15 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("DET_MASTER_DIR") or Path.home() / ".det" / "master")
 
 
+def _private_file(path: Path, append: bool = False) -> int:
+    """An open descriptor of ``path`` for writing, owner-only (0600) from its creation on:
+    the log and the pid file are the master's, like everything in its data directory."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
+    os.fchmod(fd, 0o600)  # a file an earlier version made 0644
+    return fd
+
+
 def _pid(data_dir: Path) -> int | None:
     try:
         pid = int((data_dir / "master.pid").read_text().strip())
@@ -60,7 +69,8 @@ def master_up(args: Namespace) -> int:
     from det_sdk.client import save_token
 
     data_dir = Path(args.data_dir or default_data_dir()).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data_dir.chmod(0o700)  # the master's alone (tokens, logs): README, trust model
     url = f"http://{args.host}:{args.port}"
     pid = _pid(data_dir)
     if pid is not None:
@@ -77,7 +87,7 @@ def master_up(args: Namespace) -> int:
         print(f"det: {', '.join(slurm_only)} {verb} only for --resource-manager slurm",
               file=sys.stderr)
         return 2
-    log = open(data_dir / "master.log", "ab")  # noqa: SIM115 - handed to the child
+    log = os.fdopen(_private_file(data_dir / "master.log", append=True), "ab")
     command = [sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir), "--host",
                args.host, "--port", str(args.port), "--slots", str(args.slots),
                "--resource-manager", kind]
@@ -91,7 +101,9 @@ def master_up(args: Namespace) -> int:
         command,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
-    (data_dir / "master.pid").write_text(f"{proc.pid}\n")
+    log.close()  # the child has its own copy
+    with os.fdopen(_private_file(data_dir / "master.pid"), "w") as f:
+        f.write(f"{proc.pid}\n")
     deadline = time.time() + 60
     while not _healthy(url):
         if proc.poll() is not None or time.time() > deadline:

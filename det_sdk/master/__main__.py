@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     info = {"url": url, "pid": os.getpid(), "slots": slots,
             "resource_manager": args.resource_manager, "capacity": where,
             "shared_dir": str(master.tasks_dir)}
-    (args.data_dir / INFO_FILE).write_text(json.dumps(info) + "\n")
+    fd = os.open(args.data_dir / INFO_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(info) + "\n")
     print(f"master listening on {url} with {where}", flush=True)
     # uvicorn re-raises the SIGTERM of `det master down` once it has shut down: handled
     # here, it lets the master finish the stops it promised (master.stop) before it exits

@@ -35,6 +35,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
@@ -54,6 +55,7 @@ from det_sdk.master.pages import (
     metrics_page,
     trial_page,
 )
+from det_sdk.master.security import SecurityHeaders, Sessions, docs_csp
 
 __all__ = ["create_app"]
 
@@ -208,8 +210,14 @@ class _Wakeup:
 
 def create_app(master: Master) -> FastAPI:
     """The ASGI app serving ``master``."""
-    app = FastAPI(title="det_sdk master", version="1", responses=RESPONSES)
+    # /docs and /openapi.json are served below, behind the user token (or the UI's session)
+    app = FastAPI(title="det_sdk master", version="1", responses=RESPONSES, docs_url=None,
+                  redoc_url=None, openapi_url=None)
     app.add_middleware(Guard, master=master)
+    # the browser-facing headers go around everything Starlette builds, its error
+    # handler's 500 included (add_middleware would place them inside that handler)
+    build_stack = app.build_middleware_stack
+    app.build_middleware_stack = lambda: SecurityHeaders(build_stack())  # type: ignore[method-assign]
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -494,7 +502,35 @@ def create_app(master: Master) -> FastAPI:
 
     # The web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12.
     from det_sdk.master.ui import ui_router
-    app.include_router(ui_router(master))
+    from det_sdk.master.ui.routes import COOKIE
+
+    sessions = Sessions(master.store)
+    app.include_router(ui_router(master, sessions))
+
+    # --- the API's own description: for the user (token, or signed in to the UI) --------
+
+    def reader(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            if master.store.is_user_token(header[7:].strip()):
+                return
+        elif sessions.valid(request.cookies.get(COOKIE)):
+            return
+        raise HTTPException(401, "needs a user token (Authorization: Bearer <token>) or a "
+                                 "web UI session")
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_document(request: Request) -> JSONResponse:
+        reader(request)
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request) -> Response:
+        reader(request)
+        page = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} API")
+        csp = docs_csp(page.body.decode())
+        return Response(page.body, media_type="text/html",
+                        headers={"Content-Security-Policy": csp, "Cache-Control": "no-store"})
 
     return app
 

@@ -79,6 +79,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     metrics TEXT NOT NULL, created REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS ui_sessions (
+    id TEXT PRIMARY KEY, token TEXT NOT NULL, created REAL NOT NULL, last_seen REAL NOT NULL
+);
 """
 
 # Columns added after a table was first released: added to older databases on open.
@@ -194,7 +197,10 @@ class Store:
         self._user_tokens.add(hashed)
 
     def is_user_token(self, token: str) -> bool:
-        hashed = hash_token(token)
+        return self.is_user_token_hash(hash_token(token))
+
+    def is_user_token_hash(self, hashed: str) -> bool:
+        """Whether ``hashed`` (``hash_token`` of a token) is a user token's."""
         if hashed in self._user_tokens:
             return True
         if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", hashed) is not None:
@@ -210,6 +216,25 @@ class Store:
             if alloc is not None:
                 self._token_allocations[token] = alloc
         return alloc
+
+    # --- web UI sessions (det_sdk.master.security.Sessions): ids and tokens hashed ------
+
+    def create_ui_session(self, key: str, token_hash: str, now: float) -> None:
+        self._exec("INSERT INTO ui_sessions VALUES (?, ?, ?, ?)", key, token_hash, now, now)
+
+    def ui_session(self, key: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM ui_sessions WHERE id = ?", key)
+
+    def touch_ui_session(self, key: str, now: float) -> None:
+        self._exec("UPDATE ui_sessions SET last_seen = ? WHERE id = ?", now, key)
+
+    def delete_ui_session(self, key: str) -> None:
+        self._exec("DELETE FROM ui_sessions WHERE id = ?", key)
+
+    def prune_ui_sessions(self, idle_before: float, created_before: float) -> None:
+        """Forget sessions unused since ``idle_before`` or opened before ``created_before``."""
+        self._exec("DELETE FROM ui_sessions WHERE last_seen < ? OR created < ?",
+                    idle_before, created_before)
 
     # --- experiments and trials --------------------------------------------------------
 

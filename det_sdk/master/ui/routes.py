@@ -2,11 +2,13 @@
 
 Every ``/ui/api/`` call and the app page need a signed-in user: the session cookie,
 or ``Authorization: Bearer <user token>`` (what ``det ui`` and scripts use). The
-cookie holds the user token itself, HttpOnly (page scripts never see it) and
-SameSite=Strict (no other site's page sends it): it is the credential the CLI
-already keeps in ``~/.det/credentials.json``, and it stays valid across master
-restarts. Requests that change state also need the ``X-Det-UI`` header, which a
-form on another site cannot send without a CORS preflight this server never grants.
+cookie holds a random session id (``det_sdk.master.security.Sessions``: 12 hours idle,
+7 days at most, revoked server-side at sign-out, kept across master restarts), never
+the user token; HttpOnly (page scripts never see it), SameSite=Strict, Path=/.
+Requests that change state, sign-out included, also need the ``X-Det-UI`` header,
+which a page of another origin (another port of 127.0.0.1 is same-site, so its
+requests do carry the cookie) cannot send without a CORS preflight this server never
+grants.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from det_sdk.api import MAX_PAGE_LIMIT
+from det_sdk.master.security import ABSOLUTE_SECONDS, Sessions
 from det_sdk.master.ui.views import (
     CURVE_POINTS,
     CURVE_TRIALS,
@@ -41,7 +44,7 @@ from det_sdk.master.ui.views import (
 )
 from det_sdk.storage import pid_alive
 
-__all__ = ["COOKIE", "ui_router"]
+__all__ = ["COOKIE", "http_url", "ui_router"]
 
 COOKIE = "det_session"
 CODE_TTL = 300.0  # seconds a `det ui` sign-in link stays usable
@@ -65,16 +68,24 @@ class _StaticFiles:
         self._lock = threading.Lock()
 
     def get(self, name: str) -> tuple[bytes, bytes, str] | None:
+        """The file ``name`` (relative to ``static/``), or None: any name that is not a
+        file there (a directory, ``..``, a NUL byte, a name too long for the file
+        system) is simply not found. Nothing is logged: anyone may ask."""
         with self._lock:
             if name not in self._files:
+                if len(name) > 200 or "\0" in name or "\\" in name:
+                    return None
                 node = STATIC
                 for part in name.split("/"):
                     if part in ("", ".", ".."):
                         return None
                     node = node / part
-                if not node.is_file():
+                try:
+                    if not node.is_file():
+                        return None
+                    data = node.read_bytes()
+                except (OSError, ValueError):
                     return None
-                data = node.read_bytes()
                 etag = '"' + hashlib.sha256(data).hexdigest()[:20] + '"'
                 self._files[name] = (data, gzip.compress(data, 9, mtime=0), etag)
             return self._files[name]
@@ -82,7 +93,7 @@ class _StaticFiles:
     def response(self, request: Request, name: str) -> Response:
         found = self.get(name)
         if found is None:
-            raise HTTPException(404, f"no file {name}")
+            raise HTTPException(404, "no such static file")
         data, packed, etag = found
         headers = {"ETag": etag, "Cache-Control": "no-cache"}
         if request.headers.get("if-none-match") == etag:
@@ -153,41 +164,67 @@ class _SignInCodes:
         return token if expires > time.time() else None
 
 
-def ui_router(master: Any) -> APIRouter:
+def http_url(value: Any, field: str) -> str:
+    """``value`` if it is an absolute http(s) URL (what a link may open), else a 400
+    naming ``field``: a ``javascript:`` URL in a link would run in the UI's origin.
+
+    >>> http_url("http://127.0.0.1:6006/", "url")
+    'http://127.0.0.1:6006/'
+    >>> http_url("javascript:alert(1)", "url")
+    Traceback (most recent call last):
+    fastapi.exceptions.HTTPException: 400: url: an http:// or https:// URL is expected, \
+got 'javascript:alert(1)'
+    """
+    text = value if isinstance(value, str) else ""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok or len(text) > 2048 or any(c.isspace() or ord(c) < 32 for c in text):
+        raise HTTPException(400, f"{field}: an http:// or https:// URL is expected, got "
+                                 f"{str(value)[:100]!r}")
+    return text
+
+
+def ui_router(master: Any, sessions: Sessions | None = None) -> APIRouter:
     """The web UI's routes, over ``master`` (a ``det_sdk.master.core.Master``).
 
     >>> # app.include_router(ui_router(master))
     """
     router = APIRouter(include_in_schema=False)
+    sessions = sessions or Sessions(master.store)
     views = Views(master)
     static = _StaticFiles()
     codes = _SignInCodes()
     # `det tensorboard` processes that told the master where they serve, by experiment
     tensorboards: list[dict[str, Any]] = []
 
-    def token_of(request: Request) -> str | None:
+    def signed_in(request: Request) -> bool:
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
-            return header[7:].strip()
-        return request.cookies.get(COOKIE)
-
-    def signed_in(request: Request) -> bool:
-        token = token_of(request)
-        return bool(token) and master.store.is_user_token(token)
+            return master.store.is_user_token(header[7:].strip())
+        return sessions.valid(request.cookies.get(COOKIE))
 
     def user(request: Request) -> None:
         """Dependency-like check of every data call: a user, by cookie or bearer token."""
         if not signed_in(request):
             raise HTTPException(401, "sign in at /ui/signin (det ui prints a link)")
 
-    def action(request: Request) -> None:
-        user(request)
+    def action_header(request: Request) -> None:
         if ACTION_HEADER not in request.headers and "authorization" not in request.headers:
             raise HTTPException(403, f"state-changing calls need the {ACTION_HEADER} header")
 
+    def action(request: Request) -> None:
+        user(request)
+        action_header(request)
+
     def with_cookie(response: Response, token: str, request: Request) -> Response:
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
-                            secure=request.url.scheme == "https", max_age=30 * 24 * 3600)
+        """Sign in: a new session (any session the browser had before ends)."""
+        sessions.revoke(request.cookies.get(COOKIE))
+        response.set_cookie(COOKIE, sessions.create(token), httponly=True,
+                            samesite="strict", path="/", max_age=ABSOLUTE_SECONDS,
+                            secure=request.url.scheme == "https")
         return response
 
     # --- pages and sign-in ------------------------------------------------------------------
@@ -228,9 +265,13 @@ def ui_router(master: Any) -> APIRouter:
                             "token is in <code>~/.det/credentials.json</code>.", 401)
 
     @router.post("/ui/signout")
-    def signout() -> Response:
-        response = RedirectResponse("/ui/signin", status_code=303)
-        response.delete_cookie(COOKIE, path="/")
+    def signout(request: Request) -> Response:
+        """End the session server-side (its id works nowhere after), then forget it.
+        Needs the action header: a plain form of another origin signs nobody out."""
+        action_header(request)
+        sessions.revoke(request.cookies.get(COOKIE))
+        response = Response(status_code=204)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
     @router.get("/ui/static/{name:path}")
@@ -358,7 +399,7 @@ def ui_router(master: Any) -> APIRouter:
         action(request)
         try:
             body = json.loads(await _small_body(request))
-            entry = {"url": str(body["url"]), "pid": int(body["pid"]),
+            entry = {"url": http_url(body["url"], "url"), "pid": int(body["pid"]),
                      "experiments": [int(e) for e in body.get("experiments", [])]}
         except (KeyError, TypeError, ValueError):
             raise HTTPException(400, "body: {url, pid, experiments}") from None

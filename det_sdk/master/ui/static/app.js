@@ -59,6 +59,14 @@ async function route() {
   main.innerHTML = `<p class="error">No page ${esc(hash)}</p>`;
 }
 
+// Sign-out ends the session on the master (the header proves it is this page asking)
+document.getElementById("signout").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  await fetch("/ui/signout", { method: "POST", headers: { "X-Det-UI": "1" },
+                               credentials: "same-origin" });
+  location.href = "/ui/signin";
+});
+
 window.addEventListener("hashchange", route);
 route();
 timer = setInterval(tick, POLL_MS);

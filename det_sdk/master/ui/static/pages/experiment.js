@@ -43,7 +43,8 @@ export async function render(main, [id]) {
   function drawHead() {
     const s = info.searcher;
     const exp = info;
-    const tbs = info.tensorboards.map((tb) =>
+    // the master accepts http(s) links only; checked here too, so no other scheme is a link
+    const tbs = info.tensorboards.filter((tb) => /^https?:\/\//i.test(tb.url)).map((tb) =>
       `<a href="${esc(tb.url)}" target="_blank" rel="noopener">TensorBoard</a>`).join(" ");
     main.querySelector("#exp-head").innerHTML = `
       <h1>${esc(exp.name || `Experiment ${exp.id}`)} <span class="muted">#${exp.id}</span></h1>
