@@ -267,7 +267,9 @@ def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
     assert (dest / "state.bin").read_bytes() == (Path(ckpts[0]["path"]) / "state.bin").read_bytes()
     bad = cluster.det("checkpoint", "download", "no-such-uuid", str(dest))
     assert bad.returncode == 1 and "no checkpoint" in bad.stderr
-    spec = httpx.get(f"{cluster.url}/openapi.json").json()
+    assert httpx.get(f"{cluster.url}/openapi.json").status_code == 401  # the user's only
+    spec = httpx.get(f"{cluster.url}/openapi.json",
+                     headers={"Authorization": f"Bearer {cluster.token}"}).json()
     assert "/api/v1/trials/{trial_id}/metrics" in spec["paths"]
 
 

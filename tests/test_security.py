@@ -13,6 +13,7 @@ import stat
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cluster_harness import Cluster, running_cluster
@@ -207,7 +208,9 @@ def test_the_data_directory_is_private_and_tasks_get_no_user_token(tmp_path: Pat
         assert "DET_USER_TOKEN" not in answer["env"] and "DET_SESSION_TOKEN" in answer["env"]
         assert answer["umask"] != 0o077  # tasks get the user's umask, not the master's
         assert stat.S_IMODE(os.stat(c.data_dir).st_mode) == 0o700
-        for name in ("master.db", "master.db-wal", "user.token"):
+        # the log and the pid file too (issue 22: they were 0644, made by `det master up`)
+        for name in ("master.db", "master.db-wal", "user.token", "master.log", "master.pid",
+                     "master.json"):
             assert stat.S_IMODE(os.stat(c.data_dir / name).st_mode) == 0o600, name
         db_bytes = b"".join((c.data_dir / n).read_bytes() for n in ("master.db",
                                                                     "master.db-wal"))
@@ -305,3 +308,129 @@ def test_an_idle_master_with_the_largest_search_stays_idle(fakes: Fakes) -> None
     assert out.returncode == 0 and time.perf_counter() - t0 < 20
     fakes.command(exp_id, "kill")
     fakes.wait_state(exp_id, "CANCELED", "CANCELED")
+
+
+# --- the web UI and the browser-facing answers (issue 22: 6, 7, 8, 10) --------------------
+
+BROWSER_HEADERS = {"x-frame-options": "DENY", "x-content-type-options": "nosniff",
+                   "referrer-policy": "no-referrer"}
+
+
+def _log_size(cluster: Cluster) -> int:
+    return (cluster.data_dir / "master.log").stat().st_size
+
+
+def test_anonymous_requests_cannot_write_tracebacks_to_the_log(fakes: Fakes) -> None:
+    """6: a static name over 255 bytes was a 500 with a 36 KB traceback per request. Bad
+    static paths are 404s now; no anonymous request makes the master log a traceback."""
+    cluster = fakes.cluster
+    before = _log_size(cluster)
+    anon = httpx.Client(base_url=cluster.url, timeout=30)
+    for name in ("a" * 300, "a" * 5000, "a%00b", "%ff%fe", "..%2f..%2fapp.py", "pages",
+                 "pages/", "%2e%2e/routes.py", "vendor/uplot/../../app.js/x", "a\\b",
+                 "app.js%00.png", "x/" * 200):
+        r = anon.get(f"/ui/static/{name}")
+        assert r.status_code == 404, (name[:40], r.status_code)
+    weird = [("GET", "/ui/signin?code=" + "%00" * 100), ("GET", "/ui/signin?code=" + "x" * 9000),
+             ("POST", "/ui/signin"), ("POST", "/ui/signout"), ("GET", "/docs"),
+             ("GET", "/openapi.json"), ("POST", "/ui/api/signin-codes"),
+             ("GET", "/ui/api/experiments/1"), ("GET", "/ui/api/experiments/99999999999999999999"),
+             ("GET", "/ui/" + "a" * 5000), ("GET", "/api/v1/experiments/" + "9" * 400)]
+    for method, path in weird:
+        for headers in ({}, {"cookie": "det_session=" + "A" * 43},
+                        {"cookie": "det_session=\x7f%00\\x"}, {"authorization": "Bearer \x01"},
+                        {"x-det-ui": "1", "cookie": b"det_session=" + "é".encode() * 30}):
+            r = anon.request(method, path, headers=headers,
+                             content=b"token=%ff%00&token=" + b"\xff" * 300)
+            assert r.status_code < 500, (method, path[:40], headers, r.status_code)
+    time.sleep(0.5)  # the log is written by the master's process
+    log = (cluster.data_dir / "master.log").read_bytes()[before:]
+    assert b"Traceback" not in log and len(log) < 2000, log[:2000]
+
+
+def test_every_answer_carries_the_browser_headers(fakes: Fakes) -> None:
+    """7, 10: frames refused (X-Frame-Options and CSP frame-ancestors), nosniff, no
+    Referer, on pages, files, data, errors and the API's guard alike."""
+    cluster = fakes.cluster
+    anon = httpx.Client(base_url=cluster.url, timeout=30)
+    answers = [anon.get("/health"), anon.get("/ui/"), anon.get("/ui/signin"),
+               anon.get("/ui/static/app.js"), anon.get("/ui/static/nothing"),
+               anon.get("/api/v1/experiments"), anon.delete("/health"), anon.get("/nowhere")]
+    with fakes.http() as http:
+        answers += [http.get("/api/v1/experiments"), http.get("/api/v1/experiments/x"),
+                    http.get("/ui/api/experiments"), http.get("/ui/")]
+    for r in answers:
+        where = (r.request.method, r.request.url.path, r.status_code)
+        for name, value in BROWSER_HEADERS.items():
+            assert r.headers.get(name) == value, (where, name)
+        csp = r.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "default-src 'self'" in csp, where
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp, where
+
+
+def test_openapi_and_docs_need_the_user_token(fakes: Fakes) -> None:
+    """10: the API's description is the user's (a token, or the UI's session)."""
+    cluster = fakes.cluster
+    exp_id, trial_id, _ = fakes.start_trial()
+    task = fakes.running_allocation(trial_id)["token"]
+    for token in (None, task, "not-a-token"):
+        with cluster.http(token=token) as client:
+            for path in ("/openapi.json", "/docs"):
+                assert client.get(path).status_code == 401, (path, token)
+    with fakes.http() as http:
+        assert "/api/v1/experiments" in http.get("/openapi.json").json()["paths"]
+        docs = http.get("/docs")
+        assert docs.status_code == 200 and "swagger" in docs.text.lower()
+        # its own policy: the Swagger CDN and its one inline script by hash, no frames
+        csp = docs.headers["content-security-policy"]
+        assert "'sha256-" in csp and "frame-ancestors 'none'" in csp
+    session = httpx.Client(base_url=cluster.url, timeout=30)
+    assert session.post("/ui/signin", data={"token": cluster.token}).status_code == 303
+    assert session.get("/openapi.json").status_code == 200
+    _finish(fakes, exp_id, trial_id)
+
+
+def test_the_session_cookie_is_a_revocable_id_and_sign_out_needs_the_header(
+        fakes: Fakes) -> None:
+    """8: the cookie holds a random session id (not the token), HttpOnly, SameSite=Strict,
+    Path=/, 7 days; sign-out without the UI's header does nothing; with it, the session
+    ends on the master: the old cookie, replayed, is refused."""
+    cluster = fakes.cluster
+    browser = httpx.Client(base_url=cluster.url, timeout=30)
+    signin = browser.post("/ui/signin", data={"token": cluster.token})
+    assert signin.status_code == 303
+    cookie = signin.headers["set-cookie"]
+    sid = browser.cookies["det_session"]
+    assert cluster.token not in cookie and len(sid) >= 40
+    for part in ("HttpOnly", "SameSite=strict", "Path=/", "Max-Age=604800"):
+        assert part.lower() in cookie.lower(), (part, cookie)
+    assert browser.get("/ui/api/experiments").status_code == 200
+    # a plain form of another origin: no X-Det-UI header
+    refused = browser.post("/ui/signout", data={"x": "1"},
+                           headers={"origin": "http://127.0.0.1:1"})
+    assert refused.status_code == 403 and "x-det-ui" in refused.text.lower()
+    assert browser.get("/ui/api/experiments").status_code == 200  # still signed in
+    out = browser.post("/ui/signout", headers={"X-Det-UI": "1"})
+    assert out.status_code == 204 and "det_session=" in out.headers["set-cookie"]
+    replay = httpx.Client(base_url=cluster.url, timeout=30, cookies={"det_session": sid})
+    assert replay.get("/ui/api/experiments").status_code == 401
+    assert replay.get("/ui/").status_code == 303  # to the sign-in page
+    # the token itself as a cookie (what the cookie used to be) is no session either
+    as_token = httpx.Client(base_url=cluster.url, timeout=30,
+                            cookies={"det_session": cluster.token})
+    assert as_token.get("/ui/api/experiments").status_code == 401
+
+
+def test_link_fields_accept_http_urls_only(fakes: Fakes) -> None:
+    """10: a TensorBoard link is shown on the experiment's page: javascript: (or any
+    scheme but http and https) is refused with the field named."""
+    with fakes.http() as http:
+        for url in ("javascript:alert(document.cookie)", "JavaScript:alert(1)",
+                    " javascript:alert(1)", "data:text/html,<script>1</script>",
+                    "//evil.example/", "http://", "http://host/\njavascript:x", 7):
+            r = http.post("/ui/api/tensorboards", json={"url": url, "pid": os.getpid(),
+                                                        "experiments": [1]})
+            assert r.status_code == 400 and r.json()["detail"].startswith("url:"), (url, r.text)
+        ok = http.post("/ui/api/tensorboards", json={"url": "http://127.0.0.1:6006/",
+                                                     "pid": os.getpid(), "experiments": []})
+        assert ok.status_code == 201
