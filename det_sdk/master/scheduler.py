@@ -27,6 +27,8 @@ from det_sdk.master.lifecycle import (
     exit_event,
 )
 from det_sdk.master.resources import ResourceManager, task_env
+from det_sdk.master.root_cause import TAIL_LINES as LOG_TAIL_LINES
+from det_sdk.master.root_cause import failure_note, last_error
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.search import Search
 from det_sdk.master.store import Store
@@ -35,17 +37,8 @@ __all__ = ["LOG_TAIL_LINES", "Scheduler"]
 
 log = logging.getLogger("det_sdk.master.scheduler")
 
-LOG_TAIL_LINES = 20
 _WITH_PROCESS = {TrialState.RUNNING.value, TrialState.STOPPING_PAUSED.value,
                  TrialState.STOPPING_CANCELED.value}
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class Scheduler:
@@ -186,13 +179,18 @@ class Scheduler:
                 job = self.store.job(alloc["job_id"])
                 if job and job["state"] == JobState.RUNNING.value:
                     event = JobEvent.EXITED_DONE if code == 0 else JobEvent.EXITED_FAILED_FINAL
+                    if code != 0:  # jobs have no last_error: the root cause ends their log
+                        note = failure_note(alloc, self.logs_path("jobs", job["id"]), code)
+                        self._append_log("jobs", job["id"],
+                                         f"det_sdk: job {job['id']} {note}\n")
                     self.lifecycle.job_event(job["id"], event, exit_code=code)
                     self._job_ended(job)
             else:
-                self._trial_exited(alloc["trial_id"], code)
+                self._trial_exited(alloc["trial_id"], code, alloc)
         self.wakeup.set()
 
-    def _trial_exited(self, trial_id: int, code: int) -> None:
+    def _trial_exited(self, trial_id: int, code: int, alloc: AllocationRow | None = None
+                      ) -> None:
         t = self.store.trial(trial_id)
         if t is None:
             return
@@ -200,9 +198,9 @@ class Scheduler:
         event = exit_event(code, self.search.finished(t), t["restarts"], cfg.max_restarts)
         fields = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
-            tail = _tail(self.logs_path("trials", trial_id), LOG_TAIL_LINES)
-            fields["last_error"] = (f"exited with code {code} after {t['restarts']} "
-                                    f"restarts:\n{tail}")
+            # the first failing rank's own exception, then the log's tail (bounded)
+            fields["last_error"] = last_error(alloc, self.logs_path("trials", trial_id), code,
+                                              restarts=t["restarts"])
         self.lifecycle.trial_event(trial_id, event, **fields)
         self.sweep_idle_checkpoint_dirs()
 

@@ -2,7 +2,9 @@
 
 Each task runs as ``sh -c '<entrypoint>; echo $? > exit_code'`` in a new process
 session under its working directory, with the environment protocol of
-``det_sdk.info``; with more than one slot, under ``horovodrun -np N --gloo``. The
+``det_sdk.info``; with more than one slot, under ``horovodrun -np N --gloo``. Each
+rank runs under :mod:`det_sdk.launch.catch`, which records its exception for the
+trial's ``last_error``. The
 exit code goes to a file so that a master restarted while the task runs can still
 learn how it ended (the task is not its child any more).
 """
@@ -28,6 +30,7 @@ from det_sdk.master.resources import (
     process_env,
     recorded_exit,
 )
+from det_sdk.master.root_cause import catch_command, record_dir
 from det_sdk.master.rows import AllocationRow
 from det_sdk.storage import pid_alive
 
@@ -89,11 +92,11 @@ class LocalManager(ResourceManager):
                entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
         alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         exit_path = exit_file(workdir, alloc_id)
-        command = entrypoint
+        # each rank under det_sdk.launch.catch: its own exception becomes the task's error
+        command = catch_command(entrypoint, record_dir(workdir, alloc_id))
         if slots > 1:
             horovodrun = Path(sys.executable).with_name("horovodrun")
-            command = (f"{shlex.quote(str(horovodrun))} -np {slots} --gloo "
-                       f"sh -c {shlex.quote(entrypoint)}")
+            command = f"{shlex.quote(str(horovodrun))} -np {slots} --gloo {command}"
         # The shell outlives a SIGTERM to the group (a trap, not an ignore: the
         # entrypoint gets the default disposition back) so that it records the
         # entrypoint's own exit status once the entrypoint has finished.

@@ -54,6 +54,7 @@ from det_sdk.master.resources import (
     process_env,
     recorded_exit,
 )
+from det_sdk.master.root_cause import record_dir
 from det_sdk.master.rows import AllocationRow
 
 __all__ = ["Capacity", "SlurmError", "SlurmManager", "cpus_per_task", "gres_gpus",
@@ -237,6 +238,8 @@ class SlurmManager(ResourceManager):
                                                  task_type, base={}).items() if k != "PATH"},
             "entrypoint": entrypoint,
             "exit_file": str(exit_file(workdir, alloc_id)),
+            # each rank runs under det_sdk.launch.catch, which writes its failure here
+            "record_dir": str(record_dir(workdir, alloc_id)),
         }
         fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -11,7 +11,8 @@ working directory, as the local manager's shell does.
 by ``srun``. It turns Slurm's description of the rank (``SLURM_PROCID``,
 ``SLURM_LOCALID``, ``SLURMD_NODENAME``) into Horovod's (``HOROVOD_RANK``,
 ``HOROVOD_LOCAL_RANK``, ``HOROVOD_CROSS_RANK``, sizes, hostname, the network
-interface towards the rendezvous) and execs the entrypoint. No ssh and no
+interface towards the rendezvous) and execs the entrypoint, under
+:mod:`det_sdk.launch.catch` when the spec names a failure-record directory. No ssh and no
 ``horovodrun``: Slurm starts the processes, Horovod only meets them.
 
 Ranks are placed in blocks (``srun --distribution=block``, Slurm's default): the
@@ -183,7 +184,7 @@ def batch(spec_path: str) -> int:
         })
     command = ["srun", "--label", "--kill-on-bad-exit=1", "--distribution=block",
                sys.executable, "-m", "det_sdk.master.resources.slurm_step", "rank",
-               spec["entrypoint"]]
+               spec["entrypoint"], *([spec["record_dir"]] if spec.get("record_dir") else [])]
     code = 1
     if not ended_by_slurm:
         try:
@@ -198,8 +199,9 @@ def batch(spec_path: str) -> int:
     return code
 
 
-def rank(entrypoint: str) -> int:
-    """One rank: Horovod's variables from Slurm's, then the entrypoint."""
+def rank(entrypoint: str, records: str | None = None) -> int:
+    """One rank: Horovod's variables from Slurm's, then the entrypoint (under
+    :mod:`det_sdk.launch.catch`, writing its failure to ``records``, when given)."""
     env = os.environ
     size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or "1")
     if size > 1:
@@ -226,6 +228,9 @@ def rank(entrypoint: str) -> int:
             env["HOROVOD_GLOO_IFACE"] = iface
         print(f"det_sdk: rank {slot.rank} of {slot.size} on {node} "
               f"(local rank {slot.local_rank} of {slot.local_size})", flush=True)
+    if records:
+        os.execv(sys.executable, [sys.executable, "-m", "det_sdk.launch.catch", "--record-dir",
+                                  records, "--", "sh", "-c", entrypoint])
     os.execvp("sh", ["sh", "-c", entrypoint])
     return 127  # not reached
 
@@ -233,10 +238,10 @@ def rank(entrypoint: str) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "batch":
         return batch(argv[1])
-    if len(argv) == 2 and argv[0] == "rank":
-        return rank(argv[1])
-    print(f"usage: python -m det_sdk.master.resources.slurm_step batch SPEC | rank ENTRYPOINT"
-          f" (got {shlex.join(argv)})", file=sys.stderr)
+    if len(argv) in (2, 3) and argv[0] == "rank":
+        return rank(*argv[1:])
+    print("usage: python -m det_sdk.master.resources.slurm_step batch SPEC | rank ENTRYPOINT "
+          f"[RECORD_DIR] (got {shlex.join(argv)})", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,161 @@
+"""Run one rank's command and record why it failed: ``python -m det_sdk.launch.catch
+--record-dir DIR -- COMMAND...``.
+
+The master starts every rank of a trial or job under this wrapper (the local resource
+manager inside ``horovodrun``, the Slurm one inside ``srun``). It runs COMMAND as its
+child with standard output untouched and standard error through a pipe: each chunk is
+written on to its own standard error at once (the task's log sees the same bytes)
+and the last lines are kept. When COMMAND exits non-zero the wrapper parses the last
+Python traceback of this rank's standard error alone (no other rank's lines in
+between, no prefixes) and writes a :class:`det_sdk.failure.Failure` record to DIR:
+the exception's type and message, the innermost frame of the user's code, this rank
+(``HOROVOD_RANK``, else ``SLURM_PROCID``, else 0), when the traceback started, and
+the exit status. A rank killed by a signal gets a record saying which.
+
+Why a wrapper around the process, not a ``sys.excepthook`` that det_sdk installs:
+it sees what happens before det_sdk is imported (an ImportError, a SyntaxError in
+``train.py``), scripts that never call ``det.keras.init()``, entrypoints that are not
+Python, exits by ``sys.exit("message")`` and deaths by signal, and it needs nothing
+from the user's interpreter.
+
+Signals: SIGTERM and SIGINT reach the whole process group (the local manager, Horovod
+and Slurm all signal the group), so the wrapper lets them go to COMMAND and waits for
+its end, as the local manager's shell does. Its own exit status is COMMAND's (128+N
+when COMMAND was killed by signal N, as a shell reports it).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from det_sdk.failure import Failure, now, parse_traceback, write_record
+
+__all__ = ["main"]
+
+_KEEP_LINES = 400  # the last lines of standard error kept for parsing
+_DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
+
+
+class _Tail:
+    """The last lines of a stream with the time each arrived (bounded)."""
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[tuple[float, str]] = collections.deque(maxlen=_KEEP_LINES)
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._partial + chunk
+        *complete, self._partial = data.split(b"\n")
+        self._partial = self._partial[-4096:]
+        t = now()
+        for raw in complete[-_KEEP_LINES:]:
+            self.lines.append((t, raw[:4096].decode(errors="replace").rstrip("\r")))
+
+    def close(self) -> None:
+        if self._partial:
+            self.feed(b"\n")
+
+
+def _pump(fd: int, tail: _Tail) -> None:
+    out = sys.stderr.buffer
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        try:
+            out.write(chunk)
+            out.flush()
+        except (OSError, ValueError):
+            pass  # the log is gone: keep reading, so COMMAND never blocks on a full pipe
+        tail.feed(chunk)
+    tail.close()
+
+
+def _rank() -> int:
+    for var in ("HOROVOD_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
+    """This rank's failure from its standard error's tail and its exit status."""
+    lines = [line for _, line in tail.lines]
+    failure = parse_traceback(lines, cwd)
+    ended = now()
+    if failure is None:
+        failure = Failure(time=ended)
+        last = [line for line in lines if line.strip()][-1:]
+        if last and code > 0:  # sys.exit("message"), or a non-Python program's last word
+            failure.message = last[0].strip()[:1000]
+    else:
+        header = max((i for i, (_, line) in enumerate(tail.lines)
+                      if line.strip() == "Traceback (most recent call last):"), default=None)
+        failure.time = tail.lines[header][0] if header is not None else ended
+    failure.rank = rank
+    failure.exit_code = code
+    return failure
+
+
+def run(record_dir: str, command: Sequence[str]) -> int:
+    """Run ``command``; on a non-zero exit write its failure record to ``record_dir``."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # a handler, not SIG_IGN: COMMAND gets the default disposition back at exec
+        signal.signal(signum, lambda *_: None)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(list(command), stderr=write_fd)
+    except OSError as err:
+        os.close(read_fd)
+        os.close(write_fd)
+        print(f"det_sdk.launch.catch: cannot run {command[0]!r}: {err}", file=sys.stderr)
+        failure = Failure(type=type(err).__name__, message=f"cannot run {command[0]!r}: {err}",
+                          rank=_rank(), time=now(), exit_code=127)
+        _write(record_dir, failure)
+        return 127
+    os.close(write_fd)
+    tail = _Tail()
+    pump = threading.Thread(target=_pump, args=(read_fd, tail), daemon=True)
+    pump.start()
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
+            continue
+    pump.join(_DRAIN_SECONDS)  # a background child may hold the pipe open
+    if code != 0:
+        _write(record_dir, failure_of(tail, code, os.getcwd(), _rank()))
+    return 128 - code if code < 0 else code
+
+
+def _write(record_dir: str, failure: Failure) -> None:
+    try:
+        write_record(record_dir, failure)
+    except OSError as err:  # the task's status is what matters; say why there is no record
+        print(f"det_sdk.launch.catch: cannot write the failure record to {record_dir}: {err}",
+              file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--record-dir DIR -- COMMAND...``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 4 or args[0] != "--record-dir" or args[2] != "--":
+        print("usage: python -m det_sdk.launch.catch --record-dir DIR -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    return run(args[1], args[3:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
