@@ -214,7 +214,20 @@ def experiment_wait(args: Namespace) -> int:
         time.sleep(0.5)
         final = state()
     print(f"experiment {args.id}: {final}", file=sys.stderr)
+    if final != "COMPLETED":
+        _print_trial_errors(client, args.id)
     return 0 if final == "COMPLETED" else 1
+
+
+def _print_trial_errors(client: Any, exp_id: int, limit: int = 3) -> None:
+    """The root cause of each failed trial (its last_error's first paragraph), to stderr."""
+    failed = [t for t in client.trials(exp_id) if t["state"] == "ERROR" and t["last_error"]]
+    for t in failed[:limit]:
+        lead = t["last_error"].split("\n\n", 1)[0]
+        print(f"trial {t['id']}: {lead}\n  (det trial describe {t['id']} for the rest)",
+              file=sys.stderr)
+    if len(failed) > limit:
+        print(f"... and {len(failed) - limit} more failed trials", file=sys.stderr)
 
 
 def experiment_kill(args: Namespace) -> int:
