@@ -7,12 +7,15 @@ the real `det` CLI, trials that are real processes running TensorFlow. Nothing m
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.cluster_harness import Cluster, create, describe, wait_until
 
@@ -244,3 +247,75 @@ def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster) -> None:
     assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
     keys = _metric_keys(cluster, trial["id"])
     assert len(keys) == len(set(keys)) == 6
+
+
+# --- the root cause as the trial's error (issue 23) --------------------------------------
+
+FAILING_MODEL = Path(__file__).parent / "failing_model"
+RAISE_LINE = next(i for i, line in enumerate(
+    (FAILING_MODEL / "train.py").read_text().splitlines(), 1) if "raise ValueError" in line)
+
+
+def _failing(cluster: Cluster, name: str, fail: str, slots: int = 1, **data: object) -> dict:
+    """Run the failing model to its end (no restarts); its trial, and `experiment wait`'s
+    stderr."""
+    config = cluster.write_config(name, max_restarts=0, resources={"slots_per_trial": slots},
+                                  data={"fail": fail, **data},
+                                  hyperparameters={"learning_rate": 7})
+    exp_id = create(cluster, config, FAILING_MODEL)
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=300)
+    assert out.returncode == 1, out.stderr
+    trial = _trial(cluster, exp_id)
+    assert trial["state"] == "ERROR"
+    return {**trial, "wait_stderr": out.stderr}
+
+
+@pytest.mark.slow
+def test_a_two_slot_trial_leads_its_error_with_rank_1s_exception(cluster: Cluster) -> None:
+    """Rank 1 raises ValueError("bad lr 7"); rank 0 waits in a collective: last_error, `det
+    trial describe` and `det experiment wait` lead with rank 1's exception and its line in
+    train.py, not with horovodrun's "one or more processes exited"."""
+    trial = _failing(cluster, "root-cause-2", "value_error", slots=2, fail_rank=1)
+    lines = trial["last_error"].splitlines()
+    assert lines[:3] == ["ValueError: bad lr 7",
+                         f"  at train.py:{RAISE_LINE}, in <module> (rank 1)",
+                         '    raise ValueError(f"bad lr {lr}")'], trial["last_error"]
+    assert "exited with code 1 after 0 restarts" in trial["last_error"]
+    assert len(trial["last_error"]) <= 8000
+    described = cluster.det("trial", "describe", str(trial["id"])).stdout
+    error = described[described.index("\n\n") + 2:]
+    assert error.startswith("ValueError: bad lr 7\n"), described
+    assert f"trial {trial['id']}: ValueError: bad lr 7\n" in trial["wait_stderr"]
+
+
+@pytest.mark.slow
+def test_a_one_slot_trial_leads_its_error_with_its_exception(cluster: Cluster) -> None:
+    trial = _failing(cluster, "root-cause-1", "value_error")
+    assert trial["last_error"].splitlines()[:2] == [
+        "ValueError: bad lr 7", f"  at train.py:{RAISE_LINE}, in <module> (rank 0)"]
+
+
+@pytest.mark.slow
+def test_an_import_error_before_init_and_a_segfault_are_the_trials_errors(
+        cluster: Cluster) -> None:
+    trial = _failing(cluster, "root-cause-import", "import_error")
+    assert trial["last_error"].startswith(
+        "ModuleNotFoundError: No module named 'det_sdk_has_no_such_module'\n"
+        "  at train.py:"), trial["last_error"]
+    trial = _failing(cluster, "root-cause-segv", "segfault")
+    assert trial["last_error"].splitlines()[0] in (
+        "killed by signal SIGSEGV", "exited with code 139 (signal SIGSEGV?)"), \
+        trial["last_error"]
+
+
+@pytest.mark.slow
+def test_a_failed_jobs_log_ends_with_its_root_cause(cluster: Cluster) -> None:
+    job = cluster.root / "failing-job.yaml"
+    job.write_text(json.dumps({"entrypoint_script": "python3 train.py",
+                               "data": {"fail": "import_error"}}))
+    out = cluster.det("job", "run", str(job), str(FAILING_MODEL), "--follow")
+    assert out.returncode == 1
+    tail = out.stdout.rstrip().splitlines()[-3:]
+    assert re.fullmatch(r"det_sdk: job \d+ exited with code 1: ModuleNotFoundError: No module "
+                        r"named 'det_sdk_has_no_such_module'", tail[0]), out.stdout[-2000:]
+    assert tail[1].startswith("  at train.py:") and tail[1].endswith("(rank 0)")
