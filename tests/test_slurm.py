@@ -381,3 +381,21 @@ def test_a_master_killed_with_kill_9_adopts_its_slurm_jobs(slurm: SlurmCluster,
     for exp, tid in ((exp_a, trial_a), (exp_b, trial_b)):
         fakes.send(tid, "finish")
         fakes.wait_state(exp, "COMPLETED", "COMPLETED")
+
+
+def test_a_failing_rank_of_a_slurm_trial_is_the_trials_error(slurm: SlurmCluster) -> None:
+    """Rank 1 of a 2-rank Slurm job raises: last_error leads with its exception and its
+    line in train.py (the ranks run under det_sdk.launch.catch inside srun)."""
+    model = Path(__file__).parent / "failing_model"
+    raise_line = next(i for i, line in enumerate((model / "train.py").read_text().splitlines(),
+                                                   1) if "raise ValueError" in line)
+    config = slurm.write_config("slurm-root-cause", max_restarts=0,
+                                resources={"slots_per_trial": 2},
+                                hyperparameters={"learning_rate": 7},
+                                data={"fail": "value_error", "fail_rank": 1})
+    exp_id = create(slurm, config, model)
+    assert slurm.det("experiment", "wait", str(exp_id), timeout=400).returncode == 1
+    (trial,) = describe(slurm, exp_id)["trials"]
+    assert trial["last_error"].splitlines()[:2] == [
+        "ValueError: bad lr 7", f"  at train.py:{raise_line}, in <module> (rank 1)"], \
+        trial["last_error"]
