@@ -21,7 +21,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,18 +31,22 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
     Strict,
+    Tag,
     TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
+from typing_extensions import TypeAliasType
 
 __all__ = [
     "IGNORED_DETERMINED_FIELDS",
     "MAX_CONFIG_BYTES",
+    "MAX_HP_DEPTH",
     "MAX_LENGTH",
     "MAX_RUNGS",
     "MAX_TRIALS",
@@ -53,11 +57,14 @@ __all__ = [
     "ConstHP",
     "DoubleHP",
     "ExperimentConfig",
+    "HPSpec",
     "Hyperparameter",
     "IntHP",
     "JobConfig",
     "Length",
     "LogHP",
+    "hp_leaves",
+    "hp_nest",
     "ignored_fields",
     "ignored_fields_warning",
     "load_yaml_file",
@@ -208,19 +215,61 @@ class CategoricalHP(_Strict):
     vals: list[Any] = Field(min_length=1)
 
 
-Hyperparameter = Annotated[
+HPSpec = Annotated[
     ConstHP | IntHP | DoubleHP | LogHP | CategoricalHP, Field(discriminator="type")
 ]
-_HP_ADAPTER: TypeAdapter[Any] = TypeAdapter(Hyperparameter)
+"""One hyperparameter's spec (a leaf): a constant or a searched range."""
+_HP_ADAPTER: TypeAdapter[Any] = TypeAdapter(HPSpec)
+
+MAX_HP_DEPTH = 8  # levels of nested hyperparameter groups below ``hyperparameters``
+_GROUP = "group"  # the union tag of a nested group (a mapping without ``type``)
+
+
+def _hp_kind(v: Any) -> str | None:
+    """Which member of ``Hyperparameter`` a value is: its ``type``, or a nested group."""
+    if isinstance(v, BaseModel):
+        return getattr(v, "type", None)
+    if isinstance(v, Mapping):
+        if "type" not in v:
+            return _GROUP
+        kind = v["type"]
+        return kind if isinstance(kind, str) else repr(kind)
+    return None
+
+
+Hyperparameter = TypeAliasType(  # type: ignore[misc]
+    "Hyperparameter",
+    Annotated[
+        Annotated[ConstHP, Tag("const")] | Annotated[IntHP, Tag("int")]
+        | Annotated[DoubleHP, Tag("double")] | Annotated[LogHP, Tag("log")]
+        | Annotated[CategoricalHP, Tag("categorical")]
+        | Annotated[dict[str, "Hyperparameter"], Tag(_GROUP)],
+        Discriminator(_hp_kind),
+    ],
+)
+"""A hyperparameter: a spec (``HPSpec``), or a nested group, a mapping of hyperparameters
+(Determined's nested hyperparameters: searched leaf by leaf, the trial gets a nested dict)."""
 
 
 _RANGE_KEYS = {"minval", "maxval", "vals", "count", "base"}
 
 
-def _parse_hyperparameters(raw: Any) -> Any:
-    """Turn bare values into ``ConstHP`` so that YAML can say ``dropout: 0.5``."""
+def _parse_hyperparameters(raw: Any, path: str = "hyperparameters", depth: int = 0) -> Any:
+    """Turn bare values into ``ConstHP`` so that YAML can say ``dropout: 0.5``.
+
+    As in Determined, a mapping with ``type`` is a spec; a non-empty mapping without
+    ``type`` is a nested group of hyperparameters, parsed the same way (at most
+    ``MAX_HP_DEPTH`` levels); any other value (an empty mapping included) is a constant.
+
+    >>> _parse_hyperparameters({"opt": {"lr": 0.1, "m": {"type": "int", "minval": 1,
+    ...                                                   "maxval": 2}}})
+    {'opt': {'lr': {'type': 'const', 'val': 0.1}, 'm': {'type': 'int', 'minval': 1, 'maxval': 2}}}
+    """
     if not isinstance(raw, Mapping):
         return raw  # let pydantic report the type error with its path
+    if depth > MAX_HP_DEPTH:
+        raise ValueError(f"{path}: hyperparameter groups nested more than {MAX_HP_DEPTH} "
+                         f"levels deep")
     out = {}
     for name, spec in raw.items():
         if isinstance(spec, Mapping) and "type" in spec:
@@ -228,8 +277,40 @@ def _parse_hyperparameters(raw: Any) -> Any:
         elif isinstance(spec, Mapping) and _RANGE_KEYS & set(spec):
             # {minval: 1, maxval: 2} without a type is a forgotten type, not a constant
             out[name] = {"type": "<missing>", **spec}
+        elif isinstance(spec, Mapping) and spec:
+            out[name] = _parse_hyperparameters(spec, f"{path}.{name}", depth + 1)
         else:
             out[name] = {"type": "const", "val": spec}
+    return out
+
+
+def hp_leaves(hps: Mapping[str, Any],
+              prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], HPSpec]]:
+    """Every spec of a (nested) hyperparameters mapping with its path, depth first.
+
+    >>> cfg = parse_experiment_config({"hyperparameters": {"bs": 32, "opt": {"lr": 0.1}}})
+    >>> [(path, spec.val) for path, spec in hp_leaves(cfg.hyperparameters)]
+    [(('bs',), 32), (('opt', 'lr'), 0.1)]
+    """
+    for name, spec in hps.items():
+        if isinstance(spec, Mapping):
+            yield from hp_leaves(spec, (*prefix, name))
+        else:
+            yield (*prefix, name), spec
+
+
+def hp_nest(leaves: Iterable[tuple[tuple[str, ...], Any]]) -> dict[str, Any]:
+    """The nested dict of values from ``(path, value)`` pairs (``hp_leaves``' paths).
+
+    >>> hp_nest([(("bs",), 32), (("opt", "lr"), 0.1), (("opt", "m"), 0.9)])
+    {'bs': 32, 'opt': {'lr': 0.1, 'm': 0.9}}
+    """
+    out: dict[str, Any] = {}
+    for path, value in leaves:
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
     return out
 
 
@@ -484,6 +565,7 @@ class ExperimentConfig(_Strict):
 
     name: str | None = None
     description: str | None = None
+    # Determined's nested hyperparameters: a group (a mapping without `type`) holds more
     hyperparameters: dict[str, Hyperparameter] = Field(default_factory=dict)
     searcher: Searcher | None = None
     entrypoint_script: str | None = Field(
@@ -608,6 +690,12 @@ def format_validation_error(err: ValidationError, source: str = "config",
         if e["type"] == "union_tag_invalid" and e.get("ctx", {}).get("tag") == "<missing>":
             msg = ("has a range but no 'type'; give one of: int, double, log, categorical "
                    "(or write a constant as a plain value)")
+        elif e["type"] == "union_tag_invalid" and loc[:1] == ["hyperparameters"]:
+            # the discriminator is a function (a mapping without `type` is a nested
+            # group): say it as the user wrote it, without the group's tag
+            tags = ", ".join(repr(t) for t in ("const", "int", "double", "log", "categorical"))
+            msg = (f"Input tag {e['ctx']['tag']!r} found using 'type' does not match any of "
+                   f"the expected tags: {tags} (or a mapping without 'type': a nested group)")
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
             near = difflib.get_close_matches(loc[-1], (known or {}).get(".".join(loc[:-1]), ()),
@@ -638,13 +726,20 @@ def _user_path(loc: tuple[Any, ...]) -> list[str]:
     Tags sit at known places (``searcher.<name>``, ``hyperparameters.<hp>.<type>``),
     so a user's key that happens to read like a tag ("log", "random") is kept.
     """
+    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith("function-")))
     out = []
-    for i, part in enumerate(loc):
-        if isinstance(part, str) and part.startswith("function-"):
-            continue
+    start = 0
+    if loc and loc[0] == "hyperparameters":
+        # hyperparameters, name, tag[, name, tag ...] while the tag is a nested group's
+        out.append("hyperparameters")
+        start = 1
+        while start + 1 < len(loc) and loc[start + 1] in _HP_TAGS | {_GROUP}:
+            out.append(str(loc[start]))
+            start += 2
+            if loc[start - 1] != _GROUP:
+                break
+    for i, part in enumerate(loc[start:], start):
         if i == 1 and loc[0] == "searcher" and part in _SEARCHER_TAGS:
-            continue
-        if i == 2 and loc[0] == "hyperparameters" and part in _HP_TAGS:
             continue
         out.append(str(part))
     return out

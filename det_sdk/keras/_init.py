@@ -28,7 +28,7 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
-from det_sdk.hparams import HParams, local_hparams
+from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
@@ -250,7 +250,7 @@ def _init_on_cluster(
                             config_data=job.data, info=info,
                             policy=TrainingPolicy(seed=info.trial_seed, checkpoint_period=None))
     cfg = parse_experiment_config(info.config)
-    hp = HParams({**defaults, **info.hparams})
+    hp = HParams(merge_hparams(defaults, info.hparams))  # nested groups merge deeply
     # On the cluster checkpoints cannot be turned off: pause and restarts need them.
     period = _checkpoint_period(True if checkpoint_period is False else checkpoint_period, cfg)
     return KerasContext(

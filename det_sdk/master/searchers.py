@@ -1,8 +1,9 @@
 """Searchers: which hyperparameters each trial of an experiment gets.
 
 ``single`` (and no searcher) is one trial of the constants; ``grid`` is the product
-of every hyperparameter's points; ``random`` draws ``max_trials`` points from a
-generator seeded by the experiment seed, so the same config gives the same trials.
+of every hyperparameter's points (every leaf's, in nested groups); ``random`` draws
+``max_trials`` points from a generator seeded by the experiment seed, so the same
+config gives the same trials.
 
 >>> from det_sdk.config import parse_experiment_config
 >>> cfg = parse_experiment_config({"hyperparameters": {
@@ -28,6 +29,8 @@ from det_sdk.config import (
     ExperimentConfig,
     IntHP,
     LogHP,
+    hp_leaves,
+    hp_nest,
 )
 
 __all__ = ["brackets", "initial_trials", "promotes", "rung_lengths"]
@@ -84,32 +87,48 @@ def _random_point(spec: Any, rng: random.Random) -> Any:
     raise TypeError(f"unknown hyperparameter kind {spec!r}")
 
 
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path)
+
+
 def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
-    """The hyperparameters of every trial the searcher starts with."""
-    hps = config.hyperparameters
+    """The hyperparameters of every trial the searcher starts with.
+
+    Nested groups (Determined's nested hyperparameters) are searched leaf by leaf: the
+    grid is the product over every leaf, a random point draws each leaf in turn (depth
+    first, in the config's order), and each trial gets a nested dict of values.
+
+    >>> from det_sdk.config import parse_experiment_config
+    >>> cfg = parse_experiment_config({"hyperparameters": {"bs": 32, "opt": {
+    ...     "name": {"type": "categorical", "vals": ["sgd", "adam"]}, "m": 0.9}},
+    ...     "searcher": {"name": "grid"}})
+    >>> initial_trials(cfg, seed=0)
+    [{'bs': 32, 'opt': {'name': 'sgd', 'm': 0.9}}, {'bs': 32, 'opt': {'name': 'adam', 'm': 0.9}}]
+    """
+    leaves = list(hp_leaves(config.hyperparameters))
     name = config.searcher.name if config.searcher else "single"
     if name == "single":
-        searched = [k for k, v in hps.items() if not isinstance(v, ConstHP)]
+        searched = [_dotted(p) for p, v in leaves if not isinstance(v, ConstHP)]
         if searched:
             raise ValueError(
                 "searcher 'single' trains the constants only, but these hyperparameters "
                 f"are searched: {', '.join(searched)}; use grid, random or adaptive_asha"
             )
-        return [{k: v.val for k, v in hps.items()}]  # type: ignore[union-attr]
+        return [hp_nest((p, v.val) for p, v in leaves)]  # type: ignore[union-attr]
     if name == "grid":
-        names = list(hps)
         # counted before anything is built: a grid of 10**7 is refused at once
-        total = math.prod(_grid_size(hps[k]) for k in names)
+        total = math.prod(_grid_size(v) for _, v in leaves)
         if total > MAX_TRIALS:
-            sizes = ", ".join(f"{k}: {_grid_size(hps[k])}" for k in names)
+            sizes = ", ".join(f"{_dotted(p)}: {_grid_size(v)}" for p, v in leaves)
             raise ValueError(f"grid search would create {total} trials (limit {MAX_TRIALS}; "
                              f"points per hyperparameter: {sizes})")
-        points = [_grid_points(hps[k]) for k in names]
-        return [dict(zip(names, combo)) for combo in itertools.product(*points)]
+        paths = [p for p, _ in leaves]
+        points = [_grid_points(v) for _, v in leaves]
+        return [hp_nest(zip(paths, combo)) for combo in itertools.product(*points)]
     if name in ("random", "adaptive_asha"):
         rng = random.Random(seed)
         n = config.searcher.max_trials  # type: ignore[union-attr]
-        return [{k: _random_point(v, rng) for k, v in hps.items()} for _ in range(n)]
+        return [hp_nest((p, _random_point(v, rng)) for p, v in leaves) for _ in range(n)]
     raise ValueError(f"unknown searcher {name!r}")
 
 
