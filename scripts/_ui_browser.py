@@ -50,10 +50,17 @@ def open_browser() -> Iterator[Any]:
             browser.close()
 
 
-def signed_in_context(browser: Any, url: str, token: str, **kwargs: Any) -> Any:
+def signed_in_context(browser: Any, url: str, token: str, enforce_csp: bool = False,
+                      **kwargs: Any) -> Any:
     """A browser context signed in to the UI of the master at ``url`` with the user
-    ``token`` (the sign-in form's POST: the context keeps the session cookie)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, **kwargs)
+    ``token`` (the sign-in form's POST: the context keeps the session cookie).
+
+    The UI's Content-Security-Policy refuses ``eval``, which Playwright's
+    ``wait_for_function`` polls with: unless ``enforce_csp``, the context bypasses the
+    policy (the tests of the policy itself enforce it and wait with selectors).
+    """
+    context = browser.new_context(viewport={"width": 1400, "height": 900},
+                                  bypass_csp=not enforce_csp, **kwargs)
     answer = context.request.post(f"{url}/ui/signin", form={"token": token},
                                   max_redirects=0)
     if answer.status != 303:

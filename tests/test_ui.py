@@ -10,6 +10,8 @@ Set ``DET_UI_SCREENSHOTS=docs/ui`` to refresh the README's screenshots from this
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import io
 import json
 import os
@@ -18,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +139,123 @@ def test_sign_in_page_accepts_a_pasted_token(browser: Any, cluster: Cluster, ash
     page.wait_for_selector(f"#experiments tbody tr[data-id='{asha}']")
     assert not any(c["name"] == "det_session" and not c["httpOnly"] for c in context.cookies())
     assert page.evaluate("document.cookie") == ""  # HttpOnly: page scripts never see it
+    context.close()
+
+
+# --- another origin (issue 22: 7, 8) ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _other_origin(html: str) -> Iterator[str]:
+    """A page served from another port of 127.0.0.1: another origin, but the same *site*
+    for cookies, so SameSite=Strict alone does not keep the UI's cookie from it."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_another_origin_cannot_frame_the_ui(browser: Any, cluster: Cluster) -> None:
+    """7: a page on another port framed the signed-in UI, and a click in the frame killed
+    an experiment. Now the frame shows nothing (CSP frame-ancestors, X-Frame-Options)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    context = signed_in_context(browser, cluster.url, cluster.token, enforce_csp=True)
+    page = context.new_page()
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "frame" in m.text else None)
+    frame_html = (f'<iframe id="ui" src="{cluster.url}/ui/#/experiments" width="800" '
+                  'height="600"></iframe>')
+    with _other_origin(frame_html) as url:
+        page.goto(url, wait_until="load")
+        page.wait_for_timeout(500)
+        framed = [f for f in page.frames if f != page.main_frame]
+        assert framed, "the page has its iframe"
+        for frame in framed:
+            # nothing of the UI rendered inside: not its shell, not its data
+            try:
+                rendered = frame.evaluate("document.querySelector('#app') !== null")
+            except PlaywrightError:  # a blocked frame's error page may not evaluate at all
+                rendered = False
+            assert not rendered, frame.url
+        assert any("frame-ancestors" in text or "X-Frame-Options" in text
+                   for text in refused), refused
+    # the same context, at the UI's own origin: signed in, the page renders
+    page.goto(f"{cluster.url}/ui/#/experiments")
+    page.wait_for_selector("body[data-ready='#/experiments']")
+    context.close()
+
+
+def test_sign_out_ends_the_session_and_another_origins_form_cannot(browser: Any,
+                                                                  cluster: Cluster) -> None:
+    """8: a plain form POST from another origin signed the browser out; now it is refused
+    (no X-Det-UI header) and the session lives on. The page's own Sign out ends the
+    session on the master: the old cookie, replayed, is refused."""
+    context = signed_in_context(browser, cluster.url, cluster.token, enforce_csp=True)
+    page = context.new_page()
+    form = (f'<form id="f" method="post" action="{cluster.url}/ui/signout"></form>'
+            '<script>document.getElementById("f").submit()</script>')
+    with _other_origin(form) as url:
+        with page.expect_navigation(url=re.compile(re.escape(cluster.url))):
+            page.goto(url)
+        assert "X-Det-UI" in page.content() or "x-det-ui" in page.content()
+    page.goto(f"{cluster.url}/ui/#/experiments")
+    page.wait_for_selector("body[data-ready='#/experiments']")  # still signed in
+    sid = next(c["value"] for c in context.cookies() if c["name"] == "det_session")
+    page.click("#signout button")
+    page.wait_for_url(f"{cluster.url}/ui/signin")
+    assert not [c for c in context.cookies() if c["name"] == "det_session"]
+    replay = httpx.Client(base_url=cluster.url, timeout=30, cookies={"det_session": sid})
+    assert replay.get("/ui/api/experiments").status_code == 401
+    context.close()
+
+
+def test_pages_render_under_the_content_security_policy(browser: Any, cluster: Cluster,
+                                                        asha: int) -> None:
+    """7: the policy is strict (no inline script or style) and the pages break none of
+    it: every page, charts included, renders with no violation reported."""
+    trial = describe(cluster, asha)["trials"][0]["id"]
+    context = signed_in_context(browser, cluster.url, cluster.token, enforce_csp=True)
+    context.add_init_script("""window.__csp = [];
+        document.addEventListener('securitypolicyviolation',
+            (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));""")
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    first = page.goto(f"{cluster.url}/ui/#/experiments")
+    assert "frame-ancestors 'none'" in first.headers["content-security-policy"]
+    for hash_, ready in ((f"#/experiments/{asha}", "#parcoords[data-lines]"),
+                         (f"#/trials/{trial}", "#charts canvas"), ("#/jobs", "h1")):
+        page.goto(f"{cluster.url}/ui/{hash_}")
+        page.wait_for_selector(f"body[data-ready='{hash_}']")  # (wait_for_function: eval)
+        page.wait_for_selector(ready)
+        assert page.evaluate("window.__csp") == [], (hash_, page.evaluate("window.__csp"))
+    page.goto(f"{cluster.url}/ui/#/experiments")
+    page.wait_for_selector("body[data-ready='#/experiments']")
+    assert page.locator("progress.progress").count() >= 1  # drawn with no inline style
+    assert page.evaluate("window.__csp") == []
+    signin = context.new_page()
+    signin.goto(f"{cluster.url}/ui/signin")
+    assert signin.evaluate("window.__csp") == []
+    assert not [e for e in errors if "Content Security Policy" in e], errors
     context.close()
 
 
