@@ -220,3 +220,38 @@ def test_catch_writes_nothing_on_success(tmp_path: Path) -> None:
 def test_a_record_is_plain_json(tmp_path: Path) -> None:
     path = write_record(tmp_path, Failure(type="E", rank=2, time=1.0))
     assert path.name.startswith("rank-2-") and json.loads(path.read_text())["type"] == "E"
+
+
+_COUNTS_SIGTERM = """\
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append(1))
+print("ready", flush=True)
+deadline = time.time() + 20
+while time.time() < deadline and not got:
+    time.sleep(0.05)
+time.sleep(0.5)  # a second delivery would land here
+print("sigterms", len(got), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forward", [True, False])
+def test_catch_sigterm_reaches_the_command_exactly_once(tmp_path: Path, forward: bool) -> None:
+    """horovodrun signals only the process it started (--forward-signals); the local
+    manager and Slurm signal the group: either way the script gets SIGTERM once."""
+    import os
+    import signal
+
+    (tmp_path / "script.py").write_text(_COUNTS_SIGTERM)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "det_sdk.launch.catch", *(["--forward-signals"] * forward),
+         "--record-dir", str(tmp_path / "rec"), "--", sys.executable, "script.py"],
+        cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    if forward:
+        proc.send_signal(signal.SIGTERM)  # the wrapper alone
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group
+    out, _ = proc.communicate(timeout=30)
+    assert out == "sigterms 1\n" and proc.returncode == 0

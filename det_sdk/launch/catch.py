@@ -18,10 +18,14 @@ it sees what happens before det_sdk is imported (an ImportError, a SyntaxError i
 Python, exits by ``sys.exit("message")`` and deaths by signal, and it needs nothing
 from the user's interpreter.
 
-Signals: SIGTERM and SIGINT reach the whole process group (the local manager, Horovod
-and Slurm all signal the group), so the wrapper lets them go to COMMAND and waits for
-its end, as the local manager's shell does. Its own exit status is COMMAND's (128+N
-when COMMAND was killed by signal N, as a shell reports it).
+Signals: the local manager (``killpg``) and Slurm (every process of the step) signal
+the wrapper and COMMAND alike: by default the wrapper lets SIGTERM and SIGINT go to
+COMMAND on their own and waits for its end, as the local manager's shell does (passing
+them on would deliver each twice: a second Ctrl-C interrupts det_sdk at once).
+``horovodrun`` signals only the process it started (the wrapper): under it the master
+adds ``--forward-signals``, and the wrapper passes SIGTERM and SIGINT on to COMMAND.
+Its own exit status is COMMAND's (128+N when COMMAND was killed by signal N, as a
+shell reports it).
 """
 
 from __future__ import annotations
@@ -107,11 +111,21 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     return failure
 
 
-def run(record_dir: str, command: Sequence[str]) -> int:
-    """Run ``command``; on a non-zero exit write its failure record to ``record_dir``."""
+def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) -> int:
+    """Run ``command``; on a non-zero exit write its failure record to ``record_dir``.
+
+    ``forward_signals``: pass SIGTERM and SIGINT on to ``command`` (when whoever signals
+    this process does not signal ``command`` too).
+    """
+    child: list[subprocess.Popen[bytes]] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if forward_signals and child and child[0].poll() is None:
+            child[0].send_signal(signum)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         # a handler, not SIG_IGN: COMMAND gets the default disposition back at exec
-        signal.signal(signum, lambda *_: None)
+        signal.signal(signum, on_signal)
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(list(command), stderr=write_fd)
@@ -123,6 +137,7 @@ def run(record_dir: str, command: Sequence[str]) -> int:
                           rank=_rank(), time=now(), exit_code=127)
         _write(record_dir, failure)
         return 127
+    child.append(proc)
     os.close(write_fd)
     tail = _Tail()
     pump = threading.Thread(target=_pump, args=(read_fd, tail), daemon=True)
@@ -148,13 +163,16 @@ def _write(record_dir: str, failure: Failure) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``--record-dir DIR -- COMMAND...``."""
+    """``[--forward-signals] --record-dir DIR -- COMMAND...``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    forward = args[:1] == ["--forward-signals"]
+    if forward:
+        args = args[1:]
     if len(args) < 4 or args[0] != "--record-dir" or args[2] != "--":
-        print("usage: python -m det_sdk.launch.catch --record-dir DIR -- COMMAND...",
-              file=sys.stderr)
+        print("usage: python -m det_sdk.launch.catch [--forward-signals] --record-dir DIR -- "
+              "COMMAND...", file=sys.stderr)
         return 2
-    return run(args[1], args[3:])
+    return run(args[1], args[3:], forward)
 
 
 if __name__ == "__main__":

@@ -37,10 +37,12 @@ def record_dir(workdir: str | Path, alloc_id: str) -> Path:
     return Path(workdir).parent / f"{alloc_id}.failures"
 
 
-def catch_command(entrypoint: str, records: str | Path) -> str:
+def catch_command(entrypoint: str, records: str | Path, forward_signals: bool = False) -> str:
     """The shell command that runs one rank of ``entrypoint`` under
-    :mod:`det_sdk.launch.catch`, its failure record going to ``records``."""
-    return shlex.join([sys.executable, "-m", "det_sdk.launch.catch", "--record-dir",
+    :mod:`det_sdk.launch.catch`, its failure record going to ``records``
+    (``forward_signals``: under horovodrun, which signals the wrapper alone)."""
+    return shlex.join([sys.executable, "-m", "det_sdk.launch.catch",
+                       *(["--forward-signals"] if forward_signals else []), "--record-dir",
                        str(records), "--", "sh", "-c", entrypoint])
 
 

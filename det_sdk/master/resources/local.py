@@ -93,7 +93,10 @@ class LocalManager(ResourceManager):
         alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         exit_path = exit_file(workdir, alloc_id)
         # each rank under det_sdk.launch.catch: its own exception becomes the task's error
-        command = catch_command(entrypoint, record_dir(workdir, alloc_id))
+        # (horovodrun signals the process it started, not its group: the wrapper passes
+        # SIGTERM on; a task of one slot is signalled as a group)
+        command = catch_command(entrypoint, record_dir(workdir, alloc_id),
+                                forward_signals=slots > 1)
         if slots > 1:
             horovodrun = Path(sys.executable).with_name("horovodrun")
             command = f"{shlex.quote(str(horovodrun))} -np {slots} --gloo {command}"
