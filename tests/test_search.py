@@ -9,14 +9,17 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from det_sdk.config import ExperimentConfig, parse_experiment_config
 from det_sdk.master.archive import pack
 from det_sdk.master.core import Master, RequestError
+from det_sdk.master.searchers import initial_trials
 from tests.cluster_harness import Cluster, create, describe, wait_until
 
 ASHA = {
@@ -70,6 +73,82 @@ def test_asha_modes_spread_trials_over_brackets(tmp_path: Path) -> None:
     firsts = [master.searcher_operation(t["id"])["length"] for t in master.store.trials(exp)]
     # rungs of 10, 20 and 40 batches; bracket b starts at rung b, more trials in bracket 0
     assert sorted(set(firsts)) == [10, 20, 40] and firsts.count(10) > firsts.count(40)
+
+
+# --- nested hyperparameters: searched leaf by leaf ------------------------------------------
+
+NESTED = {
+    "global_batch_size": 64,
+    "optimizer": {
+        "learning_rate": {"type": "log", "base": 10, "minval": -4, "maxval": -1, "count": 2},
+        "name": {"type": "categorical", "vals": ["sgd", "adam"]},
+        "momentum": 0.9,
+    },
+    "layers": {"dense": {"units": {"type": "int", "minval": 16, "maxval": 64, "count": 3}}},
+}
+
+
+def _nested_config(searcher: dict, hps: dict | None = None) -> ExperimentConfig:
+    return parse_experiment_config({"hyperparameters": NESTED if hps is None else hps,
+                                    "searcher": searcher})
+
+
+def test_grid_over_nested_leaves_is_the_product_of_every_leaf() -> None:
+    trials = initial_trials(_nested_config({"name": "grid"}), seed=0)
+    got = sorted((round(t["optimizer"]["learning_rate"], 9), t["optimizer"]["name"],
+                  t["layers"]["dense"]["units"]) for t in trials)
+    assert got == sorted((lr, n, u) for lr in (0.0001, 0.1) for n in ("sgd", "adam")
+                         for u in (16, 40, 64))
+    for t in trials:  # nested dicts, constants in place, nothing else
+        assert t["global_batch_size"] == 64 and t["optimizer"]["momentum"] == 0.9
+        assert set(t) == {"global_batch_size", "optimizer", "layers"}
+        assert set(t["optimizer"]) == {"learning_rate", "name", "momentum"}
+    big = {"a": {"b": {"type": "int", "minval": 0, "maxval": 10**6, "count": 10_000}},
+           "c": {"type": "categorical", "vals": [1, 2]}}
+    with pytest.raises(ValueError, match=r"20000 trials.*a\.b: 10000, c: 2"):
+        initial_trials(_nested_config({"name": "grid"}, big), seed=0)
+
+
+def test_random_samples_nested_leaves_in_range_and_the_same_for_a_seed() -> None:
+    cfg = _nested_config({"name": "random", "max_trials": 20})
+    trials = initial_trials(cfg, seed=7)
+    assert trials == initial_trials(cfg, seed=7)
+    assert trials != initial_trials(cfg, seed=8)
+    for t in trials:
+        assert 1e-4 <= t["optimizer"]["learning_rate"] <= 0.1
+        assert t["optimizer"]["name"] in ("sgd", "adam") and t["optimizer"]["momentum"] == 0.9
+        assert 16 <= t["layers"]["dense"]["units"] <= 64
+    assert len({t["layers"]["dense"]["units"] for t in trials}) > 5  # each leaf is sampled
+    assert {t["optimizer"]["name"] for t in trials} == {"sgd", "adam"}
+    # a flat config draws as it did before nested groups: the same points for a seed
+    flat = _nested_config({"name": "random", "max_trials": 3},
+                          {"lr": {"type": "double", "minval": 0, "maxval": 1}, "bs": 8,
+                           "u": {"type": "int", "minval": 1, "maxval": 9}})
+    rng = random.Random(7)
+    expect = []
+    for _ in range(3):
+        lr = rng.uniform(0, 1)
+        expect.append({"lr": lr, "bs": 8, "u": rng.randint(1, 9)})
+    assert initial_trials(flat, seed=7) == expect
+
+
+def test_single_names_a_searched_nested_leaf_and_takes_nested_constants() -> None:
+    with pytest.raises(ValueError, match=r"searched: optimizer\.learning_rate, optimizer\.name, "
+                                         r"layers\.dense\.units"):
+        initial_trials(_nested_config({"name": "single"}), seed=0)
+    consts = {"opt": {"lr": 0.1, "sched": {"type": "const", "val": {"warmup": 2}}}, "bs": 8}
+    assert initial_trials(_nested_config({"name": "single"}, consts), seed=0) == [
+        {"opt": {"lr": 0.1, "sched": {"warmup": 2}}, "bs": 8}]
+
+
+def test_asha_trials_get_nested_hparams_in_the_store(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m")
+    exp = _experiment(master, tmp_path, ASHA, opt={
+        "lr": {"type": "double", "minval": 0, "maxval": 1}, "m": 0.5})
+    trials = master.store.trials(exp)
+    assert len(trials) == 8
+    assert all(set(t["hparams"]["opt"]) == {"lr", "m"} and 0 <= t["hparams"]["opt"]["lr"] <= 1
+               for t in trials)
 
 
 # --- end to end ------------------------------------------------------------------------------
@@ -171,3 +250,57 @@ def test_a_searcher_metric_the_trial_does_not_report_is_a_clear_error(cluster: C
     assert "searcher.metric: 'val_nope' is not among the validation metrics" in \
         trial["last_error"]
     assert "val_loss" in trial["last_error"]  # it names the ones there are
+
+
+NESTED_SCRIPT = '''\
+import json, os
+import det_sdk as det
+
+with det.core.init() as core:
+    hp = core.hparams
+    opt = hp["optimizer"]
+    print("NESTED " + json.dumps({
+        "learning_rate": opt["learning_rate"], "name": opt["name"],
+        "momentum": opt["momentum"], "units": hp["layers"]["dense"]["units"],
+        "group_is_dict": isinstance(opt, dict),
+        "env": json.loads(os.environ["DET_HPARAMS"])}), flush=True)
+    core.train.report_validation_metrics(
+        steps_completed=1, metrics={"val_loss": opt["learning_rate"]})
+    core.train.report_progress(1.0)
+'''
+
+
+@pytest.mark.slow
+def test_a_nested_random_search_gives_each_trial_script_its_nested_values(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 23: Determined's nested hyperparameters, on the real master end to end."""
+    model = tmp_path / "nested_model"
+    model.mkdir()
+    (model / "train.py").write_text(NESTED_SCRIPT)
+    config = _config(cluster, "nested", entrypoint_script="python3 train.py",
+                     searcher={"name": "random", "metric": "val_loss", "max_trials": 3},
+                     hyperparameters=NESTED, reproducibility={"experiment_seed": 4},
+                     max_restarts=0)
+    exp_id = create(cluster, config, model)
+    assert cluster.det("experiment", "wait", str(exp_id), timeout=300).returncode == 0
+    trials = describe(cluster, exp_id)["trials"]
+    assert len(trials) == 3 and {t["state"] for t in trials} == {"COMPLETED"}
+    assert len({t["hparams"]["optimizer"]["learning_rate"] for t in trials}) == 3
+    for t in trials:
+        out = cluster.det("trial", "describe", str(t["id"]), "--json")
+        hp = json.loads(out.stdout)["hparams"]
+        assert hp == t["hparams"]
+        assert 1e-4 <= hp["optimizer"]["learning_rate"] <= 0.1
+        assert 16 <= hp["layers"]["dense"]["units"] <= 64
+        logs = cluster.det("trial", "logs", str(t["id"])).stdout
+        line = next(ln for ln in logs.splitlines() if "NESTED " in ln)
+        seen = json.loads(line.split("NESTED ", 1)[1])
+        assert seen == {"learning_rate": hp["optimizer"]["learning_rate"],
+                        "name": hp["optimizer"]["name"], "momentum": 0.9,
+                        "units": hp["layers"]["dense"]["units"], "group_is_dict": True,
+                        "env": hp}
+        assert t["best_metric"] == pytest.approx(hp["optimizer"]["learning_rate"])
+        # the text describe shows the leaves by dotted name
+        text = cluster.det("trial", "describe", str(t["id"])).stdout
+        assert f"layers.dense.units={hp['layers']['dense']['units']}" in text
+        assert f"optimizer.name={hp['optimizer']['name']}" in text

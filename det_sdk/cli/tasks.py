@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.cli.render import page_footer, print_json, progress_bar, table
+from det_sdk.hparams import flat_hparams
 
 __all__ = ["COMMANDS"]
 
@@ -176,7 +177,9 @@ def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
     return [[t["id"], f"{t['state']} ({t['queue_reason']})" if t.get("queue_reason")
              else t["state"], t["steps_completed"], t["epoch"], target(t),
              "" if t["best_metric"] is None else _num(t["best_metric"]),
-             t["restarts"], " ".join(f"{k}={value(v)}" for k, v in t["hparams"].items())]
+             t["restarts"],
+             # nested hyperparameters by dotted name (--json keeps them nested)
+             " ".join(f"{k}={value(v)}" for k, v in flat_hparams(t["hparams"]).items())]
             for t in trials]
 
 

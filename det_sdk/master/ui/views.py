@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.api import MAX_PAGE_LIMIT
+from det_sdk.hparams import flat_hparams
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
 from det_sdk.master.ui.series import SeriesCache, minmax_indices
 
@@ -107,7 +108,12 @@ class Views:
             "smaller_is_better": searcher.get("smaller_is_better", True),
             "unit": _unit(searcher), "rung_lengths": self._rung_lengths(info),
         }
-        info["hparam_names"] = sorted({k for t in info["trials"] for k in t["hparams"]})
+        # nested hyperparameters show as dotted names (optimizer.learning_rate): each
+        # trial's values by that name, and the names with a log scale for the charts
+        for t in info["trials"]:
+            t["hparams_flat"] = flat_hparams(t["hparams"])
+        info["hparam_names"] = sorted({k for t in info["trials"] for k in t["hparams_flat"]})
+        info["hparam_log"] = sorted(_log_hparams(config.get("hyperparameters") or {}))
         return info
 
     def _rung_lengths(self, info: dict[str, Any]) -> list[int]:
@@ -174,6 +180,7 @@ class Views:
         info["experiment_state"] = exp.get("state")
         searcher = (exp.get("config") or {}).get("searcher") or {}
         info["searcher_metric"] = searcher.get("metric")
+        info["hparams_flat"] = flat_hparams(info["hparams"])  # nested ones by dotted name
         info["checkpoints"] = self.master.checkpoints(trial_id)
         info["groups"] = self.store.metric_group_ends(trial_id)
         t = self.store.trial(trial_id) or {}
@@ -219,6 +226,22 @@ class Views:
                 out.append({"experiment_id": exp_id, "trial_id": t["id"], "path": str(path),
                             "exists": path.is_dir()})
         return out
+
+
+def _log_hparams(space: Any, prefix: str = "") -> list[str]:
+    """The dotted names of a config's log-scale hyperparameters, in nested groups too.
+
+    >>> _log_hparams({"lr": {"type": "log", "minval": -4, "maxval": -1}, "bs": 32,
+    ...               "opt": {"m": {"type": "log", "minval": -2, "maxval": 0}, "n": 1}})
+    ['lr', 'opt.m']
+    """
+    out: list[str] = []
+    for name, spec in (space.items() if isinstance(space, dict) else ()):
+        if isinstance(spec, dict) and "type" not in spec:  # a nested group
+            out += _log_hparams(spec, f"{prefix}{name}.")
+        elif isinstance(spec, dict) and spec.get("type") == "log":
+            out.append(f"{prefix}{name}")
+    return out
 
 
 def _unit(searcher: dict[str, Any]) -> str:

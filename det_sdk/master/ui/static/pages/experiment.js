@@ -35,7 +35,7 @@ export async function render(main, [id]) {
   }
 
   function get(t, key) {
-    if (key.startsWith("hp.")) return t.hparams[key.slice(3)];
+    if (key.startsWith("hp.")) return t.hparams_flat[key.slice(3)];
     if (key.startsWith("val.")) return t.validation[key.slice(4)];
     return t[key];
   }
@@ -77,7 +77,8 @@ export async function render(main, [id]) {
         <td>${t.steps_completed}</td>
         <td>${num(t.best_metric)}</td>
         <td>${t.restarts}</td>
-        ${hps.map((h) => `<td class="hp" data-hp="${esc(h)}">${num(t.hparams[h])}</td>`).join("")}
+        ${hps.map((h) => `<td class="hp" data-hp="${esc(h)}">${num(t.hparams_flat[h])}</td>`)
+          .join("")}
         ${vals.map((v) => `<td>${num(t.validation[v])}</td>`).join("")}
       </tr>`).join("");
   }
@@ -114,17 +115,17 @@ export async function render(main, [id]) {
   function drawHparams() {
     const metric = (t) => t.best_metric;
     const hps = info.hparam_names.filter((h) =>
-      new Set(info.trials.map((t) => JSON.stringify(t.hparams[h]))).size > 1);
+      new Set(info.trials.map((t) => JSON.stringify(t.hparams_flat[h]))).size > 1);
     const box = main.querySelector("#scatters");
     box.innerHTML = hps.map((h) => `<div class="chart small" id="scatter-${esc(h)}"></div>`).join("")
       || '<p class="muted">No hyperparameter varies between trials.</p>';
-    const space = info.config.hyperparameters || {};
-    const logDims = hps.filter((h) => (space[h] || {}).type === "log");
+    // nested hyperparameters by dotted name: hparams_flat, hparam_log (views.py)
+    const logDims = hps.filter((h) => info.hparam_log.includes(h));
     for (const h of hps) {
       scatter(box.querySelector(`[id="scatter-${CSS.escape(h)}"]`), {
         title: `${info.searcher.metric} vs ${h}`, xLabel: h, yLabel: info.searcher.metric,
         xLog: logDims.includes(h),
-        points: info.trials.map((t) => ({ id: t.id, x: t.hparams[h], y: metric(t) })),
+        points: info.trials.map((t) => ({ id: t.id, x: t.hparams_flat[h], y: metric(t) })),
       });
     }
     const pc = main.querySelector("#parcoords");
@@ -134,7 +135,7 @@ export async function render(main, [id]) {
       logDims,
       smallerIsBetter: info.searcher.smaller_is_better,
       rows: info.trials.map((t) => ({ id: t.id, metric: metric(t),
-        values: [...hps.map((h) => t.hparams[h]), metric(t)] })),
+        values: [...hps.map((h) => t.hparams_flat[h]), metric(t)] })),
     });
   }
 

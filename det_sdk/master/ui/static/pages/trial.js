@@ -59,7 +59,8 @@ export async function render(main, [id]) {
         <span>restarts: <b id="restarts">${info.restarts}</b></span>
         <span>seed ${info.seed}</span>
       </div>`;
-    main.querySelector("#hparams").innerHTML = Object.entries(info.hparams).map(([k, v]) =>
+    // nested hyperparameters by dotted name (optimizer.learning_rate)
+    main.querySelector("#hparams").innerHTML = Object.entries(info.hparams_flat).map(([k, v]) =>
       `<tr><th>${esc(k)}</th><td class="hp" data-hp="${esc(k)}">${num(v)}</td></tr>`).join("");
     main.querySelector("#checkpoints").innerHTML = `<tr><th>UUID</th><th>Batches</th>
       <th>Epoch</th><th>Metrics</th><th>Size</th><th></th></tr>` +
