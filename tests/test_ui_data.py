@@ -135,6 +135,38 @@ def test_views_summaries_and_trial_metrics(tmp_path: Path) -> None:
     assert metrics["steps_per_epoch"] == 10
 
 
+def test_views_show_nested_hyperparameters_by_dotted_name(tmp_path: Path) -> None:
+    """Issue 23: the experiment's table/charts and the trial page get nested leaves as
+    ``optimizer.learning_rate``; the API rows keep them nested."""
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "train.py").write_text("print('hi')\n")
+    config = {"entrypoint": "python3 train.py", "searcher": {"name": "grid"},
+              "hyperparameters": {
+                  "bs": 32,
+                  "optimizer": {"learning_rate": {"type": "log", "minval": -3, "maxval": -1,
+                                                  "count": 2},
+                                "name": {"type": "categorical", "vals": ["sgd", "adam"]}},
+                  "layers": {"dense": {"units": 8}}}}
+    exp = master.create_experiment(config, base64.b64encode(pack(tmp_path / "model")).decode())
+    views = Views(master)
+    page = views.experiment(exp)
+    assert page["hparam_names"] == ["bs", "layers.dense.units", "optimizer.learning_rate",
+                                    "optimizer.name"]
+    assert page["hparam_log"] == ["optimizer.learning_rate"]
+    rows = sorted((round(t["hparams_flat"]["optimizer.learning_rate"], 9),
+                   t["hparams_flat"]["optimizer.name"]) for t in page["trials"])
+    assert rows == sorted((lr, n) for lr in (0.001, 0.1) for n in ("sgd", "adam"))
+    first = page["trials"][0]
+    assert first["hparams"]["optimizer"]["name"] == first["hparams_flat"]["optimizer.name"]
+    trial = views.trial(first["id"])
+    assert trial["hparams_flat"] == {"bs": 32, "layers.dense.units": 8,
+                                     "optimizer.learning_rate": first["hparams_flat"][
+                                         "optimizer.learning_rate"],
+                                     "optimizer.name": first["hparams_flat"]["optimizer.name"]}
+    assert trial["hparams"]["layers"] == {"dense": {"units": 8}}
+
+
 def test_read_log_tail_and_follow(tmp_path: Path) -> None:
     log = tmp_path / "logs.txt"
     log.write_text("".join(f"line {i}\n" for i in range(1000)))
