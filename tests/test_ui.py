@@ -542,3 +542,54 @@ def _refused(port: int) -> bool:
     except httpx.HTTPError:
         return True
     return False
+
+
+def test_nested_hyperparameters_show_by_dotted_name(browser: Any, cluster: Cluster) -> None:
+    """Issue 23: nested hyperparameters are columns, scatters and rows named
+    ``optimizer.learning_rate`` (a grid of 4 trials that report one validation)."""
+    model = cluster.root / "ui-nested-model"
+    model.mkdir()
+    (model / "train.py").write_text(
+        "import det_sdk as det\n"
+        "with det.core.init() as core:\n"
+        "    lr = core.hparams['optimizer']['learning_rate']\n"
+        "    core.train.report_validation_metrics(steps_completed=1, metrics={'val_loss': lr})\n")
+    path = cluster.root / "ui-nested.yaml"
+    path.write_text(json.dumps({
+        "name": "ui-nested", "entrypoint_script": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "grid", "metric": "val_loss"},
+        "hyperparameters": {
+            "optimizer": {"learning_rate": {"type": "log", "minval": -3, "maxval": -1,
+                                            "count": 2},
+                          "name": {"type": "categorical", "vals": ["sgd", "adam"]}},
+            "layers": {"dense": {"units": 8}}}}))
+    exp = create(cluster, path, model)
+    assert cluster.det("experiment", "wait", str(exp)).returncode == 0
+    trials = {t["id"]: t["hparams"] for t in describe(cluster, exp)["trials"]}
+    assert len(trials) == 4
+    page = _page(browser, cluster, f"#/experiments/{exp}")
+    heads = page.eval_on_selector_all("#trials th[data-key^='hp.']",
+                                      "els => els.map(e => e.dataset.key)")
+    assert heads == ["hp.layers.dense.units", "hp.optimizer.learning_rate", "hp.optimizer.name"]
+    for row in page.locator("#trials tbody tr").all():
+        hp = trials[int(row.get_attribute("data-id"))]
+        assert row.locator("td[data-hp='optimizer.name']").text_content() == \
+            hp["optimizer"]["name"]
+        assert float(row.locator("td[data-hp='optimizer.learning_rate']").text_content()) == \
+            pytest.approx(hp["optimizer"]["learning_rate"], rel=1e-3)
+        assert row.locator("td[data-hp='layers.dense.units']").text_content() == "8"
+    # the two leaves that vary have a scatter each; the constant one has none
+    scatter = page.evaluate("window.detCharts['scatter-optimizer.learning_rate']")
+    assert sorted(p["x"] for p in scatter["points"]) == pytest.approx(sorted(
+        h["optimizer"]["learning_rate"] for h in trials.values()))
+    assert {p["x"] for p in scatter["points"]} == {p["y"] for p in scatter["points"]}
+    assert "optimizer.name" in page.evaluate("window.detCharts['parcoords'].dims")
+    assert page.evaluate("window.detCharts['scatter-layers.dense.units'] === undefined")
+    page.context.close()
+
+    first = min(trials)
+    page = _page(browser, cluster, f"#/trials/{first}")
+    assert page.text_content("#hparams td[data-hp='optimizer.name']") == \
+        trials[first]["optimizer"]["name"]
+    assert page.text_content("#hparams td[data-hp='layers.dense.units']") == "8"
+    page.context.close()
