@@ -240,3 +240,29 @@ def test_merge_hparams_is_deep_and_changes_neither_side():
     assert merge_hparams(base, over) == {"opt": {"lr": 0.5, "m": 0.9}, "bs": 8,
                                          "new": {"a": 1}}
     assert base == {"opt": {"lr": 0.1, "m": 0.9}, "bs": 8} and over["opt"] == {"lr": 0.5}
+
+
+def test_a_local_core_run_reads_nested_values_from_a_yaml_config(tmp_path):
+    import json
+
+    import det_sdk as det
+
+    config = tmp_path / "const.yaml"
+    config.write_text(
+        "hyperparameters:\n"
+        "  global_batch_size: 8\n"
+        "  optimizer:\n"
+        "    learning_rate: {type: log, base: 10, minval: -4, maxval: -1}\n"
+        "    name: adam\n"
+        "  layers:\n"
+        "    dense: {units: 16}\n")
+    with det.core.init(runs_dir=tmp_path / "runs", config=str(config),
+                       hparams={"optimizer": {"learning_rate": 0.01}}) as ctx:
+        assert ctx.hparams["optimizer"] == {"learning_rate": 0.01, "name": "adam"}
+        assert ctx.hparams["layers"]["dense"]["units"] == 16
+        with pytest.raises(HParamKeyError, match=r"'layers\.dense\.width' is not defined"):
+            ctx.hparams["layers"]["dense"]["width"]
+    (run,) = (tmp_path / "runs").glob("*/run.json")
+    assert json.loads(run.read_text())["hparams"]["optimizer"]["learning_rate"] == 0.01
+    with pytest.raises(ValueError, match=r"optimizer\.learning_rate \(log\)"):
+        det.core.init(runs_dir=tmp_path / "runs", config=str(config))
