@@ -78,11 +78,14 @@ class Failure:
         'ValueError: bad lr 7'
         >>> Failure(exit_code=-11).headline()
         'killed by signal SIGSEGV'
+        >>> Failure(exit_code=2, message="error: no such file: data.csv").headline()
+        'exited with code 2: error: no such file: data.csv'
         """
         if self.type:
             return f"{self.type}: {self.message}" if self.message else self.type
         if self.exit_code is not None:
-            return describe_exit(self.exit_code)
+            said = f": {self.message}" if self.message else ""
+            return describe_exit(self.exit_code) + said
         return self.message or "failed"
 
     def where(self) -> str:

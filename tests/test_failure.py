@@ -255,3 +255,15 @@ def test_catch_sigterm_reaches_the_command_exactly_once(tmp_path: Path, forward:
         os.killpg(proc.pid, signal.SIGTERM)  # the whole group
     out, _ = proc.communicate(timeout=30)
     assert out == "sigterms 1\n" and proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_catch_a_handled_traceback_long_before_the_exit_is_not_the_cause(tmp_path: Path) -> None:
+    proc, records = _catch(tmp_path, (
+        "import sys, traceback\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError:\n    traceback.print_exc()\n"
+        "for i in range(100):\n    print('epoch', i, file=sys.stderr)\n"
+        "sys.exit('error: no such file: data.csv')\n"))
+    assert proc.returncode == 1
+    (f,) = records
+    assert f.headline() == "exited with code 1: error: no such file: data.csv"

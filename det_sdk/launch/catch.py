@@ -44,6 +44,8 @@ __all__ = ["main"]
 
 _KEEP_LINES = 400  # the last lines of standard error kept for parsing
 _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
+# a traceback followed by more than this many lines was handled: not the cause of the exit
+_STALE_AFTER = 50
 
 
 class _Tail:
@@ -95,17 +97,25 @@ def _rank() -> int:
 def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     """This rank's failure from its standard error's tail and its exit status."""
     lines = [line for _, line in tail.lines]
-    failure = parse_traceback(lines, cwd)
     ended = now()
+    header = max((i for i, line in enumerate(lines)
+                  if line.strip() == "Traceback (most recent call last):"), default=None)
+    signalled = code < 0 or 128 < code <= 128 + 64  # as a shell reports a signal: 128+N
+    # killed by a signal: an earlier traceback is not why it ended
+    failure = None if signalled else parse_traceback(lines, cwd)
+    if failure is not None and header is not None:
+        printed = failure.traceback.count("\n") + 1
+        if len(lines) - header > printed + _STALE_AFTER:
+            failure = None  # the process went on long after that traceback: handled
+        else:
+            failure.time = tail.lines[header][0]  # when it started printing
     if failure is None:
         failure = Failure(time=ended)
         last = [line for line in lines if line.strip()][-1:]
-        if last and code > 0:  # sys.exit("message"), or a non-Python program's last word
+        if last and not signalled:  # sys.exit("message"), a non-Python program's last word
             failure.message = last[0].strip()[:1000]
-    else:
-        header = max((i for i, (_, line) in enumerate(tail.lines)
-                      if line.strip() == "Traceback (most recent call last):"), default=None)
-        failure.time = tail.lines[header][0] if header is not None else ended
+    elif failure.time is None:
+        failure.time = ended  # a SyntaxError's, without a header
     failure.rank = rank
     failure.exit_code = code
     return failure
