@@ -484,3 +484,28 @@ def test_tutorial_under_adaptive_asha(cluster: Cluster, tmp_path: Path) -> None:
     for t in trials:
         assert t["steps_completed"] == t["epoch"] * 128 // t["hparams"]["global_batch_size"]
         assert t["best_metric"] is not None
+
+
+def test_a_trial_reads_nested_hyperparameters_as_dicts(tmp_path: Path) -> None:
+    """Issue 23: Determined's nested hyperparameters through TFKerasTrialContext."""
+    seen: dict[str, Any] = {}
+
+    class Nested(NumpyTrial):
+        def build_model(self) -> Any:
+            c = self.context
+            opt = c.get_hparam("optimizer")
+            seen.update(opt=opt, all=c.get_hparams(), units=opt["dense"]["units"])
+            with pytest.raises(KeyError, match=r"'optimizer\.momentum' is not defined"):
+                opt["momentum"]
+            self.model = _model(c, keras.optimizers.SGD(**{k: opt[k] for k in
+                                                           ("learning_rate", "nesterov")}))
+            return self.model
+
+    _run(tmp_path, Nested, data={"kind": "weights"}, hyperparameters={
+        "global_batch_size": 8,
+        "optimizer": {"learning_rate": 0.05, "nesterov": True, "dense": {"units": 3}}})
+    assert isinstance(seen["opt"], dict) and seen["units"] == 3
+    assert seen["all"] == {"global_batch_size": 8, "optimizer": {
+        "learning_rate": 0.05, "nesterov": True, "dense": {"units": 3}}}
+    run = json.loads((tmp_path / "runs" / "1" / "run.json").read_text())
+    assert run["hparams"]["optimizer"]["dense"] == {"units": 3}
