@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import textwrap
 
 import pytest
@@ -15,9 +17,11 @@ from det_sdk.config import (
     IntHP,
     LogHP,
     load_yaml_file,
+    load_yaml_text,
     parse_experiment_config,
     parse_job_config,
 )
+from det_sdk.errors import DetSdkError
 
 EXPERIMENT_YAML = textwrap.dedent(
     """\
@@ -469,3 +473,118 @@ def test_a_misspelled_field_gets_the_nearest_known_name():
     assert "  resources.shm_sise: unknown field (did you mean 'shm_size'?)" in msg
     assert "  recods_per_epoch: unknown field (did you mean 'records_per_epoch'?)" in msg
     assert "  zzz: unknown field\n" in msg + "\n"
+
+
+# --- the loader: YAML 1.2 (core schema), JSON's types only --------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1e-3", 0.001), ("-1E+4", -10000.0), (".5", 0.5), ("+.5e1", 5.0), ("5e-2", 0.05),
+    ("5.", 5.0), ("1.5E3", 1500.0), ("0o17", 15), ("0x1F", 31), ("017", 17), ("-0", 0),
+    ("+12", 12), ("true", True), ("True", True), ("FALSE", False), ("null", None),
+    ("~", None), ("", None),
+    # YAML 1.1's booleans are text in YAML 1.2, as in Determined
+    ("yes", "yes"), ("no", "no"), ("on", "on"), ("off", "off"), ("y", "y"), ("n", "n"),
+    # 1.1's other implicit types are text too: dates, sexagesimals, underscores, '='
+    ("2024-01-01", "2024-01-01"), ("2024-01-01T10:00:00Z", "2024-01-01T10:00:00Z"),
+    ("1:30", "1:30"), ("1_000", "1_000"), ("0b101", "0b101"), ("=", "="), ("e3", "e3"),
+    # quoted scalars stay text
+    ("'1e-3'", "1e-3"), ('".5"', ".5"), ("'true'", "true"), ("'null'", "null"),
+    ("!!str 1e3", "1e3"),
+])
+def test_scalars_as_yaml_1_2_reads_them(text, value):
+    got = load_yaml_text(f"v: {text}\n")["v"]
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize("text, positive", [(".inf", True), ("-.Inf", False), ("+.INF", True)])
+def test_infinities(text, positive):
+    got = load_yaml_text(f"v: {text}")["v"]
+    assert math.isinf(got) and (got > 0) == positive
+
+
+def test_nan():
+    assert math.isnan(load_yaml_text("v: .nan")["v"])
+
+
+@pytest.mark.parametrize("text, field, tag, line", [
+    ("a: 1\nb: !!binary aGVsbG8=\n", "b", "!!binary", 2),
+    ("a:\n  b: !!set {x, y}\n", "a.b", "!!set", 2),
+    ("when: !!timestamp 2024-01-01\n", "when", "!!timestamp", 1),
+    ("x: [1, !!omap [a: 1]]\n", "x[1]", "!!omap", 1),
+    ("x: !!pairs [a: 1]\n", "x", "!!pairs", 1),
+    ("data:\n  f: !!python/object/apply:os.system [ls]\n", "data.f",
+     "!!python/object/apply:os.system", 2),
+    ("data: {f: !custom x}\n", "data.f", "!custom", 1),
+    ("!!set {a}\n", "(top level)", "!!set", 1),
+])
+def test_tags_outside_json_are_refused_with_field_and_line(tmp_path, text, field, tag, line):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    msg = _error(load_yaml_file, path)
+    assert str(path) in msg and f"line {line}," in msg
+    assert f"{field}: the YAML tag {tag} has no JSON form" in msg
+    assert "expected text, a number, a boolean, null, a list or a mapping" in msg
+
+
+@pytest.mark.parametrize("text, field, line", [
+    ("? [a, b]\n: 1\n", "(top level)", 1),
+    ("data:\n  ? {x: 1}\n  : 2\n", "data", 2),
+])
+def test_complex_keys_are_refused_cleanly(text, field, line):
+    msg = _error(load_yaml_text, text)
+    assert f"line {line}, column" in msg and f"{field}: a mapping key that is a" in msg
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a: !!int abc\n", "line 1, column 4: a: 'abc' is not an integer"),
+    ("a:\n  b: [!!float x]\n", "line 2, column 7: a.b[0]: 'x' is not a number"),
+    ("a: !!bool yes\n", "a: 'yes' is not a boolean (true or false)"),
+    ("a: [{x: 1}, {y: 2, y: 3}]\n", "a[1].y: duplicate key 'y' at line 1 (first at line 1)"),
+    ("name: a\nname: b\n", "line 2, column 1: name: duplicate key 'name' at line 2"),
+    ("1: a\n0x1: b\n", "duplicate key 1 at line 2"),
+])
+def test_bad_scalars_and_duplicates_name_line_and_field(text, expected):
+    assert expected in _error(load_yaml_text, text)
+
+
+def test_merge_keys():
+    data = load_yaml_text(textwrap.dedent("""\
+        base: &base {lr: 1e-3, dropout: .5}
+        other: &other {lr: 0.1, momentum: 0.9}
+        one:
+          <<: *base
+          dropout: 0.25
+        both: {<<: [*base, *other], extra: 1}
+        nested:
+          hp:
+            <<: *base
+    """))
+    assert data["one"] == {"lr": 0.001, "dropout": 0.25}  # the mapping's own keys win
+    assert data["both"] == {"lr": 0.001, "dropout": 0.5, "momentum": 0.9, "extra": 1}
+    assert data["nested"] == {"hp": {"lr": 0.001, "dropout": 0.5}}
+    assert "<<" not in json.dumps(data)
+
+
+def test_a_merge_of_a_scalar_is_refused():
+    assert "not valid YAML" in _error(load_yaml_text, "a: {<<: 3}\n")
+
+
+def test_loaded_configs_are_json():
+    data = load_yaml_text("a: 2024-01-01\nb: [yes, 1e-3, 0x1F]\nc: {1: x}\n")
+    assert json.loads(json.dumps(data)) == {"a": "2024-01-01", "b": ["yes", 0.001, 31],
+                                            "c": {"1": "x"}}
+
+
+def test_config_error_is_a_det_sdk_error():
+    assert issubclass(ConfigError, DetSdkError) and issubclass(ConfigError, ValueError)
+
+
+def test_yaml_1_2_numbers_reach_the_hyperparameters(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("entrypoint_script: python3 train.py\nhyperparameters:\n  learning_rate: "
+                    "5e-2\n  dropout: .5\n  lr: {type: log, base: 10, minval: -4, maxval: -1e0}\n")
+    cfg = parse_experiment_config(path)
+    assert cfg.hyperparameters["learning_rate"].val == 0.05
+    assert cfg.hyperparameters["dropout"].val == 0.5
+    assert cfg.hyperparameters["lr"].maxval == -1.0
