@@ -52,12 +52,14 @@ __all__ = [
     "MAX_LENGTH",
     "MAX_RUNGS",
     "MAX_TRIALS",
+    "OWNED_ENV_NAMES",
     "TRIAL_RUNNER",
     "CategoricalHP",
     "CheckpointStorageConfig",
     "ConfigError",
     "ConstHP",
     "DoubleHP",
+    "EnvironmentConfig",
     "ExperimentConfig",
     "HPSpec",
     "Hyperparameter",
@@ -65,6 +67,8 @@ __all__ = [
     "JobConfig",
     "Length",
     "LogHP",
+    "apply_environment_variables",
+    "environment_variables",
     "hp_leaves",
     "hp_nest",
     "ignored_fields",
@@ -382,6 +386,122 @@ class CheckpointStorageConfig(_Strict):
     save_experiment_best: _bounded_int(0, 1_000_000) = 0  # type: ignore[valid-type]
 
 
+# --- environment variables (Determined's environment.environment_variables) ----------------
+
+#: Names det_sdk sets for every task's processes, which a config cannot set: ``DET_*`` (the
+#: master's address, the task token, the trial's description), ``HOROVOD_*`` (the ranks'
+#: rendezvous), ``SLURM_*``/``SLURMD_*`` (``srun`` reads its options from them) and
+#: ``PATH`` (``python3`` in an entrypoint must be det_sdk's interpreter).
+OWNED_ENV_NAMES = re.compile(r"(?:DET_|HOROVOD_|SLURM_|SLURMD_)\w*|PATH")
+
+
+_DEVICES = ("cpu", "cuda", "rocm")
+
+
+def _env_entries(raw: Any, where: str) -> list[str]:
+    """Check a list of ``NAME=value`` entries; ``where`` names it in errors."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}expected a list of 'NAME=value' strings, got {raw!r}")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, str):
+            raise ValueError(f"{where}entry {i}: expected a 'NAME=value' string, got {entry!r}")
+        name, eq, _ = entry.partition("=")
+        if not eq:
+            raise ValueError(f"{where}entry {i} {entry!r} has no '=': expected 'NAME=value'")
+        if not name.strip():
+            raise ValueError(f"{where}entry {i} {entry!r} has an empty name: expected "
+                             "'NAME=value'")
+        if "\x00" in entry or any(c.isspace() for c in name):
+            raise ValueError(f"{where}entry {i} {entry!r}: a name holds no spaces, and no "
+                             "entry a NUL character")
+        if OWNED_ENV_NAMES.fullmatch(name):
+            raise ValueError(f"{where}entry {i}: {name} is set by det_sdk for every task and "
+                             "cannot be overridden (DET_*, HOROVOD_*, SLURM_*, PATH)")
+    return list(raw)
+
+
+def _env_section(raw: Any) -> Any:
+    """A list of entries, or Determined's per-device mapping (``gpu``: ``cuda``'s old name)."""
+    if isinstance(raw, BaseModel):
+        raw = raw.model_dump()
+    if not isinstance(raw, Mapping):
+        return _env_entries(raw, "")
+    unknown = [k for k in raw if k not in (*_DEVICES, "gpu")]
+    if unknown:
+        raise ValueError(f"unknown device {unknown[0]!r}: expected a list of 'NAME=value' "
+                         f"strings, or a mapping of {', '.join(_DEVICES)} to such lists")
+    if "gpu" in raw and "cuda" in raw:
+        raise ValueError("give 'cuda' or its older name 'gpu', not both")
+    return {d: _env_entries(raw.get(d, raw.get("gpu") if d == "cuda" else None), f"{d}: ")
+            for d in _DEVICES}
+
+
+class EnvironmentConfig(_Strict):
+    """Determined's ``environment``: det_sdk implements ``environment_variables``.
+
+    ``environment_variables`` is a list of ``NAME=value`` strings, or Determined's
+    per-device mapping ``{cpu: [...], cuda: [...], rocm: [...]}``. det_sdk's slots are
+    CPU processes: of the mapping, ``cpu`` applies; ``cuda`` (or its older name ``gpu``)
+    and ``rocm`` are checked the same way and not applied (the config's warning says
+    so). Later entries of a name win. Determined's other fields here (``image``,
+    ``pod_spec``, ...) are accepted with a warning and ignored.
+
+    >>> EnvironmentConfig.model_validate({"environment_variables": ["A=1", "B=x=y"]}).variables
+    {'A': '1', 'B': 'x=y'}
+    >>> EnvironmentConfig.model_validate(
+    ...     {"environment_variables": {"cpu": ["A=1"], "cuda": ["A=2"]}}).variables
+    {'A': '1'}
+    """
+
+    environment_variables: list[str] | dict[str, list[str]] = Field(default_factory=list)
+
+    _entries = field_validator("environment_variables", mode="before")(_env_section)
+
+    @property
+    def variables(self) -> dict[str, str]:
+        """The variables a task's processes get (of the mapping form, ``cpu``'s)."""
+        entries = self.environment_variables
+        if isinstance(entries, dict):
+            entries = entries["cpu"]
+        return dict(e.partition("=")[::2] for e in entries)
+
+
+def environment_variables(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``environment.environment_variables`` of a config (as stored: a mapping).
+
+    >>> environment_variables({"environment": {"environment_variables": ["DATA=/d"]}})
+    {'DATA': '/d'}
+    >>> environment_variables({})
+    {}
+    """
+    section = (config or {}).get("environment")
+    if not isinstance(section, Mapping):
+        return {}
+    section = {k: v for k, v in section.items() if k == "environment_variables"}
+    try:
+        return EnvironmentConfig.model_validate(section).variables
+    except ValidationError as err:  # checked at create: only a config altered since
+        raise ConfigError(format_validation_error(err, "config's environment")) from None
+
+
+def apply_environment_variables(config: ExperimentConfig | JobConfig | None,
+                                environ: Any = None) -> dict[str, str]:
+    """A local run's ``environment_variables``, set where the shell has not set them.
+
+    The shell wins (as ``docker run -e`` over an image's ENV): a variable already in the
+    environment is kept. Returns what was set. On the cluster the master sets them
+    before the task's processes start instead.
+    """
+    environ = os.environ if environ is None else environ
+    if config is None:
+        return {}
+    applied = {k: v for k, v in config.environment.variables.items() if k not in environ}
+    environ.update(applied)
+    return applied
+
+
 class ExperimentResources(_Strict):
     slots_per_trial: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
 
@@ -422,8 +542,8 @@ def _check_size(model: BaseModel) -> None:
 IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
     # top level
     "": frozenset({
-        "bind_mounts", "checkpoint_policy", "data_layer", "debug", "environment",
-        "integration", "internal", "labels", "log_policies", "optimizations",
+        "bind_mounts", "checkpoint_policy", "data_layer", "debug", "integration",
+        "internal", "labels", "log_policies", "optimizations",
         "pbs", "perform_initial_validation", "profiling", "project", "security", "slurm",
         "tensorboard_storage", "workspace", "batches_per_step",
     }),
@@ -437,6 +557,12 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
     "searcher": frozenset({
         "source_trial_id", "source_checkpoint_uuid", "stop_once", "bracket_rungs",
         "max_time", "time_metric",
+    }),
+    # environment: det_sdk implements environment_variables; tasks are processes on the
+    # master's host or a Slurm cluster, with no container image, pod or ports of their own
+    "environment": frozenset({
+        "image", "force_pull_image", "registry_auth", "pod_spec", "add_capabilities",
+        "drop_capabilities", "ports", "proxy_ports",
     }),
     # checkpoint_storage (shared_fs): container paths mean nothing without containers
     "checkpoint_storage": frozenset({
@@ -467,7 +593,7 @@ def ignored_fields(raw: Any) -> list[str]:
     """The Determined fields of an experiment config that det_sdk accepts but ignores.
 
     >>> ignored_fields({"environment": {"image": "x"}, "resources": {"shm_size": 1}})
-    ['environment', 'resources.shm_size']
+    ['environment.image', 'resources.shm_size']
     """
     if not isinstance(raw, Mapping):
         return []
@@ -476,6 +602,11 @@ def ignored_fields(raw: Any) -> list[str]:
         where = raw if not section else raw.get(section)
         if isinstance(where, Mapping):
             found += [f"{section}.{k}" if section else k for k in where if k in names]
+    env = raw.get("environment")
+    by_device = env.get("environment_variables") if isinstance(env, Mapping) else None
+    if isinstance(by_device, Mapping):  # det_sdk's slots are CPUs: only `cpu` applies
+        found += [f"environment.environment_variables.{k}" for k in ("cuda", "gpu", "rocm")
+                  if by_device.get(k)]
     return sorted(found)
 
 
@@ -586,6 +717,7 @@ class ExperimentConfig(_Strict):
     # data has another size says so); lengths in records need global_batch_size.
     records_per_epoch: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
     data: dict[str, Any] = Field(default_factory=dict)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     # Determined fields this config gave that det_sdk ignores (see ignored_fields)
     _ignored: list[str] = PrivateAttr(default_factory=list)
 
@@ -665,6 +797,17 @@ class JobConfig(_Strict):
     )
     resources: JobResources = Field(default_factory=JobResources)
     data: dict[str, Any] = Field(default_factory=dict)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _determined_environment(cls, raw: Any) -> Any:
+        # Determined's other environment fields (image, pod_spec, ...): accepted, ignored
+        env = raw.get("environment") if isinstance(raw, Mapping) else None
+        if isinstance(env, Mapping):
+            names = IGNORED_DETERMINED_FIELDS["environment"]
+            raw = {**raw, "environment": {k: v for k, v in env.items() if k not in names}}
+        return raw
 
     _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
 
@@ -766,6 +909,7 @@ def _validate(model: type[BaseModel], raw: Any, source: str) -> Any:
 def _experiment_fields() -> dict[str, set[str]]:
     """Every field name an experiment config accepts, by section (for "did you mean")."""
     sections: dict[str, Any] = {"": ExperimentConfig, "resources": ExperimentResources,
+                                "environment": EnvironmentConfig,
                                 "checkpoint_storage": CheckpointStorageConfig}
     out = {}
     for section, model in sections.items():

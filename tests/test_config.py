@@ -16,6 +16,8 @@ from det_sdk.config import (
     DoubleHP,
     IntHP,
     LogHP,
+    apply_environment_variables,
+    environment_variables,
     load_yaml_file,
     load_yaml_text,
     parse_experiment_config,
@@ -440,16 +442,17 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
         assert parse_experiment_config(raw).ignored_fields  # found, but not said
         assert not caplog.records
         cfg = parse_experiment_config(raw, warn_ignored=True)
-    expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer", "environment",
-                "labels", "optimizations", "profiling", "resources.resource_pool",
-                "resources.shm_size", "searcher.source_trial_id"]
+    expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer",
+                "environment.image", "labels", "optimizations", "profiling",
+                "resources.resource_pool", "resources.shm_size", "searcher.source_trial_id"]
     assert cfg.ignored_fields == expected
     (record,) = [r for r in caplog.records if r.name == "det_sdk.config"]
     assert ", ".join(expected) in record.getMessage()
     # what det_sdk implements is kept; the ignored fields are not stored
     assert cfg.resources.slots_per_trial == 2 and cfg.checkpoint_storage.host_path == "/tmp/c"
     dumped = cfg.model_dump(mode="json")
-    assert "environment" not in dumped and "shm_size" not in dumped["resources"]
+    assert dumped["environment"] == {"environment_variables": []}
+    assert "shm_size" not in dumped["resources"]
     caplog.clear()
     with caplog.at_level("WARNING", logger="det_sdk.config"):
         parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML), warn_ignored=True)
@@ -588,3 +591,95 @@ def test_yaml_1_2_numbers_reach_the_hyperparameters(tmp_path):
     assert cfg.hyperparameters["learning_rate"].val == 0.05
     assert cfg.hyperparameters["dropout"].val == 0.5
     assert cfg.hyperparameters["lr"].maxval == -1.0
+
+
+# --- environment.environment_variables ----------------------------------------------------
+
+
+def _env(value) -> dict:
+    return {"environment": {"environment_variables": value}}
+
+
+def test_environment_variables_as_a_list():
+    cfg = parse_experiment_config({"environment": {
+        "environment_variables": ["DATA=/data", "OPTS=a=b", "EMPTY=", "DATA=/d2"],
+        "image": "determinedai/environments:tf"}})
+    assert cfg.environment.variables == {"DATA": "/d2", "OPTS": "a=b", "EMPTY": ""}
+    assert cfg.ignored_fields == ["environment.image"]  # the rest still warned of
+    # the stored config (the master's, DET_EXPERIMENT_CONFIG) gives them back
+    stored = cfg.model_dump(mode="json")
+    assert environment_variables(stored) == {"DATA": "/d2", "OPTS": "a=b", "EMPTY": ""}
+    assert parse_experiment_config(stored).environment.variables == cfg.environment.variables
+
+
+def test_environment_variables_per_device_take_cpu():
+    cfg = parse_experiment_config(_env({"cpu": ["A=cpu"], "cuda": ["A=cuda", "B=1"],
+                                        "rocm": ["C=1"]}))
+    assert cfg.environment.variables == {"A": "cpu"}
+    # det_sdk's slots are CPUs: the other devices' lists are checked, and said ignored
+    assert cfg.ignored_fields == ["environment.environment_variables.cuda",
+                                  "environment.environment_variables.rocm"]
+    old = parse_experiment_config(_env({"gpu": ["A=1"]}))  # Determined's older name
+    assert old.environment.variables == {} and old.environment.environment_variables["cuda"]
+
+
+def test_job_config_environment_variables():
+    job = parse_job_config({"entrypoint": "python3 bi.py", "environment": {
+        "image": "x", "environment_variables": ["A=1"]}})
+    assert job.environment.variables == {"A": "1"}
+    assert "environment.environment_variables: entry 0 'A' has no '='" in _error(
+        parse_job_config, {"entrypoint": "x", **_env(["A"])})
+
+
+@pytest.mark.parametrize("value, expected", [
+    (["FOO"], "entry 0 'FOO' has no '=': expected 'NAME=value'"),
+    (["A=1", "=x"], "entry 1 '=x' has an empty name"),
+    (["A B=1"], "entry 0 'A B=1': a name holds no spaces"),
+    (["A=\x00"], "entry 0 'A=\\x00': a name holds no spaces, and no entry a NUL"),
+    ([3], "entry 0: expected a 'NAME=value' string, got 3"),
+    ("A=1", "expected a list of 'NAME=value' strings, got 'A=1'"),
+    ({"cpu": ["A"]}, "cpu: entry 0 'A' has no '='"),
+    ({"tpu": ["A=1"]}, "unknown device 'tpu'"),
+    ({"gpu": [], "cuda": []}, "give 'cuda' or its older name 'gpu', not both"),
+    (["DET_MASTER=http://x"], "entry 0: DET_MASTER is set by det_sdk for every task and "
+                              "cannot be overridden"),
+    (["DET_SESSION_TOKEN=t"], "entry 0: DET_SESSION_TOKEN is set by det_sdk"),
+    (["HOROVOD_GLOO_IFACE=lo"], "entry 0: HOROVOD_GLOO_IFACE is set by det_sdk"),
+    (["SLURM_NTASKS=4"], "entry 0: SLURM_NTASKS is set by det_sdk"),
+    (["PATH=/opt/bin"], "entry 0: PATH is set by det_sdk"),
+    ({"cuda": ["DET_X=1"]}, "cuda: entry 0: DET_X is set by det_sdk"),
+])
+def test_bad_environment_variables_are_refused_naming_the_entry(value, expected):
+    msg = _error(parse_experiment_config, _env(value))
+    assert f"  environment.environment_variables: {expected}" in msg
+
+
+def test_a_misspelled_environment_field_is_an_error():
+    msg = _error(parse_experiment_config, {"environment": {"enviroment_variables": []}})
+    assert "environment.enviroment_variables: unknown field (did you mean " \
+           "'environment_variables'?)" in msg
+
+
+def test_local_runs_apply_environment_variables_where_the_shell_did_not():
+    cfg = parse_experiment_config(_env(["FROM_CONFIG=1", "IN_SHELL=config"]))
+    environ = {"IN_SHELL": "shell"}
+    assert apply_environment_variables(cfg, environ) == {"FROM_CONFIG": "1"}
+    assert environ == {"IN_SHELL": "shell", "FROM_CONFIG": "1"}  # the shell wins
+    assert apply_environment_variables(None, environ) == {}
+
+
+def test_task_processes_get_the_config_variables_under_det_sdks_own():
+    from det_sdk.master.resources import process_env, task_env
+
+    cfg = parse_experiment_config({**_env(["DATA=/data", "OMP_NUM_THREADS=1"]),
+                                   "entrypoint": "python3 train.py"})
+    env = task_env({"DET_TRIAL_ID": "3", "DET_EXPERIMENT_CONFIG": cfg.model_dump(mode="json")})
+    full = process_env(env, "http://m", "tok", "trial-3-x", "TRIAL",
+                       base={"PATH": "/usr/bin", "OMP_NUM_THREADS": "8", "HOME": "/h"})
+    assert full["DATA"] == "/data" and full["OMP_NUM_THREADS"] == "1"  # over the master's
+    assert full["HOME"] == "/h" and full["DET_SESSION_TOKEN"] == "tok"
+    assert full["PATH"].endswith("/usr/bin")
+    # a stored config altered since its create (it was checked then): the launch fails
+    env["DET_EXPERIMENT_CONFIG"] = json.dumps(_env(["DET_SESSION_TOKEN=stolen", "X=1"]))
+    with pytest.raises(ConfigError, match="DET_SESSION_TOKEN is set by det_sdk"):
+        process_env(env, "http://m", "tok", "a", "TRIAL", base={})

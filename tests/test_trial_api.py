@@ -208,7 +208,7 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(
         _run(tmp_path, Probe, hyperparameters={"global_batch_size": 8, "lr": 0.1},
              data={"kind": "weights"}, environment={"image": "x"})
     (said,) = [r.getMessage() for r in caplog.records if r.name == "det_sdk.config"]
-    assert said.endswith("which it does not implement: environment")
+    assert said.endswith("which it does not implement: environment.image")
     assert seen["hparams"] == {"global_batch_size": 8, "lr": 0.1}
     assert (seen["lr"], seen["gbs"], seen["per_slot"], seen["rank"]) == (0.1, 8, 8, 0)
     assert seen["data"] == {"kind": "weights"} and seen["trial"] == 1
@@ -410,7 +410,7 @@ def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
     out = cluster.det("experiment", "create", str(one), str(model_dir), "--json")
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "bind_mounts, environment" in warnings[0], out.stderr
+    assert len(warnings) == 1 and "bind_mounts, environment.image" in warnings[0], out.stderr
     assert out.stderr.count("det_sdk ignores") == 1, out.stderr  # said once, not per parse
     exp_one = json.loads(out.stdout)["id"]
     two = _tutorial_config(tmp_path / "two.yaml", npz, resources={"slots_per_trial": 2})

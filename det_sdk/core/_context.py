@@ -21,7 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from det_sdk.config import ExperimentConfig, Length, load_yaml_file, parse_experiment_config
+from det_sdk.config import (
+    ExperimentConfig,
+    Length,
+    apply_environment_variables,
+    load_yaml_file,
+    parse_experiment_config,
+)
 from det_sdk.core._checkpoint import CheckpointContext
 from det_sdk.core._preempt import PreemptContext
 from det_sdk.core._searcher import SearcherContext
@@ -142,6 +148,8 @@ def init(
         cfg = parse_experiment_config(info.config) if info.task_type == "TRIAL" else None
         return Context(distributed=dist, session=session, info=info, config=cfg)
     cfg = _load_config(config)
+    # the config's environment_variables, where the shell has not set them (the shell wins)
+    apply_environment_variables(cfg)
     hp = local_hparams(cfg, hparams or {})
     runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
     target = resume if resume is not None else (os.environ.get("DET_RESUME") or None)

@@ -18,6 +18,7 @@ from det_sdk.config import (
     ExperimentConfig,
     JobConfig,
     Length,
+    apply_environment_variables,
     load_yaml_file,
     parse_experiment_config,
     parse_job_config,
@@ -181,7 +182,11 @@ def init(
     - ``hparams``: default hyperparameter values; constants of the config override
       them, and searched ones in the config need a value here.
     - ``config``: an experiment config (YAML path or mapping); ``DET_CONFIG`` names
-      one when not given. Its ``data`` section is ``context.config_data``.
+      one when not given. Its ``data`` section is ``context.config_data``; its
+      ``environment.environment_variables`` are set in ``os.environ`` here, except
+      those the shell already set (the shell wins). TensorFlow has started by then:
+      variables it reads at start-up (``TF_CPP_MIN_LOG_LEVEL``, ``OMP_NUM_THREADS``)
+      take effect locally only from the shell.
     - ``runs_dir``: where local runs live (``DET_RUNS_DIR``, default ``./det-runs``);
       each run is ``<runs_dir>/<n>`` with metrics, TensorBoard events and checkpoints.
     - ``resume``: continue a run from its latest checkpoint: a run id, or ``"latest"``
@@ -200,6 +205,8 @@ def init(
     if info is not None:
         return _init_on_cluster(info, hparams or {}, checkpoint_period)
     loaded = _load_config(config)
+    # the config's environment_variables, where the shell has not set them (the shell wins)
+    apply_environment_variables(loaded)
     if isinstance(loaded, JobConfig):  # an inference script: no training here
         return _init_local_job(loaded, runs_dir)
     cfg = loaded

@@ -86,16 +86,34 @@ def task_env(info: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def config_env(env: dict[str, str]) -> dict[str, str]:
+    """The ``environment.environment_variables`` of the task's config (its
+    ``DET_EXPERIMENT_CONFIG``, validated at create: names det_sdk owns were refused).
+
+    >>> config_env({"DET_EXPERIMENT_CONFIG":
+    ...             '{"environment": {"environment_variables": ["DATA=/d", "N=1"]}}'})
+    {'DATA': '/d', 'N': '1'}
+    """
+    from det_sdk.config import environment_variables
+
+    raw = env.get("DET_EXPERIMENT_CONFIG")
+    config = json.loads(raw) if raw else None
+    return environment_variables(config if isinstance(config, dict) else None)
+
+
 def process_env(env: dict[str, str], master_url: str, token: str, alloc_id: str,
                 task_type: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a task's processes: the master's own, with ``python3``
-    resolving to det_sdk's interpreter, and the task's ``DET_*`` protocol on top."""
+    resolving to det_sdk's interpreter, the config's ``environment_variables`` over it,
+    and the task's ``DET_*`` protocol on top."""
     base = dict(os.environ if base is None else base)
     full = {
         **base,
         # `python3` in an entrypoint is the interpreter that runs det_sdk
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
+        # the config's environment.environment_variables, over the master's own
+        **config_env(env),
         **env,
         "DET_MASTER": master_url,
         "DET_SESSION_TOKEN": token,
