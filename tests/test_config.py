@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import textwrap
 
 import pytest
@@ -683,3 +684,18 @@ def test_task_processes_get_the_config_variables_under_det_sdks_own():
     env["DET_EXPERIMENT_CONFIG"] = json.dumps(_env(["DET_SESSION_TOKEN=stolen", "X=1"]))
     with pytest.raises(ConfigError, match="DET_SESSION_TOKEN is set by det_sdk"):
         process_env(env, "http://m", "tok", "a", "TRIAL", base={})
+
+
+def test_det_core_init_applies_environment_variables_locally(tmp_path, monkeypatch):
+    import det_sdk as det
+
+    monkeypatch.delenv("DET_ALLOCATION_ID", raising=False)
+    monkeypatch.setenv("SHELL_SET", "shell")
+    monkeypatch.delenv("CONFIG_SET", raising=False)
+    path = tmp_path / "c.yaml"
+    path.write_text("hyperparameters: {lr: 1e-3}\nenvironment:\n  environment_variables:\n"
+                    "    cpu: [CONFIG_SET=config, SHELL_SET=config]\n    cuda: [CUDA_ONLY=1]\n")
+    with det.core.init(config=path, runs_dir=tmp_path / "runs") as core_context:
+        assert core_context.hparams["lr"] == 0.001
+    assert os.environ["CONFIG_SET"] == "config" and os.environ["SHELL_SET"] == "shell"
+    assert "CUDA_ONLY" not in os.environ  # det_sdk's slots are CPUs

@@ -10,9 +10,11 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -168,3 +170,40 @@ def test_ctrl_c_checkpoints_and_exits_130(tmp_path: Path) -> None:
     assert proc.returncode == 130, err[-2000:]
     assert "stopped by SIGINT" in err and "Traceback" not in err
     assert "DET_RESUME=1" in err
+
+
+@pytest.mark.slow
+def test_example_reads_yaml_1_2_numbers_and_environment_variables(tmp_path: Path,
+                                                                   mnist_npz: Path) -> None:
+    """Issue 23: the proposal's train.py with ``learning_rate: 5e-2`` and ``dropout: .5``
+    (YAML 1.2 floats; they were the strings '5e-2' and '.5' under YAML 1.1, and SGD
+    refused them), and a config's environment_variables set for a local run where the
+    shell has not set them: MNIST_NPZ comes from the config, EPOCHS from the shell."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    shutil.copy(REPO / "examples" / "train.py", model_dir / "train.py")
+    (model_dir / "const.yaml").write_text(textwrap.dedent(f"""\
+        hyperparameters:
+          dropout: .5
+          global_batch_size: 128
+          learning_rate: 5e-2
+        environment:
+          image: determinedai/environments:tf
+          environment_variables:
+            - MNIST_NPZ={mnist_npz}
+            - EPOCHS=3
+        entrypoint_script: python3 train.py
+    """))
+    runs = tmp_path / "runs"
+    assert "MNIST_NPZ" not in os.environ
+    proc = run_python(model_dir / "train.py", {"EPOCHS": "1", "DET_RUNS_DIR": str(runs)},
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ignores these Determined config fields" in proc.stderr  # environment.image
+    assert "environment.image" in proc.stderr
+    info = json.loads((runs / "1" / "run.json").read_text())
+    assert info["hparams"]["learning_rate"] == 0.05 and info["hparams"]["dropout"] == 0.5
+    assert info["config"]["environment"]["environment_variables"][1] == "EPOCHS=3"
+    # the shell's EPOCHS=1 won over the config's 3; the config's MNIST_NPZ was read
+    assert [(m["group"], m["epoch"]) for m in _jsonl(runs / "1" / "metrics.jsonl")] == [
+        ("training", 1), ("validation", 1)]
