@@ -37,10 +37,16 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
                                                             mnist_npz: Path) -> None:
     config = yaml.safe_load((REPO / "examples" / "const.yaml").read_text())
     config["searcher"]["max_length"] = {"epochs": 2}
-    config["data"] = {"mnist_npz": str(mnist_npz)}
     config["checkpoint_storage"] = {"save_trial_latest": 100}
+    # issue 23: the script reads MNIST_NPZ, set by the config's environment_variables
+    config["environment"] = {"environment_variables": [f"MNIST_NPZ={mnist_npz}"],
+                             "image": "determinedai/environments:tf"}
+    assert "MNIST_NPZ" not in os.environ  # nor does the master inherit it
     path = cluster.root / "const.yaml"
-    path.write_text(yaml.safe_dump(config))
+    # numbers as Determined's configs write them (YAML 1.2 floats, not '5e-2' and '.5')
+    text = yaml.safe_dump(config).replace("learning_rate: 0.1", "learning_rate: 5e-2")
+    path.write_text(text.replace("dropout: 0.5", "dropout: .5"))
+    assert "learning_rate: 5e-2" in path.read_text() and "dropout: .5" in path.read_text()
 
     out = cluster.det("experiment", "create", str(path), str(REPO / "examples"), "--follow")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -52,6 +58,7 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
 
     # metrics through the CLI and through the API agree
     cli = json.loads(cluster.det("trial", "describe", str(trial["id"]), "--json").stdout)
+    assert cli["hparams"]["learning_rate"] == 0.05 and cli["hparams"]["dropout"] == 0.5
     with cluster.http() as http:
         api = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
     assert cli["metrics"] == api
@@ -63,8 +70,11 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
 
     # batch inference on the trained trial, as a generic job on 2 Horovod processes
     job = {"entrypoint_script": "python3 batch_inference.py", "resources": {"slots": 2},
-           "data": {"trial_id": trial["id"], "batch_size": 32, "mnist_npz": str(mnist_npz),
-                    "predictions_path": str(cluster.root / "preds.npy")}}
+           "data": {"trial_id": trial["id"], "batch_size": 32,
+                    "predictions_path": str(cluster.root / "preds.npy")},
+           # Determined's per-device form: det_sdk's slots are CPUs, `cpu` applies
+           "environment": {"environment_variables": {"cpu": [f"MNIST_NPZ={mnist_npz}"],
+                                                     "cuda": ["MNIST_NPZ=/nowhere"]}}}
     job_path = cluster.root / "bi.yaml"
     job_path.write_text(yaml.safe_dump(job))
     out = cluster.det("job", "run", str(job_path), str(REPO / "examples"), "--follow")
