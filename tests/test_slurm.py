@@ -242,8 +242,11 @@ def test_batch_inference_as_a_two_node_job_gathers_in_input_order(
     trial_id = four_slots["trial"]["id"]
     preds_path = four_slots["dir"] / "preds.npy"
     job = {"entrypoint_script": "python3 batch_inference.py", "resources": {"slots": 4},
-           "data": {"trial_id": trial_id, "batch_size": 16, "mnist_npz": str(mnist_npz),
-                    "predictions_path": str(preds_path)}}
+           "data": {"trial_id": trial_id, "batch_size": 16,
+                    "predictions_path": str(preds_path)},
+           # issue 23: the variable reaches every rank on both nodes (the script reads it)
+           "environment": {"environment_variables": [f"MNIST_NPZ={mnist_npz}"]}}
+    assert "MNIST_NPZ" not in os.environ
     path = four_slots["dir"] / "bi.yaml"
     path.write_text(yaml.safe_dump(job))
     out = slurm.det("job", "run", str(path), str(REPO / "examples"), "--follow", timeout=600)
