@@ -14,6 +14,12 @@ Those, and smaller arrays, go through the page cache as usual. A filesystem
 without ``O_DIRECT`` (or a platform without it) gets every byte buffered, the
 same file.
 
+Every read and write of a checkpoint file goes through :func:`read_exactly` and
+:func:`write_all` (and copies through :func:`copy_file`, built on both): one system
+call moves at most 2,147,479,552 bytes on Linux, and a pipe or a network filesystem
+may move fewer, so each loops until done and says how many bytes it expected when
+the file ends first.
+
 The offsets therefore depend on where the arrays lie in memory; the caller keeps
 the index (:meth:`ArrayFileWriter.add` returns each offset). Every offset is a
 multiple of ``align``, so a reader can use the arrays in place.
@@ -30,17 +36,122 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from types import TracebackType
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
 
-__all__ = ["BLOCK", "MIN_DIRECT", "ArrayFileWriter"]
+from det_sdk.errors import CheckpointCorruptError, CheckpointWriteError
+
+__all__ = ["BLOCK", "COPY_CHUNK", "MIN_DIRECT", "ArrayFileWriter", "copy_file", "read_exactly",
+           "write_all"]
 
 BLOCK = 4096  # O_DIRECT alignment that fits disks of 512- and 4096-byte sectors
 # A direct write waits for the disk; a buffered one returns at once and its data goes
 # out with the file's fsync. Small arrays, which cost the page cache little, go buffered.
 MIN_DIRECT = 1 << 20
+COPY_CHUNK = 8 << 20  # bytes per read/write of copy_file
+
+
+def _byte_view(buf: Any) -> memoryview:
+    """``buf`` (bytes-like, or a C-contiguous numpy array) as a flat memoryview of bytes."""
+    view = memoryview(buf)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def read_exactly(src: int | BinaryIO, buf: Any, offset: int | None = None,
+                 what: str = "file") -> None:
+    """Fill ``buf`` (a writable bytes-like object: memoryview, bytearray, numpy array)
+    from ``src`` (a file descriptor or a binary file opened for reading), looping until
+    every byte is in.
+
+    With ``offset`` (descriptors only) the bytes are read from that position of the
+    file (``pread``) and the descriptor's own position is left alone; without, from
+    where the descriptor or file is. A single read returns at most 2,147,479,552 bytes
+    on Linux, and fewer from a pipe or a network filesystem: this is the one place
+    checkpoint bytes are read, so none is left out. A file that ends first raises
+    :class:`~det_sdk.errors.CheckpointCorruptError` saying how many bytes ``what``
+    was expected to hold there and how many it gave.
+
+    >>> r, w = os.pipe(); _ = os.write(w, b"abc"); os.close(w)
+    >>> read_exactly(r, bytearray(5), what="the pipe")
+    Traceback (most recent call last):
+    ...
+    det_sdk.errors.CheckpointCorruptError: the pipe ended early: expected 5 bytes, got 3
+    >>> os.close(r)
+    """
+    view = _byte_view(buf)
+    if view.readonly:
+        raise TypeError(f"read_exactly: buf must be writable, got a read-only {type(buf).__name__}")
+    expected, got = len(view), 0
+    if offset is not None and not isinstance(src, int):
+        raise TypeError("read_exactly: offset needs a file descriptor, not a file object")
+    while got < expected:
+        rest = view[got:]
+        if isinstance(src, int) and offset is not None:
+            n = os.preadv(src, [rest], offset + got)
+        elif isinstance(src, int):
+            n = os.readv(src, [rest])
+        else:
+            n = src.readinto(rest)
+            if n is None:  # a non-blocking file with nothing to read yet
+                raise BlockingIOError(errno.EAGAIN, f"read_exactly: {what} is non-blocking "
+                                                     "and has no data; pass a blocking file")
+        if n == 0:
+            start = f" from offset {offset}" if offset is not None else ""
+            raise CheckpointCorruptError(
+                f"{what} ended early: expected {expected} bytes{start}, got {got}")
+        got += n
+
+
+def write_all(fd: int, data: Any, offset: int | None = None, what: str = "file") -> None:
+    """Write every byte of ``data`` (bytes-like, or a C-contiguous numpy array) to the
+    file descriptor ``fd``, at ``offset`` (``pwrite``) or at its position, looping until
+    done: one write takes at most 2,147,479,552 bytes on Linux, fewer on a full pipe.
+    A write that makes no progress raises :class:`~det_sdk.errors.CheckpointWriteError`
+    saying how many bytes were expected and how many went out (a full disk raises its
+    own ``OSError``, ENOSPC, from the write itself)."""
+    view = _byte_view(data)
+    expected, done = len(view), 0
+    while done < expected:
+        rest = view[done:]
+        n = os.pwrite(fd, rest, offset + done) if offset is not None else os.write(fd, rest)
+        if n <= 0:  # never loop on a write that makes no progress
+            at = f" at offset {offset}" if offset is not None else ""
+            raise CheckpointWriteError(
+                errno.EIO, f"{what}: wrote {done} of {expected} bytes{at}, then nothing")
+        done += n
+
+
+def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> str:
+    """Copy the file ``src`` to ``dst`` (its bytes and permission bits), checked to be
+    the size ``src`` had when opened; ``dst``. A ``shutil.copytree`` ``copy_function``:
+    how checkpoints are uploaded to and downloaded from storage.
+
+    A source that shrinks while it is copied (another process truncating it) raises
+    :class:`~det_sdk.errors.CheckpointCorruptError` with the sizes, not a short copy.
+    """
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        size = os.fstat(fin).st_size
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            chunk = memoryview(bytearray(min(size, COPY_CHUNK)))
+            done = 0
+            while done < size:
+                part = chunk[:min(COPY_CHUNK, size - done)]
+                read_exactly(fin, part, offset=done, what=f"{os.fspath(src)} "
+                             f"({size} bytes when the copy began)")
+                write_all(fout, part, offset=done, what=os.fspath(dst))
+                done += len(part)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    shutil.copymode(src, dst)
+    return os.fspath(dst)
 
 
 class ArrayFileWriter:
@@ -58,6 +169,7 @@ class ArrayFileWriter:
         self.total = 0  # end of the last array: the file's size once closed
         self.digest = xxhash.xxh3_64()
         self.direct_bytes = 0  # how many bytes went straight from memory to the disk
+        self.path = os.fspath(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._direct_fd: int | None = None
         direct_flag = getattr(os, "O_DIRECT", 0)
@@ -92,11 +204,7 @@ class ArrayFileWriter:
         return offset
 
     def _buffered(self, data: memoryview, offset: int) -> None:
-        while data:
-            n = os.pwrite(self._fd, data, offset)
-            if n <= 0:  # never loop on a write that makes no progress
-                raise OSError(errno.EIO, f"wrote nothing at offset {offset}")
-            data, offset = data[n:], offset + n
+        write_all(self._fd, data, offset, what=self.path)
 
     def _direct(self, data: memoryview, offset: int) -> None:
         while data and self._direct_fd is not None:

@@ -6,7 +6,8 @@ True
 
 from __future__ import annotations
 
-__all__ = ["CheckpointCorruptError", "CheckpointMismatchError", "DetSdkError", "DivergenceError"]
+__all__ = ["CheckpointCorruptError", "CheckpointMismatchError", "CheckpointWriteError",
+           "DetSdkError", "DivergenceError"]
 
 
 class DetSdkError(Exception):
@@ -15,6 +16,10 @@ class DetSdkError(Exception):
 
 class CheckpointCorruptError(DetSdkError, RuntimeError):
     """A checkpoint directory whose files are missing, truncated, altered or unreadable."""
+
+
+class CheckpointWriteError(DetSdkError, OSError):
+    """A checkpoint file that could not be written in full (a write that made no progress)."""
 
 
 class CheckpointMismatchError(DetSdkError, ValueError):

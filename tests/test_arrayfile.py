@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,8 @@ import pytest
 import xxhash
 
 from det_sdk import arrayfile
-from det_sdk.arrayfile import BLOCK, MIN_DIRECT, ArrayFileWriter
+from det_sdk.arrayfile import BLOCK, MIN_DIRECT, ArrayFileWriter, copy_file, read_exactly, write_all
+from det_sdk.errors import CheckpointCorruptError, CheckpointWriteError, DetSdkError
 
 
 def _page_aligned(nbytes: int, shift: int = 0) -> np.ndarray:
@@ -129,6 +133,139 @@ def test_a_write_that_makes_no_progress_raises_instead_of_looping(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Same boundary: a write(2) that returns 0 for a regular file cannot be provoked here.
     monkeypatch.setattr(arrayfile.os, "pwrite", lambda fd, data, offset: 0)
-    with pytest.raises(OSError, match="wrote nothing"), \
+    with pytest.raises(CheckpointWriteError, match=r"wrote 0 of \d+ bytes at offset 0"), \
             ArrayFileWriter(tmp_path / "state.bin") as out:
         out.add(_page_aligned(2 * MIN_DIRECT))
+
+
+# --- read_exactly / write_all / copy_file: every byte, or how many were missing ----------
+
+
+def _trickle(fd: int, data: bytes, chunk: int, close: bool = True) -> threading.Thread:
+    """Write ``data`` to ``fd`` in ``chunk``-byte writes with pauses: the reader's
+    reads come back short (a pipe returns what is there)."""
+    def run() -> None:
+        try:
+            for i in range(0, len(data), chunk):
+                os.write(fd, data[i:i + chunk])
+                if i // chunk % 16 == 0:
+                    time.sleep(0.001)
+        finally:
+            if close:
+                os.close(fd)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _short_reads_seen(fd: int, size: int) -> int:
+    """How many bytes one read of ``size`` gets here (what read_exactly must repeat)."""
+    return len(os.read(fd, size))
+
+
+def test_read_exactly_fills_the_buffer_from_a_pipe_of_short_reads() -> None:
+    data = np.random.default_rng(1).integers(0, 256, 3_000_001, dtype=np.uint8).tobytes()
+    r, w = os.pipe()
+    writer = _trickle(w, data, chunk=1000)
+    try:
+        # a single read of this pipe really is short: the case being fixed
+        first = _short_reads_seen(r, len(data))
+        assert 0 < first < len(data)
+        buf = np.empty(len(data) - first, np.uint8)  # a numpy buffer, as the reader uses
+        read_exactly(r, buf, what="the pipe")
+        assert data[:first] + buf.tobytes() == data
+    finally:
+        writer.join()
+        os.close(r)
+
+
+def test_read_exactly_from_a_file_object_of_short_reads() -> None:
+    data = os.urandom(1_000_003)
+    a, b = socket.socketpair()
+    writer = _trickle(os.dup(b.fileno()), data, chunk=4096)
+    b.close()
+    try:
+        with a.makefile("rb", buffering=0) as f:
+            buf = bytearray(len(data))
+            read_exactly(f, buf)
+        assert bytes(buf) == data
+    finally:
+        writer.join()
+        a.close()
+
+
+def test_read_exactly_says_how_many_bytes_it_expected_when_the_source_ends() -> None:
+    r, w = os.pipe()
+    writer = _trickle(w, b"x" * 70_000, chunk=700)
+    try:
+        with pytest.raises(CheckpointCorruptError,
+                           match=r"^the pipe ended early: expected 100000 bytes, got 70000$"):
+            read_exactly(r, memoryview(bytearray(100_000)), what="the pipe")
+    finally:
+        writer.join()
+        os.close(r)
+
+
+def test_read_exactly_at_an_offset_of_a_truncated_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.bin"
+    path.write_bytes(bytes(range(256)) * 40)  # 10240 bytes
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(100)
+        read_exactly(fd, buf, offset=1000)
+        assert bytes(buf) == (bytes(range(256)) * 40)[1000:1100]
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # pread: the position is left alone
+        with pytest.raises(CheckpointCorruptError) as err:
+            read_exactly(fd, bytearray(5000), offset=8192, what="state.bin")
+        assert str(err.value) == ("state.bin ended early: expected 5000 bytes from offset "
+                                  "8192, got 2048")
+        assert isinstance(err.value, DetSdkError)
+    finally:
+        os.close(fd)
+
+
+def test_read_exactly_refuses_a_read_only_buffer() -> None:
+    r, w = os.pipe()
+    try:
+        with pytest.raises(TypeError, match="writable"):
+            read_exactly(r, b"12345")
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_write_all_writes_every_byte_into_a_pipe_read_in_small_pieces() -> None:
+    data = os.urandom(1 << 20)  # far over a pipe's 64 KiB buffer
+    r, w = os.pipe()
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(r, 777):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        write_all(w, np.frombuffer(data, np.uint8))
+    finally:
+        os.close(w)
+        reader.join()
+        os.close(r)
+    assert bytes(got) == data
+
+
+def test_copy_file_copies_bytes_and_mode_across_chunks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrayfile, "COPY_CHUNK", 4096)  # many chunks, one ragged
+    src, dst = tmp_path / "src.bin", tmp_path / "dst.bin"
+    data = os.urandom(5 * 4096 + 123)
+    src.write_bytes(data)
+    src.chmod(0o600)
+    assert copy_file(src, dst) == str(dst)
+    assert dst.read_bytes() == data
+    assert dst.stat().st_mode & 0o777 == 0o600
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    copy_file(empty, tmp_path / "empty2")
+    assert (tmp_path / "empty2").read_bytes() == b""

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from det_sdk.arrayfile import copy_file
 from det_sdk.distributed import DistributedContext
 from det_sdk.session import Session
 
@@ -79,7 +80,7 @@ class CheckpointContext:
             raise FileNotFoundError(f"upload: ckpt_dir {src} is not a directory")
         with self.store_path(metadata, shard=shard) as (path, uuid):
             if self._dist.is_chief:
-                shutil.copytree(src, path, dirs_exist_ok=True)
+                shutil.copytree(src, path, dirs_exist_ok=True, copy_function=copy_file)
         return uuid
 
     @contextlib.contextmanager
@@ -94,7 +95,7 @@ class CheckpointContext:
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
         """Copy checkpoint ``storage_id`` into the local directory ``ckpt_dir``."""
         shutil.copytree(self._session.checkpoint_path(storage_id), Path(ckpt_dir),
-                        dirs_exist_ok=True)
+                        dirs_exist_ok=True, copy_function=copy_file)
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The checkpoint's ``metadata.json`` ({} when it has none)."""

@@ -31,7 +31,7 @@ import tensorflow as tf
 import xxhash
 
 import det_sdk
-from det_sdk.arrayfile import ArrayFileWriter
+from det_sdk.arrayfile import ArrayFileWriter, read_exactly
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError
 from det_sdk.keras import _compat
 
@@ -436,13 +436,20 @@ def _read_arrays(path: Path, verify: bool = True) -> dict[str, list[np.ndarray]]
             f"checkpoint {path}: state.bin holds {size} bytes, its index says {total} "
             "(truncated or overwritten)"
         )
-    # One read into uninitialised memory (a bytearray would be zero-filled first); the
+    # Reads into uninitialised memory (a bytearray would be zero-filled first); the
     # arrays are views of it, handed to TensorFlow without copies (see _assign).
     raw = np.empty(total + ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % ALIGN
     buf = raw[start:start + total]
-    with open(path / "state.bin", "rb", buffering=0) as f:
-        f.readinto(memoryview(buf))
+    try:
+        fd = os.open(path / "state.bin", os.O_RDONLY)
+    except OSError as err:
+        raise CheckpointCorruptError(f"checkpoint file {path / 'state.bin'} is unreadable: "
+                                     f"{err}") from None
+    try:  # a loop: one read stops at 2 GiB - 4 KiB on Linux
+        read_exactly(fd, buf, offset=0, what=f"checkpoint file {path / 'state.bin'}")
+    finally:
+        os.close(fd)
     if verify:
         _verify(path, "state.bin", buf)
     groups: dict[str, list[np.ndarray]] = {}
