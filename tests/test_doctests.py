@@ -11,7 +11,7 @@ MODULES = [
     "det_sdk.config", "det_sdk.hparams", "det_sdk.info", "det_sdk.session",
     "det_sdk.storage", "det_sdk.api", "det_sdk.master.searchers", "det_sdk.master.store",
     "det_sdk.master.archive", "det_sdk.keras._plan", "det_sdk.keras._callbacks",
-    "det_sdk.keras._compat",
+    "det_sdk.keras._compat", "det_sdk.master.security", "det_sdk.master.ui.routes",
 ]
 
 
