@@ -226,10 +226,18 @@ class MetricsReport(_Model):
     metrics: dict[str, Metric] = Field(max_length=1000)
 
 
+#: A checkpoint uuid as the master accepts it: what ``uuid.uuid4()`` prints.
+CHECKPOINT_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
 class CheckpointReport(_Model):
     """``POST /api/v1/checkpoints``: a checkpoint written to the trial's storage."""
 
-    uuid: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    #: canonical lowercase 8-4-4-4-12 hex, as det_sdk's storage names checkpoint
+    #: directories: retention deletes ``<storage>/<uuid>``, so nothing else is taken
+    uuid: str = Field(pattern=CHECKPOINT_UUID_PATTERN,
+                      description="the checkpoint's directory name: a canonical lowercase "
+                                  "UUID (8-4-4-4-12 hex digits)")
     trial_id: Count
     steps_completed: Count
     epoch: Count

@@ -18,6 +18,7 @@ b'...'
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import threading
@@ -27,10 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage", "best_first",
-           "check_uuid", "fsync_path", "pid_alive"]
+__all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
+           "best_first", "check_uuid", "fsync_path", "pid_alive", "read_owner"]
 
 _TMP_PREFIX = ".tmp-"
+#: Written into every checkpoint a master's task saves: ``{"allocation_id", "trial_id"}``
+#: of the task (``DET_ALLOCATION_ID``/``DET_TRIAL_ID``). A master deletes a checkpoint
+#: directory only if it names one of that master's own allocations (of the trial whose
+#: record it drops): masters sharing a ``host_path`` never delete each other's.
+OWNER_FILE = ".det_sdk-owner.json"
 
 
 class CheckpointNotFoundError(LookupError):
@@ -56,8 +62,12 @@ class CheckpointStorage:
 class SharedFSStorage(CheckpointStorage):
     """Checkpoints as directories under ``base`` on a local or shared filesystem."""
 
-    def __init__(self, base: str | os.PathLike[str]) -> None:
+    def __init__(self, base: str | os.PathLike[str],
+                 owner: dict[str, Any] | None = None) -> None:
         self.base = Path(base)
+        #: what :data:`OWNER_FILE` holds in each checkpoint stored; by default the
+        #: task's allocation and trial from its environment (none off the cluster)
+        self.owner = owner if owner is not None else _task_owner()
 
     @contextlib.contextmanager
     def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
@@ -70,6 +80,8 @@ class SharedFSStorage(CheckpointStorage):
         tmp.mkdir()
         try:
             yield uuid, tmp
+            if self.owner:  # after the caller's files: a copied-in owner file is replaced
+                (tmp / OWNER_FILE).write_text(json.dumps(self.owner))
             fsync_together([f for f in tmp.rglob("*") if f.is_file()])
             fsync_path(tmp)
             os.rename(tmp, self.base / uuid)
@@ -101,6 +113,25 @@ class SharedFSStorage(CheckpointStorage):
             pid = p.name.rsplit("-", 1)[-1]
             if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def _task_owner() -> dict[str, Any] | None:
+    """The owner record of a master's task (``DET_ALLOCATION_ID``), else None."""
+    alloc = os.environ.get("DET_ALLOCATION_ID")
+    if not alloc:
+        return None
+    trial = os.environ.get("DET_TRIAL_ID", "")
+    return {"allocation_id": alloc, "trial_id": int(trial) if trial.isdigit() else None}
+
+
+def read_owner(path: Path) -> dict[str, Any] | None:
+    """The :data:`OWNER_FILE` record of checkpoint directory ``path``; None if it has
+    none (a local run's, or saved before det_sdk wrote one) or it is unreadable."""
+    try:
+        owner = json.loads((path / OWNER_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 def check_uuid(uuid: str) -> None:

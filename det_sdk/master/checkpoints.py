@@ -6,6 +6,15 @@ storage directory, one directory per uuid; the master only records them, deletes
 those the retention policy drops, and removes directories left behind by a trial
 that died between writing a checkpoint and reporting it.
 
+A storage directory (``host_path``) may be shared: by masters (one per user, as the
+README recommends), by local runs, by other files. The master therefore deletes a
+directory only if it is named like a uuid and its owner file
+(:data:`det_sdk.storage.OWNER_FILE`, written by the task that saved it) names one of
+this master's own allocations, of the trial concerned: a marker, not a per-master
+prefix, so that checkpoint paths stay ``<host_path>/<uuid>``. Directories without
+one (local runs, checkpoints saved before det_sdk wrote owner files) are never
+deleted by a master.
+
 >>> is_checkpoint_name("0f5b6a1e-6bb4-4c37-9c43-5e0c3a3c2b11"), is_checkpoint_name("data")
 (True, False)
 """
@@ -21,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.config import ExperimentConfig
-from det_sdk.master.errors import Conflict, NotFound
+from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
-from det_sdk.storage import best_first
+from det_sdk.storage import best_first, read_owner
 
 __all__ = ["Checkpoints", "is_checkpoint_name"]
 
@@ -69,12 +78,22 @@ class Checkpoints:
     def report(self, report: dict[str, Any]) -> None:
         """A trial wrote a checkpoint: record it, then apply the retention policy.
 
-        Refused (:class:`Conflict`) if the uuid is another trial's: a task token cannot
-        take over (and so delete) a checkpoint it did not write.
+        Refused (:class:`Conflict`) if the uuid is another trial's, or names a
+        directory that no task of this trial wrote (its owner file): a task token
+        cannot take over (and so delete) a checkpoint it did not write. The uuid is a
+        canonical lowercase UUID (:class:`InvalidRequest` otherwise).
         """
         trial_id = report["trial_id"]
         with self.lifecycle.lock:
             self.lifecycle.trial_event(trial_id, TrialEvent.CHECKPOINTED)
+            if not is_checkpoint_name(report["uuid"]):  # the API checks it; callers too
+                raise InvalidRequest(f"uuid: {report['uuid']!r} is not a canonical lowercase "
+                                     "UUID (8-4-4-4-12 hex digits)")
+            known = self.store.checkpoint(report["uuid"])
+            path = self.directory(self.config_of(trial_id)) / report["uuid"]
+            if known is None and path.is_dir() and not self._written_by(path, trial_id):
+                raise Conflict(f"checkpoint directory {path} was not written by trial "
+                               f"{trial_id} of this master")
             owner = self.store.put_checkpoint(report)
             if owner != trial_id:
                 raise Conflict(f"checkpoint {report['uuid']} belongs to trial {owner}, "
@@ -109,8 +128,29 @@ class Checkpoints:
         base = self.directory(cfg)
         for r in rows:
             if r["uuid"] not in keep:
-                shutil.rmtree(base / r["uuid"], ignore_errors=True)
+                self._delete_files(base / r["uuid"], trial_id)
                 self.store.delete_checkpoint(r["uuid"])
+
+    def _written_by(self, path: Path, trial_id: int | None = None) -> bool:
+        """Whether checkpoint directory ``path`` was saved by a task of this master (of
+        trial ``trial_id`` if given), as its owner file says."""
+        owner = read_owner(path)
+        alloc_id = owner.get("allocation_id") if owner else None
+        alloc = self.store.allocation(alloc_id) if isinstance(alloc_id, str) else None
+        if alloc is None or alloc["trial_id"] is None:
+            return False
+        return trial_id is None or alloc["trial_id"] == trial_id
+
+    def _delete_files(self, path: Path, trial_id: int) -> None:
+        """Delete a dropped checkpoint's directory if it is one of ``trial_id``'s (a
+        uuid-named directory its task wrote); anything else stays, logged."""
+        if not path.is_dir():
+            return
+        if is_checkpoint_name(path.name) and self._written_by(path, trial_id):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            log.warning("kept %s: not a checkpoint directory written by trial %d of this "
+                        "master (its record is dropped)", path, trial_id)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -151,11 +191,15 @@ class Checkpoints:
     # --- sweeping -----------------------------------------------------------------------
 
     def sweep_unrecorded(self, bases: Iterable[Path]) -> list[Path]:
-        """Delete checkpoint directories under ``bases`` that no record names.
+        """Delete checkpoint directories under ``bases`` that this master's trials
+        wrote and no record names.
 
         They are what a trial killed between writing a checkpoint and reporting it
-        leaves. The caller makes sure that no trial writing to a base runs (its report
-        may still be on the way). Returns what was deleted.
+        leaves. Only uuid-named directories whose owner file names an allocation of
+        this master go: another master sharing the storage, a local run, or an older
+        det_sdk wrote the others, and this master cannot know that they are unused.
+        The caller makes sure that no trial writing to a base runs (its report may
+        still be on the way). Returns what was deleted.
         """
         recorded = {c["uuid"] for c in self.store.checkpoints()}
         gone = []
@@ -163,7 +207,8 @@ class Checkpoints:
             if not base.is_dir():
                 continue
             for p in base.iterdir():
-                if is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir():
+                if (is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir()
+                        and self._written_by(p)):
                     shutil.rmtree(p, ignore_errors=True)
                     gone.append(p)
         if gone:
