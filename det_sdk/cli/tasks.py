@@ -72,6 +72,7 @@ def _read_config(path: str, kind: str) -> dict[str, Any]:
         load_yaml_file,
         parse_experiment_config,
         parse_job_config,
+        resolve_host_path,
     )
 
     raw = load_yaml_file(path)
@@ -79,6 +80,13 @@ def _read_config(path: str, kind: str) -> dict[str, Any]:
         # a file holding one string is not the name of another config file
         raise ConfigError(f"invalid {kind} config {path}: expected a mapping at the top "
                           f"level, got {type(raw).__name__}")
+    if kind == "experiment":
+        # the master refuses a relative host_path (it would be under each trial's
+        # working directory): the config file's directory is what its author meant
+        raw, resolved = resolve_host_path(raw, Path(path).parent)
+        if resolved:
+            print(f"checkpoint_storage.host_path: resolved against {path}'s directory: "
+                  f"{resolved}", file=sys.stderr)
     # Validate here first: a bad config fails before anything is packed or sent.
     (parse_experiment_config if kind == "experiment" else parse_job_config)(raw)
     return raw

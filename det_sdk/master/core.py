@@ -402,6 +402,7 @@ class Master:
 def _experiment_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         config = parse_experiment_config(raw)
+        config.checkpoint_storage.check_absolute()  # never under a trial's workdir
     except (ValueError, RecursionError) as err:
         raise InvalidRequest(str(err)) from None
     if not config.entrypoint_script:
