@@ -42,6 +42,7 @@ def _downloaded(fakes: Fakes, uuid: str) -> dict:
         r = http.get(f"/api/v1/checkpoints/{uuid}/download")
     assert r.status_code == 200, r.text
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
+        assert f"./{OWNER_FILE}" not in tar.getnames()  # the master's bookkeeping
         return json.loads(tar.extractfile("./state.json").read())  # type: ignore[union-attr]
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from det_sdk.arrayfile import copy_file
 from det_sdk.distributed import DistributedContext
 from det_sdk.session import Session
+from det_sdk.storage import OWNER_FILE
 
 __all__ = ["CheckpointContext"]
 
@@ -94,8 +95,10 @@ class CheckpointContext:
 
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
         """Copy checkpoint ``storage_id`` into the local directory ``ckpt_dir``."""
-        shutil.copytree(self._session.checkpoint_path(storage_id), Path(ckpt_dir),
-                        dirs_exist_ok=True, copy_function=copy_file)
+        src = self._session.checkpoint_path(storage_id)
+        # the owner file is the master's bookkeeping (det_sdk.storage), not the user's
+        shutil.copytree(src, Path(ckpt_dir), dirs_exist_ok=True, copy_function=copy_file,
+                        ignore=lambda d, names: [OWNER_FILE] if Path(d) == src else [])
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The checkpoint's ``metadata.json`` ({} when it has none)."""

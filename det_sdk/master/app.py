@@ -554,10 +554,14 @@ def _tar_gz_response(path: FilePath) -> Response:
 
     from fastapi.responses import StreamingResponse
 
+    from det_sdk.storage import OWNER_FILE
+
     spool = tempfile.SpooledTemporaryFile(max_size=16 << 20)  # noqa: SIM115 (the stream closes it)
     try:
         with tarfile.open(fileobj=spool, mode="w:gz", compresslevel=1) as tar:
-            tar.add(path, arcname=".")
+            # the owner file is the master's bookkeeping, not part of the checkpoint
+            tar.add(path, arcname=".", filter=lambda info: None
+                    if info.name == f"./{OWNER_FILE}" else info)
         size = spool.tell()
         spool.seek(0)
     except BaseException:
