@@ -245,8 +245,12 @@ def test_pages_render_under_the_content_security_policy(browser: Any, cluster: C
     for hash_, ready in ((f"#/experiments/{asha}", "#parcoords[data-lines]"),
                          (f"#/trials/{trial}", "#charts canvas"), ("#/jobs", "h1")):
         page.goto(f"{cluster.url}/ui/{hash_}")
-        page.wait_for_selector(f"body[data-ready='{hash_}']")  # (wait_for_function: eval)
-        page.wait_for_selector(ready)
+        try:
+            page.wait_for_selector(f"body[data-ready='{hash_}']")  # (wait_for_function: eval)
+            page.wait_for_selector(ready)
+        except Exception as err:
+            raise AssertionError((hash_, errors, page.evaluate("window.__csp"),
+                                  page.inner_html("#app")[:2000])) from err
         assert page.evaluate("window.__csp") == [], (hash_, page.evaluate("window.__csp"))
     page.goto(f"{cluster.url}/ui/#/experiments")
     page.wait_for_selector("body[data-ready='#/experiments']")

@@ -37,11 +37,18 @@ async function tick() {
   }
 }
 
+let navigation = 0; // which route() call is the latest
+
 async function route() {
+  const mine = ++navigation;
   if (current && current.destroy) current.destroy();
   current = null;
   const hash = location.hash || "#/experiments";
-  const main = document.getElementById("app");
+  // Each navigation renders into a container of its own: a page still loading when the
+  // user moves on (a click during a slow load) finishes into a detached element, never
+  // over the page that replaced it.
+  const main = document.createElement("div");
+  document.getElementById("app").replaceChildren(main);
   for (const [re, render, nav] of ROUTES) {
     const m = hash.match(re);
     if (!m) continue;
@@ -49,10 +56,15 @@ async function route() {
       a.classList.toggle("active", a.dataset.nav === nav));
     main.innerHTML = '<p class="muted">Loading…</p>';
     try {
-      current = await render(main, m.slice(1));
+      const page = await render(main, m.slice(1));
+      if (mine !== navigation) {
+        if (page && page.destroy) page.destroy(); // overtaken while it loaded
+        return;
+      }
+      current = page;
       document.body.dataset.ready = hash; // page tests wait for this
     } catch (err) {
-      main.innerHTML = `<p class="error">${esc(err.message)}</p>`;
+      if (mine === navigation) main.innerHTML = `<p class="error">${esc(err.message)}</p>`;
     }
     return;
   }
