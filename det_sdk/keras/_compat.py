@@ -501,3 +501,55 @@ def metrics_in_order(model: Any, logs: Mapping[str, Any]) -> list[Any]:
 def set_history_model(history: Any, model: Any) -> None:
     """``history.model = model`` (a read-only property on Keras 3)."""
     history.set_model(model)
+
+
+# The attributes that hold a Keras callback's state between epochs (what its
+# ``on_train_begin`` resets or its ``__init__`` sets), by class name. Keras 2 and 3
+# differ: ModelCheckpoint's epoch counter (Keras 2's ``period``), TensorBoard's
+# test-batch counter (Keras 3). An attribute a callback lacks is skipped.
+_CALLBACK_STATE_COMMON: dict[str, tuple[str, ...]] = {
+    "EarlyStopping": ("wait", "best", "stopped_epoch", "best_weights", "best_epoch"),
+    "ReduceLROnPlateau": ("wait", "best", "cooldown_counter"),
+    "ModelCheckpoint": ("best", "_batches_seen_since_last_saving", "_last_batch_seen"),
+    "TensorBoard": ("_global_train_batch",),
+}
+_CALLBACK_STATE_K2 = {"ModelCheckpoint": ("epochs_since_last_save",)}
+_CALLBACK_STATE_K3 = {"TensorBoard": ("_global_test_batch",)}
+
+
+def callback_state_attributes() -> list[tuple[type, tuple[str, ...]]]:
+    """``(Keras callback class, its state attributes)`` for the running Keras.
+
+    >>> [cls.__name__ for cls, _ in callback_state_attributes()][:2]
+    ['EarlyStopping', 'ReduceLROnPlateau']
+    """
+    extra = _CALLBACK_STATE_K3 if _K3 else _CALLBACK_STATE_K2
+    out = []
+    for name, attrs in _CALLBACK_STATE_COMMON.items():
+        cls = getattr(keras.callbacks, name, None)
+        if cls is not None:
+            out.append((cls, attrs + extra.get(name, ())))
+    return out
+
+
+def learning_rate(opt: Any) -> float | None:
+    """``opt``'s current learning rate (None when it is a schedule, not a value).
+
+    Keras 2's optimizers keep it outside ``variables`` (so outside det_sdk's
+    checkpoint state); what ReduceLROnPlateau set is saved with the callback.
+    """
+    lr = getattr(opt, "learning_rate", None) if _K3 else getattr(opt, "lr", None)
+    if lr is None or callable(lr) and not hasattr(lr, "numpy"):
+        return None
+    try:
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+    except (TypeError, ValueError):
+        return None
+
+
+def set_learning_rate(opt: Any, value: float) -> None:
+    """Set ``opt``'s learning rate to ``value``, as ReduceLROnPlateau does."""
+    if _K3:
+        opt.learning_rate = value
+    else:
+        keras.backend.set_value(opt.lr, value)

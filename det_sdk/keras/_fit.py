@@ -23,7 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import Length
-from det_sdk.keras import _compat, _data, _inputs
+from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
     CheckInSync,
@@ -71,7 +71,9 @@ _ORDER = (
     "sync",         # the divergence guard, before anyone records a diverged state
     "average",      # epoch metrics become all processes' data's before anyone reads them
     "sequence",     # the user's Sequence.on_epoch_end, as Keras would call it
+    "states_in",    # a resumed CSVLogger appends to its file (before it opens it)
     "user",         # the script's callbacks see averaged metrics
+    "states",       # the script's callbacks' state put back after their on_train_begin
     "reporter",     # records what the user's callbacks may have changed (EarlyStopping)
     "history",      # the run's History, before a checkpoint saves it
     "tensorboard",
@@ -152,7 +154,14 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     loop.broadcast(model)  # rank 0's state everywhere before the first step
 
     # Callbacks that write files run on rank 0 only (README: "Many processes").
-    user_callbacks = chief_only_callbacks(list(kwargs.pop("callbacks", None) or []), dist)
+    given_callbacks = list(kwargs.pop("callbacks", None) or [])
+    user_callbacks = chief_only_callbacks(given_callbacks, dist)
+    # Their state is saved with each checkpoint and restored from rank 0's on all ranks.
+    callback_states = _callback_state.CallbackStates(given_callbacks, user_callbacks)
+    if uuid is not None:
+        callback_states.restore(dist.broadcast(
+            _callback_state.saved_state(session.checkpoint_path(uuid)) if dist.is_chief
+            else None))
     if dist.size > 1 and not dist.is_chief:
         kwargs["verbose"] = 0  # one progress bar, rank 0's
     reporter = MetricsReporter(
@@ -161,13 +170,15 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
             policy.max_length or operation or Length(epochs=script_epochs), steps),
     )
     trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
-    save = _Saver(loop, model, position, reporter, trainer.history)
+    save = _Saver(loop, model, position, reporter, trainer.history, callback_states)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
         "track": TrackPosition(position),
         "reporter": reporter,
         "history": RecordHistory(trainer.history),
         "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
+        "states_in": callback_states.before_user(),
+        "states": callback_states,
     }
     if dist.size > 1:
         hooks["sync"] = CheckInSync(lambda where: loop.check_in_sync(model, where), position)
@@ -323,15 +334,20 @@ class _Saver:
     """Save a checkpoint at the current position, once per position."""
 
     def __init__(self, loop: TrainingLoop, model: Any, position: Position,
-                 reporter: MetricsReporter, history: Any) -> None:
+                 reporter: MetricsReporter, history: Any,
+                 callback_states: _callback_state.CallbackStates | None = None) -> None:
         self.loop, self.model, self.position, self.reporter = loop, model, position, reporter
         self.history = history
+        self.callback_states = callback_states
         self._last: tuple[int, str | None] | None = None
 
     def __call__(self) -> str | None:
         if self._last is None or self._last[0] != self.position.steps_completed:
             record = {"epoch": list(self.history.epoch), "history": self.history.history}
+            extra = None
+            if self.callback_states is not None and self.loop.distributed.is_chief:
+                extra = {_callback_state.METADATA_KEY: self.callback_states.collect()}
             uuid = self.loop.save(self.model, self.position, self.reporter.last_validation,
-                                  history=record)
+                                  history=record, extra=extra)
             self._last = (self.position.steps_completed, uuid)
         return self._last[1]

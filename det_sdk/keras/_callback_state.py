@@ -1,0 +1,311 @@
+"""The user's callbacks' state in det_sdk's checkpoints, so a resumed ``fit`` goes on as one.
+
+What is saved, at every checkpoint, in ``metadata.json`` under ``"callbacks"``::
+
+    {"version": 1, "states": {"EarlyStopping[0]": {...}, "CSVLogger[0]": {...}}}
+
+A callback is named by its class name and its position among the ``fit``'s
+callbacks of the same class (``"EarlyStopping[1]"`` is the second
+EarlyStopping), counted over the whole list the script passes, so every process
+names it alike. A resumed run restores each state into the callback of the same
+name; a callback without a saved state (a checkpoint written before this, or a
+callback the script added since) starts afresh.
+
+Whose state:
+
+- a callback with ``get_state()`` and ``set_state(state)`` (the user's opt-in):
+  what ``get_state()`` returns;
+- Keras's ``EarlyStopping``, ``ModelCheckpoint``, ``ReduceLROnPlateau``,
+  ``TensorBoard`` (and subclasses): their counters and best values (the
+  attributes are listed in ``_compat.callback_state_attributes``);
+- ``CSVLogger``: how many bytes its file held; a resumed run cuts the file back to
+  them (rows of epochs after the checkpoint go) and appends, with no second header.
+
+A state may hold ``None``, ``bool``, ``int``, ``float`` (``inf`` and ``nan``
+too), ``str``, lists and tuples (they come back as lists), dicts with ``str``
+keys, numpy arrays and numpy scalars (they come back as numpy arrays), nested
+as deep as needed. Anything else is refused with an error naming the callback.
+
+The same state also carries over between the ``model.fit`` calls one
+``context.fit`` makes (Keras's callbacks reset themselves at each
+``on_train_begin``), so ``context.fit`` behaves as one ``model.fit`` call.
+
+>>> decode(encode({"best": float("inf"), "w": [np.arange(3)]}, "cb"))["best"]
+inf
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from det_sdk.errors import DetSdkError
+from det_sdk.keras import _compat
+
+__all__ = [
+    "METADATA_KEY",
+    "STATE_VERSION",
+    "CallbackStateError",
+    "CallbackStates",
+    "callback_names",
+    "decode",
+    "encode",
+    "saved_state",
+]
+
+METADATA_KEY = "callbacks"
+STATE_VERSION = 1
+
+
+class CallbackStateError(DetSdkError, TypeError):
+    """A callback's state cannot be saved (a value of a type a checkpoint does not hold)."""
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def encode(value: Any, where: str) -> Any:
+    """``value`` as JSON-able data (see the module's list of allowed types).
+
+    >>> encode({"n": np.int64(3), "x": -math.inf}, "cb")
+    {'n': 3, 'x': {'__float__': '-inf'}}
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (float, np.floating)) and not isinstance(value, np.ndarray):
+        f = float(value)
+        return f if math.isfinite(f) else {"__float__": repr(f)}
+    if isinstance(value, np.ndarray) or hasattr(value, "numpy"):
+        arr = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+        if arr.dtype.kind not in "biuf":
+            raise CallbackStateError(
+                f"callback state {where}: numpy arrays of dtype {arr.dtype} cannot be saved "
+                "(bool, int, uint and float arrays can)")
+        return {"__ndarray__": {"dtype": arr.dtype.str, "shape": list(arr.shape),
+                                "data": base64.b64encode(arr.tobytes()).decode("ascii")}}
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise CallbackStateError(
+                    f"callback state {where}: dict keys must be str, got {type(k).__name__} "
+                    f"{k!r}")
+            if k.startswith("__") and k.endswith("__"):
+                raise CallbackStateError(
+                    f"callback state {where}: key {k!r} is reserved (dunder names mark "
+                    "encoded values)")
+            out[k] = encode(v, f"{where}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise CallbackStateError(
+        f"callback state {where}: a {type(value).__name__} cannot be saved in a checkpoint; "
+        "use None, bool, int, float, str, lists, dicts with str keys, numpy arrays")
+
+
+def decode(value: Any) -> Any:
+    """The value :func:`encode` encoded (tuples come back as lists)."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__float__"}:
+            return float(value["__float__"])
+        if set(value) == {"__ndarray__"}:
+            spec = value["__ndarray__"]
+            data = base64.b64decode(spec["data"])
+            return np.frombuffer(data, dtype=np.dtype(spec["dtype"])).reshape(
+                spec["shape"]).copy()
+        return {k: decode(v) for k, v in value.items()}
+    return value
+
+
+# --- which callbacks, and their state -------------------------------------------------------
+
+
+def callback_names(callbacks: Sequence[Any]) -> list[str]:
+    """Each callback's stable name: class name and index among those of that class.
+
+    >>> class A: pass
+    >>> class B: pass
+    >>> callback_names([A(), B(), A()])
+    ['A[0]', 'B[0]', 'A[1]']
+    """
+    seen: dict[str, int] = {}
+    names = []
+    for cb in callbacks:
+        cls = type(cb).__name__
+        names.append(f"{cls}[{seen.get(cls, 0)}]")
+        seen[cls] = seen.get(cls, 0) + 1
+    return names
+
+
+def _user_opted_in(cb: Any) -> bool:
+    return callable(getattr(cb, "get_state", None)) and callable(getattr(cb, "set_state", None))
+
+
+def _keras_attributes(cb: Any) -> tuple[str, ...] | None:
+    for cls, attrs in _compat.callback_state_attributes():
+        if isinstance(cb, cls):
+            return attrs
+    return None
+
+
+def _csv_logger() -> type | None:
+    return getattr(_compat.keras.callbacks, "CSVLogger", None)
+
+
+def _is_csv_logger(cb: Any) -> bool:
+    cls = _csv_logger()
+    return cls is not None and isinstance(cb, cls)
+
+
+def _state_of(cb: Any) -> dict[str, Any] | None:
+    if _user_opted_in(cb):
+        return {"get_state": cb.get_state()}
+    state: dict[str, Any] = {}
+    if _is_csv_logger(cb):
+        path = os.fspath(cb.filename)
+        if cb.csv_file is not None and not getattr(cb.csv_file, "closed", False):
+            cb.csv_file.flush()  # Keras flushes each row already; a subclass may not
+        state["csv_bytes"] = os.path.getsize(path) if os.path.isfile(path) else 0
+    attrs = _keras_attributes(cb)
+    for attr in attrs or ():
+        if hasattr(cb, attr):
+            state[attr] = getattr(cb, attr)
+    if _is_reduce_lr(cb) and getattr(cb, "model", None) is not None:
+        # what it set; Keras 2's checkpointed optimizer state does not hold the rate
+        lr = _compat.learning_rate(_compat.model_optimizer(cb.model))
+        if lr is not None:
+            state["learning_rate"] = lr
+    return state or None
+
+
+def _is_reduce_lr(cb: Any) -> bool:
+    cls = getattr(_compat.keras.callbacks, "ReduceLROnPlateau", None)
+    return cls is not None and isinstance(cb, cls)
+
+
+def _set_state(cb: Any, state: Mapping[str, Any]) -> None:
+    if "get_state" in state:
+        if _user_opted_in(cb):
+            cb.set_state(state["get_state"])
+        return
+    for attr, value in state.items():
+        if attr == "csv_bytes":
+            continue
+        if attr == "learning_rate":
+            opt = _compat.model_optimizer(cb.model) if cb.model is not None else None
+            if opt is not None:
+                _compat.set_learning_rate(opt, value)
+            continue
+        if attr == "best_weights" and value is not None:
+            value = list(value)
+        setattr(cb, attr, value)
+
+
+def _resume_csv(cb: Any, nbytes: int) -> None:
+    """Cut ``cb``'s file back to ``nbytes`` and have it append (no second header)."""
+    path = os.fspath(cb.filename)
+    if os.path.isfile(path) and os.path.getsize(path) > nbytes:
+        with open(path, "r+b") as f:
+            f.truncate(nbytes)
+    cb.append = True
+
+
+class CallbackStates(_compat.keras.callbacks.Callback):
+    """Save the user's callbacks' state, restore it on resume and between ``model.fit`` calls.
+
+    Placed twice in the callback list: once before the user's callbacks
+    (``phase="before"``: a CSVLogger appends to its file instead of starting it
+    anew), once after them (``phase="after"``: what their ``on_train_begin`` reset
+    is put back, and their state at each ``on_train_end`` is kept for the next
+    call). :meth:`collect` gives the state a checkpoint saves.
+
+    ``every`` is the whole list the script passed (names are counted over it);
+    ``running`` those this process runs (file writers run on rank 0 only).
+
+    >>> states = CallbackStates([], [])
+    >>> states.collect()
+    {'version': 1, 'states': {}}
+    """
+
+    def __init__(self, every: Sequence[Any], running: Sequence[Any]) -> None:
+        super().__init__()
+        ids = {id(cb) for cb in running}
+        self._named = [(name, cb) for name, cb in zip(callback_names(every), every)
+                       if id(cb) in ids]
+        self._carried: dict[str, Any] | None = None  # state for the next on_train_begin
+        self._csv_cut: dict[str, int] = {}  # CSVLogger name -> bytes to cut its file to
+        self._started = False  # a model.fit call of this fit has begun
+
+    def restore(self, saved: Any) -> None:
+        """Take a checkpoint's ``"callbacks"`` entry; applied at the next ``on_train_begin``."""
+        if not isinstance(saved, Mapping) or saved.get("version") != STATE_VERSION:
+            return  # written before callbacks' state was saved, or not by this det_sdk
+        states = saved.get("states")
+        if not isinstance(states, Mapping):
+            return
+        self._carried = {k: decode(v) for k, v in states.items()}
+        self._csv_cut = {name: int(s["csv_bytes"]) for name, s in self._carried.items()
+                         if isinstance(s, Mapping) and "csv_bytes" in s}
+
+    def collect(self) -> dict[str, Any]:
+        """The state to save: ``{"version": 1, "states": {name: encoded state}}``."""
+        states = {}
+        for name, cb in self._named:
+            state = _state_of(cb)
+            if state is not None:
+                states[name] = encode(state, name)
+        return {"version": STATE_VERSION, "states": states}
+
+    def before_user(self) -> _compat.keras.callbacks.Callback:
+        """The callback that runs before the user's (see the class docstring)."""
+        return _BeforeUser(self)
+
+    def _prepare_files(self) -> None:
+        for name, cb in self._named:
+            if not _is_csv_logger(cb):
+                continue
+            if name in self._csv_cut:
+                _resume_csv(cb, self._csv_cut.pop(name))
+            elif self._started:
+                cb.append = True  # a later model.fit call of the same fit continues the file
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._started = True
+        if self._carried is None:
+            return
+        for name, cb in self._named:
+            state = self._carried.get(name)
+            if isinstance(state, Mapping):
+                _set_state(cb, state)
+        self._carried = None
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._carried = {name: state for name, cb in self._named
+                         if (state := _state_of(cb)) is not None}
+
+
+class _BeforeUser(_compat.keras.callbacks.Callback):
+    def __init__(self, states: CallbackStates) -> None:
+        super().__init__()
+        self.states = states
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.states._prepare_files()
+
+
+def saved_state(checkpoint_dir: Any) -> Any:
+    """The ``"callbacks"`` entry of the checkpoint in ``checkpoint_dir`` (None if it has none)."""
+    from det_sdk.keras import _checkpoint
+
+    return _checkpoint.read_metadata(checkpoint_dir).get(METADATA_KEY)
