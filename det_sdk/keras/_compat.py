@@ -539,7 +539,7 @@ def learning_rate(opt: Any) -> float | None:
     checkpoint state); what ReduceLROnPlateau set is saved with the callback.
     """
     lr = getattr(opt, "learning_rate", None) if _K3 else getattr(opt, "lr", None)
-    if lr is None or callable(lr) and not hasattr(lr, "numpy"):
+    if lr is None or (callable(lr) and not hasattr(lr, "numpy")):
         return None
     try:
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
