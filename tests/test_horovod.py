@@ -169,3 +169,30 @@ def test_training_that_would_diverge_stops_with_what_to_change(
     assert re.search(message, output), output[-3000:]
     assert "context.wrap_optimizer" in output
     assert "trained to the end" not in output
+
+
+def test_callbacks_state_resumes_on_two_processes(tmp_path: Path) -> None:
+    """EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, CSVLogger and a user's callback
+    (get_state/set_state) on 2 processes: interrupted and resumed, rank 0's checkpointed
+    state is restored on both ranks; the run equals an uninterrupted one."""
+    script = SCRIPTS / "callbacks_train.py"
+    full_out, cut_out = tmp_path / "full", tmp_path / "cut"
+    full_out.mkdir()
+    cut_out.mkdir()
+    full = horovodrun(script, {"DET_RUNS_DIR": str(full_out / "runs"), "CB_OUT": str(full_out)})
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    expected = json.loads((full_out / "rank0.json").read_text())
+    n = len(expected["epochs"])
+    assert 3 <= n < 40  # EarlyStopping ended it: its state matters across the resume
+
+    env = {"DET_RUNS_DIR": str(cut_out / "runs"), "CB_OUT": str(cut_out)}
+    cut = horovodrun(script, {**env, "CB_INTERRUPT_AT": str(n - 1)})
+    assert cut.returncode != 0 and "interrupted after epoch" in cut.stdout + cut.stderr
+    resumed = horovodrun(script, {**env, "DET_RESUME": "1"})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for r in (0, 1):
+        assert json.loads((cut_out / f"rank{r}.json").read_text()) == expected
+        a, b = np.load(full_out / "rank0.npz"), np.load(cut_out / f"rank{r}.npz")
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert (cut_out / "log.csv").read_text() == (full_out / "log.csv").read_text()
