@@ -72,6 +72,9 @@ class Session:
     storage: CheckpointStorage
     latest_checkpoint: str | None
     tensorboard_dir: Path | None
+    # Where relative paths of the files callbacks write are kept (None: as given, in the
+    # working directory). On the cluster, a folder of the trial's in checkpoint storage.
+    files_dir: Path | None = None
 
     def report_metrics(
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
@@ -425,6 +428,11 @@ class MasterSession(Session):
         # `det tensorboard EXP_ID` (det_sdk.master.ui.tensorboard_dir) finds them.
         self.tensorboard_dir = (
             Path(storage) / "tensorboard" / str(info.experiment_id) / f"trial_{info.trial_id}"
+            if storage and info.trial_id is not None else None)
+        # The trial's working directory goes when the trial ends: what callbacks write
+        # (ModelCheckpoint, CSVLogger) is kept beside the checkpoints instead.
+        self.files_dir = (
+            Path(storage) / "trial_files" / str(info.experiment_id) / f"trial_{info.trial_id}"
             if storage and info.trial_id is not None else None)
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
         self._preempt = threading.Event()

@@ -174,3 +174,17 @@ def test_state_encoding_round_trips_and_refuses_what_it_cannot_hold() -> None:
         _callback_state.encode({"bad": {1, 2}}, "cb")
     with pytest.raises(det.errors.DetSdkError, match="dict keys must be str"):
         _callback_state.encode({1: 2}, "cb")
+
+
+def test_relative_callback_files_go_to_the_trials_folder(tmp_path: Path, capsys) -> None:
+    """On the cluster (a session with files_dir), relative ModelCheckpoint/CSVLogger paths
+    are resolved under it, absolute ones stay; locally (None) nothing changes."""
+    csv = tf.keras.callbacks.CSVLogger("logs/e.csv")
+    best = tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "abs.keras"))
+    assert _callback_state.keep_files_with_trial([csv, best], None) == {}
+    assert csv.filename == "logs/e.csv"
+    moved = _callback_state.keep_files_with_trial([csv, best], tmp_path / "trial_files")
+    assert moved == {"CSVLogger[0]": str(tmp_path / "trial_files" / "logs" / "e.csv")}
+    assert csv.filename == moved["CSVLogger[0]"] and (tmp_path / "trial_files" / "logs").is_dir()
+    assert best.filepath == str(tmp_path / "abs.keras")
+    assert "CSVLogger[0] -> " in capsys.readouterr().err

@@ -39,7 +39,9 @@ from __future__ import annotations
 import base64
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ __all__ = [
     "callback_names",
     "decode",
     "encode",
+    "keep_files_with_trial",
     "saved_state",
 ]
 
@@ -309,3 +312,44 @@ def saved_state(checkpoint_dir: Any) -> Any:
     from det_sdk.keras import _checkpoint
 
     return _checkpoint.read_metadata(checkpoint_dir).get(METADATA_KEY)
+
+
+# The attribute that names the file each file-writing Keras callback writes (the same on
+# Keras 2 and 3).
+_FILE_ATTRIBUTES = (("ModelCheckpoint", "filepath"), ("CSVLogger", "filename"))
+
+
+def keep_files_with_trial(callbacks: Sequence[Any], files_dir: Path | None,
+                          announce: bool = True) -> dict[str, str]:
+    """Resolve the relative file paths of ``callbacks`` under ``files_dir``.
+
+    On the cluster the trial's working directory is deleted when the trial ends;
+    ``files_dir`` (``<host_path>/trial_files/<experiment>/trial_<id>``) stays. A
+    ModelCheckpoint's ``filepath`` and a CSVLogger's ``filename`` that are relative
+    are made ``files_dir / path`` (absolute ones are left as the script gave them),
+    and one line on stderr says where they went. Returns ``{callback name: new path}``.
+    With ``files_dir`` None (a local run) nothing changes.
+
+    >>> keep_files_with_trial([object()], Path("/tmp/x"))
+    {}
+    """
+    if files_dir is None:
+        return {}
+    moved: dict[str, str] = {}
+    classes = [(getattr(_compat.keras.callbacks, c, None), a) for c, a in _FILE_ATTRIBUTES]
+    for name, cb in zip(callback_names(callbacks), callbacks):
+        for cls, attr in classes:
+            if cls is None or not isinstance(cb, cls):
+                continue
+            path = os.fspath(getattr(cb, attr))
+            if os.path.isabs(path):
+                continue
+            new = os.path.join(os.fspath(files_dir), path)
+            os.makedirs(os.path.dirname(new), exist_ok=True)
+            setattr(cb, attr, new)
+            moved[name] = new
+    if moved and announce:
+        where = "; ".join(f"{name} -> {path}" for name, path in moved.items())
+        print("det_sdk: the callbacks' files are kept with the trial (its working directory "
+              f"is deleted when it ends): {where}", file=sys.stderr, flush=True)
+    return moved

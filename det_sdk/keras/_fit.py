@@ -155,6 +155,9 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
 
     # Callbacks that write files run on rank 0 only (README: "Many processes").
     given_callbacks = list(kwargs.pop("callbacks", None) or [])
+    # On the cluster, relative files of ModelCheckpoint/CSVLogger go to the trial's folder
+    _callback_state.keep_files_with_trial(given_callbacks, getattr(session, "files_dir", None),
+                                          announce=dist.is_chief)
     user_callbacks = chief_only_callbacks(given_callbacks, dist)
     # Their state is saved with each checkpoint and restored from rank 0's on all ranks.
     callback_states = _callback_state.CallbackStates(given_callbacks, user_callbacks)
