@@ -88,13 +88,13 @@ def _assert_one_value_per_step(cluster: Cluster, trial_id: int, epochs: int) -> 
                                   for g in ("training", "validation"))
 
 
-def _start_until_checkpoint(cluster: Cluster, name: str,
-                            epochs: int) -> tuple[int, int, list[dict]]:
+def _start_until_checkpoint(cluster: Cluster, name: str, epochs: int,
+                            **data: object) -> tuple[int, int, list[dict]]:
     """A one-trial experiment of ``epochs`` (1 s pause at each epoch end), once it has
     checkpointed: (experiment id, trial id, its checkpoints)."""
     config = cluster.write_config(name, searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": epochs}},
-        data={"sleep_per_epoch": 1.0})
+        data={"sleep_per_epoch": 1.0, **data})
     exp_id = create(cluster, config)
     trial_id = wait_until("the trial", lambda: describe(cluster, exp_id)["trials"])[0]["id"]
     known = wait_until("a first checkpoint", lambda: _checkpoints(cluster, trial_id))
@@ -103,7 +103,8 @@ def _start_until_checkpoint(cluster: Cluster, name: str,
 
 def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -> None:
     epochs = 2
-    exp_id, trial_id, _ = _start_until_checkpoint(cluster, "sigkill", epochs)
+    exp_id, trial_id, _ = _start_until_checkpoint(cluster, "sigkill", epochs,
+                                                  csv_log="logs/epochs.csv")
     (alloc,) = _allocations(cluster, trial_id)
     # kill -9 the training python only, as the OOM killer would; its shell survives it
     (pid,) = [p for p, cmd in _group(alloc["pid"]) if "train.py" in cmd and
@@ -122,6 +123,13 @@ def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -
     assert [(c["epoch"], c["batch"], c["steps_completed"]) for c in ckpts] == [
         (e, 0, STEPS_PER_EPOCH * e) for e in range(1, epochs + 1)]
     _assert_one_value_per_step(cluster, trial_id, epochs)
+    # The CSVLogger's relative file is kept with the trial, not in its working directory;
+    # the restart cut it back to its checkpoint and appended: one header, each epoch once.
+    logs = cluster.det("experiment", "logs", str(exp_id)).stdout
+    assert "callbacks' files are kept with the trial" in logs
+    (csv,) = cluster.root.rglob(f"trial_files/{exp_id}/trial_{trial_id}/logs/epochs.csv")
+    lines = csv.read_text().splitlines()
+    assert lines[0].startswith("epoch,") and [r.split(",")[0] for r in lines[1:]] == ["0", "1"]
 
 
 def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> None:

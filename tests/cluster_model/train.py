@@ -8,6 +8,7 @@ data.fail_once_at_train_end: crash (exit 3) once per trial when model.fit ends, 
     after its last epoch's checkpoint was taken (written and reported meanwhile), before
     the searcher hears its length is done: the relaunch resumes from that final checkpoint
 data.weights_out: where rank 0 saves the final weights (.npz)
+data.csv_log: a relative path for a CSVLogger (det_sdk keeps it with the trial)
 hparam handicap: added to val_loss as val_handicapped_loss, a searcher metric whose
     order between trials the test knows in advance
 """
@@ -63,8 +64,11 @@ class Steer(tf.keras.callbacks.Callback):
             os._exit(3)
 
 
+callbacks = [Steer()]
+if data.get("csv_log"):
+    callbacks.insert(0, tf.keras.callbacks.CSVLogger(data["csv_log"]))
 hist = context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(
-    hp["global_batch_size"]), epochs=1, validation_data=(xv, yv), callbacks=[Steer()],
+    hp["global_batch_size"]), epochs=1, validation_data=(xv, yv), callbacks=callbacks,
     verbose=0)
 # The proposal's own use of the History: it must hold the whole run's epochs also in a
 # process relaunched from the final checkpoint, which trains nothing (issue 11, L3).
