@@ -70,7 +70,7 @@ def _data():
 def _callbacks(out: Path, user: CountImprovements, interrupt_after: int | None):
     cbs = [
         tf.keras.callbacks.CSVLogger(str(out / "log.csv")),
-        tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
+        tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=2, restore_best_weights=True),
         tf.keras.callbacks.ModelCheckpoint(str(out / BEST), monitor="val_loss",
                                            save_best_only=True),
         tf.keras.callbacks.ReduceLROnPlateau(monitor="val_loss", patience=1, factor=0.5),
@@ -145,6 +145,8 @@ def test_interrupted_and_resumed_run_trains_what_an_uninterrupted_one_does(
                                     "ReduceLROnPlateau[0]", "CountImprovements[0]"}
     early = _callback_state.decode(saved["states"]["EarlyStopping[0]"])
     assert early["stopped_epoch"] == uninterrupted["epochs"][-1]
+    # restore_best_weights: the best epoch's weights travel in the state as numpy arrays
+    assert [w.shape for w in early["best_weights"]] == [w.shape for w in model.get_weights()]
 
 
 def test_a_checkpoint_without_callback_state_still_resumes(tmp_path: Path) -> None:
