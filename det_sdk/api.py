@@ -172,7 +172,7 @@ Metric = Annotated[
                               {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]}),
 ]
 Number = Annotated[float, BeforeValidator(_no_bool)]
-Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+Count = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_INT)]
 
 
 class _Model(BaseModel):
