@@ -1,17 +1,31 @@
-"""det_sdk's errors of training: what a script can catch, importable without TensorFlow.
+"""det_sdk's errors: what a script (or the ``det`` CLI) can catch, importable without TensorFlow.
+
+Every exception class det_sdk defines derives from :class:`DetSdkError` and keeps a
+builtin base that says what kind of error it is (``ValueError``, ``LookupError``,
+``OSError``, ``RuntimeError``...), so ``except ValueError`` in a user's code still works
+and ``except DetSdkError`` catches whatever det_sdk refused or could not do. The one
+exception is ``det_sdk.keras._callbacks.Preempted``: control flow (leave ``fit`` after
+a preemption checkpoint), caught inside ``context.fit``, never an error.
 
 >>> issubclass(DivergenceError, DetSdkError)
+True
+>>> issubclass(UsageError, ValueError)
 True
 """
 
 from __future__ import annotations
 
 __all__ = ["CheckpointCorruptError", "CheckpointMismatchError", "CheckpointWriteError",
-           "DetSdkError", "DivergenceError"]
+           "DetSdkError", "DivergenceError", "UsageError"]
 
 
 class DetSdkError(Exception):
-    """Base of det_sdk's own training errors."""
+    """Base of every error det_sdk raises (training, configs, the master, the CLI)."""
+
+
+class UsageError(DetSdkError, ValueError):
+    """A command or call given what it cannot act on: a missing directory, no token for
+    the master, options that exclude each other. The message says which and what to do."""
 
 
 class CheckpointCorruptError(DetSdkError, RuntimeError):

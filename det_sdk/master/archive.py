@@ -22,6 +22,8 @@ import posixpath
 import tarfile
 from pathlib import Path
 
+from det_sdk.errors import DetSdkError
+
 __all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "check_archive", "unpack"]
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # compressed, as uploaded
@@ -30,7 +32,7 @@ MAX_NAME_CHARS = 1024  # a member's path (Linux: 4096 bytes, 255 per component)
 MAX_DEPTH = 64  # directory levels of a member's path
 
 
-class ArchiveError(ValueError):
+class ArchiveError(DetSdkError, ValueError):
     """An uploaded model directory that the master refuses."""
 
 

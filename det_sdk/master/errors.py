@@ -13,6 +13,8 @@ NotFound no trial 7
 
 from __future__ import annotations
 
+from det_sdk.errors import DetSdkError
+
 __all__ = [
     "STATUS",
     "Conflict",
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 
-class RequestError(ValueError):
+class RequestError(DetSdkError, ValueError):
     """A request the master refuses; the subclass says why.
 
     ``status`` is kept for callers of the old interface (``RequestError(msg, status)``);

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk import api
+from det_sdk.errors import DetSdkError
 from det_sdk.master.errors import NotFound
 from det_sdk.master.rows import TrialRow
 
@@ -44,7 +45,7 @@ __all__ = [
 GROUPS = ("training", "validation", "evaluation")
 
 
-class InvalidCursor(ValueError):
+class InvalidCursor(DetSdkError, ValueError):
     """A ``cursor`` this master did not make for this list."""
 
 

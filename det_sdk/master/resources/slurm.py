@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from det_sdk.errors import DetSdkError
 from det_sdk.master.resources import (
     ResourceManager,
     exit_file,
@@ -73,7 +74,7 @@ _EXIT_FILE_WAIT = 3.0
 QUEUE_FACTOR = 2
 
 
-class SlurmError(RuntimeError):
+class SlurmError(DetSdkError, RuntimeError):
     """A Slurm command failed; the message has its output."""
 
 
