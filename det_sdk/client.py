@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from det_sdk.errors import DetSdkError
+
 __all__ = [
     "MasterClient",
     "MasterError",
@@ -37,7 +39,7 @@ MAX_PAGE = 1000
 MAX_METRICS = 10_000
 
 
-class MasterError(RuntimeError):
+class MasterError(DetSdkError, RuntimeError):
     """The master answered with an error; ``status`` is its HTTP status."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -45,7 +47,7 @@ class MasterError(RuntimeError):
         self.status = status
 
 
-class MasterUnreachable(ConnectionError):
+class MasterUnreachable(DetSdkError, ConnectionError):
     """No master answered at the address."""
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from det_sdk.config import Length
+from det_sdk.errors import DetSdkError
 from det_sdk.storage import (
     CheckpointNotFoundError,
     CheckpointStorage,
@@ -61,7 +62,7 @@ DEFAULT_RUNS_DIR = "det-runs"
 log = logging.getLogger("det_sdk.session")
 
 
-class RunNotFoundError(LookupError):
+class RunNotFoundError(DetSdkError, LookupError):
     """No local run with that id (or no run at all, for ``resume="latest"``)."""
 
 

@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from det_sdk.errors import DetSdkError
+
 __all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
            "best_first", "check_uuid", "fsync_path", "pid_alive", "read_owner"]
 
@@ -39,7 +41,7 @@ _TMP_PREFIX = ".tmp-"
 OWNER_FILE = ".det_sdk-owner.json"
 
 
-class CheckpointNotFoundError(LookupError):
+class CheckpointNotFoundError(DetSdkError, LookupError):
     """No checkpoint with that UUID in this storage."""
 
 

@@ -45,6 +45,7 @@ import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import DetSdkError
 from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._context import KerasContext
@@ -65,7 +66,7 @@ __all__ = [
 log = logging.getLogger("det_sdk.keras")
 
 
-class TrialLoadError(ImportError):
+class TrialLoadError(DetSdkError, ImportError):
     """The ``module:Class`` of an entrypoint cannot be loaded, or is no TFKerasTrial."""
 
 
