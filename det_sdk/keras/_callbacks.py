@@ -394,7 +394,15 @@ def periodic_checkpoint(period: Length, position: Position, save: Callable[[], A
 
 
 class Preempted(Exception):
-    """Raised out of ``model.fit`` once a checkpoint is saved after a stop request."""
+    """Raised out of ``model.fit`` once a checkpoint is saved after a stop request.
+
+    Control flow, not an error, and so the one exception class of det_sdk outside
+    :class:`det_sdk.errors.DetSdkError` (tests/test_errors.py lists it): it carries a
+    preemption that went right (checkpoint saved) from a callback out through Keras's
+    ``fit`` to ``context.fit``, which catches it. In the error tree, a handler written
+    ``except DetSdkError`` (a user's, or the ``det`` CLI's) would take a clean stop for a
+    failure.
+    """
 
     def __init__(self, reason: str, uuid: str | None) -> None:
         super().__init__(reason)
