@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 import det_sdk
+from det_sdk.errors import DetSdkError
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 
@@ -126,8 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, LookupError, OSError, RuntimeError) as err:
-        # ConfigError, MasterError, MasterUnreachable...: the message says it all
+    except (DetSdkError, OSError) as err:
+        # what det_sdk refuses (ConfigError, UsageError, MasterError, MasterUnreachable...)
+        # or a file it cannot read or write: the message says it all. Anything else (a
+        # KeyError, a TypeError) is a bug and shows as one, with its traceback.
         print(f"det: error: {err}", file=sys.stderr)
         return 1
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.cli.render import page_footer, print_json, progress_bar, table
+from det_sdk.errors import UsageError
 from det_sdk.hparams import flat_hparams
 
 __all__ = ["COMMANDS"]
@@ -61,7 +62,7 @@ def _client(args: Namespace) -> Any:
 
     token = load_token(args.master)
     if token is None:
-        raise ValueError(f"no token for {args.master}: start it with `det master up`, or set "
+        raise UsageError(f"no token for {args.master}: start it with `det master up`, or set "
                          "DET_USER_TOKEN")
     return MasterClient(args.master, token)
 
@@ -102,10 +103,10 @@ def _pack(directory: str) -> bytes:
 
     d = Path(directory)
     if not d.is_dir():
-        raise ValueError(f"model directory {directory!r} does not exist or is not a directory")
+        raise UsageError(f"model directory {directory!r} does not exist or is not a directory")
     data = pack(d)
     if len(data) > MAX_ARCHIVE_BYTES:
-        raise ValueError(f"{directory} packs to {len(data)} bytes, over the master's limit of "
+        raise UsageError(f"{directory} packs to {len(data)} bytes, over the master's limit of "
                          f"{MAX_ARCHIVE_BYTES}; leave data sets out of the model directory")
     return data
 

@@ -20,7 +20,13 @@ import time
 from argparse import Namespace
 from typing import Any
 
-__all__ = ["add_commands", "tensorboard", "ui"]
+from det_sdk.errors import DetSdkError, UsageError
+
+__all__ = ["TensorBoardError", "add_commands", "tensorboard", "ui"]
+
+
+class TensorBoardError(DetSdkError, RuntimeError):
+    """TensorBoard is not installed here, or did not start (its own error included)."""
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +52,7 @@ def _token(master: str) -> str:
 
     token = load_token(master)
     if token is None:
-        raise ValueError(f"no token for {master}: start it with `det master up`, or set "
+        raise UsageError(f"no token for {master}: start it with `det master up`, or set "
                          "DET_USER_TOKEN")
     return token
 
@@ -98,17 +104,17 @@ def _logdir_args(args: Namespace) -> tuple[list[str], str]:
     """TensorBoard's logdir arguments, and a line saying what it shows."""
     if args.runs_dir:
         if args.experiment_ids:
-            raise ValueError("give experiment ids or --runs-dir, not both")
+            raise UsageError("give experiment ids or --runs-dir, not both")
         if not os.path.isdir(args.runs_dir):
-            raise ValueError(f"--runs-dir {args.runs_dir}: no such directory")
+            raise UsageError(f"--runs-dir {args.runs_dir}: no such directory")
         return ["--logdir", args.runs_dir], f"local runs in {args.runs_dir}"
     if not args.experiment_ids:
-        raise ValueError("which experiments? det tensorboard EXP_ID... (or --runs-dir det-runs)")
+        raise UsageError("which experiments? det tensorboard EXP_ID... (or --runs-dir det-runs)")
     ids = ",".join(str(e) for e in args.experiment_ids)
     dirs = _call(args.master, "GET", "/ui/api/tensorboard-dirs",
                  params={"experiment_ids": ids})
     if not dirs:
-        raise ValueError(f"experiments {ids} have no trials")
+        raise UsageError(f"experiments {ids} have no trials")
     many = len(args.experiment_ids) > 1
     # name:path pairs; TensorBoard picks up directories that appear later (trials queued)
     prefix = (lambda d: f"exp{d['experiment_id']}_") if many else (lambda d: "")
@@ -121,7 +127,7 @@ def _logdir_args(args: Namespace) -> tuple[list[str], str]:
 def tensorboard(args: Namespace) -> int:
     """Run TensorBoard until interrupted; print its URL; tell the master (for its pages)."""
     if importlib.util.find_spec("tensorboard") is None:
-        raise RuntimeError("TensorBoard is not installed here: pip install tensorboard")
+        raise TensorBoardError("TensorBoard is not installed here: pip install tensorboard")
     logdir, what = _logdir_args(args)
     # `kill` (or a test's terminate) must stop TensorBoard too: exit through `finally`
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -135,7 +141,7 @@ def tensorboard(args: Namespace) -> int:
     try:
         if not _wait_serving(url, proc, timeout=120):
             err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-            raise RuntimeError(f"TensorBoard did not start on {url}: {err.strip()[-2000:]}")
+            raise TensorBoardError(f"TensorBoard did not start on {url}: {err.strip()[-2000:]}")
         print(f"TensorBoard at {url} showing {what}", flush=True)
         if args.experiment_ids:
             with contextlib.suppress(Exception):  # the link on the pages is a nicety
