@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from det_sdk.atomic import fsync_path
 from det_sdk.errors import DetSdkError
 
 __all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
@@ -193,12 +194,3 @@ def fsync_together(paths: list[Path]) -> None:
         pool = _fsync_pool[1]
     for done in [pool.submit(fsync_path, p) for p in paths]:
         done.result()  # raises the first failure
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's data, or a directory's entries (a rename into it), to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
@@ -52,7 +53,6 @@ from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
 from det_sdk.master.store import Store
-from det_sdk.storage import fsync_path
 
 __all__ = ["Master", "RequestError"]
 
@@ -382,16 +382,9 @@ class Master:
         folder = self.data_dir / "uploads" / kind
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / f"{secrets.token_hex(8)}.tar.gz"
-        tmp = folder / f".{final.name}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-            fsync_path(folder)
+            write_atomic(final, data)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
             if err.errno == errno.ENOSPC:
                 raise NoSpace(f"the master's disk is full: cannot store the {len(data)}-byte "
                               f"upload in {folder}") from None
