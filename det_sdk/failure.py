@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from det_sdk.atomic import write_atomic
+
 __all__ = ["Failure", "describe_exit", "earliest", "failure_from_log", "parse_traceback",
            "read_records", "split_ranks", "write_record"]
 
@@ -285,10 +287,8 @@ def write_record(directory: str | Path, failure: Failure) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     name = f"rank-{failure.rank if failure.rank is not None else 0}-{os.getpid()}.json"
-    tmp = directory / f".{name}.tmp"
-    tmp.write_text(json.dumps(asdict(failure)))
-    os.replace(tmp, directory / name)
-    return directory / name
+    # written as the process dies: it has to outlive the process, not the machine
+    return write_atomic(directory / name, json.dumps(asdict(failure)), durable=False)
 
 
 def read_records(directory: str | Path, limit: int = 256) -> list[Failure]:

@@ -36,6 +36,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from det_sdk.atomic import write_atomic  # the standard library only
+
 __all__ = ["Slot", "expand_tasks_per_node", "horovod_plan"]
 
 # det_sdk's own variable between the batch step and the ranks: the job's hosts in rank
@@ -141,12 +143,6 @@ def _interface_towards(addr: str) -> str | None:
     return None
 
 
-def _write_exit(path: Path, code: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{code}\n")
-    os.replace(tmp, path)
-
-
 def batch(spec_path: str) -> int:
     """The job's batch step: rendezvous, srun, the exit status."""
     spec = json.loads(Path(spec_path).read_text())
@@ -195,7 +191,7 @@ def batch(spec_path: str) -> int:
         code = ENDED_BY_SLURM
     if code < 0:  # killed by a signal: as a shell reports it
         code = 128 - code
-    _write_exit(exit_path, code)
+    write_atomic(exit_path, f"{code}\n")  # the master reads it whole, or not yet
     return code
 
 
