@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from det_sdk.atomic import write_atomic
 from det_sdk.errors import DetSdkError
 
 __all__ = [
@@ -74,11 +75,7 @@ def save_token(url: str, token: str) -> None:
     except (OSError, json.JSONDecodeError):
         data = {}
     data[url.rstrip("/")] = token
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1), mode=0o600)
 
 
 class MasterClient:
