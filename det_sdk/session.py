@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
 from det_sdk.errors import DetSdkError
 from det_sdk.storage import (
@@ -44,7 +45,6 @@ from det_sdk.storage import (
     SharedFSStorage,
     best_first,
     check_uuid,
-    fsync_path,
 )
 
 __all__ = [
@@ -309,7 +309,7 @@ class LocalSession(Session):
         kept = [r for r in _read_jsonl(path) if r["steps_completed"] <= done]
         if self._metrics_file is not None:
             self._metrics_file.close()
-        _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
         self._metrics_file = open(path, "a")  # noqa: SIM115
 
 
@@ -391,18 +391,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
-
-
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    _write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 class MasterSession(Session):
