@@ -12,6 +12,7 @@ import time
 from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
+from det_sdk.atomic import write_atomic
 from det_sdk.storage import pid_alive
 
 __all__ = ["add_up_options", "default_data_dir", "master_down", "master_status", "master_up"]
@@ -41,7 +42,8 @@ def default_data_dir() -> Path:
 
 def _private_file(path: Path, append: bool = False) -> int:
     """An open descriptor of ``path`` for writing, owner-only (0600) from its creation on:
-    the log and the pid file are the master's, like everything in its data directory."""
+    the log is the master's, like everything in its data directory (the pid file, written
+    whole, goes through :func:`det_sdk.atomic.write_atomic` with the same mode)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
     os.fchmod(fd, 0o600)  # a file an earlier version made 0644
@@ -102,8 +104,7 @@ def master_up(args: Namespace) -> int:
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
     log.close()  # the child has its own copy
-    with os.fdopen(_private_file(data_dir / "master.pid"), "w") as f:
-        f.write(f"{proc.pid}\n")
+    write_atomic(data_dir / "master.pid", f"{proc.pid}\n", mode=0o600)  # read by _pid
     deadline = time.time() + 60
     while not _healthy(url):
         if proc.poll() is not None or time.time() > deadline:

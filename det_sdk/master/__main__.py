@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from det_sdk.atomic import write_atomic
 from det_sdk.master.resources import KINDS
 
 if TYPE_CHECKING:
@@ -77,10 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     info = {"url": url, "pid": os.getpid(), "slots": slots,
             "resource_manager": args.resource_manager, "capacity": where,
             "shared_dir": str(master.tasks_dir)}
-    fd = os.open(args.data_dir / INFO_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(info) + "\n")
+    # `det master up|status` read it while it is written: whole or not at all, owner-only
+    write_atomic(args.data_dir / INFO_FILE, json.dumps(info) + "\n", mode=0o600)
     print(f"master listening on {url} with {where}", flush=True)
     # uvicorn re-raises the SIGTERM of `det master down` once it has shut down: handled
     # here, it lets the master finish the stops it promised (master.stop) before it exits
