@@ -52,11 +52,12 @@ _CONNECT_TIMEOUT = 300.0  # s: workers start at different speeds (importing TF, 
 KERAS3_MULTIWORKER_MESSAGE = (
     "det_sdk: {n} TensorFlow worker processes need MultiWorkerMirroredStrategy, which "
     "Keras 3 does not support across processes (broken upstream: keras-team/keras#20585). "
-    "This Keras is {version}. Use instead: (a) one process "
-    "(resources.slots_per_trial: 1; MirroredStrategy still uses every local GPU), "
-    "(b) det_sdk.keras.init() + context.fit with Horovod (slots_per_trial: N runs it "
-    "under horovodrun; same-on-N tested), or (c) Keras 2: TensorFlow <= 2.15, or "
-    "tf-keras with TF_USE_LEGACY_KERAS=1."
+    "This Keras is {version}. Use instead: (a) horovodrun: on the cluster "
+    "slots_per_trial: N runs the launcher under it, locally run "
+    "horovodrun -np N --gloo python3 -m det_sdk.launch.tensorflow -- python3 train.py "
+    "(DeterminedCallback then trains the N processes with det_sdk's own gradient "
+    "averaging), (b) one process (MirroredStrategy still uses every local GPU), or "
+    "(c) Keras 2: TensorFlow <= 2.15, or tf-keras with TF_USE_LEGACY_KERAS=1."
 )
 
 
@@ -106,7 +107,10 @@ class DistributedContext(_base.DistributedContext):
 
         - ``TF_CONFIG`` with several workers (the TensorFlow launcher on several
           processes): ``MultiWorkerMirroredStrategy`` and a context over those workers.
-          Keras 3 cannot train under it (keras-team/keras#20585): raises
+          On Keras 3, which cannot train under it (keras-team/keras#20585): under
+          ``horovodrun`` (``slots_per_trial: N`` on the cluster) a Horovod context
+          and the default strategy (``DeterminedCallback`` then averages, broadcasts
+          and splits batches itself); other processes (``--processes N``) raise
           :class:`UnsupportedStrategyError` saying what to use instead.
         - One process with several GPUs: ``MirroredStrategy``.
         - Otherwise: TensorFlow's default strategy.
@@ -131,6 +135,8 @@ class DistributedContext(_base.DistributedContext):
             from det_sdk.keras import _compat
 
             if _compat.KERAS_MAJOR >= 3:
+                if _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) == len(workers):
+                    return _horovod_workers(workers, index, env), tf.distribute.get_strategy()
                 raise UnsupportedStrategyError(KERAS3_MULTIWORKER_MESSAGE.format(
                     n=len(workers), version=_compat.KERAS_VERSION))
             _share_cores(workers, index)
@@ -156,6 +162,40 @@ DistributedContext.register(_base.HorovodProcesses)
 
 def _single() -> _base.DistributedContext:
     return _base.SingleProcess()
+
+
+def _horovod_workers(workers: list[str], index: int,
+                     env: Mapping[str, str]) -> _base.DistributedContext:
+    """Keras 3 under ``horovodrun`` + the launcher: Horovod's processes, not TensorFlow's.
+
+    ``MultiWorkerMirroredStrategy`` cannot train Keras 3 across processes, so the
+    processes train as det_sdk's Horovod ones: ``DeterminedCallback`` averages the
+    gradients in the model's optimizer, broadcasts rank 0's start and splits every
+    batch between the processes. The strategy is TensorFlow's default one, and
+    ``TF_CONFIG`` leaves this process's environment, so that a
+    ``tf.distribute.MultiWorkerMirroredStrategy()`` the script makes after this is
+    one process's (it would otherwise wait for the others' gRPC servers).
+
+    The processes must see the same batches: TensorFlow's global seed (which
+    ``model.fit``'s shuffle of arrays and ``tf.data``'s ``shuffle`` draw from) is
+    set to one value on every process, unless the script set one already.
+    """
+    import tensorflow as tf
+
+    if env is os.environ:
+        os.environ.pop("TF_CONFIG", None)
+    _share_cores(workers, index)
+    dist = _base.HorovodProcesses()
+    shared = dist.broadcast(int.from_bytes(os.urandom(4), "big") % 2**31
+                            if dist.is_chief else None)
+    from tensorflow.python.eager import context  # reading the seed, not drawing from it
+
+    if context.global_seed() is None:
+        tf.random.set_seed(shared)
+    log.info("det_sdk: %d processes under horovodrun on Keras 3: DeterminedCallback trains "
+             "them with det_sdk's gradient averaging (no MultiWorkerMirroredStrategy)",
+             dist.size)
+    return dist
 
 
 def _share_cores(workers: list[str], index: int) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "KERAS_VERSION",
     "OPTIMIZER_TYPES",
     "SequenceBase",
+    "average_in_place",
     "averaging_optimizer",
     "backing_variable",
     "fresh_buffer_updates",
@@ -307,22 +308,38 @@ class _AveragingMixin:
 _averaging_classes: dict[type, type] = {}
 
 
-def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
-    """A new optimizer like ``opt`` (same class and config) that averages gradients.
-
-    ``average`` takes the list of gradients (None for variables without one) and
-    returns them averaged over all processes.
-    """
-    base = type(opt)
+def _averaging_class(base: type) -> type:
     cls = _averaging_classes.get(base)
     if cls is None:
         # The same name as the user's class: Keras's own serialization and any
         # isinstance check of the user's code still see their optimizer.
         cls = type(base.__name__, (_AveragingMixin, base), {"__module__": base.__module__})
         _averaging_classes[base] = cls
-    wrapped = cls.from_config(opt.get_config())
+    return cls
+
+
+def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
+    """A new optimizer like ``opt`` (same class and config) that averages gradients.
+
+    ``average`` takes the list of gradients (None for variables without one) and
+    returns them averaged over all processes.
+    """
+    wrapped = _averaging_class(type(opt)).from_config(opt.get_config())
     wrapped._det_average = average
     return wrapped
+
+
+def average_in_place(opt: Any, average: AverageFn) -> None:
+    """Make ``opt`` itself average gradients, as :func:`averaging_optimizer`'s would.
+
+    For an optimizer a model was already compiled with (``DeterminedCallback``):
+    its class becomes the averaging subclass of its own class, so the object, its
+    variables and its state stay as they are. A step function traced before keeps
+    the old ``apply``: make it anew.
+    """
+    if not isinstance(opt, _AveragingMixin):
+        opt.__class__ = _averaging_class(type(opt))
+    opt._det_average = average
 
 
 def is_averaging(opt: Any) -> bool:

@@ -18,6 +18,16 @@ the master and ``det checkpoint``/``load_checkpoint_model`` know. What differs f
 ``context.fit``: it works in whole epochs (a pause or Ctrl-C stops at the next epoch
 end, and training resumes at an epoch start), the data and its sharding are the
 script's own, and the searcher's length can only shorten the script's ``epochs``.
+
+On N processes the strategy trains them where it can (Keras 2:
+``MultiWorkerMirroredStrategy`` from ``TF_CONFIG``). Where it cannot (Keras 3 under
+``horovodrun``: ``from_tf_config`` then gives Horovod's processes) the callback
+does what ``context.fit`` does for them: the model's optimizer averages gradients
+exactly, rank 0's weights and optimizer state are broadcast at the start, and each
+batch ``model.fit`` draws is split evenly between the processes (``batch_size``
+is the global batch, as under the strategy). Every process must therefore pass
+the same data in the same order; each step checks that they did, and that the
+batch splits evenly, and stops with an error saying what to change otherwise.
 """
 
 from __future__ import annotations
@@ -30,9 +40,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_sdk.config import Length
+from det_sdk.core._distributed import TFWorkers
+from det_sdk.distributed import HorovodProcesses
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
 from det_sdk.keras._callbacks import (
+    AggregateMetrics,
     MetricsReporter,
     PeriodicCheckpoint,
     Position,
@@ -173,6 +186,15 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._signal_received: Any = lambda: None
         self._reporter: MetricsReporter | None = None
         self._restored_validation: dict[str, float] = {}
+        # N processes that no tf.distribute strategy trains: det_sdk averages and splits
+        self._split: _SplitBatches | None = None
+        if self._dist.size > 1 and not isinstance(self._dist, TFWorkers):
+            if not isinstance(self._dist, HorovodProcesses):
+                raise TypeError(
+                    f"DeterminedCallback: {self._dist.size} processes of a "
+                    f"{type(self._dist).__name__}; give det.core.init the distributed context "
+                    "of DistributedContext.from_tf_config() or .from_horovod()")
+            self._split = _SplitBatches(self._dist)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -240,6 +262,8 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._restored_validation = {}
         self._restore(model)
         self._checkpoint = None  # a later fit in this process goes on from where this one ends
+        if self._split is not None:
+            self._split.install(model, self._loop)
         self._target = self._core.searcher.current_length()
         steps = (self.params or {}).get("steps")
         epochs = int((self.params or {}).get("epochs") or 0)
@@ -251,6 +275,10 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._reporter.last_validation = self._restored_validation
         self._hooks = [TrackPosition(self._position), self._reporter,
                        RecordHistory(self._history)]
+        if self._split is not None:  # the whole batch's metrics, and a check the ranks agree
+            self._hooks[1:1] = [_AggregateTraining(self._dist),
+                                _InSync(lambda e: self._loop.check_in_sync(
+                                    model, f"after epoch {e + 1}"))]
         if self._checkpoint_epochs:
             self._hooks.append(PeriodicCheckpoint(Length(epochs=self._checkpoint_epochs),
                                                   self._position, self._save))
@@ -271,6 +299,15 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._each("on_train_batch_end", batch, logs)
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._each("on_test_begin", logs)
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._each("on_test_batch_end", batch, logs)
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self._each("on_test_end", logs)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._each("on_epoch_end", epoch, logs)
@@ -327,9 +364,161 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
             self._loop.wait_for_checkpoints()
         finally:
             _start_at_epoch(self.model, None)
+            if self._split is not None:
+                self._split.uninstall(self.model)
             if self._signals is not None:
                 self._signals.close()
                 self._signals = None
+
+
+# --- N processes without a strategy: det_sdk averages, broadcasts and splits batches ----------
+
+
+class _AggregateTraining(AggregateMetrics):
+    """The epoch's training metrics from every process's metric state summed (exact for
+    every built-in metric, as ``context.fit``'s). Validation is not split: each process
+    evaluates all of it and holds the whole data's metrics already."""
+
+    def on_test_end(self, logs: Any = None) -> None:
+        pass
+
+
+class _InSync(_compat.keras.callbacks.Callback):
+    """Run ``check(epoch)`` at each epoch end (``TrainingLoop.check_in_sync``)."""
+
+    def __init__(self, check: Any) -> None:
+        super().__init__()
+        self._check = check
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._check(epoch)
+
+
+_SPLIT_MESSAGE = (
+    "DeterminedCallback on {n} processes splits each batch of model.fit evenly between "
+    "them (batch_size is the global batch, as under MultiWorkerMirroredStrategy): ")
+_UNEVEN = (
+    "a batch does not divide by {n}. Make batch_size a multiple of {n} and the number of "
+    "samples a multiple of {n} (the last, shorter batch must divide too): drop the last rows, "
+    "or batch a tf.data dataset with drop_remainder=True.")
+_DIFFERENT = (
+    "the processes were given different batches. Every process must pass model.fit the same "
+    "data in the same order: build or load it the same way on each, and seed any shuffling "
+    "alike (model.fit's shuffle and tf.data's shuffle draw from TensorFlow's global seed, "
+    "which from_tf_config makes equal unless the script sets different ones, e.g. a seed "
+    "plus the rank).")
+
+
+def _fingerprint(leaves: list[Any]) -> Any:
+    """An int64 digest of a batch's values and their positions (integer arithmetic: the
+    same on every process whatever order a reduction takes)."""
+    import tensorflow as tf
+
+    digest = tf.constant(0, tf.int64)
+    for i, t in enumerate(leaves):
+        if isinstance(t, tf.SparseTensor):
+            t = t.values
+        elif isinstance(t, tf.RaggedTensor):
+            t = t.flat_values
+        t = tf.reshape(t, [-1])
+        if t.dtype == tf.string:
+            v = tf.strings.to_hash_bucket_fast(t, 2**62)
+        elif t.dtype.is_floating:
+            ints = {16: tf.int16, 32: tf.int32, 64: tf.int64}[t.dtype.size * 8]
+            v = tf.cast(tf.bitcast(t, ints), tf.int64)
+        elif t.dtype.is_integer or t.dtype == tf.bool:
+            v = tf.cast(t, tf.int64)
+        else:
+            continue
+        weights = tf.range(1, tf.size(v, out_type=tf.int64) + 1, dtype=tf.int64)
+        digest = digest * 1000003 + i + tf.reduce_sum(v * weights)
+    return digest
+
+
+def _rows(t: Any) -> Any:
+    import tensorflow as tf
+
+    if isinstance(t, tf.RaggedTensor):
+        return t.nrows()
+    if isinstance(t, tf.SparseTensor):
+        return t.dense_shape[0]
+    return tf.shape(t, out_type=tf.int64)[0]
+
+
+def _take_rows(t: Any, start: Any, count: Any) -> Any:
+    import tensorflow as tf
+
+    if t is None:
+        return None
+    if isinstance(t, tf.SparseTensor):
+        shape = tf.concat([[count], t.dense_shape[1:]], 0)
+        begin = tf.concat([[start], tf.zeros_like(t.dense_shape[1:])], 0)
+        return tf.sparse.slice(t, begin, shape)
+    return t[start:start + count]
+
+
+class _SplitBatches:
+    """Train N Horovod processes under a plain ``model.fit``, as ``context.fit`` would.
+
+    At ``install`` (``on_train_begin``): the model's optimizer averages gradients
+    (:func:`_compat.average_in_place`), rank 0's weights and optimizer state go to
+    every process, XLA is turned off (Horovod has no XLA kernels), and the model's
+    ``train_step`` takes this process's part of each batch: rows
+    ``[rank * B/N, (rank + 1) * B/N)`` of the batch of ``B`` rows every process draws.
+    The averaged gradient of the parts is the gradient of the whole batch (a mean
+    loss), so N processes train as one does on the same batches. One small
+    allgather per step compares the processes' batches (a digest of their values)
+    before any of them trains on its part.
+    """
+
+    def __init__(self, dist: HorovodProcesses) -> None:
+        self.dist = dist
+
+    def install(self, model: Any, loop: TrainingLoop) -> None:
+        opt = _compat.model_optimizer(model)
+        if not model.built:
+            raise ValueError(
+                f"DeterminedCallback on {self.dist.size} processes: the model must be built "
+                "before fit (rank 0's weights are broadcast when training begins): give it "
+                "a keras.Input or call model.build(input_shape)")
+        _compat.average_in_place(opt, self.dist.average_gradients)
+        for o in loop.tracked_optimizers(model):
+            _compat.optimizer_variables(o, model.trainable_variables)
+        loop.broadcast(model)
+        if _compat.turn_off_xla(model):
+            log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
+                        "XLA kernels")
+        model.train_step = self._split_step(model.train_step)
+        model.make_train_function(force=True)  # traced anew: averaging apply, split step
+
+    def uninstall(self, model: Any) -> None:
+        if "train_step" in vars(model):
+            del model.train_step
+            model.train_function = None
+
+    def _split_step(self, step: Any) -> Any:
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        n, rank = self.dist.size, self.dist.rank
+        prefix = _SPLIT_MESSAGE.format(n=n)
+
+        def train_step(data: Any) -> Any:
+            leaves = [t for t in tf.nest.flatten(data, expand_composites=False)
+                      if t is not None]
+            rows = _rows(leaves[0])
+            mine = tf.stack([_fingerprint(leaves), rows])
+            every = hvd.allgather(mine[None, :], name="det_sdk.split_batches")
+            same = tf.debugging.Assert(tf.reduce_all(tf.equal(every, mine[None, :])),
+                                       [prefix + _DIFFERENT])
+            even = tf.debugging.Assert(tf.equal(rows % n, 0),
+                                       [prefix + _UNEVEN.format(n=n), "rows:", rows])
+            with tf.control_dependencies([same, even]):
+                part = rows // n
+                start = part * rank
+            return step(tf.nest.map_structure(lambda t: _take_rows(t, start, part), data))
+
+        return train_step
 
 
 class TensorBoard(_compat.keras.callbacks.TensorBoard):
