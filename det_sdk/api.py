@@ -9,11 +9,12 @@ serves them in its OpenAPI document; the SDK and the CLI build and parse them.
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from det_sdk.wire import decode_metric, dumps, encode_metric, is_rankable, metric_rank, to_wire
 
 __all__ = [
     "DEFAULT_METRICS_LIMIT",
@@ -48,7 +49,11 @@ __all__ = [
     "TrialPage",
     "TrialState",
     "decode_metric",
+    "dumps",
     "encode_metric",
+    "is_rankable",
+    "metric_rank",
+    "to_wire",
 ]
 
 # The largest integer the API takes: JSON's exact integers (2**53 - 1, as JavaScript's
@@ -124,38 +129,8 @@ class AllocationState(_State):
 #
 # JSON has no NaN or infinity, yet a diverging model reports them: they travel as the
 # strings "NaN", "Infinity" and "-Infinity" (JavaScript's spelling) and are floats again
-# on either side. Booleans are refused where a number is expected (pydantic would take
-# ``false`` as 0).
-
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def encode_metric(v: float) -> float | str:
-    """A float as JSON can carry it.
-
-    >>> encode_metric(0.5), encode_metric(float("nan")), encode_metric(float("-inf"))
-    (0.5, 'NaN', '-Infinity')
-    """
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return v
-
-
-def decode_metric(v: Any) -> Any:
-    """The inverse of :func:`encode_metric`; refuses booleans.
-
-    >>> decode_metric("Infinity"), decode_metric(2)
-    (inf, 2)
-    """
-    if isinstance(v, bool):
-        raise ValueError("expected a number, not a boolean")
-    if isinstance(v, str):
-        if v in _NON_FINITE:
-            return _NON_FINITE[v]
-        raise ValueError('expected a number or one of "NaN", "Infinity", "-Infinity"')
-    return v
+# on either side (det_sdk.wire: the encoder, and how such values rank). Booleans are
+# refused where a number is expected (pydantic would take ``false`` as 0).
 
 
 def _no_bool(v: Any) -> Any:
@@ -176,7 +151,9 @@ Count = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_INT)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A float outside a Metric field (a config's or hyperparameter's .nan) answers in the
+    # same wire form as metrics: "NaN", "Infinity", "-Infinity" (pydantic's default: null).
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 
 class CreateExperimentRequest(_Model):

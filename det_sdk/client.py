@@ -23,6 +23,7 @@ import httpx
 
 from det_sdk.atomic import write_atomic
 from det_sdk.errors import DetSdkError
+from det_sdk.wire import dumps as wire_dumps
 
 __all__ = [
     "MasterClient",
@@ -92,6 +93,13 @@ class MasterClient:
         self._http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One call; ``json=`` bodies go through :func:`det_sdk.wire.dumps` (NaN and
+        infinities as "NaN", "Infinity", "-Infinity", which the master's models read
+        back as floats; httpx's own encoding refuses them)."""
+        if "json" in kwargs:
+            kwargs["content"] = wire_dumps(kwargs.pop("json")).encode()
+            kwargs["headers"] = {**(kwargs.get("headers") or {}),
+                                 "content-type": "application/json"}
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.TransportError as err:

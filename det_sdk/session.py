@@ -46,6 +46,8 @@ from det_sdk.storage import (
     best_first,
     check_uuid,
 )
+from det_sdk.wire import decode_metrics
+from det_sdk.wire import dumps as wire_dumps
 
 __all__ = [
     "LocalSession",
@@ -208,13 +210,13 @@ class LocalSession(Session):
             "time": time.time(),
             "metrics": {k: float(v) for k, v in metrics.items()},
         }
-        self._metrics_file.write(json.dumps(row) + "\n")
+        self._metrics_file.write(wire_dumps(row) + "\n")  # NaN as "NaN": standard JSON
         self._metrics_file.flush()
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
         row = {"uuid": uuid, "time": time.time(), **metadata}
         with open(self.run_dir / "checkpoints.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(wire_dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.latest_checkpoint = uuid
@@ -309,7 +311,7 @@ class LocalSession(Session):
         kept = [r for r in _read_jsonl(path) if r["steps_completed"] <= done]
         if self._metrics_file is not None:
             self._metrics_file.close()
-        write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        write_atomic(path, "".join(wire_dumps(r) + "\n" for r in kept))
         self._metrics_file = open(path, "a")  # noqa: SIM115
 
 
@@ -385,9 +387,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     for line in lines:
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash: the rows before it stand
+        if isinstance(row, dict) and "metrics" in row:  # "NaN" (det_sdk.wire) is nan again
+            row["metrics"] = decode_metrics(row["metrics"])
+        rows.append(row)
     return rows
 
 
@@ -592,13 +597,13 @@ _SERVER_ERROR_RETRIES = 5
 
 def _wire_metrics(metrics: Mapping[str, Any]) -> dict[str, float | str]:
     """Metrics as JSON can carry them: NaN and infinities as the strings the master reads
-    back as floats (``det_sdk.api.encode_metric``); values that are not numbers are
+    back as floats (``det_sdk.wire.encode_metric``); values that are not numbers are
     logged and left out.
 
     >>> _wire_metrics({"loss": float("nan"), "acc": 1})
     {'loss': 'NaN', 'acc': 1.0}
     """
-    from det_sdk.api import encode_metric
+    from det_sdk.wire import encode_metric
 
     out = {}
     for k, v in metrics.items():

@@ -147,12 +147,21 @@ def best_first(rows: list[dict[str, Any]], metric: str,
                smaller_is_better: bool) -> list[dict[str, Any]]:
     """Checkpoint records that hold ``metric``, best first (for "best" and retention).
 
+    Ranked by :func:`det_sdk.wire.metric_rank`: a non-finite value (NaN, +/-Infinity:
+    a diverged model) is the worst in both directions, after every finite one; ties
+    keep the records' order.
+
     >>> best_first([{"metrics": {"val_loss": 0.3}}, {"metrics": {}},
     ...             {"metrics": {"val_loss": 0.2}}], "val_loss", True)
     [{'metrics': {'val_loss': 0.2}}, {'metrics': {'val_loss': 0.3}}]
+    >>> rows = [{"metrics": {"acc": v}} for v in (float("nan"), 0.5, float("-inf"), 0.9)]
+    >>> [r["metrics"]["acc"] for r in best_first(rows, "acc", smaller_is_better=False)]
+    [0.9, 0.5, nan, -inf]
     """
+    from det_sdk.wire import metric_rank
+
     scored = [r for r in rows if metric in (r.get("metrics") or {})]
-    return sorted(scored, key=lambda r: r["metrics"][metric], reverse=not smaller_is_better)
+    return sorted(scored, key=lambda r: metric_rank(r["metrics"][metric], smaller_is_better))
 
 
 def pid_alive(pid: int) -> bool:

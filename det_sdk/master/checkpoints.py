@@ -22,7 +22,6 @@ deleted by a master.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import shutil
 from collections.abc import Callable, Iterable
@@ -48,14 +47,6 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 def is_checkpoint_name(name: str) -> bool:
     """Whether a directory name is one a checkpoint save creates (a uuid4)."""
     return bool(_UUID.match(name))
-
-
-def _finite_best_first(rows: list[dict[str, Any]], metric: str,
-                       smaller: bool) -> list[dict[str, Any]]:
-    """``best_first`` without the rows whose metric is NaN (never the best)."""
-    ok = [r for r in rows if not (isinstance((r.get("metrics") or {}).get(metric), float)
-                                  and math.isnan(r["metrics"][metric]))]
-    return best_first(ok, metric, smaller)
 
 
 class Checkpoints:
@@ -110,7 +101,8 @@ class Checkpoints:
 
         Kept: the ``save_trial_latest`` newest (never fewer than one: a paused or
         restarting trial resumes from it), the ``save_trial_best`` best by the
-        searcher metric, and any among the experiment's ``save_experiment_best``.
+        searcher metric, and any among the experiment's ``save_experiment_best``
+        (ranked by :func:`det_sdk.wire.metric_rank`: NaN and infinities last).
         """
         cfg = self.config_of(trial_id)
         policy = cfg.checkpoint_storage
@@ -118,12 +110,12 @@ class Checkpoints:
         rows = self.store.checkpoints(trial_id)
         keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
         keep |= {r["uuid"] for r in
-                 _finite_best_first(rows, metric, smaller)[:policy.save_trial_best]}
+                 best_first(rows, metric, smaller)[:policy.save_trial_best]}
         if policy.save_experiment_best:
             t = self.store.trial(trial_id)
             everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
                         for c in self.store.checkpoints(other["id"])]
-            ranked = _finite_best_first(everyone, metric, smaller)
+            ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         base = self.directory(cfg)
         for r in rows:
@@ -176,14 +168,16 @@ class Checkpoints:
         }
 
     def of_trial(self, trial_id: int, best: bool) -> dict[str, Any]:
-        """A trial's latest checkpoint, or its best by the searcher metric."""
+        """A trial's latest checkpoint, or its best by the searcher metric (non-finite
+        values rank last, :func:`det_sdk.wire.metric_rank`: a trial whose every
+        checkpoint holds NaN still has a "best", its first)."""
         rows = self.list(trial_id)
         if not rows:
             raise NotFound(f"trial {trial_id} has no checkpoint")
         if not best:
             return rows[-1]
         metric, smaller = self.config_of(trial_id).searcher_metric
-        ranked = _finite_best_first(rows, metric, smaller)
+        ranked = best_first(rows, metric, smaller)
         if not ranked:
             raise NotFound(f"no checkpoint of trial {trial_id} has {metric!r}")
         return ranked[0]

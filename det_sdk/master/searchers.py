@@ -32,6 +32,7 @@ from det_sdk.config import (
     hp_leaves,
     hp_nest,
 )
+from det_sdk.wire import metric_rank
 
 __all__ = ["brackets", "initial_trials", "promotes", "rung_lengths"]
 
@@ -207,16 +208,23 @@ def promotes(results: list[tuple[int, float]], trial_id: int, divisor: int,
     stop for good ("stop once": a trial process never waits for later arrivals).
     The best trial seen at a rung therefore always goes on.
 
+    A non-finite metric (NaN, +/-Infinity: a diverged trial) is the worst value in
+    both directions (:func:`det_sdk.wire.metric_rank`): it ranks after every finite
+    one, so it goes on only while no finite result beats it to a place (alone at a
+    rung, say), and the trial that reported it still COMPLETES when it stops.
+
     >>> promotes([(1, 0.5), (2, 0.4)], 2, divisor=2, smaller_is_better=True)
     True
     >>> promotes([(1, 0.5), (2, 0.4), (3, 0.45)], 3, divisor=2, smaller_is_better=True)
     False
+    >>> promotes([(1, 0.5), (2, float("-inf"))], 2, divisor=2, smaller_is_better=True)
+    False
+    >>> promotes([(1, 0.5), (2, float("inf"))], 2, divisor=2, smaller_is_better=False)
+    False
     """
-    def key(item: tuple[int, tuple[int, float]]) -> tuple[float, int]:
+    def key(item: tuple[int, tuple[int, float]]) -> tuple[tuple[int, float], int]:
         order, (_, metric) = item
-        if math.isnan(metric):
-            return (math.inf, order)
-        return (metric if smaller_is_better else -metric, order)
+        return (metric_rank(metric, smaller_is_better), order)
 
     ranked = [tid for _, (tid, _m) in sorted(enumerate(results), key=key)]
     return ranked.index(trial_id) < max(1, len(results) // divisor)

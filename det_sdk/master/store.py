@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -33,6 +34,7 @@ from det_sdk.master.rows import (
     MetricsRow,
     TrialRow,
 )
+from det_sdk.wire import is_rankable
 
 __all__ = ["Store", "hash_token"]
 
@@ -118,10 +120,48 @@ def _row(r: sqlite3.Row | None) -> dict[str, Any] | None:
     d = dict(r)
     for k in _JSON_COLUMNS:
         if k in d and isinstance(d[k], str):
-            d[k] = json.loads(d[k])
+            d[k] = json.loads(d[k], object_hook=_untag) if k != "metrics" else json.loads(d[k])
     if isinstance(d.get("metrics"), dict):
         d["metrics"] = {k: decode_metric(v) for k, v in d["metrics"].items()}
     return d
+
+
+# A config's or hyperparameters' non-finite float (YAML ``.nan``, ``.inf``) is stored
+# tagged, ``{"$float": "NaN"}``: the column stays standard JSON (SQLite's json_extract
+# refuses a bare NaN) and the value stays a float, where the wire strings "NaN" could
+# not be told from a hyperparameter that is the string "NaN". Older rows written with
+# bare NaN literals still read (Python's json takes them).
+_FLOAT_TAG = "$float"
+
+
+def _tag(obj: Any) -> Any:
+    """``obj`` with non-finite floats tagged (see ``_FLOAT_TAG``).
+
+    >>> _tag({"a": [float("nan"), 1.5], "b": float("-inf")})
+    {'a': [{'$float': 'NaN'}, 1.5], 'b': {'$float': '-Infinity'}}
+    """
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {_FLOAT_TAG: encode_metric(obj)}
+    if isinstance(obj, dict):
+        return {k: _tag(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_tag(v) for v in obj]
+    return obj
+
+
+def _untag(d: dict[str, Any]) -> Any:
+    if len(d) == 1 and isinstance(d.get(_FLOAT_TAG), str):
+        return decode_metric(d[_FLOAT_TAG])
+    return d
+
+
+def _config_json(obj: Any) -> str:
+    """A config or hyperparameters as the column keeps them: standard JSON, tagged floats.
+
+    >>> json.loads(_config_json({"lr": float("inf")}), object_hook=_untag)
+    {'lr': inf}
+    """
+    return json.dumps(_tag(obj), allow_nan=False)
 
 
 def _metrics_json(metrics: Mapping[str, float]) -> str:
@@ -264,14 +304,14 @@ class Store:
             cur = db.execute(
                 "INSERT INTO experiments (name, config, state, archive, created)"
                 " VALUES (?, ?, 'ACTIVE', ?, ?)",
-                (config.get("name"), json.dumps(config), archive, time.time()),
+                (config.get("name"), _config_json(config), archive, time.time()),
             )
             exp_id = int(cur.lastrowid)  # type: ignore[arg-type]
             for t in trials:
                 db.execute(
                     "INSERT INTO trials (experiment_id, hparams, seed, state, created, bracket,"
                     " target) VALUES (?, ?, ?, 'QUEUED', ?, ?, ?)",
-                    (exp_id, json.dumps(t["hparams"]), t["seed"], time.time(), t["bracket"],
+                    (exp_id, _config_json(t["hparams"]), t["seed"], time.time(), t["bracket"],
                      t["target"]),
                 )
             return exp_id
@@ -372,7 +412,7 @@ class Store:
             cur = db.execute(
                 "INSERT INTO jobs (name, config, state, archive, created)"
                 " VALUES (?, ?, 'QUEUED', ?, ?)",
-                (config.get("name"), json.dumps(config), archive, time.time()),
+                (config.get("name"), _config_json(config), archive, time.time()),
             )
             return int(cur.lastrowid)  # type: ignore[arg-type]
 
@@ -417,10 +457,12 @@ class Store:
 
         One value per (trial, group, steps). Returns False if there is no such trial, or
         (with ``states``) it is in none of them: the check and the write are one statement.
-        A NaN searcher value never becomes the best.
+        A non-finite searcher value (NaN, +/-Infinity) never becomes the best: it is the
+        worst value in both directions (:func:`det_sdk.wire.metric_rank`), and a trial
+        without a finite one has ``best_metric`` NULL, which ranks last.
         """
         better = "<" if smaller_is_better else ">"
-        if searcher_value is not None and searcher_value != searcher_value:  # NaN
+        if searcher_value is not None and not is_rankable(searcher_value):
             searcher_value = None
         where = "id = ?"
         args: list[Any] = [steps, epoch, steps, searcher_value, searcher_value, searcher_value,
