@@ -90,7 +90,11 @@ class ConfigError(DetSdkError, ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # ser_json_inf_nan: a constant hyperparameter .nan/.inf (YAML 1.2) stays a float in
+    # model_dump(mode="json") (the stored config, the trial's) instead of None, and
+    # answers as "NaN"/"Infinity"/"-Infinity" in JSON, as metrics do (det_sdk.wire)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              ser_json_inf_nan="strings")
 
 
 # --- limits ---------------------------------------------------------------------------------

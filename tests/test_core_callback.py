@@ -249,14 +249,24 @@ def _create(cluster: Cluster, config: Path) -> int:
     return json.loads(out.stdout)["id"]
 
 
-def _run_local(config: Path, runs: Path, processes: int = 1) -> subprocess.CompletedProcess:
-    """The example off the cluster, under the launcher, with ``config``'s hparams and data."""
+HOROVODRUN = Path(sys.executable).with_name("horovodrun")
+
+
+def _run_local(config: Path, runs: Path, processes: int = 1, *, horovodrun: bool = False,
+               script: Path = EXAMPLE / "train.py", **env_vars: str
+               ) -> subprocess.CompletedProcess:
+    """The example off the cluster, under the launcher, with ``config``'s hparams and data:
+    N processes started by the launcher (``--processes N``) or by ``horovodrun``."""
     env = {**os.environ, "DET_CONFIG": str(config), "DET_RUNS_DIR": str(runs),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "TF_CPP_MIN_LOG_LEVEL": "2", **env_vars}
     for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
         env.pop(var, None)
-    return subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--processes",
-                           str(processes), "--", sys.executable, str(EXAMPLE / "train.py")],
+    launch = [sys.executable, "-m", "det_sdk.launch.tensorflow"]
+    if horovodrun:
+        launch = [str(HOROVODRUN), "-np", str(processes), "--gloo", *launch]
+    else:
+        launch += ["--processes", str(processes)]
+    return subprocess.run([*launch, "--", sys.executable, str(script)],
                           env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -325,19 +335,17 @@ def test_example_on_two_slots_and_two_local_workers(cluster: Cluster, mnist_npz:
     from det_sdk.keras._compat import KERAS_MAJOR
 
     config = _example_config(cluster, "cb-two", mnist_npz, resources={"slots_per_trial": 2})
-    local = _run_local(config, tmp_path / "runs", processes=2)
     if KERAS_MAJOR >= 3:
-        # MultiWorkerMirroredStrategy across processes is broken in Keras 3: said plainly,
-        # locally (before anything is created) and on the master
+        # MultiWorkerMirroredStrategy across processes is broken in Keras 3: workers the
+        # launcher starts itself are refused plainly (before anything is created) ...
+        local = _run_local(config, tmp_path / "spawned", processes=2)
         assert local.returncode != 0 and "keras-team/keras#20585" in local.stderr
-        assert not (tmp_path / "runs").exists()
-        exp_id = _create(cluster, config)
-        out = cluster.det("experiment", "wait", str(exp_id))
-        (trial,) = describe(cluster, exp_id)["trials"]
-        logs = cluster.det("trial", "logs", str(trial["id"])).stdout
-        assert out.returncode != 0 and trial["state"] == "ERROR", logs[-3000:]
-        assert "keras-team/keras#20585" in logs and "UnsupportedStrategyError" in logs
-        return
+        assert "horovodrun -np N --gloo" in local.stderr  # ... saying what works instead
+        assert not (tmp_path / "spawned").exists()
+        # under horovodrun (as the master runs 2 slots) DeterminedCallback trains them
+        local = _run_local(config, tmp_path / "runs", processes=2, horovodrun=True)
+    else:
+        local = _run_local(config, tmp_path / "runs", processes=2)
     assert local.returncode == 0, local.stderr[-3000:]
     run = tmp_path / "runs" / "1"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -350,3 +358,98 @@ def test_example_on_two_slots_and_two_local_workers(cluster: Cluster, mnist_npz:
     assert logs.count("Epoch 1/3") == 2  # one per worker, in the first launch only
     assert trial["steps_completed"] == 24
     _assert_same_final_weights(_shown_by_master(cluster, trial), run)
+
+
+# --- N processes on Keras 3: DeterminedCallback averages, broadcasts and splits batches ------
+
+SMALL = REPO / "tests" / "scripts" / "core_callback_n.py"
+
+
+def _small_config(tmp: Path, **overrides: object) -> Path:
+    config = {
+        "name": "cb-small",
+        "hyperparameters": {"learning_rate": 0.1, "global_batch_size": 32, "epochs": 3},
+        "searcher": {"name": "single", "metric": "val_loss", "smaller_is_better": True,
+                     "max_length": {"epochs": 3}},
+        "entrypoint_script": "python3 -m det_sdk.launch.tensorflow -- python3 "
+                             "core_callback_n.py",
+        "max_restarts": 0,
+        **overrides,
+    }
+    path = tmp / "small.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _weights(out: Path, rank: int) -> list[np.ndarray]:
+    with np.load(out / f"rank{rank}.npz") as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def _assert_same(a: list[np.ndarray], b: list[np.ndarray], atol: float) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+needs_horovodrun = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+
+
+@pytest.mark.slow
+@needs_horovodrun
+def test_small_example_on_two_horovod_processes_trains_as_one(tmp_path: Path) -> None:
+    """Seed 003's script (model.fit shuffling numpy data, global batch 32) on 2 processes:
+    the weights of one process, identical ranks, one chief's records and checkpoints."""
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    config = _small_config(tmp_path)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _run_local(config, tmp_path / "runs1", 1, script=SMALL, CB_OUT=str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    # Keras 3: the strategy the script makes itself (MultiWorkerMirroredStrategy, no
+    # TF_CONFIG left) is one process's; Keras 2 trains under the launcher's TF_CONFIG
+    extra = {"CB_MWMS": "1"} if KERAS_MAJOR >= 3 else {}
+    two = _run_local(config, tmp_path / "runs2", 2, horovodrun=True, script=SMALL,
+                     CB_OUT=str(tmp_path / "two"), **extra)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    _assert_same(_weights(tmp_path / "two", 0), _weights(tmp_path / "two", 1), atol=0)
+    if KERAS_MAJOR < 3:
+        return  # MultiWorkerMirroredStrategy shards the data its own way: not compared
+    _assert_same(_weights(tmp_path / "one", 0), _weights(tmp_path / "two", 0), atol=1e-5)
+    runs1, runs2 = tmp_path / "runs1" / "1", tmp_path / "runs2" / "1"
+    assert sorted(p.name for p in (tmp_path / "runs2").iterdir()) == ["1"]
+    rows = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for run in (runs1, runs2)]
+    # 192 samples, global batch 32: 6 steps an epoch on 1 and on 2 processes; the metrics
+    # reported are the whole batch's (training: every process's metric state summed)
+    assert [(r["group"], r["steps_completed"]) for r in rows[1]] == [
+        (g, s) for s in (6, 12, 18) for g in ("training", "validation")]
+    for r1, r2 in zip(*rows):
+        assert r1["metrics"].keys() == r2["metrics"].keys()
+        for k in r1["metrics"]:
+            assert r2["metrics"][k] == pytest.approx(r1["metrics"][k], abs=1e-5), (r1, r2)
+    ckpts = [json.loads(line) for line in (runs2 / "checkpoints.jsonl").read_text().splitlines()]
+    assert [c["epoch"] for c in ckpts] == [1, 2, 3]
+    _assert_same(_model_arrays(runs2 / "checkpoints" / ckpts[-1]["uuid"]),
+                 _weights(tmp_path / "two", 0), atol=0)
+
+
+@pytest.mark.slow
+@needs_horovodrun
+@pytest.mark.parametrize("case, says", [
+    ("uneven", "a batch does not divide by 2. Make batch_size a multiple of 2"),
+    ("rank_data", "the processes were given different batches"),
+])
+def test_batches_that_cannot_split_exactly_are_refused(tmp_path: Path, case: str,
+                                                       says: str) -> None:
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    if KERAS_MAJOR < 3:
+        pytest.skip("Keras 2 trains N processes under MultiWorkerMirroredStrategy")
+    out = _run_local(_small_config(tmp_path), tmp_path / "runs", 2, horovodrun=True,
+                     script=SMALL, CB_CASE=case)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "BatchSplitError: DeterminedCallback on 2 processes splits each batch" in text
+    assert says in text

@@ -42,6 +42,7 @@ from typing import Any
 from det_sdk.config import Length
 from det_sdk.core._distributed import TFWorkers
 from det_sdk.distributed import HorovodProcesses
+from det_sdk.errors import DetSdkError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
 from det_sdk.keras._callbacks import (
@@ -55,7 +56,7 @@ from det_sdk.keras._callbacks import (
 )
 from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
 
-__all__ = ["DeterminedCallback", "TensorBoard", "continues"]
+__all__ = ["BatchSplitError", "DeterminedCallback", "TensorBoard", "continues"]
 
 log = logging.getLogger("det_sdk.keras")
 
@@ -394,6 +395,30 @@ class _InSync(_compat.keras.callbacks.Callback):
         self._check(epoch)
 
 
+class BatchSplitError(DetSdkError, ValueError):
+    """``DeterminedCallback`` on N processes cannot split a batch of ``model.fit`` exactly:
+    it does not divide by N, or the processes were given different batches."""
+
+
+def _refusals_as_errors(train_function: Any) -> Any:
+    """``train_function`` raising :class:`BatchSplitError` for the split step's refusals
+    (TensorFlow reports a failed assertion as ``InvalidArgumentError``)."""
+    import tensorflow as tf
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return train_function(*args, **kwargs)
+        except tf.errors.InvalidArgumentError as err:
+            text = err.message
+            if "DeterminedCallback on " not in text:
+                raise
+            start = text.index("DeterminedCallback on ")
+            raise BatchSplitError(text[start:].split("]", 1)[0].replace("\\'", "'")) \
+                from None
+
+    return run
+
+
 _SPLIT_MESSAGE = (
     "DeterminedCallback on {n} processes splits each batch of model.fit evenly between "
     "them (batch_size is the global batch, as under MultiWorkerMirroredStrategy): ")
@@ -490,6 +515,7 @@ class _SplitBatches:
                         "XLA kernels")
         model.train_step = self._split_step(model.train_step)
         model.make_train_function(force=True)  # traced anew: averaging apply, split step
+        model.train_function = _refusals_as_errors(model.train_function)
 
     def uninstall(self, model: Any) -> None:
         if "train_step" in vars(model):
