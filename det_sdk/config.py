@@ -329,6 +329,17 @@ def hp_nest(leaves: Iterable[tuple[tuple[str, ...], Any]]) -> dict[str, Any]:
 
 
 class _SearcherBase(_Strict):
+    """What every searcher takes.
+
+    ``max_length`` is how long each trial trains, as Determined writes it:
+    ``{epochs: N}``, ``{batches: N}``, ``{records: N}`` (with a constant
+    ``global_batch_size``), or a plain integer ``N`` -- the Core API's unitless
+    length. A unitless length reaches a Core API script as ``op.length == N``
+    (the script gives it its meaning, as on Determined); ``context.fit`` and a
+    TFKerasTrial, which need a unit, read it as **epochs** (Keras counts training
+    in epochs: ``model.fit(epochs=N)``). It is stored as ``{epochs: N}``.
+    """
+
     metric: str = "val_loss"
     smaller_is_better: Annotated[bool, Strict()] = True
     max_length: Length | None = None
@@ -336,7 +347,8 @@ class _SearcherBase(_Strict):
 
 
 class SingleSearcher(_SearcherBase):
-    """Train one trial with the config's (constant) hyperparameters."""
+    """Train one trial. A searched (ranged) hyperparameter is sampled once, seeded by
+    ``reproducibility.experiment_seed``, as Determined's single searcher does."""
 
     name: Literal["single"]
 
@@ -364,12 +376,39 @@ class AdaptiveASHASearcher(_SearcherBase):
     """
 
     name: Literal["adaptive_asha"]
-    max_length: Length  # required: the rungs are fractions of it
+    # the rungs are fractions of the budget: max_length (Determined <= 0.37), or
+    # Determined 0.38's time_metric + max_time -- the rungs then count the value of the
+    # validation metric ``time_metric`` the script reports (e.g. ``batches``), and a
+    # trial the searcher stops is told so through ``core_context.preempt``
+    max_length: Length | None = None
+    time_metric: str | None = Field(default=None, min_length=1, max_length=256)
+    max_time: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
     max_trials: _bounded_int(1, MAX_TRIALS)  # type: ignore[valid-type]
     num_rungs: _bounded_int(1, MAX_RUNGS) = 3  # type: ignore[valid-type]
     divisor: _bounded_int(2, 1000) = 4  # type: ignore[valid-type]
     mode: Literal["aggressive", "standard", "conservative"] = "standard"
     max_rungs: _bounded_int(1, MAX_RUNGS) | None = None  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> AdaptiveASHASearcher:
+        timed = (self.time_metric is not None, self.max_time is not None)
+        if timed == (True, False) or timed == (False, True):
+            given, missing = ("time_metric", "max_time") if timed[0] else ("max_time",
+                                                                          "time_metric")
+            raise ValueError(f"searcher.{missing}: required with searcher.{given} (e.g. "
+                             "time_metric: batches, max_time: 1000)")
+        if timed[0] and self.max_length is not None:
+            raise ValueError("searcher: give max_length or time_metric + max_time, not both")
+        if not timed[0] and self.max_length is None:
+            raise ValueError("searcher.max_length: adaptive_asha needs a budget: max_length "
+                             "(e.g. max_length: {epochs: 8}) or time_metric + max_time "
+                             "(e.g. time_metric: batches, max_time: 1000)")
+        return self
+
+    @property
+    def budget(self) -> int:
+        """The longest a trial trains: ``max_time``, else ``max_length``'s value."""
+        return self.max_time if self.max_time is not None else self.max_length.value  # type: ignore[union-attr,return-value]
 
 
 Searcher = Annotated[
@@ -597,11 +636,10 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
         "max_slots", "weight", "native_parallel", "shm_size", "resource_pool", "priority",
         "is_single_node", "devices",
     }),
-    # searcher: warm starts from another trial's checkpoint, custom brackets and time
-    # budgets are not implemented (det_sdk's ASHA already stops once)
+    # searcher: warm starts from another trial's checkpoint and custom brackets are not
+    # implemented (det_sdk's ASHA already stops once)
     "searcher": frozenset({
         "source_trial_id", "source_checkpoint_uuid", "stop_once", "bracket_rungs",
-        "max_time", "time_metric",
     }),
     # environment: det_sdk implements environment_variables; tasks are processes on the
     # master's host or a Slurm cluster, with no container image, pod or ports of their own
@@ -702,6 +740,16 @@ def _determined_lengths(raw: Mapping[str, Any]) -> dict[str, Any]:
         searcher["max_length"] = ({"batches": steps * unit} if isinstance(steps, int)
                                   and not isinstance(steps, bool) else steps)
         raw["searcher"] = searcher
+    if isinstance(searcher, Mapping) and isinstance(searcher.get("max_length"), int) \
+            and not isinstance(searcher["max_length"], bool):
+        # the Core API's unitless length: what the script counts; epochs for det_sdk's
+        # fronts that need a unit (see _SearcherBase)
+        n = searcher["max_length"]
+        if not 1 <= n <= MAX_LENGTH:
+            raise ValueError(f"searcher.max_length: expected a positive integer (at most "
+                             f"{MAX_LENGTH}) or one of {{epochs: N}}, {{batches: N}}, "
+                             f"{{records: N}}, got {n}")
+        raw["searcher"] = {**searcher, "max_length": {"epochs": n}}
     for name in ("min_validation_period", "min_checkpoint_period"):
         steps = raw.get(name)
         if isinstance(steps, int) and not isinstance(steps, bool):
@@ -886,6 +934,13 @@ def format_validation_error(err: ValidationError, source: str = "config",
             tags = ", ".join(repr(t) for t in ("const", "int", "double", "log", "categorical"))
             msg = (f"Input tag {e['ctx']['tag']!r} found using 'type' does not match any of "
                    f"the expected tags: {tags} (or a mapping without 'type': a nested group)")
+        elif e["type"] == "extra_forbidden" and loc[:1] == ["searcher"] and loc[-1] in (
+                "time_metric", "max_time"):
+            msg = ("unknown field for this searcher: only adaptive_asha takes time_metric + "
+                   "max_time (single, grid and random train each trial as its script says, "
+                   "or to max_length)")
+        elif e["type"] == "extra_forbidden" and len(loc) > 1 and loc[-2] in _LENGTH_NAMES:
+            msg = "unknown field (a length is one of {epochs: N}, {batches: N}, {records: N})"
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
             near = difflib.get_close_matches(loc[-1], (known or {}).get(".".join(loc[:-1]), ()),
@@ -894,16 +949,27 @@ def format_validation_error(err: ValidationError, source: str = "config",
                 msg += f" (did you mean {near[0]!r}?)"
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif e["type"] == "model_type" and loc and loc[-1] in _LENGTH_NAMES:
+            # never pydantic's "valid dictionary or instance of Length"
+            msg = f"expected {_LENGTH_FORMS[loc[-1]]}, got {e.get('input')!r}"
         elif "input" in e and e["type"] != "value_error":
             msg = f"{msg} (got {e['input']!r})"
-        if not loc and _NAMED.match(msg):
-            lines.append(f"  {msg}")  # a whole-config check that names its own field
+        if _NAMED.match(msg) and (not loc or msg.startswith((f"{path}.", f"{path}:"))):
+            lines.append(f"  {msg}")  # a check that names its own field
             continue
         lines.append(f"  {path}: {msg}")
     return f"invalid {source}:\n" + "\n".join(lines)
 
 
 _NAMED = re.compile(r"[A-Za-z_][\w.]*: ")
+_LENGTH_NAMES = {"max_length", "min_validation_period", "min_checkpoint_period"}
+_LENGTH_FORMS = {
+    "max_length": "a length: an integer (unitless, the Core API's: max_length: 100) or one "
+                  "of {epochs: N}, {batches: N}, {records: N}",
+    "min_validation_period": "a length: {epochs: N}, {batches: N}, {records: N}, or an "
+                             "integer of steps (scheduling_unit batches each)",
+}
+_LENGTH_FORMS["min_checkpoint_period"] = _LENGTH_FORMS["min_validation_period"]
 
 
 _HP_TAGS = {"const", "int", "double", "log", "categorical"}

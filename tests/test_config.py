@@ -336,7 +336,7 @@ def test_top_level_key_named_like_a_tag_keeps_its_name():
 @pytest.mark.parametrize(
     ("searcher", "expected"),
     [
-        ({"name": "adaptive_asha", "max_trials": 4}, "searcher.max_length: required field"),
+        ({"name": "adaptive_asha", "max_trials": 4}, "searcher.max_length: adaptive_asha needs"),
         ({"name": "adaptive_asha", "max_trials": 4, "max_length": {"epochs": 4},
           "mode": "wild"}, "searcher.mode: Input should be 'aggressive'"),
         ({"name": "adaptive_asha", "max_trials": 4, "max_length": {"epochs": 4},

@@ -132,10 +132,13 @@ def test_random_samples_nested_leaves_in_range_and_the_same_for_a_seed() -> None
     assert initial_trials(flat, seed=7) == expect
 
 
-def test_single_names_a_searched_nested_leaf_and_takes_nested_constants() -> None:
-    with pytest.raises(ValueError, match=r"searched: optimizer\.learning_rate, optimizer\.name, "
-                                         r"layers\.dense\.units"):
-        initial_trials(_nested_config({"name": "single"}), seed=0)
+def test_single_samples_searched_nested_leaves_once_and_takes_nested_constants() -> None:
+    # Determined's single searcher samples a ranged hyperparameter once (issue 29): the
+    # first draw of a random search with the same seed
+    (one,) = initial_trials(_nested_config({"name": "single"}), seed=3)
+    assert one == initial_trials(_nested_config({"name": "random", "max_trials": 1}), seed=3)[0]
+    assert initial_trials(_nested_config({"name": "single"}), seed=3) == [one]
+    assert initial_trials(_nested_config({"name": "single"}), seed=4) != [one]
     consts = {"opt": {"lr": 0.1, "sched": {"type": "const", "val": {"warmup": 2}}}, "bs": 8}
     assert initial_trials(_nested_config({"name": "single"}, consts), seed=0) == [
         {"opt": {"lr": 0.1, "sched": {"warmup": 2}}, "bs": 8}]

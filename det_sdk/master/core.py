@@ -295,6 +295,8 @@ class Master:
             # refused: say why, in the lifecycle's words (no such trial, or it has ended)
             next_trial_state(self.trial(trial_id)["state"], TrialEvent.REPORTED, trial_id)
             raise Conflict(f"trial {trial_id} changed state during the report; send it again")
+        if group == "validation" and self.search.report_time(trial_id, steps, epoch, metrics):
+            self._preemption_changed()  # time_metric ASHA stopped it: wake its poll
 
     def report_progress(self, trial_id: int, progress: float) -> None:
         with self._lock:
@@ -372,7 +374,8 @@ class Master:
             return True  # asked to stop, or the master has ended the allocation
         if alloc["trial_id"] is not None:
             t = self.store.trial(alloc["trial_id"])
-            return bool(t and t["state"] in ("STOPPING_PAUSED", "STOPPING_CANCELED"))
+            return bool(t and (t["state"] in ("STOPPING_PAUSED", "STOPPING_CANCELED")
+                               or self.search.wants_stop(t["id"], t)))
         return False
 
     # --- storage of uploads -----------------------------------------------------------------

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from det_sdk.config import ExperimentConfig, Length
+from det_sdk.config import AdaptiveASHASearcher, ExperimentConfig, Length
 from det_sdk.master.errors import InvalidRequest, NotFound
 from det_sdk.master.rows import TrialRow
 from det_sdk.master.searchers import brackets, initial_trials, promotes, rung_lengths
@@ -77,11 +77,69 @@ class Search:
                 "completed": bool(t["searcher_done"])}
 
     def finished(self, t: TrialRow) -> bool:
-        """Whether a trial had done all its training: its searcher said "completed", or
-        (a trial that picks its own length) it reported progress 1.0."""
-        if self._max_length(t["id"]) is not None:
-            return bool(t["searcher_done"])
-        return t["progress"] >= 1.0
+        """Whether a trial had done all its training: its searcher said "completed" (or
+        stopped it: time_metric), or (a trial that picks its own length) it reported
+        progress 1.0."""
+        if t["searcher_done"]:
+            return True
+        return self._max_length(t["id"]) is None and t["progress"] >= 1.0
+
+    def wants_stop(self, trial_id: int, t: TrialRow) -> bool:
+        """Whether the searcher has stopped a trial that never asks it for operations
+        (Determined 0.38's ``time_metric`` ASHA): its preemption poll answers yes."""
+        searcher = self.config_of(trial_id).searcher
+        return bool(t["searcher_done"]) and isinstance(searcher, AdaptiveASHASearcher) \
+            and searcher.time_metric is not None
+
+    def report_time(self, trial_id: int, steps: int, epoch: int,
+                    metrics: dict[str, Any]) -> bool:
+        """A validation report of a trial under Determined 0.38's ``time_metric`` ASHA.
+
+        The reported value of ``time_metric`` (a metric the script reports; ``batches``
+        and ``epochs`` fall back to the report's steps_completed and epoch) places the
+        trial on the rungs, each reached rung is decided with the report's searcher
+        metric as :meth:`complete` decides, and a trial that is not promoted, or that
+        reached ``max_time``, is done: its preemption poll says stop (the script exits,
+        and the trial is COMPLETED). Returns whether the trial was just stopped.
+        Idempotent like :meth:`complete`: a repeated report finds its rungs decided.
+        """
+        cfg = self.config_of(trial_id)
+        searcher = cfg.searcher
+        if not isinstance(searcher, AdaptiveASHASearcher) or searcher.time_metric is None:
+            return False
+        now = metrics.get(searcher.time_metric)
+        if now is None:
+            now = {"batches": steps, "epochs": epoch}.get(searcher.time_metric)
+        metric = metrics.get(searcher.metric)
+        if not isinstance(now, int | float) or not isinstance(metric, int | float) \
+                or math.isnan(now):
+            return False  # not a report the searcher can place: training goes on
+        metric = float(metric)
+        with self.lock:
+            t = self._trial(trial_id)
+            if t["searcher_done"]:
+                return False
+            ladder = rung_lengths(cfg, t["bracket"])
+            target = t["target"] if t["target"] is not None else ladder[0]
+            while now >= target:
+                if target == ladder[-1]:  # reached max_time: done
+                    self.store.update_trial(trial_id, searcher_done=1)
+                    return True
+                rung = ladder.index(target)
+                if math.isnan(metric):  # ranks last (SQLite would keep NaN as NULL)
+                    metric = math.inf if searcher.smaller_is_better else -math.inf
+                if self.store.rung_result(trial_id, rung) is None:
+                    results = [(r["trial_id"], r["metric"]) for r in
+                               self.store.rung_results(t["experiment_id"], t["bracket"], rung)]
+                    results.append((trial_id, metric))
+                    go_on = promotes(results, trial_id, searcher.divisor,
+                                     searcher.smaller_is_better)
+                    self.store.record_rung(trial_id, rung, metric, go_on, ladder[rung + 1])
+                t = self._trial(trial_id)
+                if t["searcher_done"]:
+                    return True
+                target = t["target"]
+        return False
 
     def complete(self, trial_id: int, unit: str, length: int,
                  metric: float) -> dict[str, Any] | None:

@@ -109,13 +109,10 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
     leaves = list(hp_leaves(config.hyperparameters))
     name = config.searcher.name if config.searcher else "single"
     if name == "single":
-        searched = [_dotted(p) for p, v in leaves if not isinstance(v, ConstHP)]
-        if searched:
-            raise ValueError(
-                "searcher 'single' trains the constants only, but these hyperparameters "
-                f"are searched: {', '.join(searched)}; use grid, random or adaptive_asha"
-            )
-        return [hp_nest((p, v.val) for p, v in leaves)]  # type: ignore[union-attr]
+        # one trial; a ranged hyperparameter is sampled once, as Determined's single
+        # searcher does (the same draw as the first trial of a random search)
+        rng = random.Random(seed)
+        return [hp_nest((p, _random_point(v, rng)) for p, v in leaves)]
     if name == "grid":
         # counted before anything is built: a grid of 10**7 is refused at once
         total = math.prod(_grid_size(v) for _, v in leaves)
@@ -188,11 +185,12 @@ def rung_lengths(config: ExperimentConfig, bracket: int = 0) -> list[int]:
     ([1, 2, 4, 8], [2, 4, 8])
     """
     searcher = config.searcher
-    if searcher is None or searcher.max_length is None:
+    if isinstance(searcher, AdaptiveASHASearcher):
+        top = searcher.budget  # max_length, or max_time in time_metric's units
+    elif searcher is None or searcher.max_length is None:
         return []
-    top = searcher.max_length.value
-    if not isinstance(searcher, AdaptiveASHASearcher):
-        return [top]
+    else:
+        return [searcher.max_length.value]
     n = _n_rungs(searcher)
     ladder = sorted({max(1, math.ceil(top / searcher.divisor ** (n - 1 - k))) for k in range(n)})
     return ladder[min(bracket, len(ladder) - 1):]
