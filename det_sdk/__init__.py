@@ -22,11 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: Determined's format for the logging module (``logging.basicConfig(format=det.LOG_FORMAT)``,
+#: the first line of its Core API tutorials): level, process id, logger name, message.
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
+
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from det_sdk import core, keras
     from det_sdk.info import ClusterInfo, get_cluster_info
 
-__all__ = ["ClusterInfo", "__version__", "core", "get_cluster_info", "keras"]
+__all__ = ["LOG_FORMAT", "ClusterInfo", "__version__", "core", "get_cluster_info", "keras"]
 
 # name -> module that defines it; loaded on first access so that the import of
 # det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.

@@ -21,13 +21,16 @@ from det_sdk.keras._trial import (
     TFKerasTrialContext,
     run_trial,
 )
+from det_sdk.keras._types import ArrayLike, InputData  # Determined's type-hint names
 
 __all__ = [
+    "ArrayLike",
     "CheckpointCorruptError",
     "CheckpointMismatchError",
     "DeterminedCallback",
     "DivergenceError",
     "InMemorySequence",
+    "InputData",
     "KerasContext",
     "SequenceAdapter",
     "ShardedArray",
