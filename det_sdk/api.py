@@ -147,6 +147,9 @@ Metric = Annotated[
                               {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]}),
 ]
 Number = Annotated[float, BeforeValidator(_no_bool)]
+# An untyped value (a config's, a hyperparameter's): answered with its non-finite floats in
+# the wire form, whichever path serialises it (model_dump(mode="json") keeps them floats)
+JsonValue = Annotated[Any, PlainSerializer(to_wire, when_used="json")]
 Count = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_INT)]
 
 
@@ -283,7 +286,7 @@ class TrialInfo(_Model):
     id: int
     experiment_id: int
     state: TrialState
-    hparams: dict[str, Any]
+    hparams: dict[str, JsonValue]
     seed: int
     restarts: int = 0
     steps_completed: int = 0
@@ -306,7 +309,7 @@ class ExperimentInfo(_Model):
     id: int
     name: str | None
     state: ExperimentState
-    config: dict[str, Any]
+    config: dict[str, JsonValue]
     created: float
     trials: list[TrialInfo] = Field(default_factory=list)
     progress: float = 0.0  # the mean of all its trials' progress
@@ -353,7 +356,7 @@ class JobInfo(_Model):
     id: int
     name: str | None
     state: JobState
-    config: dict[str, Any]
+    config: dict[str, JsonValue]
     created: float
     exit_code: int | None = None
 
