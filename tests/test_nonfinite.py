@@ -238,3 +238,66 @@ def test_a_diverging_single_trial_completes(cluster: Cluster, diverging_model: P
     exp = _finishes_completed(cluster, create(cluster, config, diverging_model))
     (t,) = exp["trials"]
     assert t["best_metric"] is None and t["steps_completed"] == 8
+
+
+# --- the local (off-cluster) run ----------------------------------------------------------
+
+def _strict_jsonl(path: Path) -> list[dict]:
+    """Rows parsed as standard JSON: a bare NaN/Infinity literal fails the test."""
+    def refuse(c: str) -> None:
+        pytest.fail(f"bare {c} in {path.name}")
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+def test_a_local_run_writes_standard_json_and_ranks_nan_last(tmp_path: Path) -> None:
+    from det_sdk.session import LocalSession
+
+    config = {"searcher": {"metric": "val_loss", "smaller_is_better": True},
+              "checkpoint_storage": {"save_trial_latest": 1, "save_trial_best": 1}}
+    s = LocalSession.create(tmp_path, hparams={"c": NAN}, seed=1, config=config)
+    try:
+        s.report_metrics("validation", 10, 1, {"val_loss": 0.4, "acc": np.float32("inf")})
+        s.report_metrics("validation", 20, 2, {"val_loss": NAN})
+        uuids = []
+        for steps, val in ((10, 0.4), (20, NAN), (30, -INF)):
+            with s.storage.store() as (uuid, path):
+                (path / "state.bin").write_bytes(b"s")
+            s.report_checkpoint(uuid, {"steps_completed": steps, "epoch": steps // 10,
+                                       "metrics": {"val_loss": val}})
+            uuids.append(uuid)
+        rows = _strict_jsonl(tmp_path / "1" / "metrics.jsonl")
+        assert [r["metrics"] for r in rows] == [{"val_loss": 0.4, "acc": "Infinity"},
+                                                {"val_loss": "NaN"}]
+        back = s.read_metrics()
+        assert back[0]["metrics"]["acc"] == INF and math.isnan(back[1]["metrics"]["val_loss"])
+        assert _strict_jsonl(tmp_path / "1" / "checkpoints.jsonl")[1]["metrics"] == {
+            "val_loss": "NaN"}
+        # "best" is the finite one (a -inf loss is a diverged model too, not the best);
+        # retention kept it and the latest, and dropped the NaN one
+        assert s.checkpoint_for_trial(1, best=True) == uuids[0]
+        assert [c["uuid"] for c in s.read_checkpoints()] == [uuids[0], uuids[2]]
+    finally:
+        s.close()
+    again = LocalSession.reopen(tmp_path, 1)  # rewrites metrics.jsonl past the checkpoint
+    try:
+        assert math.isnan(again.read_metrics()[1]["metrics"]["val_loss"])
+        _strict_jsonl(tmp_path / "1" / "metrics.jsonl")
+    finally:
+        again.close()
+
+
+@pytest.mark.slow
+def test_a_diverging_local_run_finishes_and_has_a_best_checkpoint(
+        tmp_path: Path, diverging_model: Path) -> None:
+    from tests.conftest import run_python
+
+    runs = tmp_path / "runs"
+    proc = run_python(diverging_model / "train.py", {"DET_RUNS_DIR": str(runs)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _strict_jsonl(runs / "1" / "metrics.jsonl")
+    assert [r["metrics"]["val_loss"] for r in rows if r["group"] == "validation"] in (
+        ["NaN"], ["Infinity"])
+    from det_sdk.session import LocalSession
+
+    s = LocalSession.reopen(runs, 1, writer=False)
+    assert s.checkpoint_for_trial(1, best=True) == s.read_checkpoints()[-1]["uuid"]
