@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
+from det_sdk._master_url import master_url
 from det_sdk.atomic import write_atomic
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.wire import dumps as wire_dumps
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "MasterUnreachable",
     "credentials_path",
     "load_token",
+    "master_url",
     "save_token",
 ]
 
@@ -58,9 +60,14 @@ def credentials_path() -> Path:
 
 
 def load_token(url: str) -> str | None:
-    """The user token for ``url``: ``DET_USER_TOKEN``, else the one ``det master up`` saved."""
+    """The user token for ``url``: ``DET_USER_TOKEN``, else the one ``det master up`` saved
+    (found for ``host:port`` as for ``http://host:port``)."""
     if os.environ.get("DET_USER_TOKEN"):
         return os.environ["DET_USER_TOKEN"]
+    try:
+        url = master_url(url)
+    except UsageError:
+        return None
     try:
         return json.loads(credentials_path().read_text()).get(url.rstrip("/"))
     except (OSError, json.JSONDecodeError):
@@ -84,7 +91,7 @@ class MasterClient:
 
     def __init__(self, url: str, token: str | None, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = master_url(url)  # host:port too, as Determined's clients take it
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
                                   transport=transport)

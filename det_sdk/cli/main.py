@@ -48,15 +48,21 @@ _ARG_HELP = {
 }
 _ARG_TYPES = {"id": int, "--trial": int}
 
+# Determined's CLI aliases (its `e|xperiment`, `t|rial`, `c|heckpoint`, `j|ob` nouns and
+# `list ls`, `activate unpause` verbs), for the commands det_sdk has
+NOUN_ALIASES = {"experiment": ["e"], "trial": ["t"], "checkpoint": ["c"], "job": ["j"]}
+VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"]}
+
 
 def _add_task_commands(sub: argparse._SubParsersAction) -> None:
     from det_sdk.cli.tasks import COMMANDS
 
     for noun, verbs in COMMANDS.items():
-        p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)")
+        p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)",
+                           aliases=NOUN_ALIASES.get(noun, []))
         verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
         for verb, (func, help_text, arguments) in verbs.items():
-            v = verbs_sub.add_parser(verb, help=help_text)
+            v = verbs_sub.add_parser(verb, help=help_text, aliases=VERB_ALIASES.get(verb, []))
             for name, *options in arguments:
                 if options:  # argparse options given with the command (--all, --limit)
                     v.add_argument(name, **options[0])
@@ -100,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"det_sdk {det_sdk.__version__}")
     parser.add_argument("-m", "--master", default=os.environ.get("DET_MASTER", DEFAULT_MASTER),
-                        help=f"the master's URL (DET_MASTER; default {DEFAULT_MASTER})")
+                        help=f"the master's URL, or host:port for http://host:port "
+                             f"(DET_MASTER; default {DEFAULT_MASTER})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_master_commands(sub)
     _add_task_commands(sub)
@@ -124,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from det_sdk._master_url import master_url
+
+        if args.command != "runs":  # local runs never talk to a master
+            args.master = master_url(args.master)  # Determined's host:port: http://host:port
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
