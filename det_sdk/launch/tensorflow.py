@@ -21,6 +21,14 @@ Next to ``TF_CONFIG`` each worker gets ``DET_TF_COLLECTIVE_ADDR`` and
 ``DET_TF_COLLECTIVE_TOKEN``: where ``DistributedContext.from_tf_config()``'s object
 collectives meet (the chief) and the token that admits a worker.
 
+Which Keras runs is not asked here (that would import TensorFlow): the script's
+``DistributedContext.from_tf_config()`` decides. On Keras 2 the workers train under
+``MultiWorkerMirroredStrategy``. On Keras 3, which cannot (keras-team/keras#20585),
+workers under ``horovodrun`` become Horovod's processes (``TF_CONFIG`` is dropped
+from their environment) and ``DeterminedCallback`` trains them with det_sdk's
+gradient averaging, broadcast and batch splitting; ``--processes N`` workers are
+refused with an error saying to run under ``horovodrun`` instead.
+
 >>> parse_args(["--", "python3", "train.py", "--lr", "0.1"])
 (1, ['python3', 'train.py', '--lr', '0.1'])
 >>> tf_config(["h:1", "h:2"], 1)
