@@ -307,3 +307,120 @@ def test_a_nested_random_search_gives_each_trial_script_its_nested_values(
         text = cluster.det("trial", "describe", str(t["id"])).stdout
         assert f"layers.dense.units={hp['layers']['dense']['units']}" in text
         assert f"optimizer.name={hp['optimizer']['name']}" in text
+
+
+# --- Determined's Core API tutorials, both eras (issue 29) ----------------------------------
+
+# Written from the shape of Determined's core_api tutorial 3_hpsearch (0.38): LOG_FORMAT,
+# get_cluster_info, a loop that reports the time metric `batches` with each validation and
+# checks preempt.should_preempt(); it never calls searcher.operations().
+CORE_038 = """\
+import logging, time
+import det_sdk as det
+
+logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)
+info = det.get_cluster_info()
+increment_by = info.trial.hparams["increment_by"]
+with det.core.init() as core_context:
+    x = 0.0
+    for batch in range(100):
+        x += increment_by
+        steps = batch + 1
+        time.sleep(0.05)
+        if steps % 10 == 0:
+            core_context.train.report_training_metrics(steps_completed=steps, metrics={"x": x})
+            core_context.train.report_progress(steps / 100)
+            core_context.train.report_validation_metrics(
+                steps_completed=steps, metrics={"x": x, "batches": steps})
+            if core_context.preempt.should_preempt():
+                logging.info("stopped by the searcher at %s", steps)
+                break
+"""
+
+# The older era's shape (1_metrics .. 3_hpsearch before 0.38): a unitless max_length that
+# the script counts in batches through searcher.operations().
+CORE_OPS = """\
+import logging
+import det_sdk as det
+
+logging.basicConfig(level=logging.INFO, format=det.LOG_FORMAT)
+with det.core.init() as core_context:
+    x, batch = 0, 0
+    for op in core_context.searcher.operations():
+        while batch < op.length:
+            x += 1
+            batch += 1
+            if batch % 25 == 0:
+                core_context.train.report_training_metrics(steps_completed=batch,
+                                                           metrics={"x": x})
+                op.report_progress(batch)
+        core_context.train.report_validation_metrics(
+            steps_completed=batch, metrics={"x": x, "op_length": op.length})
+        op.report_completed(x)
+"""
+
+
+def _core_model(tmp_path: Path, name: str, script: str) -> Path:
+    model = tmp_path / name
+    model.mkdir()
+    (model / "train.py").write_text(script)
+    return model
+
+
+@pytest.mark.slow
+def test_core_api_038_asha_time_metric_stops_trials_through_preemption(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """time_metric: batches + max_time: 100, rungs at 25, 50, 100 batches (divisor 2): the
+    searcher places each trial by its reported `batches`; the ones it stops see
+    should_preempt() and end COMPLETED, short of 100 batches."""
+    config = cluster.write_config(
+        "core038", entrypoint_script="python3 train.py", max_restarts=0,
+        reproducibility={"experiment_seed": 3},
+        hyperparameters={"increment_by": {"type": "double", "minval": 1, "maxval": 8}},
+        searcher={"name": "adaptive_asha", "metric": "x", "max_trials": 4,
+                  "time_metric": "batches", "max_time": 100, "divisor": 2, "num_rungs": 3,
+                  "mode": "aggressive"})
+    exp_id = create(cluster, config, _core_model(tmp_path, "core038", CORE_038))
+    out = cluster.det("e", "wait", str(exp_id), timeout=600)  # Determined's alias
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = describe(cluster, exp_id)["trials"]
+    assert len(trials) == 4 and {t["state"] for t in trials} == {"COMPLETED"}
+    ladder = [25, 50, 100]
+    arrivals = []
+    for t in trials:
+        for r in t["rungs"]:
+            arrivals.append((r["order"], r["rung"], r["metric"], r["promoted"]))
+        stopped = [r for r in t["rungs"] if not r["promoted"]]
+        if stopped:  # told through preemption: it ended before the next rung
+            assert t["steps_completed"] < ladder[stopped[0]["rung"] + 1], t
+        else:
+            assert t["steps_completed"] == 100, t
+    seen: dict[int, list[float]] = {}
+    for _, rung, metric, promoted in sorted(arrivals):
+        seen.setdefault(rung, []).append(metric)
+        better = sum(m < metric for m in seen[rung])
+        assert promoted == (better < max(1, len(seen[rung]) // 2))
+    # seed 3 draws increment_by 2.67, 4.81, 3.59, 5.23: trial 4, the worst, starts after a
+    # slot frees (2 slots), so it never arrives first at rung 0 and is stopped there
+    worst = max(trials, key=lambda t: t["hparams"]["increment_by"])
+    assert worst["rungs"][0]["promoted"] is False and worst["steps_completed"] < 100
+    best = min(trials, key=lambda t: t["hparams"]["increment_by"])
+    assert best["steps_completed"] == 100 and len(best["rungs"]) == 2
+
+
+@pytest.mark.slow
+def test_core_api_unitless_max_length_reaches_the_script_as_an_integer(
+        cluster: Cluster, tmp_path: Path) -> None:
+    config = cluster.write_config(
+        "coreops", entrypoint_script="python3 train.py", max_restarts=0,
+        hyperparameters={}, searcher={"name": "single", "metric": "x", "max_length": 100})
+    exp_id = create(cluster, config, _core_model(tmp_path, "coreops", CORE_OPS))
+    host_port = cluster.url.removeprefix("http://")  # det -m host:port, Determined's habit
+    out = cluster.det("-m", host_port, "e", "wait", str(exp_id), timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (trial,) = describe(cluster, exp_id)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["steps_completed"] == 100
+    with cluster.http() as http:
+        rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+    (val,) = [r for r in rows if r["group"] == "validation"]
+    assert val["metrics"] == {"x": 100, "op_length": 100}
