@@ -12,7 +12,7 @@ MODULES = [
     "det_sdk.storage", "det_sdk.api", "det_sdk.master.searchers", "det_sdk.master.store",
     "det_sdk.master.archive", "det_sdk.keras._plan", "det_sdk.keras._callbacks",
     "det_sdk.keras._compat", "det_sdk.master.security", "det_sdk.master.ui.routes",
-    "det_sdk.keras._callback_state",
+    "det_sdk.keras._callback_state", "det_sdk.wire",
 ]
 
 
