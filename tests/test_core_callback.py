@@ -437,6 +437,17 @@ def test_small_example_on_two_horovod_processes_trains_as_one(tmp_path: Path) ->
 
 @pytest.mark.slow
 @needs_horovodrun
+def test_a_shuffled_dataset_of_unknown_size_trains_on_two_processes(tmp_path: Path) -> None:
+    """Every process draws the same batches (the shared global seed), so the length of
+    the dataset does not matter: each step checks the batches agree and splits them."""
+    out = _run_local(_small_config(tmp_path), tmp_path / "runs", 2, horovodrun=True,
+                     script=SMALL, CB_CASE="dataset", CB_OUT=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _assert_same(_weights(tmp_path, 0), _weights(tmp_path, 1), atol=0)
+
+
+@pytest.mark.slow
+@needs_horovodrun
 @pytest.mark.parametrize("case, says", [
     ("uneven", "a batch does not divide by 2. Make batch_size a multiple of 2"),
     ("rank_data", "the processes were given different batches"),

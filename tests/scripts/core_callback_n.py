@@ -8,7 +8,8 @@ and as a trial (``slots_per_trial: N``). Each process saves its final weights to
 
 ``CB_MWMS=1``: the script makes ``tf.distribute.MultiWorkerMirroredStrategy()`` itself
 (after ``from_tf_config``, as scripts written for it do). ``CB_CASE``: ``uneven``
-(a batch of 33 rows), ``rank_data`` (each process's data differs): both must be refused.
+(a batch of 33 rows), ``rank_data`` (each process's data differs): both must be refused;
+``dataset``: a shuffled ``tf.data`` dataset of unknown cardinality (trains).
 """
 
 import os
@@ -45,9 +46,13 @@ def main(core_context, strategy):
     (x, y), (xv, yv) = load_data()
     if case == "rank_data":
         x = x + core_context.distributed.rank
+    fit_data = {"x": x, "y": y,
+                "batch_size": 33 if case == "uneven" else hparams["global_batch_size"]}
+    if case == "dataset":  # shuffled by the global seed, of unknown cardinality
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(192)
+        fit_data = {"x": ds.filter(lambda a, b: True).batch(hparams["global_batch_size"])}
     model.fit(
-        x, y,
-        batch_size=33 if case == "uneven" else hparams["global_batch_size"],
+        **fit_data,
         epochs=hparams["epochs"],
         validation_data=(xv, yv),
         shuffle=hparams.get("shuffle", True),
