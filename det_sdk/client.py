@@ -150,6 +150,9 @@ class MasterClient:
 
     def _request_create(self, path: str, config: dict[str, Any], archive: bytes,
                         progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        # A config's values are untyped: its non-finite numbers (YAML .nan/.inf) travel as
+        # JSON's NaN/Infinity literals, which the master (Python's json) reads as floats;
+        # the strings "NaN" of det_sdk.wire could not be told from a string hyperparameter.
         body = json.dumps({"config": config,
                            "model_definition": base64.b64encode(archive).decode()}).encode()
 
