@@ -255,10 +255,11 @@ class UndoPaddingMetrics(_Callback):
     """Undo the metric updates of the steps at which this process trains on padding only.
 
     A process left without rows in a batch still runs the step (the others wait
-    for its gradients) on a weight-0 padding row. That row adds nothing to the
-    gradients, but Keras's ``metrics`` (unlike ``weighted_metrics``) ignore sample
-    weights and would count it: its state is saved before such a step and put back
-    after. Steps ``first`` and later of each epoch are padding.
+    for its gradients) on a padding row. Its gradients are zeroed before they are
+    averaged (``_compat.gradient_share``: numpy batches carry no sample weights the
+    user did not give, so the row itself is not weighted 0), and Keras's
+    ``metrics`` would count it: their state is saved before such a step and put
+    back after. Steps ``first`` and later of each epoch are padding.
 
     >>> cb = UndoPaddingMetrics(first=4, position=Position(0, 0, 0))
     """
@@ -272,12 +273,17 @@ class UndoPaddingMetrics(_Callback):
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self.position.batch >= self.first:
             self._saved = [v.numpy() for v in _compat.metric_variables(self.model)]
+            _compat.gradient_share().assign(0.0)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self._saved is not None:
             for var, value in zip(_compat.metric_variables(self.model), self._saved):
                 var.assign(value)
             self._saved = None
+            _compat.gradient_share().assign(1.0)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        _compat.gradient_share().assign(1.0)  # a stop inside a padding step
 
 
 class AggregateMetrics(_Callback):

@@ -5,7 +5,11 @@ Keras's own formats are far from the disk's speed on Keras 2.15 (``.keras`` load
 written against the physical limit instead: every array's raw bytes back to back in
 one file, plus small JSON files that say what they are::
 
-    model.json      architecture (``model.to_json()``) and compile config
+    model.json      architecture (``model.to_json()``) and compile config; for a
+                    model Keras cannot describe by a config (a subclassed model whose
+                    ``__init__`` takes models or other objects, no ``get_config``),
+                    ``model_config`` is null and the reason is kept: the checkpoint
+                    holds its weights and state, the user's code builds the model
     state.json      index of state.bin: group, name, dtype, shape, offset, nbytes
     state.bin       model weights, optimizer variables, RNG states: raw bytes
     metadata.json   position (epoch, batch), seed, hparams, metrics, versions
@@ -19,6 +23,7 @@ layers, which then come in as ``custom_objects`` as with Keras.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
@@ -32,14 +37,16 @@ import xxhash
 
 import det_sdk
 from det_sdk.arrayfile import ArrayFileWriter, read_exactly
-from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError
+from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DetSdkError
 from det_sdk.keras import _compat
 
 __all__ = [
     "CheckpointCorruptError",
     "Snapshot",
     "StateLayout",
+    "WeightsOnlyCheckpointError",
     "framework_versions",
+    "load_into",
     "load_model",
     "load_weights",
     "optimizer_variables",
@@ -49,6 +56,15 @@ __all__ = [
     "set_vocabulary",
     "vocabulary",
 ]
+
+log = logging.getLogger("det_sdk.keras")
+
+
+class WeightsOnlyCheckpointError(DetSdkError, ValueError):
+    """The checkpoint's model has no Keras config (a subclassed model): the user's code
+    builds it, ``load_checkpoint_weights`` (or ``load_checkpoint_model(model=...)``)
+    loads the weights into it."""
+
 
 # 2: checksums.json (xxh3-64 of every file), keras_major. 1: no checksums (still read).
 FORMAT_VERSION = 2
@@ -170,6 +186,16 @@ def model_config_of(model: Any) -> dict[str, Any]:
     return json.loads(model.to_json())
 
 
+def _architecture(model: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``(config, None)``, or ``(None, why)`` for a model Keras has no config of (a
+    subclassed model without ``get_config`` whose ``__init__`` takes objects): such a
+    model is checkpointed by its weights and state, and built by the user's code."""
+    try:
+        return model_config_of(model), None
+    except Exception as err:  # Keras raises TypeError, ValueError, NotImplementedError
+        return None, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+
+
 class StateLayout:
     """Where a model's training state lives, found once and read in one op per checkpoint.
 
@@ -206,7 +232,7 @@ class StateLayout:
         #: True if this layout changed the optimizers' updates: a step function
         #: traced before (the model trained before this fit) still updates in place.
         self.changed_updates = any(changed)
-        self._model_config: dict[str, Any] | None = None
+        self._model_config: tuple[dict[str, Any] | None, str | None] | None = None
 
     def fits(self, model: Any, optimizers: Sequence[Any], plain_optimizer: Any = None) -> bool:
         """Whether this layout is ``model``'s with these optimizers (same objects)."""
@@ -238,9 +264,13 @@ class StateLayout:
         the snapshot itself.
         """
         if self._model_config is None:
-            self._model_config = model_config_of(self.model)
-        return {"model_config": self._model_config,
+            self._model_config = _architecture(self.model)
+        config, why = self._model_config
+        spec = {"model_config": config,
                 "compile_config": _compile_config(self.model, self.plain_optimizer)}
+        if config is None:
+            spec["weights_only"] = {"class": type(self.model).__name__, "reason": why}
+        return spec
 
 
 @dataclass
@@ -542,6 +572,21 @@ def _assign_groups(
     _compat.refresh_preprocessing(model)
 
 
+def load_into(path: Path, model: Any) -> Any:
+    """Load a checkpoint into a model the caller built (and compiled, or not): weights,
+    lookup tables, the compiled optimizer's state and rank 0's random state. For models
+    Keras has no config of (``model.json`` says ``weights_only``). Returns ``model``."""
+    if not model.built and not _compat.layers_of(model)[1:]:
+        raise ValueError("load_checkpoint_model: the model has no weights yet; build it "
+                         "first (call it on a batch, e.g. model(x[:1]), or model.build)")
+    opt = _compat.model_optimizer(model)
+    optimizers = [opt] if opt is not None else []
+    for o in optimizers:
+        _compat.optimizer_variables(o, model.trainable_variables)
+    restore_state(path, model, optimizers)
+    return model
+
+
 def load_weights(path: Path, model: Any) -> dict[str, Any]:
     """Load a checkpoint's model weights and lookup tables into ``model`` (built by the
     caller: subclassed models too); not optimizer or random state. Returns the metadata."""
@@ -563,6 +608,17 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
     """A compiled Keras model (architecture, weights, optimizer state) from a checkpoint."""
     read_metadata(path)
     spec = _read_json(path / "model.json", verify=_format(path) >= 2)
+    if spec.get("model_config") is None:
+        only = spec.get("weights_only") or {}
+        raise WeightsOnlyCheckpointError(
+            f"checkpoint {path} holds the weights and training state of "
+            f"{only.get('class', 'a model')}, not its architecture: Keras has no config of "
+            f"it ({only.get('reason', 'a subclassed model')}). Build the model with your "
+            "code, as for training, then load the weights into it: "
+            "context.load_checkpoint_weights(model, trial_id=... | checkpoint_uuid=...), or "
+            "context.load_checkpoint_model(..., model=model), which also compiles nothing "
+            "and returns that model. (To rebuild it from the checkpoint instead, give the "
+            "class get_config()/from_config().)")
     try:
         model = _compat.keras.models.model_from_json(
             json.dumps(spec["model_config"]), custom_objects=dict(custom_objects or {})
@@ -582,7 +638,32 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
     optimizers = []
     if spec.get("compile_config"):
         with _compat.keras.utils.custom_object_scope(dict(custom_objects or {})):
-            model.compile_from_config(spec["compile_config"])
-        optimizers = [model.optimizer]
+            optimizers = _recompile(model, spec["compile_config"], path)
     _assign_groups(path, model, optimizers, _read_arrays(path))
     return model
+
+
+def _recompile(model: Any, config: Mapping[str, Any], path: Path) -> list[Any]:
+    """Compile a rebuilt model as it was; the optimizers whose state to load.
+
+    A model whose class overrides ``compile`` with its own signature (a Distiller's
+    ``compile(optimizer, metrics, student_loss_fn, ...)``) cannot be compiled from
+    Keras's record of the base ``compile``'s arguments: it gets its optimizer (with
+    its state) through the base ``compile``, and the caller compiles it with its own
+    arguments before training it further (its ``train_step`` needs them).
+    """
+    if _compat.overrides_compile(model):
+        log.warning(
+            "det_sdk: %s overrides compile(); checkpoint %s restored its weights and "
+            "optimizer (state included) only: call model.compile(...) with your own "
+            "arguments before training or evaluating it", type(model).__name__, path.name)
+        optimizer = _compat.keras.optimizers.deserialize(config["optimizer"]) \
+            if config.get("optimizer") else None
+        if optimizer is None:
+            return []
+        _compat.keras.Model.compile(model, optimizer=optimizer)
+        _compat.optimizer_variables(optimizer, model.trainable_variables)
+        return [optimizer]
+    model.compile_from_config(config)
+    optimizer = getattr(model, "optimizer", None)
+    return [optimizer] if optimizer is not None else []

@@ -116,6 +116,18 @@ def set_seeds(seed: int, rank: int = 0) -> None:
         keras.backend.experimental.enable_tf_random_generator()
 
 
+def implements_call(model: Any) -> bool:
+    """Whether ``model``'s class defines ``call()`` (Keras's base raises NotImplementedError;
+    a model whose own ``train_step`` does the work needs none)."""
+    return type(model).call is not keras.Model.call
+
+
+def overrides_compile(model: Any) -> bool:
+    """Whether ``model``'s class defines its own ``compile`` (Keras's record of the
+    base ``compile``'s arguments then cannot compile it again)."""
+    return type(model).compile is not keras.Model.compile
+
+
 def layers_of(model: Any) -> list[Any]:
     """The model and every layer inside it, depth first, each once."""
     return list(model._flatten_layers(include_self=True, recursive=True))
@@ -280,6 +292,36 @@ def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
 AverageFn = Callable[[list[Any]], list[Any]]
 
 
+_gradient_share: Any = None
+
+
+def gradient_share() -> Any:
+    """This process's share in the step under way: a ``tf.Variable``, 1.0, or 0.0 at a
+    step where it trains on padding only (its gradients are zeroed before they are
+    averaged, so its batch, which carries no sample weights, adds nothing). Set by
+    ``_callbacks.UndoPaddingMetrics``; one per process, read by every averaging
+    optimizer's step. Multiplying by 1.0 leaves a gradient bit-equal."""
+    global _gradient_share
+    if _gradient_share is None:
+        with tf.init_scope():
+            _gradient_share = tf.Variable(1.0, trainable=False, name="det_gradient_share")
+    return _gradient_share
+
+
+def _shared(grads: list[Any]) -> list[Any]:
+    share = gradient_share()
+
+    def scale(g: Any) -> Any:
+        if g is None:
+            return None
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values * tf.cast(share, g.values.dtype), g.indices,
+                                    g.dense_shape)
+        return g * tf.cast(share, g.dtype)
+
+    return [scale(g) for g in grads]
+
+
 class _AveragingMixin:
     """Averages gradients over processes where the optimizer applies them.
 
@@ -294,13 +336,13 @@ class _AveragingMixin:
     if _K3:
 
         def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-            return super().apply(self._det_average(list(grads)), trainable_variables)
+            return super().apply(self._det_average(_shared(list(grads))), trainable_variables)
 
     else:
 
         def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
             pairs = list(grads_and_vars)
-            grads = self._det_average([g for g, _ in pairs])
+            grads = self._det_average(_shared([g for g, _ in pairs]))
             return super().apply_gradients(
                 list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
 
@@ -326,6 +368,7 @@ def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
     """
     wrapped = _averaging_class(type(opt)).from_config(opt.get_config())
     wrapped._det_average = average
+    gradient_share()  # made now, outside any traced step
     return wrapped
 
 
@@ -340,6 +383,7 @@ def average_in_place(opt: Any, average: AverageFn) -> None:
     if not isinstance(opt, _AveragingMixin):
         opt.__class__ = _averaging_class(type(opt))
     opt._det_average = average
+    gradient_share()
 
 
 def is_averaging(opt: Any) -> bool:

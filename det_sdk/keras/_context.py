@@ -217,14 +217,25 @@ class KerasContext:
         *,
         best: bool = False,
         custom_objects: Mapping[str, Any] | None = None,
+        model: Any = None,
     ) -> Any:
         """A compiled model (architecture, weights, optimizer state) from a checkpoint.
 
         Either a trial's latest checkpoint (``best=True``: best by the searcher metric)
         or the checkpoint ``checkpoint_uuid``. Locally, ``trial_id`` is a run id.
 
+        A model Keras has no config of (subclassed, its ``__init__`` taking models or
+        other objects, no ``get_config``) is checkpointed by its weights: build it with
+        your code and pass it as ``model=``; the checkpoint's weights, lookup tables and
+        (if you compiled it) optimizer state are loaded into it and it is returned.
+        Without ``model=`` such a checkpoint raises ``WeightsOnlyCheckpointError``
+        saying so. A rebuilt model whose class overrides ``compile`` with its own
+        signature gets its optimizer only: compile it with your arguments before
+        training it further.
+
         >>> model = context.load_checkpoint_model(trial_id=1)
         >>> model = context.load_checkpoint_model(checkpoint_uuid="7c1a...")
+        >>> vae = context.load_checkpoint_model(trial_id=1, model=make_vae())
         """
         if (trial_id is None) == (checkpoint_uuid is None):
             raise ValueError("load_checkpoint_model: give exactly one of trial_id or "
@@ -232,6 +243,11 @@ class KerasContext:
         if checkpoint_uuid is None:
             checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
         path = self.session.checkpoint_path(checkpoint_uuid)
+        if model is not None:
+            if not isinstance(model, _compat.keras.Model):
+                raise TypeError("load_checkpoint_model: model must be a keras.Model, got "
+                                f"{type(model).__name__}")
+            return _checkpoint.load_into(path, model)
         return _checkpoint.load_model(path, custom_objects)
 
     def load_checkpoint_weights(

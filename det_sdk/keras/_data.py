@@ -245,9 +245,12 @@ def array_pipeline(
 
     Every process runs the same number of steps (Horovod's collectives hang
     otherwise). When the last global batch has fewer samples than processes, a
-    process left without one trains on one padding row of weight 0: no sample is
-    dropped, none counts twice. With several processes, batches therefore always
-    carry sample weights (ones, or the user's).
+    process left without one trains on one padding row: no sample is dropped, none
+    counts twice. Its weight is 0 when the batches carry sample weights (the user's,
+    or ``class_weight``'s); otherwise the batches are what Keras would pass (``x``
+    alone, or ``(x, y)``: no weights added, so a custom ``train_step`` sees what it
+    sees on one process) and the step's gradients are zeroed on that process
+    instead (``_compat.gradient_share``, set by ``_callbacks.UndoPaddingMetrics``).
 
     Arrays that are each process's own (not wrapped, or derived from wrapped
     views) are permuted on their own; ``padded_rows`` (the most rows any process
@@ -261,12 +264,15 @@ def array_pipeline(
     """
     geometry = _shard_geometry([s for s in (x, y, sample_weight) if s is not None])
     rank, size = geometry or (0, 1)
-    weighted = size > 1 or padded_rows is not None or class_weight is not None
-    if weighted and y is None:
-        raise ValueError("context.fit: numpy input needs y (targets) with several processes "
-                         "or class_weight")
-    if weighted and sample_weight is None:
+    may_pad = size > 1 or padded_rows is not None
+    if class_weight is not None and y is None:
+        raise ValueError("context.fit: class_weight needs y (the targets whose classes it "
+                         "weighs)")
+    if class_weight is not None and sample_weight is None:
         sample_weight = np.ones(len(_leaves(_full(x))[0]), dtype=np.float32)
+    weighted = sample_weight is not None
+    if weighted and y is None:
+        raise ValueError("context.fit: sample_weight needs y (targets)")
     # tf.data takes a list for one tensor to stack: several inputs go as a tuple.
     data = tuple(_lists_as_tuples(_full(s)) for s in (x, y, sample_weight) if s is not None)
     n = len(_leaves(data)[0])
@@ -287,7 +293,7 @@ def array_pipeline(
     @_no_autograph
     def real_rows(row: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         real = tf.boolean_mask(row, row >= 0)
-        if not weighted:
+        if not may_pad:
             return real, tf.ones_like(real, tf.float32)
         empty = tf.equal(tf.size(real), 0)
         idx = tf.cond(empty, lambda: tf.zeros([1], tf.int64), lambda: real)
@@ -314,7 +320,8 @@ def array_pipeline(
             if cw is not None:
                 w = w * tf.cast(cw(batch[1]), w.dtype)
             batch = (*batch[:2], w)
-        return batch
+        # x alone goes as Keras passes it: the tensor (or the tuple of inputs), not (x,)
+        return batch[0] if len(batch) == 1 and not isinstance(batch[0], tuple) else batch
 
     ds = tf.data.Dataset.zip((indices, tensors)).map(
         gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True

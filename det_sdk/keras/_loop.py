@@ -124,7 +124,7 @@ class TrainingLoop:
         0's can be broadcast).
         """
         if not model.built:
-            model(sample_input(), training=False)
+            self._build(model, sample_input)
         for opt in self.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
         # A new fit: the model may have changed since the last. The first read of a
@@ -152,6 +152,26 @@ class TrainingLoop:
         if _compat.turn_off_xla(model):
             log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
                         "XLA kernels. Training with several processes runs without XLA.")
+
+    def _build(self, model: tf.keras.Model, sample_input: Any) -> None:
+        """Build ``model`` as Keras's ``fit`` would: call it on a batch when it has a
+        ``call()``. A model whose own ``train_step`` does the work needs none (a VAE
+        calling its encoder and decoder): Keras leaves it unbuilt and creates any
+        missing variables in the first step; det_sdk does the same on one process.
+        With several processes every variable must exist before rank 0's are
+        broadcast, so its layers must be built (they usually are: models given
+        input shapes)."""
+        if _compat.implements_call(model):
+            model(sample_input(), training=False)
+            return
+        unbuilt = [layer.name for layer in _compat.layers_of(model)[1:] if not layer.built]
+        if unbuilt and self.distributed.size > 1:
+            raise ValueError(
+                f"context.fit: {type(model).__name__} has no call() (its train_step does the "
+                f"work), so det_sdk cannot build it on a batch, and its layers {unbuilt[:5]} "
+                f"have no weights yet; with {self.distributed.size} processes every weight "
+                "must exist before rank 0's are broadcast. Give those layers' models an "
+                "input shape (keras.Input) or build them (layer.build(shape)) before fit")
 
     # --- resume, restore, broadcast -------------------------------------------------------
 
