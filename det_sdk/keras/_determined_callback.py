@@ -513,6 +513,7 @@ class _SplitBatches:
         if _compat.turn_off_xla(model):
             log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
                         "XLA kernels")
+        self.uninstall(model)  # a fit that raised left its split step: split once, not twice
         model.train_step = self._split_step(model.train_step)
         model.make_train_function(force=True)  # traced anew: averaging apply, split step
         model.train_function = _refusals_as_errors(model.train_function)
