@@ -12,6 +12,7 @@ when a resumed run starts in the middle of an epoch.
 from __future__ import annotations
 
 import itertools
+import logging  # noqa: F401 (doctests)
 import os
 import signal
 import socket
@@ -46,6 +47,7 @@ __all__ = [
     "TensorBoardScalars",
     "TrackPosition",
     "UndoPaddingMetrics",
+    "WarnUnsavedRandomness",
     "aggregated_results",
     "catch_stop_signals",
     "chief_only_callbacks",
@@ -284,6 +286,37 @@ class UndoPaddingMetrics(_Callback):
 
     def on_train_end(self, logs: Any = None) -> None:
         _compat.gradient_share().assign(1.0)  # a stop inside a padding step
+
+
+class WarnUnsavedRandomness(_Callback):
+    """Say once, after the first step of a ``fit`` (its step function traced), that the
+    model draws random numbers whose state no checkpoint holds (TensorFlow's stateful
+    ops: ``tf.random.normal``, Keras 2's ``backend.random_normal``): a resumed run is
+    then not bit-equal to an uninterrupted one. One look at the traced graph.
+
+    >>> cb = WarnUnsavedRandomness(logging.getLogger("det_sdk.keras"))
+    """
+
+    def __init__(self, logger: Any) -> None:
+        super().__init__()
+        self.logger = logger
+        self._done = False
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            ops = _compat.unsaved_random_ops(self.model)
+        except Exception:  # a look at Keras's internals: it never fails training
+            return
+        if ops:
+            names = ", ".join(f"{op} ({_compat.UNSAVED_RANDOM_OPS[op]})" for op in ops)
+            self.logger.warning(
+                "det_sdk: %s's training step draws random numbers with TensorFlow's stateful "
+                "ops %s, whose state no checkpoint holds: a resumed run draws other numbers "
+                "than an uninterrupted one (not bit-equal). To resume exactly, %s",
+                type(self.model).__name__, names, _compat.UNSAVED_RANDOM_FIX)
 
 
 class AggregateMetrics(_Callback):

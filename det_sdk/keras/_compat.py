@@ -614,3 +614,63 @@ def set_learning_rate(opt: Any, value: float) -> None:
         opt.learning_rate = value
     else:
         keras.backend.set_value(opt.lr, value)
+
+
+# --- randomness no checkpoint holds ---------------------------------------------------------
+
+# TensorFlow's stateful random ops with no state input: they draw from the op's own
+# seed and a counter inside the kernel, which no variable (so no checkpoint) holds.
+# Stateless ops (keras.random with a SeedGenerator, Keras 3 layers) and generator
+# ops (tf.random.Generator: RngReadAndSkip, StatefulUniform*) are checkpointed.
+UNSAVED_RANDOM_OPS = {
+    "RandomStandardNormal": "tf.random.normal",
+    "RandomUniform": "tf.random.uniform",
+    "RandomUniformInt": "tf.random.uniform",
+    "TruncatedNormal": "tf.random.truncated_normal",
+    "ParameterizedTruncatedNormal": "tf.random.truncated_normal",
+    "RandomShuffle": "tf.random.shuffle",
+    "Multinomial": "tf.random.categorical",
+    "RandomGamma": "tf.random.gamma",
+    "RandomPoisson": "tf.random.poisson",
+    "RandomPoissonV2": "tf.random.poisson",
+}
+
+UNSAVED_RANDOM_FIX = (
+    "draw with keras.random.normal(shape, seed=self.seed_generator), "
+    "self.seed_generator = keras.random.SeedGenerator(seed) made in __init__"
+    if _K3 else
+    "draw with a tf.random.Generator kept on the model (self.gen = "
+    "tf.random.Generator.from_seed(seed) in __init__; self.gen.normal(shape))")
+
+
+def _traced_functions(fn: Any, seen: set[int], depth: int = 0) -> list[Any]:
+    """The ``tf.function``s behind ``fn``: itself, or found in its closure (Keras 3's
+    ``train_function`` is a Python closure over its traced step functions)."""
+    if fn is None or id(fn) in seen or depth > 4:
+        return []
+    seen.add(id(fn))
+    if hasattr(fn, "_list_all_concrete_functions"):
+        return [fn]
+    found: list[Any] = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if callable(value):
+            found += _traced_functions(value, seen, depth + 1)
+    wrapped = getattr(fn, "__wrapped__", None)
+    return found + _traced_functions(wrapped, seen, depth + 1)
+
+
+def unsaved_random_ops(model: Any) -> list[str]:
+    """The stateful TF random ops (see :data:`UNSAVED_RANDOM_OPS`) in ``model``'s traced
+    training step, nested functions included; empty if it is not traced (eager)."""
+    found: set[str] = set()
+    for fn in _traced_functions(getattr(model, "train_function", None), set()):
+        for concrete in fn._list_all_concrete_functions():
+            graph_def = concrete.graph.as_graph_def()
+            ops = [n.op for n in graph_def.node]
+            ops += [n.op for f in graph_def.library.function for n in f.node_def]
+            found.update(op for op in ops if op in UNSAVED_RANDOM_OPS)
+    return sorted(found)

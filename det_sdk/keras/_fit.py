@@ -37,6 +37,7 @@ from det_sdk.keras._callbacks import (
     TensorBoardScalars,
     TrackPosition,
     UndoPaddingMetrics,
+    WarnUnsavedRandomness,
     catch_stop_signals,
     chief_only_callbacks,
     periodic_checkpoint,
@@ -67,6 +68,7 @@ class FitOutcome:
 # The one place that orders callbacks. Keras calls them in list order at every hook:
 _ORDER = (
     "track",        # position first: every other hook reads it
+    "random",       # one warning about random draws no checkpoint holds (first step)
     "padding",      # a padding step's metric updates undone before anyone reads them
     "sync",         # the divergence guard, before anyone records a diverged state
     "average",      # epoch metrics become all processes' data's before anyone reads them
@@ -183,6 +185,8 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
         "states_in": callback_states.before_user(),
         "states": callback_states,
     }
+    if dist.is_chief:
+        hooks["random"] = WarnUnsavedRandomness(log)
     if dist.size > 1:
         hooks["sync"] = CheckInSync(lambda where: loop.check_in_sync(model, where), position)
         hooks["average"] = AggregateMetrics(dist)
