@@ -34,6 +34,7 @@ from det_sdk.session import Session
 
 __all__ = [
     "AggregateMetrics",
+    "AverageStepOutputs",
     "BatchPeriodCheckpoint",
     "CheckInSync",
     "MetricsReporter",
@@ -317,6 +318,58 @@ class WarnUnsavedRandomness(_Callback):
                 "ops %s, whose state no checkpoint holds: a resumed run draws other numbers "
                 "than an uninterrupted one (not bit-equal). To resume exactly, %s",
                 type(self.model).__name__, names, _compat.UNSAVED_RANDOM_FIX)
+
+
+class AverageStepOutputs(_Callback):
+    """Values a custom ``test_step`` returns that are not Keras metrics (plain tensors
+    under its own names): their mean over the batches, weighted by each batch's rows,
+    over every process's batches. Keras itself logs the last batch's value, which
+    differs between 1 and N processes; this is the same on any number of processes
+    (for a per-batch mean, the value over the whole validation data).
+
+    ``rows(i)``: the rows of batch ``i`` (numpy validation data); without it every
+    batch weighs the same (datasets, Sequences). In ``fit`` the validation logs
+    (``val_<name>``) are replaced at the epoch end; ``evaluate`` calls
+    :meth:`combined` itself.
+
+    >>> cb = AverageStepOutputs(SingleProcess())
+    """
+
+    def __init__(self, dist: DistributedContext,
+                 rows: Callable[[int], float] | None = None) -> None:
+        super().__init__()
+        self.dist, self.rows = dist, rows
+        self._sums: dict[str, float] = {}
+        self._weight = 0.0
+        self._result: dict[str, float] | None = None
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._result = None
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._sums, self._weight = {}, 0.0
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        w = float(self.rows(batch)) if self.rows is not None else 1.0
+        for k, v in _floats(logs).items():
+            self._sums[k] = self._sums.get(k, 0.0) + v * w
+        self._weight += w
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self._result = self.combined(self.model)
+
+    def combined(self, model: Any) -> dict[str, float]:
+        """The weighted means of the non-metric outputs over all processes (a collective)."""
+        metrics = set(_compat.metric_results(model))
+        mine = ({k: v for k, v in self._sums.items() if k not in metrics}, self._weight)
+        parts = self.dist.allgather(mine) if self.dist.size > 1 else [mine]
+        total = sum(w for _, w in parts)
+        keys = {k for p, _ in parts for k in p}
+        return {k: sum(p.get(k, 0.0) for p, _ in parts) / total for k in keys} if total else {}
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if logs is not None and self._result:
+            logs.update({f"val_{k}": v for k, v in self._result.items() if f"val_{k}" in logs})
 
 
 class AggregateMetrics(_Callback):

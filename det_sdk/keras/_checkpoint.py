@@ -631,10 +631,11 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
             "context.load_checkpoint_weights(model, ...))"
         ) from None
     if not isinstance(model, _compat.keras.Model):  # Keras 2, a subclassed model's config
-        raise ValueError(
+        raise WeightsOnlyCheckpointError(
             f"cannot rebuild the model of checkpoint {path} from its config (a subclassed "
             "model?): build it in the script and load the weights with "
-            "context.load_checkpoint_weights(model, ...)")
+            "context.load_checkpoint_weights(model, ...) or "
+            "context.load_checkpoint_model(..., model=model)")
     optimizers = []
     if spec.get("compile_config"):
         with _compat.keras.utils.custom_object_scope(dict(custom_objects or {})):

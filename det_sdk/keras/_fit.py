@@ -26,6 +26,7 @@ from det_sdk.config import Length
 from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
+    AverageStepOutputs,
     CheckInSync,
     MetricsReporter,
     Position,
@@ -72,6 +73,7 @@ _ORDER = (
     "padding",      # a padding step's metric updates undone before anyone reads them
     "sync",         # the divergence guard, before anyone records a diverged state
     "average",      # epoch metrics become all processes' data's before anyone reads them
+    "outputs",      # a custom test_step's non-metric values: mean over batches, all ranks
     "sequence",     # the user's Sequence.on_epoch_end, as Keras would call it
     "states_in",    # a resumed CSVLogger appends to its file (before it opens it)
     "user",         # the script's callbacks see averaged metrics
@@ -187,6 +189,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     }
     if dist.is_chief:
         hooks["random"] = WarnUnsavedRandomness(log)
+    hooks["outputs"] = AverageStepOutputs(dist, _inputs.validation_rows(kwargs))
     if dist.size > 1:
         hooks["sync"] = CheckInSync(lambda where: loop.check_in_sync(model, where), position)
         hooks["average"] = AggregateMetrics(dist)

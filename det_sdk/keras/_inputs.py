@@ -8,6 +8,7 @@ start (epoch, batch). No state: the loop (``_loop``) owns that.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np  # noqa: F401 (doctests)
@@ -19,6 +20,7 @@ from det_sdk.keras import _compat, _data
 from det_sdk.keras._plan import FitCall
 
 __all__ = [
+    "batch_rows",
     "call_inputs",
     "check_same_steps",
     "even_out_dataset",
@@ -31,6 +33,7 @@ __all__ = [
     "steps_per_epoch",
     "take_class_weight",
     "validation_period",
+    "validation_rows",
 ]
 
 
@@ -125,6 +128,26 @@ def local_validation(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
     x, y, sw, _, _ = _data.local_part(dist, x, y, sw)
     kwargs["validation_data"] = tuple(p for p in (x, y, sw) if p is not None) \
         if isinstance(data, tuple) else x
+
+
+def batch_rows(x: Any, batch_size: int | None) -> Callable[[int], float] | None:
+    """Rows of each batch Keras makes of numpy ``x`` (``batch_size``, default 32): batch
+    ``i`` -> its rows (the last may be short). None for other data.
+
+    >>> batch_rows(np.zeros((10, 1)), 4)(2)
+    2
+    """
+    if not _data.is_array_data(x):
+        return None
+    n, bs = _data.num_rows(x), batch_size or 32
+    return lambda i: max(0, min(bs, n - i * bs))
+
+
+def validation_rows(kwargs: dict[str, Any]) -> Callable[[int], float] | None:
+    """:func:`batch_rows` of this process's validation data in ``fit``."""
+    data = kwargs.get("validation_data")
+    x = data[0] if isinstance(data, tuple) and data else data
+    return batch_rows(x, kwargs.get("validation_batch_size") or kwargs.get("batch_size"))
 
 
 def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> None:

@@ -27,7 +27,13 @@ from det_sdk.distributed import DistributedContext
 from det_sdk.errors import DivergenceError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
-from det_sdk.keras._callbacks import Position, aggregated_results, combine_logs
+from det_sdk.keras._callbacks import (
+    AverageStepOutputs,
+    Position,
+    aggregated_results,
+    combine_logs,
+)
+from det_sdk.keras._inputs import batch_rows
 from det_sdk.keras._writer import CheckpointWriter
 from det_sdk.session import Session
 
@@ -332,27 +338,18 @@ class TrainingLoop:
         """
         dist = self.distributed
         x, y, sw, rows, _ = _data.local_part(dist, x, y, kwargs.pop("sample_weight", None))
+        # What a custom test_step returns besides metrics: mean over batches by rows
+        outputs = AverageStepOutputs(dist, batch_rows(x, kwargs.get("batch_size")))
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), outputs]
         if dist.size == 1:
             logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
-            return {k: float(v) for k, v in logs.items()}
+            return {**{k: float(v) for k, v in logs.items()}, **outputs.combined(model)}
         if not dist.is_chief:
             kwargs["verbose"] = 0
-        counter = _CountSteps()
-        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), counter]
         if rows == 0 or (isinstance(x, _compat.SequenceBase) and len(x) == 0):
             model.reset_metrics()  # nothing here: this process adds zeros to the sums
             logs = {}
         else:
             logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
-        return combine_logs(logs, aggregated_results(model, dist), dist, weight=counter.steps)
-
-
-class _CountSteps(_compat.keras.callbacks.Callback):
-    """Counts ``evaluate``'s steps: the weight of what a custom ``test_step`` returns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.steps = 0
-
-    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-        self.steps += 1
+        combined = combine_logs(logs, aggregated_results(model, dist), dist)
+        return {**combined, **outputs.combined(model)}
