@@ -191,6 +191,7 @@ def _architecture(model: Any) -> tuple[dict[str, Any] | None, str | None]:
     subclassed model without ``get_config`` whose ``__init__`` takes objects): such a
     model is checkpointed by its weights and state, and built by the user's code."""
     try:
+        _compat.check_has_config(model)
         return model_config_of(model), None
     except Exception as err:  # Keras raises TypeError, ValueError, NotImplementedError
         return None, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"

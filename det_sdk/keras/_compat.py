@@ -122,6 +122,18 @@ def implements_call(model: Any) -> bool:
     return type(model).call is not keras.Model.call
 
 
+def check_has_config(model: Any) -> None:
+    """Raise ``NotImplementedError`` where Keras has no config of ``model``. Keras 3
+    raises in ``get_config`` itself; Keras 2 logs a warning and returns an empty
+    config (a subclassed model whose ``__init__`` takes objects), checked here."""
+    if _K3 or getattr(model, "_is_graph_network", False):
+        return
+    from keras.src.utils import generic_utils  # Keras 2 (tf.keras 2.15)
+
+    if generic_utils.is_default(model.get_config):
+        keras.layers.Layer.get_config(model)  # NotImplementedError: args not serializable
+
+
 def overrides_compile(model: Any) -> bool:
     """Whether ``model``'s class defines its own ``compile`` (Keras's record of the
     base ``compile``'s arguments then cannot compile it again)."""

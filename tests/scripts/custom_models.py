@@ -9,9 +9,15 @@
   returns a plain tensor besides the metrics), and a ``get_config``/``from_config``, so
   ``load_checkpoint_model`` can rebuild it.
 
-Imported by tests/test_custom_models.py (one process, in-process); run as a script
-(``CUSTOM_OUT``, ``CUSTOM_RUNS``, ``CUSTOM_STOP_EPOCH``) by the same tests on one process
-and under ``horovodrun -np 2``: it writes a JSON report of the final weights and logs.
+Imported by tests/test_custom_models.py (one process, in-process); run as a script by
+the same tests on one process and under ``horovodrun -np 2``:
+
+  CUSTOM_MODEL       vae | distiller
+  CUSTOM_OUT         where rank 0 writes its report (JSON): weights, History, evaluate's
+                     logs, whether train_step ever saw a tuple where Keras passes a tensor
+  CUSTOM_ROWS        samples (default 48); CUSTOM_BATCH: batch size per process (8)
+  CUSTOM_STOP_EPOCH  SIGTERM to rank 0 at the end of this epoch (0-based)
+  DET_RUNS_DIR, DET_RESUME  as for any script
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from det_sdk.keras import _compat
 keras = _compat.keras
 K3 = _compat.KERAS_MAJOR >= 3
 LATENT = 2
+TUPLES_SEEN: list[bool] = []  # per trace of VAE.train_step: was x-only data a tuple?
 
 
 def _sample_noise(owner: Any, shape: Any) -> Any:
@@ -69,6 +76,7 @@ class VAE(keras.Model):
 
     def train_step(self, data: Any) -> dict[str, Any]:
         x = data  # x alone: the tensor itself, as Keras passes it
+        TUPLES_SEEN.append(isinstance(data, (tuple, list)))
         with tf.GradientTape() as tape:
             total, recon = self._vae_losses(x, noise=True)
         grads = tape.gradient(total, self.trainable_weights)
@@ -183,21 +191,23 @@ class StopAfterEpoch(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def fit_vae(context: Any, epochs: int = 3, callbacks: Any = ()) -> tuple[VAE, Any]:
-    x, _ = data()
+def fit_vae(context: Any, epochs: int = 3, callbacks: Any = (), rows: int = 48,
+            batch_size: int = 8) -> tuple[VAE, Any]:
+    x, _ = data(rows)
     model = make_vae()
     model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(0.01)))
-    history = context.fit(model, context.wrap_data(x), batch_size=8, epochs=epochs,
+    history = context.fit(model, context.wrap_data(x), batch_size=batch_size, epochs=epochs,
                           validation_data=(x[:16],), verbose=0, callbacks=list(callbacks))
     return model, history
 
 
-def fit_distiller(context: Any, epochs: int = 3, callbacks: Any = ()) -> tuple[Distiller, Any]:
-    x, y = data()
+def fit_distiller(context: Any, epochs: int = 3, callbacks: Any = (), rows: int = 48,
+                  batch_size: int = 8) -> tuple[Distiller, Any]:
+    x, y = data(rows)
     model = make_distiller()
     compile_distiller(model, context)
-    history = context.fit(model, *context.wrap_data(x, y), batch_size=8, epochs=epochs,
-                          validation_data=(x[:20], y[:20]), verbose=0,
+    history = context.fit(model, *context.wrap_data(x, y), batch_size=batch_size,
+                          epochs=epochs, validation_data=(x[:20], y[:20]), verbose=0,
                           callbacks=list(callbacks))
     return model, history
 
@@ -205,15 +215,22 @@ def fit_distiller(context: Any, epochs: int = 3, callbacks: Any = ()) -> tuple[D
 def main() -> None:
     which = os.environ["CUSTOM_MODEL"]
     stop = int(os.environ.get("CUSTOM_STOP_EPOCH", "-1"))
+    rows, batch = int(os.environ.get("CUSTOM_ROWS", "48")), int(os.environ.get("CUSTOM_BATCH", "8"))
     tf.config.experimental.enable_op_determinism()
-    context = det.keras.init(runs_dir=os.environ["CUSTOM_RUNS"], seed=5)
+    context = det.keras.init(seed=5)
     fit = fit_vae if which == "vae" else fit_distiller
-    callbacks = [StopAfterEpoch(stop)] if stop >= 0 else []
-    model, history = fit(context, callbacks=callbacks)
+    callbacks = [StopAfterEpoch(stop)] if stop >= 0 and context.distributed.rank == 0 else []
+    model, history = fit(context, callbacks=callbacks, rows=rows, batch_size=batch)
+    x, y = data(rows)
+    # evaluate with batches of 7: a short last batch on each process
+    logs = context.evaluate(model, x[:30], None if which == "vae" else y[:30], batch_size=7,
+                            return_dict=True, verbose=0)
     if context.distributed.rank == 0:
         out = {"size": context.distributed.size,
                "weights": [w.tolist() for w in model.get_weights()],
-               "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
+               "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+               "evaluate": {k: float(v) for k, v in logs.items()},
+               "tuples_seen": TUPLES_SEEN}
         with open(os.environ["CUSTOM_OUT"], "w") as f:
             json.dump(out, f)
 
