@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 import det_sdk as det
+from det_sdk.keras import _compat
 
 keras = tf.keras
 tf.config.experimental.enable_op_determinism()
@@ -29,11 +30,14 @@ y = (x[:, 1:2] + 0.3 * x[:, 2:3] > 0).astype("float32")
 
 
 class Recording(keras.Model):
-    """Remembers the ids of the samples it trained on with weight > 0 (eagerly)."""
+    """Remembers the ids of the samples it trained on (eagerly): with weight > 0, in a
+    step whose gradients count (numpy batches carry no weights det_sdk adds: a padding
+    step zeroes this process's gradients instead, issue 28)."""
 
     def train_step(self, data):
         xb, _, wb = keras.utils.unpack_x_y_sample_weight(data)
         keep = np.ones(len(xb), bool) if wb is None else wb.numpy() > 0
+        keep &= float(_compat.gradient_share().numpy()) > 0
         self.seen.extend(round(float(i) * 1000) for i in xb.numpy()[keep, 0])
         return super().train_step(data)
 
