@@ -191,3 +191,24 @@ def test_vae_x_only_on_two_processes_with_a_padding_step_resumes_exactly(
     for a, b in zip(whole["weights"], resumed["weights"]):
         np.testing.assert_array_equal(a, b)
     assert resumed["history"]["total_loss"] == whole["history"]["total_loss"]
+
+
+def test_a_padding_step_zeroes_this_process_gradients_and_a_share_of_one_changes_nothing(
+        ) -> None:
+    # What replaced the weight-0 padding row in numpy batches: the averaging optimizer
+    # scales this process's gradients by its share (0 at a step on padding only).
+    opt = _compat.averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g: g)
+    plain = keras.optimizers.SGD(0.5)
+    var, ref = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 2.0])
+    grads = tf.constant([0.1, 0.3])
+    share = _compat.gradient_share()
+    try:
+        share.assign(0.0)
+        opt.apply_gradients([(grads, var)])
+        assert var.numpy().tolist() == [1.0, 2.0]
+        share.assign(1.0)
+        opt.apply_gradients([(grads, var)])
+        plain.apply_gradients([(grads, ref)])
+        np.testing.assert_array_equal(var.numpy(), ref.numpy())  # bit-equal
+    finally:
+        share.assign(1.0)
