@@ -342,14 +342,19 @@ class AverageStepOutputs(_Callback):
         self._sums: dict[str, float] = {}
         self._weight = 0.0
         self._result: dict[str, float] | None = None
+        self._active = False
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._result = None
 
     def on_test_begin(self, logs: Any = None) -> None:
         self._sums, self._weight = {}, 0.0
+        # Keras's own test_step returns metrics only: nothing to read per batch
+        self._active = _compat.overrides_test_step(self.model)
 
     def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        if not self._active:
+            return
         w = float(self.rows(batch)) if self.rows is not None else 1.0
         for k, v in _floats(logs).items():
             self._sums[k] = self._sums.get(k, 0.0) + v * w

@@ -134,6 +134,12 @@ def check_has_config(model: Any) -> None:
         keras.layers.Layer.get_config(model)  # NotImplementedError: args not serializable
 
 
+def overrides_test_step(model: Any) -> bool:
+    """Whether ``model``'s class defines its own ``test_step`` (which may return values
+    that are not metrics)."""
+    return type(model).test_step is not keras.Model.test_step
+
+
 def overrides_compile(model: Any) -> bool:
     """Whether ``model``'s class defines its own ``compile`` (Keras's record of the
     base ``compile``'s arguments then cannot compile it again)."""
