@@ -617,9 +617,9 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
             f"it ({only.get('reason', 'a subclassed model')}). Build the model with your "
             "code, as for training, then load the weights into it: "
             "context.load_checkpoint_weights(model, trial_id=... | checkpoint_uuid=...), or "
-            "context.load_checkpoint_model(..., model=model), which also compiles nothing "
-            "and returns that model. (To rebuild it from the checkpoint instead, give the "
-            "class get_config()/from_config().)")
+            "context.load_checkpoint_model(..., model=model), which also loads the "
+            "optimizer's state if you compiled it, and returns that model. (To rebuild it "
+            "from the checkpoint instead, give the class get_config()/from_config().)")
     try:
         model = _compat.keras.models.model_from_json(
             json.dumps(spec["model_config"]), custom_objects=dict(custom_objects or {})
