@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 __all__ = ["CheckpointCorruptError", "CheckpointMismatchError", "CheckpointWriteError",
-           "DetSdkError", "DivergenceError", "UsageError"]
+           "DetSdkError", "DivergenceError", "MissingExtraError", "UsageError"]
 
 
 class DetSdkError(Exception):
@@ -42,3 +42,9 @@ class CheckpointMismatchError(DetSdkError, ValueError):
 
 class DivergenceError(DetSdkError, RuntimeError):
     """The processes of a distributed run hold different weights: training would be wrong."""
+
+
+class MissingExtraError(DetSdkError, ImportError):
+    """A command that needs an optional part of det_sdk that is not installed: the
+    embedded master's web stack (``pip install 'det_sdk[master]'``). The message names
+    the missing packages and the command that installs them."""

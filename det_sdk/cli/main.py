@@ -1,7 +1,9 @@
 """``det``: the command line of det_sdk.
 
-Kept light: argparse only, and each command imports what it needs when it runs,
-so that ``det --help`` answers at once and never loads TensorFlow.
+Kept light: argparse only. Every command's arguments are defined here and its module
+(``master_cmd``, ``ui_cmd``, what ``tasks`` calls) is imported when that command runs,
+so that ``det --help`` answers at Python's speed (goal: <= 2x ``python -c pass``,
+scripts/bench_import.py) and never loads TensorFlow, FastAPI, httpx or pydantic.
 
 >>> main(["--version"])  # doctest: +SKIP
 det_sdk 0.1.0
@@ -10,7 +12,7 @@ det_sdk 0.1.0
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,9 +21,27 @@ import det_sdk
 from det_sdk.errors import DetSdkError
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
+#: ``det master up --resource-manager``'s choices (det_sdk.master.resources.KINDS, which
+#: the CLI does not import for its help; tests/test_startup.py checks they agree)
+RESOURCE_MANAGERS = ("local", "slurm")
+
+
+class _Lazy:
+    """A command's handler, ``module.name``, imported when the command runs."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.__name__ = module, name
+
+    def __call__(self, args: argparse.Namespace) -> int | None:
+        return getattr(importlib.import_module(self.module), self.__name__)(args)
+
+    def __repr__(self) -> str:
+        return f"<det command {self.module}.{self.__name__}>"
 
 
 def _runs_list(args: argparse.Namespace) -> int:
+    import json
+
     from det_sdk.session import list_runs
 
     rows = list_runs(args.runs_dir)
@@ -78,8 +98,7 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_master_commands(sub: argparse._SubParsersAction) -> None:
-    from det_sdk.cli import master_cmd
-
+    master_cmd = "det_sdk.cli.master_cmd"
     p = sub.add_parser("master", help="run the embedded master on this machine")
     m = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = m.add_parser("up", help="start a master in the background")
@@ -87,16 +106,46 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=8080)
     up.add_argument("--slots", type=int, default=os.cpu_count() or 1,
                     help="slots to schedule on (GPUs, or on a CPU machine as you choose)")
-    master_cmd.add_up_options(up)  # where tasks run: --resource-manager local|slurm, ...
-    up.set_defaults(func=master_cmd.master_up)
+    # where tasks run, chosen once for the master's life
+    up.add_argument("--resource-manager", choices=RESOURCE_MANAGERS, default="local",
+                    help="where trials and jobs run: local processes (default) or Slurm jobs")
+    up.add_argument("--shared-dir",
+                    help="where tasks' working directories, logs and checkpoints (unless a "
+                         "config's checkpoint_storage.host_path says otherwise) go: a path "
+                         "every node sees at the same place (default: the data directory)")
+    slurm = up.add_argument_group("slurm", "with --resource-manager slurm")
+    slurm.add_argument("--partition", help="the partition to submit to (default: Slurm's)")
+    slurm.add_argument("--account", help="the account to charge")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
+                       help="an extra sbatch option, e.g. --slurm-option=--qos=high "
+                            "(repeatable)")
+    up.set_defaults(func=_Lazy(master_cmd, "master_up"))
     down = m.add_parser("down", help="stop the master")
-    down.set_defaults(func=master_cmd.master_down)
+    down.set_defaults(func=_Lazy(master_cmd, "master_down"))
     status = m.add_parser("status", help="is the master up? (exit 3 if not)")
     status.add_argument("--json", action="store_true")
-    status.set_defaults(func=master_cmd.master_status)
+    status.set_defaults(func=_Lazy(master_cmd, "master_status"))
     for q in (up, down, status):
         q.add_argument("--data-dir", help="state, logs, checkpoints (default ~/.det/master, "
                                            "or DET_MASTER_DIR)")
+
+
+def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
+    """``ui`` and ``tensorboard`` (handlers in det_sdk.cli.ui_cmd)."""
+    p = sub.add_parser("ui", help="print a link that signs this browser in to the web UI")
+    p.add_argument("--open", action="store_true", help="also open it in the default browser")
+    p.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "ui"))
+
+    tb = sub.add_parser("tensorboard", help="TensorBoard over experiments' trials (or local runs)",
+                        description="Start TensorBoard over the event files the trials of "
+                        "EXP_ID... wrote (cluster), or over --runs-dir (local runs); prints "
+                        "its URL and runs until interrupted.")
+    tb.add_argument("experiment_ids", metavar="EXP_ID", type=int, nargs="*",
+                    help="experiments whose trials to show")
+    tb.add_argument("--runs-dir", help="local runs instead (python train.py): e.g. det-runs")
+    tb.add_argument("--host", default="127.0.0.1")
+    tb.add_argument("--port", type=int, default=6006, help="default 6006; 0: any free port")
+    tb.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "tensorboard"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,9 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_master_commands(sub)
     _add_task_commands(sub)
-    from det_sdk.cli import ui_cmd  # det ui, det tensorboard (issue 12)
-
-    ui_cmd.add_commands(sub)
+    _add_ui_commands(sub)  # det ui, det tensorboard (issue 12)
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
     runs_sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)

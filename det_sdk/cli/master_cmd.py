@@ -1,39 +1,20 @@
-"""``det master up|down|status``: the embedded master as a background process."""
+"""``det master up|down|status``: the embedded master as a background process.
+
+Imported when one of these commands runs (``det_sdk.cli.main`` defines their arguments),
+and light even then: ``det master status`` needs no crypto, no subprocess and no FastAPI.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
-from argparse import ArgumentParser, Namespace
+from argparse import Namespace
 from pathlib import Path
 
-from det_sdk.atomic import write_atomic
-from det_sdk.storage import pid_alive
-
-__all__ = ["add_up_options", "default_data_dir", "master_down", "master_status", "master_up"]
-
-
-def add_up_options(up: ArgumentParser) -> None:
-    """``det master up``'s choice of where tasks run (made once, for the master's life)."""
-    from det_sdk.master.resources import KINDS
-
-    up.add_argument("--resource-manager", choices=KINDS, default="local",
-                    help="where trials and jobs run: local processes (default) or Slurm jobs")
-    up.add_argument("--shared-dir",
-                    help="where tasks' working directories, logs and checkpoints (unless a "
-                         "config's checkpoint_storage.host_path says otherwise) go: a path "
-                         "every node sees at the same place (default: the data directory)")
-    slurm = up.add_argument_group("slurm", "with --resource-manager slurm")
-    slurm.add_argument("--partition", help="the partition to submit to (default: Slurm's)")
-    slurm.add_argument("--account", help="the account to charge")
-    slurm.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
-                       help="an extra sbatch option, e.g. --slurm-option=--qos=high "
-                            "(repeatable)")
+__all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
 
 
 def default_data_dir() -> Path:
@@ -51,6 +32,8 @@ def _private_file(path: Path, append: bool = False) -> int:
 
 
 def _pid(data_dir: Path) -> int | None:
+    from det_sdk.storage import pid_alive
+
     try:
         pid = int((data_dir / "master.pid").read_text().strip())
     except (OSError, ValueError):
@@ -68,7 +51,14 @@ def _healthy(url: str, timeout: float = 1.0) -> bool:
 
 
 def master_up(args: Namespace) -> int:
+    import subprocess
+
+    from det_sdk._extras import require_master
+    from det_sdk.atomic import write_atomic
     from det_sdk.client import save_token
+
+    # before anything starts: the master's packages are an extra (det_sdk[master])
+    require_master("det master up")
 
     data_dir = Path(args.data_dir or default_data_dir()).resolve()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -126,6 +116,10 @@ def master_up(args: Namespace) -> int:
 
 
 def master_down(args: Namespace) -> int:
+    import signal
+
+    from det_sdk.storage import pid_alive
+
     data_dir = Path(args.data_dir or default_data_dir())
     pid = _pid(data_dir)
     if pid is None:

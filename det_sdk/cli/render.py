@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing and json are imported when used, not for `det --help`
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["page_footer", "print_json", "progress_bar", "table"]
 
@@ -40,6 +42,8 @@ def page_footer(shown: int, total: int, what: str, newest: bool = True) -> str |
 
 
 def print_json(obj: Any) -> None:
+    import json
+
     print(json.dumps(obj, indent=2, default=str))
 
 

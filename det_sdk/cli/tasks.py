@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import io
 import sys
-import tarfile
 import time
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
 
 from det_sdk.cli.render import page_footer, print_json, progress_bar, table
 from det_sdk.errors import UsageError
-from det_sdk.hparams import flat_hparams
+
+# `det --help` imports this module for COMMANDS: what a command needs beyond it (tarfile,
+# httpx, pydantic, typing) is imported when it runs (scripts/bench_import.py)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["COMMANDS"]
 
@@ -172,6 +174,8 @@ _TRIAL_HEADERS = ["TRIAL", "STATE", "BATCHES", "EPOCHS", "TARGET", "BEST", "REST
 
 
 def _trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
+    from det_sdk.hparams import flat_hparams
+
     def target(t: dict[str, Any]) -> str:
         op = t.get("searcher_length")
         if not op:
@@ -327,6 +331,9 @@ def checkpoint_list(args: Namespace) -> int:
 
 
 def checkpoint_download(args: Namespace) -> int:
+    import io
+    import tarfile
+
     data = _client(args).download_checkpoint(args.uuid)
     dest = Path(args.dir)
     dest.mkdir(parents=True, exist_ok=True)

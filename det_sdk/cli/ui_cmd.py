@@ -1,14 +1,16 @@
 """``det ui`` (a link that signs a browser in to the master's web UI) and ``det tensorboard``.
 
->>> import argparse
->>> p = argparse.ArgumentParser(prog="det"); add_commands(p.add_subparsers(dest="command"))
->>> p.parse_args(["tensorboard", "3", "4", "--port", "0"]).experiment_ids
-[3, 4]
+Their arguments are defined in ``det_sdk.cli.main`` (this module is imported when one of
+them runs):
+
+>>> from det_sdk.cli.main import build_parser
+>>> args = build_parser().parse_args(["tensorboard", "3", "4", "--port", "0"])
+>>> args.experiment_ids, args.func.__name__
+([3, 4], 'tensorboard')
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import os
@@ -22,29 +24,11 @@ from typing import Any
 
 from det_sdk.errors import DetSdkError, UsageError
 
-__all__ = ["TensorBoardError", "add_commands", "tensorboard", "ui"]
+__all__ = ["TensorBoardError", "tensorboard", "ui"]
 
 
 class TensorBoardError(DetSdkError, RuntimeError):
     """TensorBoard is not installed here, or did not start (its own error included)."""
-
-
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add ``ui`` and ``tensorboard`` to the ``det`` parser's subcommands."""
-    p = sub.add_parser("ui", help="print a link that signs this browser in to the web UI")
-    p.add_argument("--open", action="store_true", help="also open it in the default browser")
-    p.set_defaults(func=ui)
-
-    tb = sub.add_parser("tensorboard", help="TensorBoard over experiments' trials (or local runs)",
-                        description="Start TensorBoard over the event files the trials of "
-                        "EXP_ID... wrote (cluster), or over --runs-dir (local runs); prints "
-                        "its URL and runs until interrupted.")
-    tb.add_argument("experiment_ids", metavar="EXP_ID", type=int, nargs="*",
-                    help="experiments whose trials to show")
-    tb.add_argument("--runs-dir", help="local runs instead (python train.py): e.g. det-runs")
-    tb.add_argument("--host", default="127.0.0.1")
-    tb.add_argument("--port", type=int, default=6006, help="default 6006; 0: any free port")
-    tb.set_defaults(func=tensorboard)
 
 
 def _token(master: str) -> str:

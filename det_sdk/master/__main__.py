@@ -45,6 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slurm-option", action="append", default=[])
     args = parser.parse_args(argv)
 
+    from det_sdk._extras import require_master
+    from det_sdk.errors import MissingExtraError
+
+    try:  # FastAPI and uvicorn are the det_sdk[master] extra
+        require_master("python -m det_sdk.master")
+    except MissingExtraError as err:
+        print(f"python -m det_sdk.master: error: {err}", file=sys.stderr)
+        return 1
+
     import logging
 
     import uvicorn
