@@ -88,10 +88,12 @@ if ! $PY -c "import horovod.tensorflow" >/dev/null 2>&1; then
   $PY -m pip install -q cloudpickle psutil pyyaml packaging cffi
 fi
 
-if ! $PY -c "import det_sdk, pytest, ruff" >/dev/null 2>&1 \
+if ! $PY -c "import det_sdk, pytest, ruff, fastapi, uvicorn" >/dev/null 2>&1 \
    || [ pyproject.toml -nt "$VENV/.det_sdk_installed" ]; then
-  say "installing det_sdk (editable) with its dev tools"
-  $PY -m pip install -q --no-build-isolation -e ".[dev]"
+  # master: the embedded master's FastAPI + uvicorn (an extra since issue 26; the tests
+  # start masters); dev: the test and lint tools
+  say "installing det_sdk (editable) with the master extra and its dev tools"
+  $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
   touch "$VENV/.det_sdk_installed"
 fi
 
