@@ -34,16 +34,18 @@ LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from typing import Any
 
-    from det_sdk import core, keras
+    from det_sdk import core, errors, keras
     from det_sdk.info import ClusterInfo, get_cluster_info
 
-__all__ = ["LOG_FORMAT", "ClusterInfo", "__version__", "core", "get_cluster_info", "keras"]
+__all__ = ["LOG_FORMAT", "ClusterInfo", "__version__", "core", "errors", "get_cluster_info",
+           "keras"]
 
 # name -> module that defines it; loaded on first access so that the import of
 # det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.
 _LAZY = {
     "keras": ("det_sdk.keras", None),
     "core": ("det_sdk.core", None),
+    "errors": ("det_sdk.errors", None),  # det.errors.DetSdkError, as Determined's det.errors
     "ClusterInfo": ("det_sdk.info", "ClusterInfo"),
     "get_cluster_info": ("det_sdk.info", "get_cluster_info"),
 }
