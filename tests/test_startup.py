@@ -8,6 +8,7 @@ themselves (<= 1.05x and <= 2x ``python -c pass``) are scripts/bench_import.py's
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -152,3 +153,28 @@ def test_packaging_files_and_extras() -> None:
     assert (ROOT / "det_sdk" / "py.typed").is_file()
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert '-e ".[dev,master]"' in setup  # the tests start masters
+
+
+def test_training_side_works_without_the_master_extra() -> None:
+    # what a training script and the CLI's client commands import (det_sdk.keras adds
+    # TensorFlow, which costs seconds here: its modules import none of the master's)
+    out = _python("""
+    import sys
+    for name in ("fastapi", "uvicorn", "starlette"):
+        sys.modules[name] = None
+    import det_sdk as det
+    import det_sdk.api, det_sdk.client, det_sdk.config, det_sdk.session, det_sdk.cli.tasks
+    assert callable(det.core.init)
+    print(sorted(m for m in sys.modules if m.startswith("det_sdk.master")))
+    """)
+    assert out.stdout.strip() == "[]"
+    keras_side = [p for p in (ROOT / "det_sdk").glob("[kcl]*/*.py")
+                  if p.parts[-2] in ("keras", "core", "launch")]
+    assert keras_side
+    for path in keras_side:  # det_sdk.keras and the launchers import none of it either
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("fastapi", "uvicorn", "starlette",
+                                            "det_sdk.master")), (path, name)
