@@ -39,6 +39,7 @@ from typing import Any, Literal
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
 from det_sdk.errors import DetSdkError
+from det_sdk.stages import DEFAULT_STAGE, forget_after, group_by_stage, record_fields, stage_of
 from det_sdk.storage import (
     CheckpointNotFoundError,
     CheckpointStorage,
@@ -78,6 +79,9 @@ class Session:
     # Where relative paths of the files callbacks write are kept (None: as given, in the
     # working directory). On the cluster, a folder of the trial's in checkpoint storage.
     files_dir: Path | None = None
+    # The stage of the script under way (det_sdk.stages): its metrics and checkpoints
+    # are recorded as that stage's. The default stage's records carry no stage field.
+    stage: str = DEFAULT_STAGE
 
     def report_metrics(
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
@@ -94,6 +98,11 @@ class Session:
     def checkpoint_path(self, uuid: str) -> Path:
         """Local directory holding checkpoint ``uuid`` (downloaded if need be)."""
         raise NotImplementedError
+
+    def stage_checkpoints(self) -> list[dict[str, Any]]:
+        """This trial's checkpoint records oldest first (``uuid``, ``stage`` but for the
+        default stage), those a resume can use: which stages it reached, and where."""
+        return [{"uuid": self.latest_checkpoint}] if self.latest_checkpoint else []
 
     def training_length(self) -> Length | None:
         """How long to train when told by the outside; ``None``: as the script says."""
@@ -205,6 +214,7 @@ class LocalSession(Session):
             raise RuntimeError("this process opened the run read-only; rank 0 reports")
         row = {
             "group": group,
+            **record_fields(self.stage),
             "steps_completed": int(steps_completed),
             "epoch": int(epoch),
             "time": time.time(),
@@ -214,7 +224,7 @@ class LocalSession(Session):
         self._metrics_file.flush()
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
-        row = {"uuid": uuid, "time": time.time(), **metadata}
+        row = {"uuid": uuid, "time": time.time(), **record_fields(self.stage), **metadata}
         with open(self.run_dir / "checkpoints.jsonl", "a") as f:
             f.write(wire_dumps(row) + "\n")
             f.flush()
@@ -229,14 +239,19 @@ class LocalSession(Session):
         resume needs it) and the ``save_trial_best`` best by the searcher metric;
         defaults 1 and 1. ``checkpoints.jsonl`` keeps every row (a log); the
         directory goes, and readers skip rows without one.
+
+        Per stage (det_sdk.stages): each stage keeps its own latest and best, so a
+        finished stage's final checkpoint (what a resume restores it from) stays.
         """
         storage = (self.info.get("config") or {}).get("checkpoint_storage") or {}
         latest = max(1, int(storage.get("save_trial_latest", 1)))
         best = int(storage.get("save_trial_best", 1))
         rows = _read_checkpoint_rows(self.run_dir)
         metric, smaller = _searcher_metric(self.run_dir)
-        keep = {r["uuid"] for r in rows[-latest:]}
-        keep |= {r["uuid"] for r in best_first(rows, metric, smaller)[:best]}
+        keep: set[str] = set()
+        for stage_rows in group_by_stage(rows).values():
+            keep |= {r["uuid"] for r in stage_rows[-latest:]}
+            keep |= {r["uuid"] for r in best_first(stage_rows, metric, smaller)[:best]}
         for r in rows:
             if r["uuid"] not in keep:
                 with contextlib.suppress(CheckpointNotFoundError):  # deleted before
@@ -252,11 +267,21 @@ class LocalSession(Session):
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return True
 
-    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False,
+                             stage: str | None = None) -> str:
+        """The run's latest (``best``: best by the searcher metric) checkpoint of ``stage``;
+        no stage given: of the stage the run checkpointed last."""
         run_dir = resolve_run_dir(self.runs_dir, trial_id)
         rows = _read_checkpoint_rows(run_dir)
         if not rows:
             raise CheckpointNotFoundError(f"local run {trial_id} ({run_dir}) has no checkpoint")
+        stage = stage_of(rows[-1]) if stage is None else stage
+        by_stage = group_by_stage(rows)
+        if stage not in by_stage:
+            raise CheckpointNotFoundError(
+                f"local run {trial_id} has no checkpoint of stage {stage!r} (its stages: "
+                f"{', '.join(by_stage)})")
+        rows = by_stage[stage]  # type: ignore[assignment]
         if not best:
             return rows[-1]["uuid"]
         metric, smaller = _searcher_metric(run_dir)
@@ -266,6 +291,9 @@ class LocalSession(Session):
                 f"no checkpoint of local run {trial_id} recorded the metric {metric!r}"
             )
         return ranked[0]["uuid"]
+
+    def stage_checkpoints(self) -> list[dict[str, Any]]:
+        return _read_checkpoint_rows(self.run_dir)
 
     def checkpoint_path(self, uuid: str) -> Path:
         # Any run of this runs directory may hold it: batch inference loads another run's.
@@ -304,11 +332,11 @@ class LocalSession(Session):
         """Drop metrics reported after the checkpoint we resume from.
 
         Training repeats those steps, and a run keeps one value per group and step.
+        With stages: the stages before the checkpoint's are kept, later ones dropped.
         """
         rows = _read_checkpoint_rows(self.run_dir)
-        done = rows[-1].get("steps_completed", 0) if rows else 0
         path = self.run_dir / "metrics.jsonl"
-        kept = [r for r in _read_jsonl(path) if r["steps_completed"] <= done]
+        kept = forget_after(_read_jsonl(path), rows)
         if self._metrics_file is not None:
             self._metrics_file.close()
         write_atomic(path, "".join(wire_dumps(r) + "\n" for r in kept))

@@ -15,6 +15,7 @@ from det_sdk.keras import _checkpoint, _compat, _data, _fit
 from det_sdk.keras._callbacks import Preempted
 from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
 from det_sdk.session import Session
+from det_sdk.stages import RunStages
 
 __all__ = ["KerasContext", "TrainingContext"]
 
@@ -50,6 +51,7 @@ class KerasContext:
         config_data: Mapping[str, Any],
         policy: TrainingPolicy,
         info: ClusterInfo | None = None,
+        searched_stage: str | None = None,
     ) -> None:
         self.distributed = distributed
         self.session = session
@@ -57,6 +59,11 @@ class KerasContext:
         self.info = info
         self._training = TrainingContext(hparams) if hparams is not None else None
         self._loop = TrainingLoop(distributed, session, policy, hparams)
+        # The run's stages (det_sdk.stages): read at the first fit, as far as the script goes
+        self._stages: RunStages | None = None
+        self._searched_stage = searched_stage
+        self._trained_in: dict[int, str] = {}  # id(model) -> the stage that last trained it
+        self._stage_positions: dict[str, tuple[int, int]] = {}  # stage -> (steps, epoch) at end
 
     @property
     def trial_id(self) -> int | None:
@@ -121,7 +128,7 @@ class KerasContext:
 
     # --- training -------------------------------------------------------------------------
 
-    def fit(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+    def fit(self, model: Any, *args: Any, stage: str | None = None, **kwargs: Any) -> Any:
         """Train ``model`` as ``model.fit`` would, with checkpoints, metrics and resumption.
 
         Takes what ``model.fit`` takes, plus the proposal's ``x_val``/``y_val``.
@@ -129,9 +136,18 @@ class KerasContext:
         are honoured; a resumed run starts from its latest checkpoint. Returns the
         Keras ``History``.
 
+        Each ``fit`` is a *stage* of the run with its own checkpoints, metrics (steps
+        from 0) and best: ``stage="teacher"`` names it; unnamed ones are ``fit``,
+        ``fit-2``, ... in call order. A resumed run resumes the stage it stopped in;
+        stages it had finished are not trained again, their models are restored from
+        their last checkpoints. On the cluster the searcher's length applies to one
+        stage (``init(searched_stage=...)``; default the first ``fit``), the others
+        train their ``epochs``.
+
         >>> hist = context.fit(model, x=x, y=y, batch_size=32, epochs=3,
         ...                    validation_data=(x_val, y_val))
         >>> hist.history["val_loss"][-1]
+        >>> context.fit(student, x=x, y=y, epochs=5, validation_data=val, stage="student")
         """
         names = ("x", "y", "batch_size", "epochs")
         if len(args) > len(names):
@@ -140,10 +156,26 @@ class KerasContext:
             if name in kwargs:
                 raise TypeError(f"context.fit: got two values for {name!r}")
             kwargs[name] = value
-        outcome = _fit.run_fit(self._loop, model, kwargs)
+        current = self._run_stages().begin("fit", stage)
+        self.session.stage = current.name
+        outcome = _fit.run_fit(self._loop, model, kwargs, current)
+        self._trained_in[id(model)] = current.name
+        pos = outcome.position
+        self._stage_positions[current.name] = (pos.steps_completed, pos.epoch)
         if outcome.stopped is not None:
             self._exit_stopped(outcome.stopped)
         return outcome.history
+
+    def _run_stages(self) -> RunStages:
+        """The run's stages: which its checkpoints reached (rank 0's records, everywhere)."""
+        if self._stages is None:
+            dist = self.distributed
+            records = dist.broadcast(self.session.stage_checkpoints() if dist.is_chief
+                                     else None)
+            self._stages = RunStages(
+                [{k: r[k] for k in ("uuid", "stage") if k in r} for r in records],
+                searched=self._searched_stage)
+        return self._stages
 
     def _exit_stopped(self, stop: Preempted) -> None:
         """A stop (signal, preemption) ends the script once its checkpoint is saved."""
@@ -158,7 +190,8 @@ class KerasContext:
         raise SystemExit(130 if stop.reason == "SIGINT" else 0)
 
     def evaluate(
-        self, model: Any, x: Any = None, y: Any = None, **kwargs: Any
+        self, model: Any, x: Any = None, y: Any = None, *, stage: str | None = None,
+        **kwargs: Any
     ) -> Any:
         """``model.evaluate`` over all processes, recorded as metrics (group ``evaluation``).
 
@@ -169,13 +202,29 @@ class KerasContext:
         precision, means) equals that of one process on the whole data.
         Returns what ``model.evaluate`` returns for the same arguments.
 
+        Recorded in the stage that last trained ``model`` (at its position), or, given
+        ``stage="name"``, as a stage of its own (at step 0).
+
         >>> loss, acc = context.evaluate(model, x_test, y_test)
+        >>> context.evaluate(student, x_test, y_test, stage="student-test")
         """
         want_dict = kwargs.pop("return_dict", False)
+        own = self._run_stages().begin("evaluate", stage) if stage is not None else None
         results = self._loop.evaluate_all(model, x, y, **kwargs)
         if self.distributed.is_chief:
             pos = self._loop.peek_position()
-            self.session.report_metrics("evaluation", pos.steps_completed, pos.epoch, results)
+            before = self.session.stage
+            if own is not None:
+                self.session.stage, steps, epoch = own.name, 0, 0
+            else:
+                self.session.stage = self._trained_in.get(id(model), before)
+                steps, epoch = pos.steps_completed, pos.epoch
+                if self.session.stage != before:  # another stage's model: where it ended
+                    steps, epoch = self._stage_positions.get(self.session.stage, (steps, epoch))
+            try:
+                self.session.report_metrics("evaluation", steps, epoch, results)
+            finally:
+                self.session.stage = before
         if want_dict:
             return results
         values = _compat.metrics_in_order(model, results)

@@ -43,8 +43,9 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
-from det_sdk.keras._loop import TrainingLoop
+from det_sdk.keras._loop import TrainingLoop, _position_of
 from det_sdk.keras._plan import plan_calls
+from det_sdk.stages import Stage, StageMismatchError, record_fields
 
 __all__ = ["FitOutcome", "callbacks_in_order", "run_fit"]
 
@@ -124,8 +125,10 @@ def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:
     return sample
 
 
-def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcome:
-    """See :meth:`KerasContext.fit`."""
+def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
+            stage: Stage | None = None) -> FitOutcome:
+    """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
+    (det_sdk.stages; None: the default stage, resumed from the run's latest checkpoint)."""
     if not isinstance(model, _compat.keras.Model):
         raise TypeError(f"context.fit: model must be a keras.Model, got {type(model).__name__}")
     if _compat.model_optimizer(model) is None:
@@ -143,19 +146,24 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
                                                dataset_padding)
     loop.prepare(model, _sample_input(kwargs, policy.seed))
 
-    # On the cluster the searcher sets the length, one operation at a time; `epochs`
-    # is the script's own (off the cluster, or when the experiment gives no length).
-    operation = dist.broadcast(session.training_length() if dist.is_chief else None)
+    # On the cluster the searcher sets the length of the searched stage, one operation at
+    # a time; `epochs` is the script's own (off the cluster, the other stages, or when the
+    # experiment gives no length).
+    searched = stage is None or stage.searched
+    operation = dist.broadcast(session.training_length() if dist.is_chief and searched
+                               else None)
     script_epochs = int(kwargs.pop("epochs", 1))
     steps = _inputs.steps_per_epoch(dist, kwargs)
     period = _inputs.validation_period(policy.validation_period, kwargs)
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
-    resume, uuid, past = loop.take_resume()
+    resume, uuid, past = loop.take_resume() if stage is None else _stage_resume(loop, stage)
     position = resume or Position(initial_epoch, 0, 0)
     loop.position = position
     if uuid is not None:
-        loop.restore(model, uuid)
+        _restore(loop, model, uuid, stage)
     loop.broadcast(model)  # rank 0's state everywhere before the first step
+    if stage is not None and stage.finished:
+        return _restored_stage(loop, model, stage, position, past)
 
     # Callbacks that write files run on rank 0 only (README: "Many processes").
     given_callbacks = list(kwargs.pop("callbacks", None) or [])
@@ -174,10 +182,12 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     reporter = MetricsReporter(
         session, position, dist, publish=dist.is_chief, report_every=policy.report_every,
         total_steps=_inputs.length_in_steps(
-            policy.max_length or operation or Length(epochs=script_epochs), steps),
+            (policy.max_length if searched else None) or operation
+            or Length(epochs=script_epochs), steps),
     )
     trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
-    save = _Saver(loop, model, position, reporter, trainer.history, callback_states)
+    save = _Saver(loop, model, position, reporter, trainer.history, callback_states,
+                  stage=stage.name if stage is not None else None)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
         "track": TrackPosition(position),
@@ -226,6 +236,49 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> FitOutcom
     loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
     _compat.set_history_model(trainer.history, model)
     return outcome
+
+
+def _stage_resume(loop: TrainingLoop, stage: Stage
+                  ) -> tuple[Position | None, str | None, dict[str, Any] | None]:
+    """Where ``stage`` resumes: its own latest checkpoint, or nowhere (a fresh stage)."""
+    loop.resume_uuid = None  # the run's latest is some stage's: each stage finds its own
+    if stage.resume_uuid is None:
+        return None, None, None
+    meta = loop._metadata(stage.resume_uuid)
+    past = meta.get("history")
+    return _position_of(meta), stage.resume_uuid, past if isinstance(past, dict) else None
+
+
+def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage | None) -> None:
+    """The checkpoint's state into the model; a stage's checkpoint that does not fit the
+    script's model is refused naming the stage."""
+    if stage is None:
+        loop.restore(model, uuid)
+        return
+    try:
+        loop.restore(model, uuid)
+    except ValueError as err:
+        raise StageMismatchError(
+            f"stage {stage.name!r} (fit number {stage.index + 1} of the script): the run's "
+            f"checkpoint of this stage does not fit the model the script trains in it: "
+            f"{str(err).rstrip('.?')}. Resume with the script that made the run (same "
+            "stages, same models in the same order)") from None
+
+
+def _restored_stage(loop: TrainingLoop, model: Any, stage: Stage, position: Position,
+                    past: dict[str, Any] | None) -> FitOutcome:
+    """A stage the resumed run had finished: its model restored, nothing trained."""
+    history = _compat.keras.callbacks.History()
+    past = past or {}
+    history.history = {k: list(v) for k, v in past.get("history", {}).items()}
+    history.epoch = list(past.get("epoch", []))
+    history.params = {}
+    _compat.set_history_model(history, model)
+    if loop.distributed.is_chief:
+        log.warning("det_sdk: stage %r was finished before the resume: its model restored from "
+                    "checkpoint %s (epoch %d, batch %d), not trained again", stage.name,
+                    stage.resume_uuid, position.epoch, position.batch)
+    return FitOutcome(history, position=position)
 
 
 def _finish_writes_quietly(loop: TrainingLoop) -> None:
@@ -345,18 +398,22 @@ class _Saver:
 
     def __init__(self, loop: TrainingLoop, model: Any, position: Position,
                  reporter: MetricsReporter, history: Any,
-                 callback_states: _callback_state.CallbackStates | None = None) -> None:
+                 callback_states: _callback_state.CallbackStates | None = None,
+                 stage: str | None = None) -> None:
         self.loop, self.model, self.position, self.reporter = loop, model, position, reporter
         self.history = history
         self.callback_states = callback_states
+        self.stage = stage  # recorded in the metadata, but for the default stage
         self._last: tuple[int, str | None] | None = None
 
     def __call__(self) -> str | None:
         if self._last is None or self._last[0] != self.position.steps_completed:
             record = {"epoch": list(self.history.epoch), "history": self.history.history}
-            extra = None
+            extra: dict[str, Any] | None = None
             if self.callback_states is not None and self.loop.distributed.is_chief:
                 extra = {_callback_state.METADATA_KEY: self.callback_states.collect()}
+            if self.stage is not None and record_fields(self.stage):
+                extra = {**(extra or {}), **record_fields(self.stage)}
             uuid = self.loop.save(self.model, self.position, self.reporter.last_validation,
                                   history=record, extra=extra)
             self._last = (self.position.steps_completed, uuid)

@@ -35,6 +35,7 @@ from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
 from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession
+from det_sdk.stages import check_stage_name
 
 __all__ = ["init"]
 
@@ -174,6 +175,7 @@ def init(
     resume: bool | int | str | None = None,
     seed: int | None = None,
     checkpoint_period: Length | Mapping[str, int] | bool = True,
+    searched_stage: str | None = None,
 ) -> KerasContext:
     """The context of this training (or inference) process.
 
@@ -195,15 +197,21 @@ def init(
       ``reproducibility.experiment_seed``; else a random one, recorded.
     - ``checkpoint_period``: ``Length(epochs=1)`` by default (or the config's
       ``min_checkpoint_period``); ``False`` turns checkpoints off.
+    - ``searched_stage``: with several ``fit`` calls (stages), the one the searcher's
+      length applies to on the cluster (``context.fit(..., stage=NAME)``); default the
+      first ``fit``. Named here because the searcher must know it when the first ``fit``
+      starts. The other stages train their own ``epochs``.
 
     >>> import det_sdk as det
     >>> context = det.keras.init(hparams={"learning_rate": 0.01}, config="const.yaml")
     >>> context.training.hparams["learning_rate"]
     0.01
     """
+    if searched_stage is not None:
+        check_stage_name(searched_stage)
     info = get_cluster_info()
     if info is not None:
-        return _init_on_cluster(info, hparams or {}, checkpoint_period)
+        return _init_on_cluster(info, hparams or {}, checkpoint_period, searched_stage)
     loaded = _load_config(config)
     # the config's environment_variables, where the shell has not set them (the shell wins)
     apply_environment_variables(loaded)
@@ -230,6 +238,7 @@ def init(
         hparams=hp,
         config_data=cfg.data if cfg else {},
         policy=_training_policy(cfg, seed=run_seed, checkpoint_period=period),
+        searched_stage=searched_stage,
     )
 
 
@@ -245,7 +254,8 @@ def _init_local_job(job: JobConfig, runs_dir: Any) -> KerasContext:
 
 
 def _init_on_cluster(
-    info: ClusterInfo, defaults: Mapping[str, Any], checkpoint_period: Any
+    info: ClusterInfo, defaults: Mapping[str, Any], checkpoint_period: Any,
+    searched_stage: str | None = None,
 ) -> KerasContext:
     """A process launched by the master: everything comes from the environment."""
     dist = _distributed()
@@ -264,6 +274,7 @@ def _init_on_cluster(
         distributed=dist, session=session, hparams=hp, config_data=cfg.data, info=info,
         policy=_training_policy(cfg, seed=info.trial_seed, checkpoint_period=period,
                                 max_length=cfg.searcher.max_length if cfg.searcher else None),
+        searched_stage=searched_stage,
     )
 
 
