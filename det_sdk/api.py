@@ -184,6 +184,10 @@ class CreateJobRequest(_Model):
 MetricGroup = Literal["training", "validation", "evaluation"]
 
 
+#: A stage name (det_sdk.stages.check_stage_name)
+STAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
 class MetricsRow(_Model):
     """``GET /api/v1/trials/{id}/metrics``: one stored report."""
 
@@ -191,6 +195,8 @@ class MetricsRow(_Model):
     steps_completed: int
     epoch: int
     metrics: dict[str, Metric]
+    #: the stage of the script (det_sdk.stages); None: the default stage
+    stage: str | None = None
 
 
 class MetricsReport(_Model):
@@ -204,6 +210,24 @@ class MetricsReport(_Model):
     steps_completed: Count
     epoch: Count = 0
     metrics: dict[str, Metric] = Field(max_length=1000)
+    #: the stage of the script that reports (det_sdk.stages; steps count from 0 in each);
+    #: None: the default stage, as a report before stages
+    stage: str | None = Field(default=None, pattern=STAGE_PATTERN)
+    #: whether the stage is the one the searcher's length applies to: only its validation
+    #: metrics are the trial's (best_metric, progress)
+    searched: bool = True
+
+
+class StageInfo(_Model):
+    """One stage of a trial's script (each ``context.fit`` is one, det_sdk.stages)."""
+
+    name: str
+    state: str  # COMPLETED once a later stage reported; else the trial's state
+    searched: bool = False  # the searcher's length applied to it
+    steps_completed: int = 0  # within the stage
+    epoch: int = 0
+    latest_checkpoint: str | None = None
+    best_metric: Metric | None = None  # best searcher metric of its validations
 
 
 #: A checkpoint uuid as the master accepts it: what ``uuid.uuid4()`` prints.
@@ -224,6 +248,8 @@ class CheckpointReport(_Model):
     batch: Count = 0
     size: Count = 0
     metrics: dict[str, Metric] = Field(default_factory=dict, max_length=1000)
+    stage: str | None = Field(default=None, pattern=STAGE_PATTERN)  # None: the default stage
+    searched: bool = True  # of the searched stage: ranks for the trial's "best"
 
 
 class ProgressReport(_Model):
@@ -266,6 +292,7 @@ class CheckpointInfo(_Model):
     metrics: dict[str, Metric] = Field(default_factory=dict)
     created: float
     path: str | None = None
+    stage: str | None = None  # None: the default stage
 
 
 class RungResult(_Model):
@@ -300,6 +327,9 @@ class TrialInfo(_Model):
     rungs: list[RungResult] = Field(default_factory=list)
     # QUEUED in the resource manager's own queue (a PENDING Slurm job): its reason
     queue_reason: str | None = None
+    #: the stages of its script, in order (``GET /api/v1/trials/{id}`` only; a script of
+    #: one fit has one, ``fit``)
+    stages: list[StageInfo] | None = None
 
 
 class ExperimentInfo(_Model):

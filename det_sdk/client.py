@@ -244,10 +244,14 @@ class MasterClient:
 
     def trial_metrics(self, trial_id: int, group: str | None = None,
                       after_steps: int | None = None,
-                      limit: int | None = None) -> list[dict[str, Any]]:
+                      limit: int | None = None, stage: str | None = None
+                      ) -> list[dict[str, Any]]:
         """A trial's reports in (steps, group) order past ``after_steps``: one page of
-        about ``limit`` rows, or (``limit=None``) all of them, page after page."""
+        about ``limit`` rows, or (``limit=None``) all of them, page after page.
+        ``stage``: that stage's series (det_sdk.stages); None: the default stage's."""
         params: dict[str, Any] = {"group": group} if group else {}
+        if stage is not None:
+            params["stage"] = stage
         if limit is not None:
             if after_steps is not None:
                 params["after_steps"] = after_steps
@@ -255,7 +259,7 @@ class MasterClient:
                                 params={**params, "limit": limit})
         out: list[dict[str, Any]] = []
         while True:
-            page = self.trial_metrics(trial_id, group, after_steps, MAX_METRICS)
+            page = self.trial_metrics(trial_id, group, after_steps, MAX_METRICS, stage)
             out += page
             if len(page) < MAX_METRICS:  # a short page is the last (see the endpoint)
                 return out

@@ -82,6 +82,7 @@ class Session:
     # The stage of the script under way (det_sdk.stages): its metrics and checkpoints
     # are recorded as that stage's. The default stage's records carry no stage field.
     stage: str = DEFAULT_STAGE
+    searched: bool = True  # the stage under way is the one the searcher's length applies to
 
     def report_metrics(
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
@@ -478,16 +479,31 @@ class MasterSession(Session):
         if self.trial_id is None:
             return  # a generic job has no trial to report to
         body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
-                "metrics": _wire_metrics(metrics)}
+                "metrics": _wire_metrics(metrics), **self._stage_fields()}
         self._queue.put(("metrics", body))
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
         body = {"uuid": uuid, "trial_id": self.trial_id,
                 **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
                    if k in metadata},
-                "metrics": _wire_metrics(metadata.get("metrics") or {})}
+                "metrics": _wire_metrics(metadata.get("metrics") or {}), **self._stage_fields()}
         self._queue.put(("checkpoint", body))
         self.latest_checkpoint = uuid
+
+    def _stage_fields(self) -> dict[str, Any]:
+        """What a report of the stage under way carries (none for the default stage, searched,
+        so a report looks as before stages)."""
+        fields: dict[str, Any] = dict(record_fields(self.stage))
+        if not self.searched:
+            fields["searched"] = False
+        return fields
+
+    def stage_checkpoints(self) -> list[dict[str, Any]]:
+        if self.trial_id is None:
+            return []
+        rows = _retry(lambda: self.client.checkpoints(int(self.trial_id)))  # newest first
+        return [{k: r[k] for k in ("uuid", "stage") if r.get(k) is not None}
+                for r in sorted(rows, key=lambda r: r["created"])]
 
     def report_progress(self, fraction: float) -> None:
         if self.trial_id is not None:

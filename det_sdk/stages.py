@@ -54,7 +54,9 @@ __all__ = [
     "forget_after",
     "group_by_stage",
     "record_fields",
+    "split_group",
     "stage_of",
+    "stored_group",
 ]
 
 DEFAULT_STAGE = "fit"
@@ -102,6 +104,26 @@ def record_fields(stage: str) -> dict[str, str]:
     ({}, {'stage': 'teacher'})
     """
     return {} if stage == DEFAULT_STAGE else {"stage": stage}
+
+
+def stored_group(group: str, stage: str | None) -> str:
+    """How the master keys a stage's metric group: the default stage's as before, the
+    others' as ``stage/group`` (one series per stage and group, never shared).
+
+    >>> stored_group("validation", None), stored_group("validation", "student")
+    ('validation', 'student/validation')
+    """
+    return group if stage in (None, DEFAULT_STAGE) else f"{stage}/{group}"
+
+
+def split_group(stored: str) -> tuple[str, str]:
+    """``(group, stage)`` of a stored group (:func:`stored_group`'s inverse).
+
+    >>> split_group("training"), split_group("student/validation")
+    (('training', 'fit'), ('validation', 'student'))
+    """
+    stage, _, group = stored.rpartition("/")
+    return group, stage or DEFAULT_STAGE
 
 
 def group_by_stage(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:

@@ -84,7 +84,8 @@ def fill_history(db_path: Path, experiments: int, trials_per_experiment: int = 3
                 db.execute("INSERT INTO metrics VALUES (?, 'validation', 100, 1, ?, ?)",
                            (trial_id, json.dumps({"val_loss": 0.5 / (k + 1)}), now))
                 for c in range(checkpoints_per_trial):
-                    db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, 1, 0, 1000, ?, ?)",
+                    db.execute("INSERT INTO checkpoints (uuid, trial_id, steps, epoch, batch,"
+                               " size, metrics, created) VALUES (?, ?, ?, 1, 0, 1000, ?, ?)",
                                (f"{trial_id:08x}-0000-4000-8000-{c:012x}", trial_id,
                                 100 * (c + 1), json.dumps({"val_loss": 0.5}), now))
         for j in range(jobs):

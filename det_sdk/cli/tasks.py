@@ -280,16 +280,33 @@ def experiment_logs(args: Namespace) -> int:
 def trial_describe(args: Namespace) -> int:
     client = _client(args)
     t = client.trial(args.id)
-    metrics = client.trial_metrics(args.id, limit=None if args.all else METRICS_LIMIT)
+    limit = None if args.all else METRICS_LIMIT
+    metrics = client.trial_metrics(args.id, limit=limit)
+    # several fits in the script (det_sdk.stages): each stage's series after the default's
+    stages = t.get("stages") or []
+    staged = len(stages) > 1 or any(s["name"] != "fit" for s in stages)
+    for s in stages:
+        if s["name"] != "fit":
+            metrics += client.trial_metrics(args.id, limit=limit, stage=s["name"])
     if args.json:
         print_json({**t, "metrics": metrics})
         return 0
     print(table(_TRIAL_HEADERS, _trial_rows([t])))
-    rows = [[m["group"], m["steps_completed"], m["epoch"],
-             " ".join(f"{k}={_num(v)}" for k, v in m["metrics"].items())] for m in metrics]
+    if staged:
+        print()
+        print(table(["STAGE", "STATE", "SEARCHED", "BATCHES", "EPOCHS", "BEST",
+                     "LAST CHECKPOINT"],
+                    [[s["name"], s["state"], "yes" if s["searched"] else "",
+                      s["steps_completed"], s["epoch"],
+                      _num(s["best_metric"]) if s["best_metric"] is not None else "",
+                      s["latest_checkpoint"] or ""] for s in stages]))
+    rows = [([m.get("stage") or "fit"] if staged else []) + [
+        m["group"], m["steps_completed"], m["epoch"],
+        " ".join(f"{k}={_num(v)}" for k, v in m["metrics"].items())] for m in metrics]
     if rows:
         print()
-        print(table(["GROUP", "BATCHES", "EPOCH", "METRICS"], rows))
+        print(table((["STAGE"] if staged else []) + ["GROUP", "BATCHES", "EPOCH", "METRICS"],
+                    rows))
         if not args.all and len(metrics) >= METRICS_LIMIT:
             print(f"showing the first {len(metrics)} metric reports; --all for everything")
     if t["last_error"]:

@@ -157,7 +157,7 @@ class KerasContext:
                 raise TypeError(f"context.fit: got two values for {name!r}")
             kwargs[name] = value
         current = self._run_stages().begin("fit", stage)
-        self.session.stage = current.name
+        self.session.stage, self.session.searched = current.name, current.searched
         outcome = _fit.run_fit(self._loop, model, kwargs, current)
         self._trained_in[id(model)] = current.name
         pos = outcome.position

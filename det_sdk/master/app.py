@@ -363,17 +363,22 @@ def create_app(master: Master) -> FastAPI:
                           ge=1, le=api.MAX_METRICS_LIMIT, description="about this many rows "
                           "(a page never splits a step); fewer: the last page")]
                       = api.DEFAULT_METRICS_LIMIT,
+                      stage: Annotated[str | None, Query(
+                          pattern=api.STAGE_PATTERN, description="the series of this stage "
+                          "of the script (each context.fit is one); none: the default "
+                          "stage's")] = None,
                       p: Principal = Depends(principal)) -> Response:
         """The trial's reports in (steps, group) order, from `after_steps` on."""
         own_trial(trial_id, p)
-        return _as_json(_METRICS_ROWS, metrics_page(master, trial_id, group, after_steps, limit))
+        return _as_json(_METRICS_ROWS, metrics_page(master, trial_id, group, after_steps, limit,
+                                                    stage))
 
     @app.post("/api/v1/trials/{trial_id}/metrics", status_code=204)
     async def report_metrics(trial_id: Id, report: api.MetricsReport,
                        p: Principal = Depends(principal)) -> Response:
         own_trial(trial_id, p)
         master.report_metrics(trial_id, report.group, report.steps_completed, report.epoch,
-                              report.metrics)
+                              report.metrics, stage=report.stage, searched=report.searched)
         return Response(status_code=204)
 
     @app.post("/api/v1/trials/{trial_id}/progress", status_code=204)

@@ -44,6 +44,19 @@ log = logging.getLogger("det_sdk.master.checkpoints")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
+def _by_stage(rows: Iterable[CheckpointRow]) -> dict[str | None, list[CheckpointRow]]:
+    """Checkpoint records by the stage of the script that saved them (det_sdk.stages)."""
+    out: dict[str | None, list[CheckpointRow]] = {}
+    for r in rows:
+        out.setdefault(r.get("stage"), []).append(r)
+    return out
+
+
+def _searched(row: CheckpointRow) -> bool:
+    """Whether a checkpoint is of the searched stage (a record before stages is)."""
+    return row.get("searched") is None or bool(row.get("searched"))
+
+
 def is_checkpoint_name(name: str) -> bool:
     """Whether a directory name is one a checkpoint save creates (a uuid4)."""
     return bool(_UUID.match(name))
@@ -93,8 +106,9 @@ class Checkpoints:
             self._apply_retention(trial_id)
 
     def _latest(self, trial_id: int) -> str | None:
+        """The trial's newest checkpoint (stages count steps from 0 each: by time)."""
         rows = self.store.checkpoints(trial_id)
-        return rows[-1]["uuid"] if rows else None
+        return max(rows, key=lambda r: r["created"])["uuid"] if rows else None
 
     def _apply_retention(self, trial_id: int) -> None:
         """Delete the trial's checkpoints (files, then records) the policy no longer keeps.
@@ -103,18 +117,22 @@ class Checkpoints:
         restarting trial resumes from it), the ``save_trial_best`` best by the
         searcher metric, and any among the experiment's ``save_experiment_best``
         (ranked by :func:`det_sdk.wire.metric_rank`: NaN and infinities last).
+        Latest and best are kept per stage of the script (det_sdk.stages): a finished
+        stage's final checkpoint, which a restart restores the stage from, stays.
         """
         cfg = self.config_of(trial_id)
         policy = cfg.checkpoint_storage
         metric, smaller = cfg.searcher_metric
         rows = self.store.checkpoints(trial_id)
-        keep = {r["uuid"] for r in rows[-max(1, policy.save_trial_latest):]}
-        keep |= {r["uuid"] for r in
-                 best_first(rows, metric, smaller)[:policy.save_trial_best]}
+        keep: set[str] = set()
+        for stage_rows in _by_stage(rows).values():
+            keep |= {r["uuid"] for r in stage_rows[-max(1, policy.save_trial_latest):]}
+            keep |= {r["uuid"] for r in
+                     best_first(stage_rows, metric, smaller)[:policy.save_trial_best]}
         if policy.save_experiment_best:
             t = self.store.trial(trial_id)
             everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
-                        for c in self.store.checkpoints(other["id"])]
+                        for c in self.store.checkpoints(other["id"]) if _searched(c)]
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         base = self.directory(cfg)
@@ -165,19 +183,22 @@ class Checkpoints:
             "experiment_id": t["experiment_id"] if t else None,
             "steps_completed": c["steps"], "epoch": c["epoch"], "batch": c["batch"],
             "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
+            "stage": c.get("stage"),
         }
 
     def of_trial(self, trial_id: int, best: bool) -> dict[str, Any]:
         """A trial's latest checkpoint, or its best by the searcher metric (non-finite
         values rank last, :func:`det_sdk.wire.metric_rank`: a trial whose every
         checkpoint holds NaN still has a "best", its first)."""
-        rows = self.list(trial_id)
+        rows = self.store.checkpoints(trial_id)
         if not rows:
             raise NotFound(f"trial {trial_id} has no checkpoint")
-        if not best:
-            return rows[-1]
+        if not best:  # the newest (stages count steps from 0 each: by time)
+            return self._out(max(rows, key=lambda r: r["created"]))
         metric, smaller = self.config_of(trial_id).searcher_metric
-        ranked = best_first(rows, metric, smaller)
+        # the searched stage's: the model the searcher measured (det_sdk.stages)
+        ranked = [self._out(r) for r in  # type: ignore[arg-type]
+                  best_first([r for r in rows if _searched(r)], metric, smaller)]
         if not ranked:
             raise NotFound(f"no checkpoint of trial {trial_id} has {metric!r}")
         return ranked[0]

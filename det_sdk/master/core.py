@@ -53,6 +53,7 @@ from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
 from det_sdk.master.store import Store
+from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = ["Master", "RequestError"]
 
@@ -250,7 +251,43 @@ class Master:
         return t
 
     def trial_info(self, trial_id: int) -> dict[str, Any]:
-        return self._trial_out(self.trial(trial_id))
+        t = self.trial(trial_id)
+        return {**self._trial_out(t), "stages": self.trial_stages(t)}
+
+    def trial_stages(self, t: TrialRow) -> list[dict[str, Any]]:
+        """The stages of a trial's script (det_sdk.stages), in the order they started:
+        from its metric series and checkpoint records."""
+        metric, smaller = self.trial_config(t["id"]).searcher_metric
+        stages: dict[str, dict[str, Any]] = {}
+        firsts: dict[str, float] = {}
+        for g in self.store.metric_stages(t["id"], metric):
+            group, name = split_group(g["grp"])
+            s = stages.setdefault(name, {"name": name, "steps_completed": 0, "epoch": 0,
+                                         "best_metric": None, "latest_checkpoint": None,
+                                         "searched": False})
+            firsts[name] = min(firsts.get(name, g["first"]), g["first"])
+            s["steps_completed"] = max(s["steps_completed"], g["steps"])
+            s["epoch"] = max(s["epoch"], g["epoch"])
+            if group == "validation":
+                s["best_metric"] = g["least"] if smaller else g["greatest"]
+        for c in self.store.checkpoints(t["id"]):  # in steps order: the latest by time
+            name = c["stage"] or DEFAULT_STAGE
+            s = stages.setdefault(name, {"name": name, "steps_completed": c["steps"],
+                                         "epoch": c["epoch"], "best_metric": None,
+                                         "latest_checkpoint": None, "searched": False})
+            firsts[name] = min(firsts.get(name, c["created"]), c["created"])
+            latest = s.get("_created", -1.0)
+            if c["created"] >= latest:
+                s["latest_checkpoint"], s["_created"] = c["uuid"], c["created"]
+            s["searched"] = s["searched"] or c["searched"] is None or bool(c["searched"])
+        ordered = sorted(stages.values(), key=lambda s: firsts[s["name"]])
+        for i, s in enumerate(ordered):
+            s.pop("_created", None)
+            s["state"] = TrialState.COMPLETED.value if i < len(ordered) - 1 else t["state"]
+        if len(ordered) == 1 and not ordered[0]["searched"] and ordered[0]["name"] == \
+                DEFAULT_STAGE:
+            ordered[0]["searched"] = True  # a single-fit trial with no checkpoint yet
+        return ordered
 
     def queued_trials(self) -> dict[int, str]:
         """Trials handed to the resource manager that still wait in its queue (a Slurm job
@@ -286,16 +323,22 @@ class Master:
         return cfg
 
     def report_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
-                       metrics: dict[str, float]) -> None:
-        """Store a report (the hot path: the state check is part of the one UPDATE)."""
+                       metrics: dict[str, float], stage: str | None = None,
+                       searched: bool = True) -> None:
+        """Store a report (the hot path: the state check is part of the one UPDATE).
+
+        A stage's report (det_sdk.stages) goes to its own series; only the searched
+        stage's advance the trial's progress and best metric."""
         metric, smaller = self.trial_config(trial_id).searcher_metric
-        searcher_value = metrics.get(metric) if group == "validation" else None
-        if not self.store.record_metrics(trial_id, group, steps, epoch, metrics,
-                                         searcher_value, smaller, states=REPORTING_STATES):
+        searcher_value = metrics.get(metric) if group == "validation" and searched else None
+        if not self.store.record_metrics(trial_id, stored_group(group, stage), steps, epoch,
+                                         metrics, searcher_value, smaller,
+                                         states=REPORTING_STATES, advance=searched):
             # refused: say why, in the lifecycle's words (no such trial, or it has ended)
             next_trial_state(self.trial(trial_id)["state"], TrialEvent.REPORTED, trial_id)
             raise Conflict(f"trial {trial_id} changed state during the report; send it again")
-        if group == "validation" and self.search.report_time(trial_id, steps, epoch, metrics):
+        if group == "validation" and searched and \
+                self.search.report_time(trial_id, steps, epoch, metrics):
             self._preemption_changed()  # time_metric ASHA stopped it: wake its poll
 
     def report_progress(self, trial_id: int, progress: float) -> None:

@@ -29,6 +29,7 @@ from det_sdk import api
 from det_sdk.errors import DetSdkError
 from det_sdk.master.errors import NotFound
 from det_sdk.master.rows import TrialRow
+from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = [
     "InvalidCursor",
@@ -197,7 +198,7 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
         out.append(api.CheckpointInfo(
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
-            metrics=c["metrics"], created=c["created"],
+            metrics=c["metrics"], created=c["created"], stage=c["stage"],
             path=str(base / c["uuid"]) if c["experiment_id"] is not None else None))
     return api.CheckpointPage(checkpoints=out, total=total,
                               next_cursor=_next("checkpoints", rows, limit, "seq"))
@@ -207,7 +208,7 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
 
 
 def metrics_page(master: Any, trial_id: int, group: str | None, after_steps: int | None,
-                 limit: int) -> list[api.MetricsRow]:
+                 limit: int, stage: str | None = None) -> list[api.MetricsRow]:
     """A trial's reports past ``after_steps`` in (steps, group) order: about ``limit``.
 
     A page never splits a step: when it is cut, the rows of its last step in the other
@@ -217,13 +218,19 @@ def metrics_page(master: Any, trial_id: int, group: str | None, after_steps: int
 
     >>> # rows = metrics_page(master, trial_id, None, None, 1000)
     >>> # more = metrics_page(master, trial_id, None, rows[-1].steps_completed, 1000)
+
+    ``stage``: the series of that stage of the script (det_sdk.stages; None: the default
+    stage's, as before stages).
     """
     master.trial(trial_id)  # 404 for an unknown trial
     rows = [r for g in ([group] if group else GROUPS)
-            for r in master.store.metrics_after(trial_id, g, after_steps, limit + 1)]
+            for r in master.store.metrics_after(trial_id, stored_group(g, stage), after_steps,
+                                                limit + 1)]
     rows.sort(key=lambda r: (r["steps"], r["grp"]))
     page = rows[:limit]
     if len(rows) > limit:
         page += [r for r in rows[limit:] if r["steps"] == page[-1]["steps"]]
-    return [api.MetricsRow(group=m["grp"], steps_completed=m["steps"], epoch=m["epoch"],
-                           metrics=m["metrics"]) for m in page]
+    return [api.MetricsRow(group=split_group(m["grp"])[0], steps_completed=m["steps"],
+                           epoch=m["epoch"], metrics=m["metrics"],
+                           stage=None if stage in (None, DEFAULT_STAGE) else stage)
+            for m in page]

@@ -94,6 +94,8 @@ class CheckpointRow(TypedDict):
     size: int
     metrics: dict[str, float]
     created: float
+    stage: str | None  # det_sdk.stages: None is the default stage
+    searched: int | None  # 0: a stage the searcher does not measure; None: yes
 
 
 # --- what the paged views read (Store.*_page): a few columns, with aggregates -------------

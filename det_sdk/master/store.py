@@ -93,6 +93,9 @@ _ADDED_COLUMNS = {
     # det_sdk.master.resources: the resource manager's id of the task (a Slurm job id),
     # why it waits in that manager's queue, and when a kill turns into a forced stop
     "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL"),
+    # det_sdk.stages: the stage of the script that saved it (NULL: the default stage), and
+    # whether that stage is the searched one (NULL: yes, as before stages)
+    "checkpoints": ("stage TEXT", "searched INTEGER"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 
@@ -452,7 +455,8 @@ class Store:
 
     def record_metrics(self, trial_id: int, group: str, steps: int, epoch: int,
                        metrics: dict[str, float], searcher_value: float | None,
-                       smaller_is_better: bool, states: Collection[str] | None = None) -> bool:
+                       smaller_is_better: bool, states: Collection[str] | None = None,
+                       advance: bool = True) -> bool:
         """Store a report and advance the trial's progress and best metric, atomically.
 
         One value per (trial, group, steps). Returns False if there is no such trial, or
@@ -460,6 +464,8 @@ class Store:
         A non-finite searcher value (NaN, +/-Infinity) never becomes the best: it is the
         worst value in both directions (:func:`det_sdk.wire.metric_rank`), and a trial
         without a finite one has ``best_metric`` NULL, which ranks last.
+        ``advance=False`` (a stage the searcher does not measure, det_sdk.stages): the
+        report is stored, the trial's progress and best metric stay.
         """
         better = "<" if smaller_is_better else ">"
         if searcher_value is not None and not is_rankable(searcher_value):
@@ -471,14 +477,17 @@ class Store:
             where += f" AND state IN ({', '.join('?' for _ in states)})"
             args += [str(getattr(s, "value", s)) for s in states]
         with self.tx() as db:
-            cur = db.execute(
-                "UPDATE trials SET"
-                " epoch = CASE WHEN ? >= steps_completed THEN ? ELSE epoch END,"
-                " steps_completed = MAX(steps_completed, ?),"
-                f" best_metric = CASE WHEN ? IS NOT NULL AND (best_metric IS NULL"
-                f" OR ? {better} best_metric) THEN ? ELSE best_metric END"
-                f" WHERE {where}", args,
-            )
+            if advance:
+                cur = db.execute(
+                    "UPDATE trials SET"
+                    " epoch = CASE WHEN ? >= steps_completed THEN ? ELSE epoch END,"
+                    " steps_completed = MAX(steps_completed, ?),"
+                    f" best_metric = CASE WHEN ? IS NOT NULL AND (best_metric IS NULL"
+                    f" OR ? {better} best_metric) THEN ? ELSE best_metric END"
+                    f" WHERE {where}", args,
+                )
+            else:  # the state check alone, in the same statement form
+                cur = db.execute(f"UPDATE trials SET state = state WHERE {where}", args[6:])
             if cur.rowcount == 0:
                 return False
             db.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?)",
@@ -492,6 +501,19 @@ class Store:
         return self._all("SELECT * FROM metrics WHERE trial_id = ? AND grp = ? ORDER BY steps",
                          trial_id, group)
 
+    def metric_stages(self, trial_id: int, metric: str) -> list[dict[str, Any]]:
+        """Per stored group of the trial (det_sdk.stages.stored_group): its last step and
+        epoch and, for validation groups, the least and greatest finite ``metric``."""
+        with self._lock:
+            return [dict(r) for r in self._db.execute(
+                "SELECT grp, MAX(steps) AS steps, MAX(epoch) AS epoch, MIN(time) AS first,"
+                " MIN(CASE WHEN typeof(json_extract(metrics, '$.' || ?)) IN ('real', 'integer')"
+                " THEN json_extract(metrics, '$.' || ?) END) AS least,"
+                " MAX(CASE WHEN typeof(json_extract(metrics, '$.' || ?)) IN ('real', 'integer')"
+                " THEN json_extract(metrics, '$.' || ?) END) AS greatest"
+                " FROM metrics WHERE trial_id = ? GROUP BY grp",
+                (*(json.dumps(metric),) * 4, trial_id))]
+
     def put_checkpoint(self, c: dict[str, Any]) -> int:
         """Record a checkpoint unless its uuid is known; returns the trial that owns the uuid.
 
@@ -501,10 +523,12 @@ class Store:
         """
         with self.tx() as db:
             db.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                "INSERT INTO checkpoints (uuid, trial_id, steps, epoch, batch, size, metrics,"
+                " created, stage, searched) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(uuid) DO NOTHING",
                 (c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c.get("batch", 0),
-                 c.get("size", 0), _metrics_json(c.get("metrics", {})), time.time()),
+                 c.get("size", 0), _metrics_json(c.get("metrics", {})), time.time(),
+                 c.get("stage"), None if c.get("searched", True) else 0),
             )
             (owner,) = db.execute("SELECT trial_id FROM checkpoints WHERE uuid = ?",
                                   (c["uuid"],)).fetchone()
