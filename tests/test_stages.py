@@ -172,3 +172,66 @@ def test_a_script_whose_stages_differ_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StageError, match="stage: expected"):
         ctx.fit(_model(ctx, 4), x=x, y=y, epochs=1, validation_data=(xv, yv), stage="a/b")
     ctx.close()
+
+
+@pytest.mark.slow
+def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster) -> None:
+    """A real master, 1 slot: the teacher and baseline train their own epochs, the student
+    (init(searched_stage="student")) the searcher's 3; a crash in the student stage
+    restarts the trial, which restores the teacher and resumes the student; the trial's
+    progress and best metric are the student's; describe lists the stages."""
+    from cluster_harness import create, wait_until
+
+    config = cluster.write_config(
+        "stages", searcher={"name": "single", "metric": "val_loss",
+                            "max_length": {"epochs": 3}},
+        data={"teacher_epochs": 2, "baseline_epochs": 1, "crash_in_student_at_epoch": 1},
+        resources={"slots_per_trial": 1}, checkpoint_storage={"save_trial_latest": 1,
+                                                              "save_trial_best": 0})
+    exp_id = create(cluster, config, Path(__file__).parent / "stages_model")
+    with cluster.http() as http:
+        def trial():
+            exp = http.get(f"/api/v1/experiments/{exp_id}").json()
+            return exp["trials"][0] if exp["trials"] else None
+
+        t = wait_until("the trial to end", lambda: (t := trial()) and t["state"] in (
+            "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
+        info = http.get(f"/api/v1/trials/{t['id']}").json()
+        assert info["state"] == "COMPLETED", cluster.det("trial", "logs",
+                                                         str(t["id"])).stdout[-3000:]
+        assert info["restarts"] == 1
+        stages = {s["name"]: s for s in info["stages"]}
+        assert [s["name"] for s in info["stages"]] == ["fit", "student", "baseline"]
+        assert {n: (s["epoch"], s["steps_completed"], s["searched"], s["state"])
+                for n, s in stages.items()} == {
+            "fit": (2, 20, False, "COMPLETED"), "student": (3, 30, True, "COMPLETED"),
+            "baseline": (1, 10, False, "COMPLETED")}
+        # the trial's progress and best are the searched stage's
+        assert info["steps_completed"] == 30
+        assert info["best_metric"] == pytest.approx(stages["student"]["best_metric"])
+        # each stage's series on its own, steps from 0; the default one as before
+        def steps(stage):
+            params = {"group": "validation", **({"stage": stage} if stage else {})}
+            rows = http.get(f"/api/v1/trials/{t['id']}/metrics", params=params).json()
+            return [r["steps_completed"] for r in rows]
+
+        assert steps(None) == [10, 20]
+        assert steps("student") == [10, 20, 30]
+        assert steps("baseline") == [10]
+        # retention per stage: each stage's last checkpoint kept, the teacher's too
+        ckpts = http.get("/api/v1/checkpoints", params={"trial_id": t["id"]}).json()
+        kept = {c["stage"] or "fit": c["uuid"] for c in ckpts["checkpoints"]}
+        assert kept == {n: s["latest_checkpoint"] for n, s in stages.items()}
+        best = http.get(f"/api/v1/trials/{t['id']}/checkpoints", params={"best": "true"}).json()
+        assert best[0]["stage"] == "student"
+        # the restart restored the teacher instead of training it again
+        logs = cluster.det("trial", "logs", str(t["id"])).stdout
+        assert "stage 'fit' was finished before the resume" in logs
+
+    out = cluster.det("trial", "describe", str(t["id"]))
+    assert out.returncode == 0, out.stderr
+    assert "STAGE" in out.stdout and "student" in out.stdout and "baseline" in out.stdout
+    as_json = json.loads(cluster.det("trial", "describe", str(t["id"]), "--json").stdout)
+    assert [s["name"] for s in as_json["stages"]] == ["fit", "student", "baseline"]
+    assert {(m.get("stage") or "fit", m["group"]) for m in as_json["metrics"]} >= {
+        ("fit", "validation"), ("student", "validation"), ("baseline", "validation")}

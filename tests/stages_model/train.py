@@ -1,0 +1,45 @@
+"""Several fits in one trial (det_sdk.stages): a teacher (the default stage ``fit``), a
+student trained on its outputs (``student``: the searched stage, named in init), then a
+baseline (``baseline``). data.teacher_epochs / data.baseline_epochs: their lengths;
+data.crash_in_student_at_epoch: exit 3 at that student epoch's end, once per trial."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+import det_sdk as det
+
+context = det.keras.init(searched_stage="student")
+data = context.config_data
+rng = np.random.default_rng(0)
+x = rng.normal(size=(160, 8)).astype("float32")
+y = np.tanh(x @ rng.normal(size=(8, 1))).astype("float32")
+xs, ys = context.wrap_data(x, y)
+xv, yv = x[:40], y[:40]
+
+
+def model(width):
+    m = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(width, "tanh"),
+                             tf.keras.layers.Dense(1)])
+    m.compile(context.wrap_optimizer(tf.keras.optimizers.SGD(0.05)), "mse")
+    return m
+
+
+class CrashOnce(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        marker = Path("crashed-in-student")
+        if data.get("crash_in_student_at_epoch") == epoch and not marker.exists():
+            marker.write_text("x")
+            os._exit(3)
+
+
+teacher, student, baseline = model(16), model(4), model(4)
+context.fit(teacher, xs, ys, batch_size=16, epochs=data["teacher_epochs"],
+            validation_data=(xv, yv), verbose=0)
+soft = context.predict(teacher, xs, verbose=0)
+context.fit(student, xs, soft, batch_size=16, epochs=100, validation_data=(xv, yv),
+            verbose=0, callbacks=[CrashOnce()], stage="student")
+context.fit(baseline, xs, ys, batch_size=16, epochs=data["baseline_epochs"],
+            validation_data=(xv, yv), verbose=0, stage="baseline")
