@@ -235,3 +235,31 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster) -
     assert [s["name"] for s in as_json["stages"]] == ["fit", "student", "baseline"]
     assert {(m.get("stage") or "fit", m["group"]) for m in as_json["metrics"]} >= {
         ("fit", "validation"), ("student", "validation"), ("baseline", "validation")}
+
+
+@pytest.mark.slow
+def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
+    """`horovodrun -np 2`: SIGTERM to rank 0 in the student stage stops both processes;
+    DET_RESUME restores the teacher (both ranks), resumes the student and trains the
+    baseline to the same weights as an uninterrupted 2-process run."""
+    from test_horovod import HOROVODRUN, SCRIPTS, horovodrun
+
+    if not HOROVODRUN.exists():
+        pytest.skip("horovodrun not installed")
+    script = SCRIPTS / "hvd_stages.py"
+    full = horovodrun(script, {"DET_RUNS_DIR": str(tmp_path / "full"),
+                               "STAGES_WEIGHTS_OUT": str(tmp_path / "full.npz")})
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    runs = str(tmp_path / "stopped")
+    stopped = horovodrun(script, {"DET_RUNS_DIR": runs, "STAGES_STOP_AT": "1"})
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    stages = [r.get("stage") for r in _rows(Path(runs) / "1" / "checkpoints.jsonl")]
+    assert stages[-1] == "student" and "baseline" not in stages
+    resumed = horovodrun(script, {"DET_RUNS_DIR": runs, "DET_RESUME": "1",
+                                  "STAGES_WEIGHTS_OUT": str(tmp_path / "resumed.npz")})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stage 'teacher' was finished before the resume" in resumed.stdout + resumed.stderr
+    a, b = np.load(tmp_path / "full.npz"), np.load(tmp_path / "resumed.npz")
+    assert sorted(a) == sorted(b) and len(a) == 12
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
