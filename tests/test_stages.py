@@ -174,12 +174,10 @@ def test_a_script_whose_stages_differ_is_refused(tmp_path: Path) -> None:
     ctx.close()
 
 
-@pytest.mark.slow
-def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster) -> None:
-    """A real master, 1 slot: the teacher and baseline train their own epochs, the student
-    (init(searched_stage="student")) the searcher's 3; a crash in the student stage
-    restarts the trial, which restores the teacher and resumes the student; the trial's
-    progress and best metric are the student's; describe lists the stages."""
+@pytest.fixture(scope="module")
+def staged_trial(cluster) -> int:
+    """A finished trial on a real master (1 slot) whose script has three stages, the
+    student searched; it crashed once in the student stage. Its id."""
     from cluster_harness import create, wait_until
 
     config = cluster.write_config(
@@ -196,9 +194,20 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster) -
 
         t = wait_until("the trial to end", lambda: (t := trial()) and t["state"] in (
             "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
+    assert t["state"] == "COMPLETED", cluster.det("trial", "logs", str(t["id"])).stdout[-3000:]
+    return t["id"]
+
+
+@pytest.mark.slow
+def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
+                                                                      staged_trial) -> None:
+    """The teacher and baseline train their own epochs, the student (init(searched_stage=
+    "student")) the searcher's 3; the crash in the student stage restarted the trial, which
+    restored the teacher and resumed the student; the trial's progress and best metric are
+    the student's; the API and describe list the stages."""
+    t = {"id": staged_trial}
+    with cluster.http() as http:
         info = http.get(f"/api/v1/trials/{t['id']}").json()
-        assert info["state"] == "COMPLETED", cluster.det("trial", "logs",
-                                                         str(t["id"])).stdout[-3000:]
         assert info["restarts"] == 1
         stages = {s["name"]: s for s in info["stages"]}
         assert [s["name"] for s in info["stages"]] == ["fit", "student", "baseline"]
@@ -263,3 +272,42 @@ def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
     assert sorted(a) == sorted(b) and len(a) == 12
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_the_trial_page_shows_the_stages_and_each_ones_series(cluster, staged_trial) -> None:
+    """Headless Chromium: the trial page lists the stages; picking one charts its series."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from _ui_browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    with open_browser() as browser:
+        page = signed_in_context(browser, cluster.url, cluster.token).new_page()
+        page.goto(f"{cluster.url}/ui/#/trials/{staged_trial}")
+        page.wait_for_function(f"document.body.dataset.ready === '#/trials/{staged_trial}'")
+        rows = page.locator("#stage-table tr[data-stage]")
+        assert [rows.nth(i).get_attribute("data-stage") for i in range(rows.count())] == [
+            "fit", "student", "baseline"]
+        assert "yes" in page.text_content("#stage-table tr[data-stage='student']")
+
+        def validation_points() -> int:
+            return page.evaluate("""() => {
+                const u = window.detCharts['chart-loss'];
+                const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+                return u.data[i].filter(v => v != null).length; }""")
+
+        assert validation_points() == 2  # the default stage (the teacher): 2 epochs
+        page.select_option("#stage", "student")
+        page.wait_for_function("""() => { const u = window.detCharts['chart-loss'];
+            const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+            return u.data[i].filter(v => v != null).length === 3; }""")
+        page.select_option("#stage", "baseline")
+        page.wait_for_function("""() => { const u = window.detCharts['chart-loss'];
+            const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+            return u.data[i].filter(v => v != null).length === 1; }""")
+        assert validation_points() == 1
+        page.context.close()

@@ -31,7 +31,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from det_sdk.api import MAX_PAGE_LIMIT
+from det_sdk.api import MAX_PAGE_LIMIT, STAGE_PATTERN
 from det_sdk.master.security import ABSOLUTE_SECONDS, Sessions
 from det_sdk.master.ui.views import (
     CURVE_POINTS,
@@ -333,13 +333,15 @@ def ui_router(master: Any, sessions: Sessions | None = None) -> APIRouter:
     def trial_metrics(trial_id: int, request: Request,
                       max_points: int = Query(MAX_POINTS_DEFAULT, ge=0),
                       group: str | None = None, x_min: float | None = None,
-                      x_max: float | None = None) -> Response:
-        """``max_points=0``: the full series; ``x_min``/``x_max`` (batches): a zoomed window."""
+                      x_max: float | None = None,
+                      stage: str | None = Query(None, pattern=STAGE_PATTERN)) -> Response:
+        """``max_points=0``: the full series; ``x_min``/``x_max`` (batches): a zoomed window;
+        ``stage``: that stage's series (none: the default stage's)."""
         user(request)
         x_range = (x_min if x_min is not None else -math.inf,
                    x_max if x_max is not None else math.inf)
         data = views.metrics(trial_id, max_points, group,
-                             None if x_min is None and x_max is None else x_range)
+                             None if x_min is None and x_max is None else x_range, stage)
         return _json(request, data)
 
     @router.get("/ui/api/trials/{trial_id}/logs")

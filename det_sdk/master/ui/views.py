@@ -20,6 +20,7 @@ from det_sdk.api import MAX_PAGE_LIMIT
 from det_sdk.hparams import flat_hparams
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
 from det_sdk.master.ui.series import SeriesCache, minmax_indices
+from det_sdk.stages import DEFAULT_STAGE, stored_group
 
 __all__ = ["Views", "read_log", "tensorboard_dir"]
 
@@ -188,11 +189,19 @@ class Views:
         return info
 
     def metrics(self, trial_id: int, max_points: int, group: str | None = None,
-                x_range: tuple[float, float] | None = None) -> dict[str, Any]:
-        """Each metric group's series, downsampled to ``max_points`` (0: all of it)."""
+                x_range: tuple[float, float] | None = None,
+                stage: str | None = None) -> dict[str, Any]:
+        """Each metric group's series, downsampled to ``max_points`` (0: all of it).
+
+        ``stage``: that stage's series (det_sdk.stages; None: the default stage's)."""
         self.master.trial(trial_id)  # 404 for an unknown trial
-        groups = [group] if group else list(self.store.metric_group_ends(trial_id))
-        series = {g: self.series.get(trial_id, g) for g in groups}
+        if stage not in (None, DEFAULT_STAGE):
+            stored = {g: self.series.get(trial_id, stored_group(g, stage))
+                      for g in ([group] if group else ("training", "validation", "evaluation"))}
+            series = {g: s for g, s in stored.items() if len(s)}
+        else:
+            groups = [group] if group else list(self.store.metric_group_ends(trial_id))
+            series = {g: self.series.get(trial_id, g) for g in groups}
         t0 = min((s.time[0] for s in series.values() if len(s)), default=None)
         out = {g: s.to_json(max_points, x_range, t0) for g, s in series.items()}
         steps_per_epoch = _steps_per_epoch(series.values())

@@ -1,5 +1,7 @@
 // A trial: every training and validation metric over batches, epochs or time; its
 // hyperparameters, restarts and error; checkpoints with a download link; its log.
+// A script of several fits (stages: teacher, student, ...) gets a table of its stages and
+// a stage picker: the charts show one stage's series at a time.
 //
 // Long series come downsampled to the chart's width (the server keeps each bucket's
 // extremes); zooming in asks for that window at full detail; "All points" asks for
@@ -20,12 +22,15 @@ export async function render(main, [id]) {
   let charts = {};
   let lastGroups = "";
   let lastInfo = "";
+  let stage = null; // the stage whose series the charts show (null: the default, "fit")
 
   main.innerHTML = `
     <p class="crumbs"><a href="#/experiments">Experiments</a> ›
       <a id="exp-link" href="#/experiments">experiment</a> › trial ${esc(id)}</p>
     <section id="trial-head"></section>
+    <section id="stages"></section>
     <div class="toolbar">
+      <label id="stage-pick" hidden>stage: <select id="stage"></select></label>
       <span>x axis:</span>
       ${Object.entries(X_MODES).map(([k, l]) => `<label><input type="radio" name="xmode"
         value="${k}" ${k === xMode ? "checked" : ""}> ${l}</label>`).join("")}
@@ -62,9 +67,27 @@ export async function render(main, [id]) {
     // nested hyperparameters by dotted name (optimizer.learning_rate)
     main.querySelector("#hparams").innerHTML = Object.entries(info.hparams_flat).map(([k, v]) =>
       `<tr><th>${esc(k)}</th><td class="hp" data-hp="${esc(k)}">${num(v)}</td></tr>`).join("");
-    main.querySelector("#checkpoints").innerHTML = `<tr><th>UUID</th><th>Batches</th>
+    const stages = info.stages || [];
+    const staged = stages.length > 1 || (stages.length === 1 && stages[0].name !== "fit");
+    main.querySelector("#stages").innerHTML = staged ? `<h2>Stages</h2>
+      <table id="stage-table" class="grid"><tr><th>Stage</th><th>State</th><th>Searched</th>
+      <th>Batches</th><th>Epochs</th><th>Best ${esc(info.searcher_metric)}</th>
+      <th>Last checkpoint</th></tr>${stages.map((s) => `<tr data-stage="${esc(s.name)}">
+        <td>${esc(s.name)}</td><td>${stateBadge(s.state)}</td><td>${s.searched ? "yes" : ""}</td>
+        <td>${s.steps_completed}</td><td>${s.epoch}</td><td>${num(s.best_metric)}</td>
+        <td class="mono">${esc((s.latest_checkpoint || "").slice(0, 8))}</td></tr>`).join("")}
+      </table>` : "";
+    const pick = main.querySelector("#stage");
+    main.querySelector("#stage-pick").hidden = !staged;
+    if (staged) {
+      pick.innerHTML = stages.map((s) => `<option value="${esc(s.name)}"
+        ${s.name === (stage || "fit") ? "selected" : ""}>${esc(s.name)}</option>`).join("");
+    }
+    main.querySelector("#checkpoints").innerHTML = `<tr>${staged ? "<th>Stage</th>" : ""}
+      <th>UUID</th><th>Batches</th>
       <th>Epoch</th><th>Metrics</th><th>Size</th><th></th></tr>` +
       info.checkpoints.slice().reverse().map((c) => `<tr>
+        ${staged ? `<td>${esc(c.stage || "fit")}</td>` : ""}
         <td class="mono" title="${esc(c.uuid)}">${esc(c.uuid.slice(0, 8))}</td>
         <td>${c.steps_completed}</td><td>${c.epoch}</td>
         <td>${Object.entries(c.metrics).map(([k, v]) => `${esc(k)}=${num(v)}`).join(", ")}</td>
@@ -155,6 +178,7 @@ export async function render(main, [id]) {
       params.set("x_min", zoom[0]);
       params.set("x_max", zoom[1]);
     }
+    if (stage && stage !== "fit") params.set("stage", stage);
     data = await api(`/ui/api/trials/${id}/metrics?${params}`);
     drawCharts(rebuild);
   }
@@ -167,7 +191,7 @@ export async function render(main, [id]) {
       info = i;
       drawInfo();
     }
-    const groups = JSON.stringify(i.groups);
+    const groups = JSON.stringify([i.groups, i.stages]);
     if (groups !== lastGroups) { // new metrics were reported
       lastGroups = groups;
       await loadMetrics(false);
@@ -177,6 +201,11 @@ export async function render(main, [id]) {
 
   main.querySelectorAll('input[name="xmode"]').forEach((r) => r.addEventListener("change",
     (ev) => { xMode = ev.target.value; zoom = null; drawCharts(true); }));
+  main.querySelector("#stage").addEventListener("change", (ev) => {
+    stage = ev.target.value;
+    zoom = null;
+    loadMetrics(true);
+  });
   main.querySelector("#unzoom").addEventListener("click", () => {
     zoom = null;
     main.querySelector("#unzoom").hidden = true;
