@@ -506,7 +506,9 @@ class MasterSession(Session):
                 for r in sorted(rows, key=lambda r: r["created"])]
 
     def report_progress(self, fraction: float) -> None:
-        if self.trial_id is not None:
+        # the trial's progress is its searched stage's (det_sdk.stages); the others have
+        # lengths of their own
+        if self.trial_id is not None and self.searched:
             self._queue.put(("progress", min(max(float(fraction), 0.0), 1.0)))
 
     def _send(self, kind: str, body: Any) -> None:
