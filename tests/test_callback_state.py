@@ -16,22 +16,9 @@ tf = pytest.importorskip("tensorflow")
 
 import det_sdk as det  # noqa: E402
 from det_sdk.keras import _callback_state  # noqa: E402
+from tests.interrupt import Interrupt, InterruptAfter  # noqa: E402
 
 BEST = "best.keras"
-
-
-class Interrupt(Exception):
-    """Stands for the process dying at an epoch end, before that epoch's checkpoint."""
-
-
-class InterruptAfter(tf.keras.callbacks.Callback):
-    def __init__(self, epoch: int) -> None:
-        super().__init__()
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.epoch:
-            raise Interrupt(f"after epoch {epoch}")
 
 
 class CountImprovements(tf.keras.callbacks.Callback):

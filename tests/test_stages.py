@@ -18,23 +18,10 @@ tf = pytest.importorskip("tensorflow")
 
 import det_sdk as det  # noqa: E402
 from det_sdk.stages import StageError, StageMismatchError  # noqa: E402
+from tests.interrupt import Interrupt, InterruptAfter  # noqa: E402
 
 STEPS = 4  # 64 rows, batch 16
 EPOCHS = {"fit": 3, "student": 4, "fit-3": 2}
-
-
-class Interrupt(Exception):
-    """Stands for the process dying at an epoch end, before that epoch's checkpoint."""
-
-
-class InterruptAfter(tf.keras.callbacks.Callback):
-    def __init__(self, epoch: int) -> None:
-        super().__init__()
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.epoch:
-            raise Interrupt(f"after epoch {epoch}")
 
 
 def _data():
