@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from det_sdk.wire import decode_metric, dumps, encode_metric, is_rankable, metric_rank, to_wire
+from det_sdk.wire import decode_metric, encode_metric, to_wire
 
 __all__ = [
     "DEFAULT_METRICS_LIMIT",
@@ -49,11 +49,7 @@ __all__ = [
     "TrialPage",
     "TrialState",
     "decode_metric",
-    "dumps",
     "encode_metric",
-    "is_rankable",
-    "metric_rank",
-    "to_wire",
 ]
 
 # The largest integer the API takes: JSON's exact integers (2**53 - 1, as JavaScript's

@@ -39,7 +39,14 @@ from typing import Any, Literal
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
 from det_sdk.errors import DetSdkError
-from det_sdk.stages import DEFAULT_STAGE, forget_after, group_by_stage, record_fields, stage_of
+from det_sdk.stages import (
+    DEFAULT_STAGE,
+    forget_after,
+    group_by_stage,
+    kept_per_stage,
+    record_fields,
+    stage_of,
+)
 from det_sdk.storage import (
     CheckpointNotFoundError,
     CheckpointStorage,
@@ -249,10 +256,7 @@ class LocalSession(Session):
         best = int(storage.get("save_trial_best", 1))
         rows = _read_checkpoint_rows(self.run_dir)
         metric, smaller = _searcher_metric(self.run_dir)
-        keep: set[str] = set()
-        for stage_rows in group_by_stage(rows).values():
-            keep |= {r["uuid"] for r in stage_rows[-latest:]}
-            keep |= {r["uuid"] for r in best_first(stage_rows, metric, smaller)[:best]}
+        keep = kept_per_stage(rows, latest, best, metric, smaller)
         for r in rows:
             if r["uuid"] not in keep:
                 with contextlib.suppress(CheckpointNotFoundError):  # deleted before

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from det_sdk.errors import DetSdkError
+from det_sdk.storage import best_first
 
 __all__ = [
     "DEFAULT_STAGE",
@@ -53,6 +54,7 @@ __all__ = [
     "check_stage_name",
     "forget_after",
     "group_by_stage",
+    "kept_per_stage",
     "record_fields",
     "split_group",
     "stage_of",
@@ -137,6 +139,24 @@ def group_by_stage(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappi
         out.setdefault(stage_of(r), []).append(r)
     return out
 
+
+
+def kept_per_stage(records: Iterable[Mapping[str, Any]], latest: int, best: int, metric: str,
+                   smaller_is_better: bool) -> set[str]:
+    """The uuids retention keeps: in each stage, its ``latest`` newest (at least one: a
+    finished stage is restored from its final checkpoint) and its ``best`` best by
+    ``metric`` (:func:`det_sdk.storage.best_first`). Records oldest first.
+
+    >>> rows = [{"uuid": "a", "metrics": {"l": 0.1}}, {"uuid": "b", "metrics": {"l": 0.5}},
+    ...         {"uuid": "c", "stage": "s", "metrics": {}}]
+    >>> sorted(kept_per_stage(rows, 1, 1, "l", True))
+    ['a', 'b', 'c']
+    """
+    keep: set[str] = set()
+    for rows in group_by_stage(records).values():
+        keep |= {r["uuid"] for r in rows[-max(1, latest):]}
+        keep |= {r["uuid"] for r in best_first(list(rows), metric, smaller_is_better)[:best]}
+    return keep
 
 @dataclass(frozen=True)
 class Stage:

@@ -30,6 +30,7 @@ from typing import Any
 
 from det_sdk.atomic import fsync_path
 from det_sdk.errors import DetSdkError
+from det_sdk.wire import metric_rank
 
 __all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
            "best_first", "check_uuid", "fsync_path", "pid_alive", "read_owner"]
@@ -158,8 +159,6 @@ def best_first(rows: list[dict[str, Any]], metric: str,
     >>> [r["metrics"]["acc"] for r in best_first(rows, "acc", smaller_is_better=False)]
     [0.9, 0.5, nan, -inf]
     """
-    from det_sdk.wire import metric_rank
-
     scored = [r for r in rows if metric in (r.get("metrics") or {})]
     return sorted(scored, key=lambda r: metric_rank(r["metrics"][metric], smaller_is_better))
 

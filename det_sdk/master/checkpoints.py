@@ -33,6 +33,7 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
+from det_sdk.stages import kept_per_stage
 from det_sdk.storage import best_first, read_owner
 
 __all__ = ["Checkpoints", "is_checkpoint_name"]
@@ -42,14 +43,6 @@ log = logging.getLogger("det_sdk.master.checkpoints")
 # Only directories named like the uuids det_sdk.storage writes are ever swept: a
 # host_path shared with other files loses nothing else.
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
-def _by_stage(rows: Iterable[CheckpointRow]) -> dict[str | None, list[CheckpointRow]]:
-    """Checkpoint records by the stage of the script that saved them (det_sdk.stages)."""
-    out: dict[str | None, list[CheckpointRow]] = {}
-    for r in rows:
-        out.setdefault(r.get("stage"), []).append(r)
-    return out
 
 
 def _searched(row: CheckpointRow) -> bool:
@@ -124,11 +117,8 @@ class Checkpoints:
         policy = cfg.checkpoint_storage
         metric, smaller = cfg.searcher_metric
         rows = self.store.checkpoints(trial_id)
-        keep: set[str] = set()
-        for stage_rows in _by_stage(rows).values():
-            keep |= {r["uuid"] for r in stage_rows[-max(1, policy.save_trial_latest):]}
-            keep |= {r["uuid"] for r in
-                     best_first(stage_rows, metric, smaller)[:policy.save_trial_best]}
+        keep = kept_per_stage(rows, policy.save_trial_latest, policy.save_trial_best,
+                              metric, smaller)
         if policy.save_experiment_best:
             t = self.store.trial(trial_id)
             everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
