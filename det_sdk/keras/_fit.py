@@ -43,7 +43,7 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
-from det_sdk.keras._loop import TrainingLoop, _position_of
+from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
 from det_sdk.stages import Stage, StageMismatchError, record_fields
 
@@ -242,11 +242,7 @@ def _stage_resume(loop: TrainingLoop, stage: Stage
                   ) -> tuple[Position | None, str | None, dict[str, Any] | None]:
     """Where ``stage`` resumes: its own latest checkpoint, or nowhere (a fresh stage)."""
     loop.resume_uuid = None  # the run's latest is some stage's: each stage finds its own
-    if stage.resume_uuid is None:
-        return None, None, None
-    meta = loop._metadata(stage.resume_uuid)
-    past = meta.get("history")
-    return _position_of(meta), stage.resume_uuid, past if isinstance(past, dict) else None
+    return loop.resume_point(stage.resume_uuid)
 
 
 def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage | None) -> None:
