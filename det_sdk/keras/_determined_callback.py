@@ -510,9 +510,7 @@ class _SplitBatches:
         for o in loop.tracked_optimizers(model):
             _compat.optimizer_variables(o, model.trainable_variables)
         loop.broadcast(model)
-        if _compat.turn_off_xla(model):
-            log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
-                        "XLA kernels")
+        loop.turn_off_xla(model)
         self.uninstall(model)  # a fit that raised left its split step: split once, not twice
         model.train_step = self._split_step(model.train_step)
         model.make_train_function(force=True)  # traced anew: averaging apply, split step

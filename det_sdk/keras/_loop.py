@@ -155,6 +155,12 @@ class TrainingLoop:
                 "the processes would train apart. Compile with "
                 "optimizer=context.wrap_optimizer(keras.optimizers.<Name>(...))"
             )
+        self.turn_off_xla(model)
+
+    @staticmethod
+    def turn_off_xla(model: tf.keras.Model) -> None:
+        """Train ``model`` without XLA, saying so once: Horovod's collectives have no XLA
+        kernels."""
         if _compat.turn_off_xla(model):
             log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
                         "XLA kernels. Training with several processes runs without XLA.")
