@@ -12,7 +12,15 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictBool,
+    WithJsonSchema,
+)
 
 from det_sdk.wire import decode_metric, encode_metric, to_wire
 
@@ -211,7 +219,7 @@ class MetricsReport(_Model):
     stage: str | None = Field(default=None, pattern=STAGE_PATTERN)
     #: whether the stage is the one the searcher's length applies to: only its validation
     #: metrics are the trial's (best_metric, progress)
-    searched: bool = True
+    searched: StrictBool = True
 
 
 class StageInfo(_Model):
@@ -245,7 +253,7 @@ class CheckpointReport(_Model):
     size: Count = 0
     metrics: dict[str, Metric] = Field(default_factory=dict, max_length=1000)
     stage: str | None = Field(default=None, pattern=STAGE_PATTERN)  # None: the default stage
-    searched: bool = True  # of the searched stage: ranks for the trial's "best"
+    searched: StrictBool = True  # of the searched stage: ranks for the trial's "best"
 
 
 class ProgressReport(_Model):
