@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["decode_metric", "decode_metrics", "dumps", "encode_metric", "is_rankable",
-           "metric_rank", "to_wire"]
+           "metric_rank", "replace_non_finite", "to_wire"]
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -53,6 +54,25 @@ def decode_metric(v: Any) -> Any:
     return v
 
 
+def replace_non_finite(obj: Any, replace: Callable[[float], Any]) -> Any:
+    """``obj`` with every non-finite float (Python's, NumPy's) replaced by
+    ``replace(value)``, through dicts, lists and tuples (tuples become lists); other
+    values unchanged.
+
+    >>> replace_non_finite({"m": (1, float("nan"))}, lambda v: None)
+    {'m': [1, None]}
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else replace(obj)
+    if isinstance(obj, dict):
+        return {k: replace_non_finite(v, replace) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [replace_non_finite(v, replace) for v in obj]
+    if isinstance(obj, numbers.Real) and not isinstance(obj, numbers.Integral):
+        return replace_non_finite(float(obj), replace)  # a NumPy float32 scalar, a Fraction
+    return obj
+
+
 def to_wire(obj: Any) -> Any:
     """``obj`` with every non-finite float (Python's, NumPy's) replaced by its wire string
     (:func:`encode_metric`), through dicts, lists and tuples; other values unchanged.
@@ -65,15 +85,7 @@ def to_wire(obj: Any) -> Any:
     >>> to_wire({"loss": float("nan"), "m": [1, float("-inf")], "ok": True})
     {'loss': 'NaN', 'm': [1, '-Infinity'], 'ok': True}
     """
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else encode_metric(obj)
-    if isinstance(obj, dict):
-        return {k: to_wire(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_wire(v) for v in obj]
-    if isinstance(obj, numbers.Real) and not isinstance(obj, numbers.Integral):
-        return to_wire(float(obj))  # a NumPy float32 scalar, a Fraction
-    return obj
+    return replace_non_finite(obj, encode_metric)
 
 
 def dumps(obj: Any) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import threading
 import time
@@ -34,7 +33,7 @@ from det_sdk.master.rows import (
     MetricsRow,
     TrialRow,
 )
-from det_sdk.wire import is_rankable
+from det_sdk.wire import is_rankable, replace_non_finite
 
 __all__ = ["Store", "hash_token"]
 
@@ -143,13 +142,7 @@ def _tag(obj: Any) -> Any:
     >>> _tag({"a": [float("nan"), 1.5], "b": float("-inf")})
     {'a': [{'$float': 'NaN'}, 1.5], 'b': {'$float': '-Infinity'}}
     """
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return {_FLOAT_TAG: encode_metric(obj)}
-    if isinstance(obj, dict):
-        return {k: _tag(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_tag(v) for v in obj]
-    return obj
+    return replace_non_finite(obj, lambda v: {_FLOAT_TAG: encode_metric(v)})
 
 
 def _untag(d: dict[str, Any]) -> Any:
