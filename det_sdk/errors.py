@@ -32,8 +32,10 @@ class CheckpointCorruptError(DetSdkError, RuntimeError):
     """A checkpoint directory whose files are missing, truncated, altered or unreadable."""
 
 
-class CheckpointWriteError(DetSdkError, OSError):
-    """A checkpoint file that could not be written in full (a write that made no progress)."""
+class CheckpointWriteError(DetSdkError, OSError, RuntimeError):
+    """A checkpoint that could not be written: disk full, permissions, a write that made
+    no progress. The background writer raises it in the training thread at the next
+    checkpoint or wait (``except OSError`` and ``except RuntimeError`` both catch it)."""
 
 
 class CheckpointMismatchError(DetSdkError, ValueError):

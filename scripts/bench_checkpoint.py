@@ -65,7 +65,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from det_sdk.keras import _checkpoint, _writer
+from det_sdk.engine import writer as _writer
+from det_sdk.keras import _checkpoint
 from det_sdk.storage import SharedFSStorage
 
 DEPTH = 3  # hidden Dense layers of width w, input width w: params ~ DEPTH * w * w

@@ -16,8 +16,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from det_sdk.engine.writer import CheckpointWriteError, CheckpointWriter  # noqa: E402
 from det_sdk.keras import _checkpoint, _compat  # noqa: E402
-from det_sdk.keras._writer import CheckpointWriteError, CheckpointWriter  # noqa: E402
 
 
 def _trained_model() -> tuple[object, np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext
+from det_sdk.engine.writer import CheckpointWriter
 from det_sdk.errors import DivergenceError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
@@ -34,7 +35,6 @@ from det_sdk.keras._callbacks import (
     combine_logs,
 )
 from det_sdk.keras._inputs import batch_rows
-from det_sdk.keras._writer import CheckpointWriter
 from det_sdk.session import Session
 
 __all__ = ["TrainingLoop", "TrainingPolicy"]

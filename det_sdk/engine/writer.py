@@ -1,16 +1,16 @@
 """Checkpoints written off the training path: one background writer, one write at a time.
 
-At a checkpoint the loop takes a :class:`~det_sdk.keras._checkpoint.Snapshot`
-(milliseconds: tensors that share the variables' buffers, copy on write) and
-hands the writing to this writer; training goes on while it streams the arrays
-to disk with the storage's atomicity (temporary name, fsync, rename). A new
-checkpoint first waits for the previous write, so at most one snapshot is in
-flight (its memory: one copy of the model's and optimizers' state: the buffers
-the variables held, which the optimizers' next updates replace rather than
-overwrite, see ``_compat.fresh_buffer_updates``). A stop (pause, preemption, end of
-training, SIGTERM) waits for the last write before it reports and exits. A write
-that failed raises :class:`CheckpointWriteError` in the training thread at the
-next checkpoint or wait: never a silently missing checkpoint.
+At a checkpoint the training loop takes a snapshot of the training state (for
+Keras, :class:`~det_sdk.keras._checkpoint.Snapshot`: milliseconds, tensors that
+share the variables' buffers, copy on write) and hands the writing to this
+writer; training goes on while it streams the arrays to disk with the storage's
+atomicity (temporary name, fsync, rename). A new checkpoint first waits for the
+previous write, so at most one snapshot is in flight (its memory: one copy of the
+model's and optimizers' state). It imports no framework: every front (Keras,
+PyTorch, det.core) uses it. A stop (pause, preemption, end of training, SIGTERM)
+waits for the last write before it reports and exits. A write that failed raises
+:class:`CheckpointWriteError` in the training thread at the next checkpoint or
+wait: never a silently missing checkpoint.
 
 >>> writer = CheckpointWriter()
 >>> writer.submit(lambda: None)
@@ -24,13 +24,9 @@ import os
 import threading
 from collections.abc import Callable
 
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import CheckpointWriteError
 
 __all__ = ["CheckpointWriteError", "CheckpointWriter"]
-
-
-class CheckpointWriteError(DetSdkError, RuntimeError):
-    """A checkpoint could not be written (disk full, permissions, ...)."""
 
 
 def _set_priority(native_id: int, nice: int) -> None:
