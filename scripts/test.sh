@@ -4,7 +4,7 @@
 #
 #   bash scripts/test.sh                      # default stack: TF 2.21 + Keras 3 (.venv)
 #   bash scripts/test.sh --stack keras2       # TF 2.15 + Keras 2 (.venv-keras2)
-#   bash scripts/test.sh --stack all          # both, one after the other (what CI runs)
+#   bash scripts/test.sh --stack all          # both, one after the other, then the docs site (what CI runs)
 #   bash scripts/test.sh -m "not slow"        # only the fast tests (no process spawning)
 #   bash scripts/test.sh -k resume -x         # a subset; other arguments go to pytest
 set -euo pipefail
@@ -25,6 +25,7 @@ if [ "$STACK" = all ]; then
   status=0
   bash "$0" --stack keras3 ${ARGS[@]+"${ARGS[@]}"} || status=$?
   bash "$0" --stack keras2 ${ARGS[@]+"${ARGS[@]}"} || status=$?
+  bash scripts/docs.sh || status=$?   # the docs site builds, no broken link
   exit $status
 fi
 case "$STACK" in
