@@ -88,6 +88,15 @@ if ! $PY -c "import horovod.tensorflow" >/dev/null 2>&1; then
   $PY -m pip install -q cloudpickle psutil pyyaml packaging cffi
 fi
 
+# PyTorch (issue 25): the pinned CPU build into .venv only (one venv for both frameworks:
+# torch 2.13 and TF 2.21 import side by side); a plain `pip install torch` would pull a
+# CUDA build with ~5 GB of NVIDIA wheels. .venv-keras2 gets none: its PyTorch tests skip.
+TORCH_PIN=torch==2.13.0
+if [ "$STACK" = keras3 ] && ! $PY -c "import torch" >/dev/null 2>&1; then
+  say "installing $TORCH_PIN (CPU build)"
+  $PY -m pip install -q "$TORCH_PIN"
+fi
+
 if ! $PY -c "import det_sdk, pytest, ruff, fastapi, uvicorn" >/dev/null 2>&1 \
    || [ pyproject.toml -nt "$VENV/.det_sdk_installed" ]; then
   # master: the embedded master's FastAPI + uvicorn (an extra since issue 26; the tests

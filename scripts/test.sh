@@ -42,4 +42,6 @@ export TF_CPP_MIN_LOG_LEVEL=2
 # Processes the tests start (horovodrun, trials of the master) use this venv's tools.
 export PATH="$PWD/$VENV/bin:$PATH"
 echo "[test $STACK] $("$VENV/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"
+# tests/test_pytorch*.py run on the keras3 stack only (.venv has torch; on keras2 they
+# skip through pytest.importorskip("torch")): PyTorch does not depend on the Keras stack.
 "$VENV/bin/python" -m pytest ${ARGS[@]+"${ARGS[@]}"}
