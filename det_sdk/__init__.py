@@ -34,16 +34,20 @@ LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from typing import Any
 
-    from det_sdk import core, errors, keras
+    from det_sdk import core, errors, keras, pytorch
     from det_sdk.info import ClusterInfo, get_cluster_info
+    from det_sdk.pytorch import TrialContext
 
-__all__ = ["LOG_FORMAT", "ClusterInfo", "__version__", "core", "errors", "get_cluster_info",
-           "keras"]
+__all__ = ["LOG_FORMAT", "ClusterInfo", "TrialContext", "__version__", "core", "errors",
+           "get_cluster_info", "keras", "pytorch"]
 
 # name -> module that defines it; loaded on first access so that the import of
 # det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.
 _LAZY = {
     "keras": ("det_sdk.keras", None),
+    "pytorch": ("det_sdk.pytorch", None),  # imports torch, never TensorFlow
+    # Determined's det.TrialContext (the seed PyTorch tutorial's annotation)
+    "TrialContext": ("det_sdk.pytorch", "TrialContext"),
     "core": ("det_sdk.core", None),
     "errors": ("det_sdk.errors", None),  # det.errors.DetSdkError, as Determined's det.errors
     "ClusterInfo": ("det_sdk.info", "ClusterInfo"),

@@ -1,0 +1,176 @@
+"""Ranks over ``torch.distributed`` (gloo on CPU, nccl on GPUs): det.core without Horovod or TF.
+
+Where the ranks come from, in this order:
+
+- torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+  ``MASTER_ADDR``, ``MASTER_PORT``), as ``det_sdk.launch.torch_distributed`` sets them;
+- Horovod's (``HOROVOD_RANK``/``SIZE``/``LOCAL_RANK``/...), which is how the master and
+  Slurm start ranks (``horovodrun --gloo``): rank 0 picks a free port and publishes
+  ``addr:port`` in horovodrun's own rendezvous key-value store (an HTTP server at
+  ``HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT``); the others read it there. Horovod itself is
+  never imported (it does not build against torch >= 2.1).
+
+Collectives time out after ``DET_TORCH_TIMEOUT`` seconds (default 60): a rank that
+dies makes the others fail within a minute instead of gloo's 30-minute default.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from det_sdk.distributed import DistributedContext
+from det_sdk.errors import DetSdkError
+
+__all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
+
+T = TypeVar("T")
+_SCOPE = "det_sdk_torch"
+
+
+class DistributedSetupError(DetSdkError, RuntimeError):
+    """The ranks could not find each other (rendezvous, missing variables)."""
+
+
+def launched_by_torch_or_horovod(environ: Mapping[str, str] | None = None) -> bool:
+    """True when torchrun's or horovodrun's rank variables describe more than this process."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("WORLD_SIZE") and env.get("RANK") is not None) or bool(
+        env.get("HOROVOD_RANK") and env.get("HOROVOD_SIZE"))
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _own_address(toward: str, local_only: bool) -> str:
+    if local_only:
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # the interface routing there
+        s.connect((toward, 9))
+        return str(s.getsockname()[0])
+
+
+def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, local_only: bool,
+                            timeout: float) -> tuple[str, int]:
+    addr, port = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    if not addr or not port:
+        raise DistributedSetupError(
+            "det_sdk.pytorch: HOROVOD_RANK is set but HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT are "
+            "not: start the ranks with `horovodrun --gloo`, or use torchrun / "
+            "`python -m det_sdk.launch.torch_distributed`")
+    url = f"http://{addr}:{port}/{_SCOPE}/master"
+    if rank == 0:
+        host = _own_address(addr, local_only)
+        value = f"{host}:{_free_port(host if local_only else '')}".encode()
+        req = urllib.request.Request(url, data=value, method="PUT")
+        urllib.request.urlopen(req, timeout=timeout).close()
+        return host, int(value.decode().rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                host, _, p = resp.read().decode().rpartition(":")
+                return host, int(p)
+        except urllib.error.HTTPError as err:
+            if err.code != 404 or time.monotonic() > deadline:
+                raise DistributedSetupError(
+                    f"det_sdk.pytorch: rank 0's address never appeared at {url}: {err}"
+                ) from err
+        time.sleep(0.05)
+
+
+class TorchDistributed(DistributedContext):
+    """One of N processes in a ``torch.distributed`` process group; object collectives over it.
+
+    Build it with :meth:`from_env` (what ``det_sdk.pytorch.init()`` does)::
+
+        dist = TorchDistributed.from_env()
+        with det.core.init(distributed=dist) as core_context: ...
+    """
+
+    def __init__(self, *, rank: int, size: int, local_rank: int, local_size: int,
+                 cross_rank: int, cross_size: int, master_addr: str, master_port: int,
+                 timeout_s: float = 60.0, backend: str | None = None) -> None:
+        import torch
+        import torch.distributed as tdist
+
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+        self.cross_rank, self.cross_size = cross_rank, cross_size
+        self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self._dist = tdist
+        # threads per rank: the node's cores shared by its ranks
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_size)))
+        if not tdist.is_initialized():
+            tdist.init_process_group(
+                self.backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
+                world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TorchDistributed:
+        """The ranks torchrun or horovodrun describe in the environment."""
+        env = os.environ if environ is None else environ
+        timeout = float(env.get("DET_TORCH_TIMEOUT", "60"))
+        if env.get("WORLD_SIZE") and env.get("RANK") is not None:
+            size, rank = int(env["WORLD_SIZE"]), int(env["RANK"])
+            local_rank = int(env.get("LOCAL_RANK", rank))
+            local_size = int(env.get("LOCAL_WORLD_SIZE", size))
+            cross_size = int(env.get("GROUP_WORLD_SIZE", max(1, size // max(local_size, 1))))
+            cross_rank = int(env.get("GROUP_RANK", rank // max(local_size, 1)))
+            addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
+            if not addr or not port:
+                raise DistributedSetupError(
+                    "det_sdk.pytorch: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
+                    "are not (torchrun sets all of them)")
+            return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+                       cross_rank=cross_rank, cross_size=cross_size, master_addr=addr,
+                       master_port=int(port), timeout_s=timeout)
+        if env.get("HOROVOD_RANK") and env.get("HOROVOD_SIZE"):
+            rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+            local_size = int(env.get("HOROVOD_LOCAL_SIZE", size))
+            cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
+            addr, port = _rendezvous_via_horovod(env, rank, cross_size == 1, timeout)
+            return cls(rank=rank, size=size, local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
+                       local_size=local_size, cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)),
+                       cross_size=cross_size, master_addr=addr, master_port=port,
+                       timeout_s=timeout)
+        raise DistributedSetupError(
+            "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE or "
+            "horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+
+    def allgather(self, obj: T) -> list[T]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: T, root: int = 0) -> T:
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+    def any(self, flag: bool) -> bool:
+        import torch
+
+        t = torch.tensor([1.0 if flag else 0.0])
+        self._dist.all_reduce(t)
+        return bool(t.item() > 0)
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def close(self) -> None:
+        """Leave the process group (at the end of ``det.core.init()``'s block)."""
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
+
+    def __repr__(self) -> str:
+        return f"TorchDistributed(rank={self.rank}, size={self.size}, backend={self.backend!r})"

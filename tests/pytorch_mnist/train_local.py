@@ -1,0 +1,42 @@
+"""Runs MNistTrial locally with the Trainer: `python train_local.py OUT.pth [batches]`.
+
+Writes the final weights (state_dict) to OUT.pth. ``PT_SIGTERM_AT=k`` sends SIGTERM to
+this process after batch k (a real signal: the Trainer checkpoints and stops);
+``DET_RESUME`` continues a stopped run.
+"""
+
+import os
+import signal
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_def import MNistTrial
+
+import det_sdk.pytorch as pytorch
+
+
+class Trial(MNistTrial):
+    def train_batch(self, batch, model, epoch_idx, batch_idx):
+        out = super().train_batch(batch, model, epoch_idx, batch_idx)
+        at = int(os.environ.get("PT_SIGTERM_AT", "0"))
+        self.seen = getattr(self, "seen", 0) + 1
+        if at and self.seen == at and self.context.distributed.rank == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+
+def main() -> None:
+    out, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    here = os.path.dirname(os.path.abspath(__file__))
+    with pytorch.init(config=os.path.join(here, "const.yaml")) as context:
+        trainer = pytorch.Trainer(Trial(context), context)
+        trainer.fit(max_length=pytorch.Batch(batches), checkpoint_period=pytorch.Batch(10),
+                    validation_period=pytorch.Batch(10))
+        if context.distributed.rank == 0 and trainer.batches_trained >= batches:
+            torch.save(pytorch._trainer._unwrap(context.models[0]).state_dict(), out)
+
+
+if __name__ == "__main__":
+    main()
