@@ -5,11 +5,13 @@ this process after batch k (a real signal: the Trainer checkpoints and stops);
 ``DET_RESUME`` continues a stopped run.
 """
 
+import json
 import os
 import signal
 import sys
 
 import torch
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_def import MNistTrial
@@ -30,7 +32,10 @@ class Trial(MNistTrial):
 def main() -> None:
     out, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
     here = os.path.dirname(os.path.abspath(__file__))
-    with pytorch.init(config=os.path.join(here, "const.yaml")) as context:
+    with open(os.path.join(here, "const.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["hyperparameters"].update(json.loads(os.environ.get("PT_HP", "{}")))
+    with pytorch.init(config=config) as context:
         trainer = pytorch.Trainer(Trial(context), context)
         trainer.fit(max_length=pytorch.Batch(batches), checkpoint_period=pytorch.Batch(10),
                     validation_period=pytorch.Batch(10))
