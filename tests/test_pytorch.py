@@ -1,0 +1,293 @@
+"""det_sdk.pytorch (issue 25): Determined's PyTorchTrial API on det.core, exact and the same on N.
+
+Real torch on CPU: tiny models, an npz written here, real processes for the launcher,
+SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import det_sdk.pytorch as pytorch  # noqa: E402
+from det_sdk.distributed import SingleProcess  # noqa: E402
+from det_sdk.errors import DetSdkError  # noqa: E402
+from det_sdk.pytorch._data import ShardedBatches  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MNIST = ROOT / "tests" / "pytorch_mnist"
+
+
+@pytest.fixture(scope="module")
+def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(MNIST))
+    try:
+        import make_data
+    finally:
+        sys.path.remove(str(MNIST))
+    path = tmp_path_factory.mktemp("pt") / "mnist8.npz"
+    make_data.make(str(path))
+    return path
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DET_", "HOROVOD_", "PT_")) and k not in (
+               "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(extra)
+    return env
+
+
+# --- imports -----------------------------------------------------------------------------
+
+def test_pytorch_imports_no_tensorflow_and_keras_no_torch() -> None:
+    code = ("import sys, det_sdk as det; det.pytorch.Trainer; det.TrialContext; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_clean_env())
+    assert out.stdout.strip() == "False"
+    code = "import sys, det_sdk.keras; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_clean_env(TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+# --- data order --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_ranks_batches_union_is_the_one_process_batch(size: int) -> None:
+    one = list(ShardedBatches(103, 4 * size, shuffle=True, seed=5, epoch=3))
+    ranks = [list(ShardedBatches(103, 4, rank=r, size=size, shuffle=True, seed=5, epoch=3))
+             for r in range(size)]
+    assert all(len(r) == len(one) for r in ranks)
+    for k, batch in enumerate(one):
+        assert [i for r in ranks for i in r[k]] == batch
+
+
+def test_order_depends_on_seed_and_epoch_only_and_skip_resumes_mid_epoch() -> None:
+    a = list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0))
+    np.random.seed(123)
+    torch.manual_seed(9)  # the global RNGs do not matter
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0)) == a
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=1)) != a
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0, skip=3)) == a[3:]
+    assert list(ShardedBatches(10, 3, shuffle=False)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+def test_dataloader_refuses_a_sampler() -> None:
+    ds = torch.utils.data.TensorDataset(torch.zeros(4, 1))
+    with pytest.raises(DetSdkError, match="sampler"):
+        pytorch.DataLoader(ds, batch_size=2, sampler=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="batch_size"):
+        pytorch.DataLoader(ds, batch_size=0)
+
+
+class _ThreeRanks(SingleProcess):
+    """Only the size matters for the batch-size check (no collective is called)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 3
+
+
+def test_global_batch_size_not_divisible_by_ranks_is_refused(tmp_path: Path) -> None:
+    with pytorch.init(hparams={"global_batch_size": 8}, runs_dir=tmp_path,
+                      distributed=_ThreeRanks()) as ctx:
+        with pytest.raises(DetSdkError, match="global_batch_size 8 does not divide"):
+            ctx.get_per_slot_batch_size()
+        with pytest.raises(DetSdkError, match="no hyperparameter 'lr'"):
+            ctx.get_hparam("lr")
+
+
+# --- the 0.38 API in process ---------------------------------------------------------------
+
+class _Count(pytorch.MetricReducer):
+    def reset(self) -> None:
+        self.n = 0
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+    def per_slot_reduce(self) -> int:
+        return self.n
+
+    def cross_slot_reduce(self, per_slot: list[int]) -> int:
+        return sum(per_slot)
+
+
+class _Trial(pytorch.PyTorchTrial):
+    """Determined 0.38's shape: the trial wraps and steps itself."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext, data: dict) -> None:
+        self.context = context
+        self.data = data
+        self.model = context.wrap_model(torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 10)))
+        self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=0.01))
+        context.wrap_lr_scheduler(torch.optim.lr_scheduler.StepLR(self.opt, step_size=1,
+                                                                  gamma=0.9),
+                                  step_mode=pytorch.LRScheduler.StepMode.STEP_EVERY_EPOCH)
+        self.count = context.wrap_reducer(_Count(), name="val_samples")
+
+    def _ds(self, split: str) -> torch.utils.data.TensorDataset:
+        return torch.utils.data.TensorDataset(torch.from_numpy(self.data[f"x_{split}"]),
+                                              torch.from_numpy(self.data[f"y_{split}"]))
+
+    def build_training_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self._ds("train"), shuffle=True,
+                                  batch_size=self.context.get_per_slot_batch_size())
+
+    def build_validation_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self._ds("val"), batch_size=50)  # 120 = 50 + 50 + 20
+
+    def train_batch(self, batch: tuple, epoch_idx: int, batch_idx: int) -> dict:
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: tuple, batch_idx: int) -> dict:
+        x, y = batch
+        self.count.update(len(y))
+        return {"val_loss": torch.nn.functional.cross_entropy(self.model(x), y)}
+
+
+def test_trainer_trains_checkpoints_tensors_only_and_validates_per_sample(
+        npz: Path, tmp_path: Path) -> None:
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path, seed=3) as ctx:
+        trial = _Trial(ctx, data)
+        trainer = pytorch.Trainer(trial, ctx)
+        trainer.fit(max_length=pytorch.Epoch(2))
+        assert trainer.batches_trained == 20  # 400 / 40 per epoch
+        assert trial.opt.param_groups[0]["lr"] == pytest.approx(0.01 * 0.9 ** 2)
+        x = torch.from_numpy(data["x_val"])
+        y = torch.from_numpy(data["y_val"])
+        with torch.no_grad():
+            want = torch.nn.functional.cross_entropy(trial.model(x), y).item()
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    val = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+           if json.loads(line)["group"] == "validation"][-1]["metrics"]
+    # per-sample over the whole validation set, not a mean of the 50/50/20 batch means
+    assert val["val_loss"] == pytest.approx(want, rel=1e-6)
+    assert val["val_samples"] == 120
+    ckpt = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()][-1]
+    path = run / "checkpoints" / ckpt["uuid"]
+    state = torch.load(path / "state_dict.pth", weights_only=True)
+    assert {"models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict",
+            "rng_state", "trainer_state"} <= set(state)
+    assert torch.equal(state["models_state_dict"][0]["1.weight"], trial.model[1].weight)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["steps_completed"] == 20 and len(meta["checksums"]["state_dict.pth"]) == 64
+    # a damaged checkpoint is refused by its checksum, not loaded
+    raw = bytearray((path / "state_dict.pth").read_bytes())
+    raw[-40] ^= 0xFF
+    (path / "state_dict.pth").write_bytes(bytes(raw))
+    with pytest.raises(DetSdkError, match="sha256"):
+        pytorch.load_state(path)
+
+
+def test_fit_refuses_bad_lengths(npz: Path, tmp_path: Path) -> None:
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path) as ctx:
+        trainer = pytorch.Trainer(_Trial(ctx, data), ctx)
+        with pytest.raises(DetSdkError, match="max_length must be"):
+            trainer.fit(max_length=10)  # type: ignore[arg-type]
+        with pytest.raises(DetSdkError, match="max_length is required"):
+            trainer.fit()
+
+
+# --- processes: the seed tutorial's trial, SIGTERM + resume, N ranks, a dead rank -------------
+
+def _run(npz: Path, runs: Path, out: Path, nproc: int, batches: int = 30,
+         **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(MNIST / "train_local.py"), str(out), str(batches)]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "det_sdk.launch.torch_distributed", "--nproc-per-node",
+               str(nproc), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=_clean_env(PT_NPZ=str(npz), DET_RUNS_DIR=str(runs), **env))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _weights(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def _validations(runs: Path) -> list[dict]:
+    lines = (runs / "1" / "metrics.jsonl").read_text().splitlines()
+    return [(r["steps_completed"], r["metrics"]) for r in map(json.loads, lines)
+            if r["group"] == "validation"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_sigterm_mid_epoch_and_resume_is_bit_equal(npz: Path, tmp_path: Path,
+                                                   nproc: int) -> None:
+    """shuffle=True, dropout 0.3: SIGTERM at batch 13 of 25, resume: the same bits."""
+    _run(npz, tmp_path / "a", tmp_path / "a.pth", nproc)
+    stopped = _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, PT_SIGTERM_AT="13")
+    assert "SIGTERM" in stopped.stderr and not (tmp_path / "b.pth").exists()
+    _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, DET_RESUME="latest")
+    a, b = _weights(tmp_path / "a.pth"), _weights(tmp_path / "b.pth")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _validations(tmp_path / "a") == _validations(tmp_path / "b")
+
+
+@pytest.mark.slow
+def test_two_ranks_train_as_one_process(npz: Path, tmp_path: Path) -> None:
+    """Dropout 0: 2 ranks of half batches reach the 1-process weights within float error."""
+    hp = json.dumps({"dropout": 0.0})
+    _run(npz, tmp_path / "one", tmp_path / "one.pth", 1, PT_HP=hp)
+    _run(npz, tmp_path / "two", tmp_path / "two.pth", 2, PT_HP=hp)
+    a, b = _weights(tmp_path / "one.pth"), _weights(tmp_path / "two.pth")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    for (s1, m1), (s2, m2) in zip(_validations(tmp_path / "one"), _validations(tmp_path / "two")):
+        assert s1 == s2 and abs(m1["validation_error"] - m2["validation_error"]) <= 0.005
+
+
+@pytest.mark.slow
+def test_a_killed_rank_makes_the_other_exit_within_60s(npz: Path, tmp_path: Path) -> None:
+    """kill -9 of rank 1 (no launcher to clean up): rank 0 fails its next collective."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = _clean_env(PT_NPZ=str(npz), DET_RUNS_DIR=str(tmp_path / "runs"), RANK=str(rank),
+                         WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(MNIST / "train_local.py"), str(tmp_path / "w.pth"), "100000"],
+            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "runs").glob("*/checkpoints/*")):  # training is under way
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        procs[0].wait(timeout=60)
+        assert procs[0].returncode != 0
+        assert time.monotonic() - t0 < 60
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
