@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,9 @@ def cores() -> int:
 def fit_det(args: argparse.Namespace) -> None:
     import det_sdk as det
 
-    context = det.keras.init(runs_dir=args.runs_dir, checkpoint_period=False, seed=args.seed)
+    # det_sdk's default: a checkpoint at every epoch end (--no-checkpoints: none)
+    period = {} if args.checkpoints else {"checkpoint_period": False}
+    context = det.keras.init(runs_dir=args.runs_dir, seed=args.seed, **period)
     dist = context.distributed
     data = mnist_like(args.samples, args.val_samples)
     x, y = context.wrap_data(data["x"], data["y"])
@@ -240,16 +243,33 @@ def fit_plain(args: argparse.Namespace) -> None:
     variables = [*model.weights, *optimizer.variables]
     hvd.broadcast_variables([v.value if KERAS_3 else v for v in variables], root_rank=0)
     timer = SpanTimer(args.warmup_epochs)
+    callbacks: list[tf.keras.callbacks.Callback] = [_AverageEpochLogs(hvd)]
+    if args.checkpoints and rank == 0:
+        # the same work det_sdk does by default: model and optimizer state saved at every
+        # epoch end, by Keras's own callback for it
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(args.backup_dir or tempfile.mkdtemp()))
+    callbacks.append(timer)
+    batch = args.global_batch // size
+    if args.feed == "tfdata":
+        # the fastest fair input: each rank's part as a shuffled, prefetched dataset
+        train: Any = (tf.data.Dataset.from_tensor_slices((part(data["x"]), part(data["y"])))
+                      .shuffle(len(part(data["x"])), seed=args.seed + rank)
+                      .batch(batch).prefetch(tf.data.AUTOTUNE))
+        val: Any = (tf.data.Dataset.from_tensor_slices((part(data["x_val"]), part(data["y_val"])))
+                    .batch(batch).prefetch(tf.data.AUTOTUNE))
+        fit_data: dict[str, Any] = {"x": train}
+    else:
+        fit_data = {"x": part(data["x"]), "y": part(data["y"]), "batch_size": batch}
+        val = (part(data["x_val"]), part(data["y_val"]))
     t0 = time.perf_counter()
-    model.fit(part(data["x"]), part(data["y"]), batch_size=args.global_batch // size,
-              epochs=args.epochs + args.warmup_epochs,
-              validation_data=(part(data["x_val"]), part(data["y_val"])),
-              verbose=0, callbacks=[_AverageEpochLogs(hvd), timer])
+    model.fit(**fit_data, epochs=args.epochs + args.warmup_epochs, validation_data=val,
+              verbose=0, callbacks=callbacks)
     wall = time.perf_counter() - t0
     spans = hvd.allgather_object((timer.span, timer.cpu), name="bench.spans")
     if rank == 0:
         mode = ("plain-default-threads" if args.default_threads else
                 "plain" if isinstance(threads, int) else f"plain-threads-{threads[0]}-{threads[1]}")
+        mode += f"-{args.feed}" + ("-checkpoints" if args.checkpoints else "")
         emit(_fit_result(mode, args, size, timer, wall, spans, threads=threads), args.out)
 
 
@@ -366,6 +386,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-epochs", type=int, default=1, help="untimed epochs first")
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
+                        help="fit: no checkpoints (default: one per epoch on both sides, "
+                             "det_sdk's default)")
+    parser.add_argument("--feed", choices=("tfdata", "numpy"), default="tfdata",
+                        help="plain: the input pipeline (default tf.data, the faster)")
+    parser.add_argument("--backup-dir", default=None, help="plain: BackupAndRestore's directory")
     parser.add_argument("--default-threads", action="store_true",
                         help="plain: leave TensorFlow's thread pools at their defaults")
     parser.add_argument("--intra-threads", type=int, default=None,
