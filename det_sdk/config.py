@@ -654,17 +654,18 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
     }),
 }
 
-#: The command that runs a ``TFKerasTrial`` class: Determined's "module:Class" entrypoint
-#: (``model_def:MNISTTrial``) becomes ``python3 -m det_sdk.keras.trial model_def:MNISTTrial``.
-TRIAL_RUNNER = "python3 -m det_sdk.keras.trial"
+#: The command that runs a trial class: Determined's "module:Class" entrypoint
+#: (``model_def:MNISTTrial``) becomes ``python3 -m det_sdk.launch.trial model_def:MNISTTrial``,
+#: which runs a TFKerasTrial or a PyTorchTrial (it dispatches on the class).
+TRIAL_RUNNER = "python3 -m det_sdk.launch.trial"
 _TRIAL_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
 def trial_class_command(entrypoint: str) -> str:
-    """The command for an entrypoint: a ``module:Class`` runs that TFKerasTrial class.
+    """The command for an entrypoint: a ``module:Class`` runs that trial class.
 
     >>> trial_class_command("model_def:MNISTTrial")
-    'python3 -m det_sdk.keras.trial model_def:MNISTTrial'
+    'python3 -m det_sdk.launch.trial model_def:MNISTTrial'
     >>> trial_class_command("python3 train.py")
     'python3 train.py'
     """

@@ -373,7 +373,7 @@ SEED_TUTORIAL_YAML = textwrap.dedent(
 def test_seed_tutorial_config_parses_as_written():
     cfg = parse_experiment_config(yaml.safe_load(SEED_TUTORIAL_YAML))
     # Determined's module:Class entrypoint runs det_sdk's trial runner
-    assert cfg.entrypoint_script == "python3 -m det_sdk.keras.trial model_def:MNISTTrial"
+    assert cfg.entrypoint_script == "python3 -m det_sdk.launch.trial model_def:MNISTTrial"
     # older releases' steps are scheduling_unit (100) batches each
     assert cfg.searcher.max_length.batches == 4000
     assert cfg.min_validation_period.batches == 1000
@@ -384,13 +384,13 @@ def test_seed_tutorial_config_parses_as_written():
 
 
 @pytest.mark.parametrize("entrypoint, command", [
-    ("model_def:MNISTTrial", "python3 -m det_sdk.keras.trial model_def:MNISTTrial"),
-    ("pkg.models:Trial_2", "python3 -m det_sdk.keras.trial pkg.models:Trial_2"),
+    ("model_def:MNISTTrial", "python3 -m det_sdk.launch.trial model_def:MNISTTrial"),
+    ("pkg.models:Trial_2", "python3 -m det_sdk.launch.trial pkg.models:Trial_2"),
     ("python3 train.py", "python3 train.py"),
     ("python3 -m pkg:x", "python3 -m pkg:x"),
     ("sh -c 'a:b'", "sh -c 'a:b'"),
     (["python3", "train.py", "--name", "a b"], "python3 train.py --name 'a b'"),
-    (["model_def:MNISTTrial"], "python3 -m det_sdk.keras.trial model_def:MNISTTrial"),
+    (["model_def:MNISTTrial"], "python3 -m det_sdk.launch.trial model_def:MNISTTrial"),
 ])
 def test_entrypoint_forms(entrypoint, command):
     assert parse_experiment_config({"entrypoint": entrypoint}).entrypoint_script == command

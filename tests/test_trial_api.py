@@ -213,7 +213,7 @@ def test_context_getters_and_the_optimizer_wrapped_at_compile(
     assert (seen["lr"], seen["gbs"], seen["per_slot"], seen["rank"]) == (0.1, 8, 8, 0)
     assert seen["data"] == {"kind": "weights"} and seen["trial"] == 1
     assert seen["experiment"] is None and seen["sizes"] == (1, 0, 1, 1)
-    assert seen["config"]["entrypoint_script"] == "python3 -m det_sdk.keras.trial t:Trial"
+    assert seen["config"]["entrypoint_script"] == "python3 -m det_sdk.launch.trial t:Trial"
     # compile(optimizer="adam") on a wrapped model: a real Adam, and checkpointed
     assert isinstance(seen["optimizer"], keras.optimizers.Adam)
     state = json.loads(next((tmp_path / "runs" / "1" / "checkpoints").glob("*/state.json"))

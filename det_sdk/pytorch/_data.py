@@ -79,9 +79,9 @@ class ShardedBatches:
     """This rank's share of each global batch of one epoch, as lists of dataset indices.
 
     >>> list(ShardedBatches(10, 2, rank=1, size=2))
-    [[2, 3], [6, 7]]
+    [[2, 3], [6, 7], [9]]
     >>> list(ShardedBatches(10, 2, rank=0, size=2, skip=1))
-    [[4, 5]]
+    [[4, 5], [8]]
     """
 
     def __init__(self, n: int, per_slot: int, *, rank: int = 0, size: int = 1,

@@ -67,7 +67,8 @@ def _distributed() -> Any:
 @contextlib.contextmanager
 def init(*, hparams: Mapping[str, Any] | None = None, config: Any = None,
          distributed: Any = None, seed: int | None = None,
-         runs_dir: str | os.PathLike[str] | None = None) -> Iterator[PyTorchTrialContext]:
+         runs_dir: str | os.PathLike[str] | None = None,
+         resume: int | str | None = None) -> Iterator[PyTorchTrialContext]:
     """A :class:`PyTorchTrialContext` for this process (Determined's ``det.pytorch.init``)::
 
         with det_sdk.pytorch.init(hparams={"global_batch_size": 64, "lr": 0.1}) as ctx:
@@ -82,7 +83,7 @@ def init(*, hparams: Mapping[str, Any] | None = None, config: Any = None,
 
     dist = distributed if distributed is not None else _distributed()
     with core.init(distributed=dist, config=config, hparams=hparams, seed=seed,
-                   runs_dir=runs_dir) as core_context:
+                   runs_dir=runs_dir, resume=resume) as core_context:
         hp = dict(core_context.info.hparams or {})
         data_cfg = dict((core_context.info.config or {}).get("data") or {})
         trial_seed = int(core_context.info.trial_seed)
