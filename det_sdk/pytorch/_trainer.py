@@ -68,7 +68,8 @@ def _distributed() -> Any:
 def init(*, hparams: Mapping[str, Any] | None = None, config: Any = None,
          distributed: Any = None, seed: int | None = None,
          runs_dir: str | os.PathLike[str] | None = None,
-         resume: int | str | None = None) -> Iterator[PyTorchTrialContext]:
+         resume: int | str | None = None,
+         exp_conf: Any = None) -> Iterator[PyTorchTrialContext]:
     """A :class:`PyTorchTrialContext` for this process (Determined's ``det.pytorch.init``)::
 
         with det_sdk.pytorch.init(hparams={"global_batch_size": 64, "lr": 0.1}) as ctx:
@@ -77,9 +78,15 @@ def init(*, hparams: Mapping[str, Any] | None = None, config: Any = None,
 
     Ranks come from torchrun's or horovodrun's variables (one process otherwise); on the
     cluster the hyperparameters and everything else come from the master, off it from
-    ``hparams`` / ``config`` (a YAML path or mapping) as in ``det.core.init``.
+    ``hparams`` / ``config`` (a YAML path or mapping; ``exp_conf``, Determined's name,
+    is the same) as in ``det.core.init``.
     """
     from det_sdk import core
+
+    if exp_conf is not None:
+        if config is not None:
+            raise TrainerError("init: give config or exp_conf (Determined's name), not both")
+        config = exp_conf
 
     dist = distributed if distributed is not None else _distributed()
     with core.init(distributed=dist, config=config, hparams=hparams, seed=seed,
