@@ -8,7 +8,10 @@ from Horovod's variables. One master for the module (the `cluster` fixture).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +143,93 @@ def test_pause_mid_epoch_and_activate_is_bit_equal(cluster: Cluster, model_dir: 
     a, b = _final_weights(cluster, t_full["id"]), _final_weights(cluster, t_paused["id"])
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _validations(cluster, t_full["id"]) == _validations(cluster, t_paused["id"])
+
+
+KILL_SCRIPT = '''
+import logging, os, time
+from pathlib import Path
+
+import det_sdk as det
+from det_sdk import pytorch
+from train import MNistTrial
+
+
+class Slow(MNistTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        out = super().train_batch(batch, epoch_idx, batch_idx)
+        time.sleep(self.hparams["sleep"])
+        d = Path(self.hparams["pid_dir"])
+        (d / f"rank{self.context.distributed.rank}.pid").write_text(str(os.getpid()))
+        return out
+
+
+logging.basicConfig(level=logging.INFO)
+info = det.get_cluster_info()
+with pytorch.init() as ctx:
+    trial = Slow(ctx, hparams=info.trial.hparams)
+    pytorch.Trainer(trial, ctx).fit(max_length=pytorch.Epoch(2), checkpoint_period=pytorch.Batch(4),
+                                    latest_checkpoint=info.latest_checkpoint)
+'''
+
+
+def _trainer_api_config(path: Path, model_dir: Path, entrypoint: str, **hp: Any) -> Path:
+    cfg = {"name": path.stem, "entrypoint": entrypoint, "max_restarts": 1,
+           "resources": {"slots_per_trial": 2},
+           "hyperparameters": {"learning_rate": 1.0, "dropout": 0.25, "global_batch_size": 32,
+                               "npz": str(model_dir.parent / "mnist8.npz"), **hp},
+           "searcher": {"name": "single", "metric": "validation_loss",
+                        "max_length": {"epochs": 2}},
+           "checkpoint_storage": {"save_trial_latest": 100}}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.slow
+def test_trainer_api_train_py_on_two_slots_through_the_launcher(
+        cluster: Cluster, model_dir: Path, tmp_path: Path) -> None:
+    """Determined's mnist_pytorch train.py, imports renamed, through the torch launcher."""
+    cfg = _trainer_api_config(tmp_path / "trainer.yaml", model_dir,
+                              "python3 -m det_sdk.launch.torch_distributed -- python3 train.py")
+    trial = _completed(cluster, create(cluster, cfg, model_dir))
+    assert trial["steps_completed"] == 26  # 13 batches of 32 an epoch (the last one short)
+    detail = json.loads(cluster.det("trial", "describe", str(trial["id"]), "--json").stdout)
+    val = [m for m in detail["metrics"] if m["group"] == "validation"]
+    assert val and {"validation_loss", "accuracy"} <= set(val[-1]["metrics"])
+    assert _checkpoints(cluster, trial["id"])[-1]["steps_completed"] == 26
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_rank_restarts_the_trial_from_its_checkpoint(
+        cluster: Cluster, model_dir: Path, tmp_path: Path) -> None:
+    (model_dir / "kill_train.py").write_text(KILL_SCRIPT)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    cfg = _trainer_api_config(tmp_path / "kill.yaml", model_dir, "python3 kill_train.py",
+                              sleep=0.2, pid_dir=str(pids))
+    exp = create(cluster, cfg, model_dir)
+
+    def trained_past_a_checkpoint() -> bool:
+        (t,) = describe(cluster, exp)["trials"] or [None]
+        return bool(t and (pids / "rank1.pid").exists() and _checkpoints(cluster, t["id"]))
+
+    wait_until("a checkpoint and both ranks training", trained_past_a_checkpoint, timeout=180)
+    victim = int((pids / "rank1.pid").read_text())
+    survivor = int((pids / "rank0.pid").read_text())
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie of an exited rank counts as gone
+        stat = Path(f"/proc/{pid}/stat")
+        return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+    wait_until("the surviving rank to exit", lambda: gone(survivor), timeout=60)
+    assert time.monotonic() - t0 < 60
+    trial = _completed(cluster, exp)
+    assert trial["restarts"] == 1 and trial["steps_completed"] == 26
+    logs = cluster.det("experiment", "logs", str(exp)).stdout
+    assert "resumed from" in logs and "at batch 0" not in logs, logs[-3000:]
