@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from det_sdk.errors import UsageError
+
 __all__ = ["is_pytorch_trial", "main"]
 
 _SEED_METHODS = ("build_model", "optimizer", "train_batch", "evaluate_batch",
@@ -66,8 +68,8 @@ def _load(spec: str, directory: str) -> Any:
     return cls
 
 
-class _LoadError(Exception):
-    pass
+class _LoadError(UsageError):
+    """The entrypoint names no loadable module:Class."""
 
 
 def _length(cfg: Any, name: str) -> Any:
