@@ -70,8 +70,9 @@ class KerasContext:
         """This run's id locally (``det-runs/<id>``), the trial's id on the cluster;
         None in a generic job (``det job run``), which is no trial.
 
-        >>> context.trial_id
-        3
+        Example::
+
+            context.trial_id  # 3
         """
         tid = self.session.trial_id
         return int(tid) if tid is not None else None
@@ -106,10 +107,12 @@ class KerasContext:
     def wrap_data(self, x: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """Shard data for this process; returns the same kind it was given.
 
-        >>> x, y = context.wrap_data(x, y)            # numpy (or lists/dicts of arrays)
-        >>> x, y, w = context.wrap_data(x, y, w)      # with sample weights
-        >>> seq = context.wrap_data(seq)              # keras.utils.Sequence
-        >>> ds = context.wrap_data(ds)                # tf.data.Dataset: ds.shard()
+        Example::
+
+            x, y = context.wrap_data(x, y)            # numpy (or lists/dicts of arrays)
+            x, y, w = context.wrap_data(x, y, w)      # with sample weights
+            seq = context.wrap_data(seq)              # keras.utils.Sequence
+            ds = context.wrap_data(ds)                # tf.data.Dataset: ds.shard()
         """
         return _data.wrap_data(self.distributed, x, y, sample_weight)
 
@@ -122,7 +125,9 @@ class KerasContext:
         clipping and loss scaling all see the averaged gradients. Wrap each
         optimizer of a multi-optimizer model (a GAN's two).
 
-        >>> opt = context.wrap_optimizer(keras.optimizers.SGD(0.01))
+        Example::
+
+            opt = context.wrap_optimizer(keras.optimizers.SGD(0.01))
         """
         return self._loop.wrap_optimizer(optimizer)
 
@@ -144,10 +149,12 @@ class KerasContext:
         stage (``init(searched_stage=...)``; default the first ``fit``), the others
         train their ``epochs``.
 
-        >>> hist = context.fit(model, x=x, y=y, batch_size=32, epochs=3,
-        ...                    validation_data=(x_val, y_val))
-        >>> hist.history["val_loss"][-1]
-        >>> context.fit(student, x=x, y=y, epochs=5, validation_data=val, stage="student")
+        Example::
+
+            hist = context.fit(model, x=x, y=y, batch_size=32, epochs=3,
+                               validation_data=(x_val, y_val))
+            hist.history["val_loss"][-1]
+            context.fit(student, x=x, y=y, epochs=5, validation_data=val, stage="student")
         """
         names = ("x", "y", "batch_size", "epochs")
         if len(args) > len(names):
@@ -205,8 +212,10 @@ class KerasContext:
         Recorded in the stage that last trained ``model`` (at its position), or, given
         ``stage="name"``, as a stage of its own (at step 0).
 
-        >>> loss, acc = context.evaluate(model, x_test, y_test)
-        >>> context.evaluate(student, x_test, y_test, stage="student-test")
+        Example::
+
+            loss, acc = context.evaluate(model, x_test, y_test)
+            context.evaluate(student, x_test, y_test, stage="student-test")
         """
         want_dict = kwargs.pop("return_dict", False)
         own = self._run_stages().begin("evaluate", stage) if stage is not None else None
@@ -241,7 +250,9 @@ class KerasContext:
         (``all_ranks=False``: on rank 0 only; the others get ``None``). For a
         ``tf.data.Dataset`` sharded with ``wrap_data`` the rows come back rank by rank.
 
-        >>> predictions = context.predict(model, context.wrap_data(x))
+        Example::
+
+            predictions = context.predict(model, context.wrap_data(x))
         """
         dist = self.distributed
         if dist.size == 1:
@@ -282,9 +293,11 @@ class KerasContext:
         signature gets its optimizer only: compile it with your arguments before
         training it further.
 
-        >>> model = context.load_checkpoint_model(trial_id=1)
-        >>> model = context.load_checkpoint_model(checkpoint_uuid="7c1a...")
-        >>> vae = context.load_checkpoint_model(trial_id=1, model=make_vae())
+        Example::
+
+            model = context.load_checkpoint_model(trial_id=1)
+            model = context.load_checkpoint_model(checkpoint_uuid="7c1a...")
+            vae = context.load_checkpoint_model(trial_id=1, model=make_vae())
         """
         if (trial_id is None) == (checkpoint_uuid is None):
             raise ValueError("load_checkpoint_model: give exactly one of trial_id or "
@@ -315,8 +328,10 @@ class KerasContext:
         itself). Arguments as in :meth:`load_checkpoint_model`. Returns the
         checkpoint's metadata (epoch, batch, metrics, ...).
 
-        >>> model = MyModel(); model(x[:1])
-        >>> meta = context.load_checkpoint_weights(model, trial_id=1, best=True)
+        Example::
+
+            model = MyModel(); model(x[:1])
+            meta = context.load_checkpoint_weights(model, trial_id=1, best=True)
         """
         if (trial_id is None) == (checkpoint_uuid is None):
             raise ValueError("load_checkpoint_weights: give exactly one of trial_id or "

@@ -202,10 +202,11 @@ def init(
       first ``fit``. Named here because the searcher must know it when the first ``fit``
       starts. The other stages train their own ``epochs``.
 
-    >>> import det_sdk as det
-    >>> context = det.keras.init(hparams={"learning_rate": 0.01}, config="const.yaml")
-    >>> context.training.hparams["learning_rate"]
-    0.01
+    Example::
+
+        import det_sdk as det
+        context = det.keras.init(hparams={"learning_rate": 0.01}, config="const.yaml")
+        context.training.hparams["learning_rate"]  # 0.01
     """
     if searched_stage is not None:
         check_stage_name(searched_stage)

@@ -82,6 +82,8 @@ class InMemorySequence(_compat.SequenceBase):  # type: ignore[misc, valid-type]
     processes each trains on its share of every such batch, so a trial trains the
     same on any number of slots (give the global batch size, as the tutorial does).
 
+    >>> x_train = np.zeros((60000, 28, 28), dtype=np.uint8)  # MNIST's shape
+    >>> y_train = np.zeros(60000, dtype=np.uint8)
     >>> seq = InMemorySequence(data=x_train, labels=y_train, batch_size=32)
     >>> len(seq), seq[0][0].shape
     (1875, (32, 28, 28))
@@ -123,7 +125,10 @@ class InMemorySequence(_compat.SequenceBase):  # type: ignore[misc, valid-type]
     def arrays(self) -> tuple[Any, Any, Any]:
         """``(data, labels, sample_weights)`` as given.
 
-        >>> x, y, w = InMemorySequence(data=x, labels=y, batch_size=32).arrays()
+        >>> x, y = np.zeros((100, 4)), np.zeros(100)
+        >>> x2, y2, w = InMemorySequence(data=x, labels=y, batch_size=32).arrays()
+        >>> x2 is x, y2 is y, w
+        (True, True, None)
         """
         return self.data, self.labels, self.sample_weights
 
@@ -136,7 +141,11 @@ class SequenceAdapter:
     code and loads with threads too (det_sdk's input pipeline is ``tf.data``, which
     runs Python in threads); ``max_queue_size`` is accepted and unused.
 
-    >>> SequenceAdapter(sequence, workers=2, use_multiprocessing=False)
+    >>> sequence = InMemorySequence(data=np.zeros((100, 4)), labels=np.zeros(100),
+    ...                             batch_size=32)
+    >>> adapter = SequenceAdapter(sequence, workers=2, use_multiprocessing=False)
+    >>> adapter.workers, adapter.use_multiprocessing
+    (2, False)
     """
 
     def __init__(self, sequence: Any, use_multiprocessing: bool = False, workers: int = 1,
@@ -190,8 +199,9 @@ class TrialDistributed:
     """A trial's ``context.distributed``: det_sdk's distributed context (``rank``, ``size``,
     ``local_rank``, ``allgather``, ...) plus the getters Determined's code calls.
 
-    >>> context.distributed.get_size(), context.distributed.rank
-    (2, 0)
+    Example::
+
+        context.distributed.get_size(), context.distributed.rank  # (2, 0)
     """
 
     def __init__(self, distributed: DistributedContext) -> None:
@@ -232,8 +242,9 @@ class TFKerasTrialContext:
     A thin front over the :class:`~det_sdk.keras.KerasContext` that ``det.keras.init()``
     returns (``context.keras_context``), so a trial and a script share one engine.
 
-    >>> context.get_hparam("global_batch_size"), context.get_per_slot_batch_size()
-    (64, 32)
+    Example::
+
+        context.get_hparam("global_batch_size"), context.get_per_slot_batch_size()  # (64, 32)
     """
 
     def __init__(self, context: KerasContext, config: ExperimentConfig) -> None:
@@ -249,8 +260,9 @@ class TFKerasTrialContext:
         """Rank, size and collectives of this trial's processes (``rank``, ``size``,
         ``get_rank()``, ``get_size()``, ...).
 
-        >>> self.context.distributed.get_rank()
-        0
+        Example::
+
+            self.context.distributed.get_rank()  # 0
         """
         return TrialDistributed(self.keras_context.distributed)
 
@@ -259,39 +271,45 @@ class TFKerasTrialContext:
     def get_hparams(self) -> dict[str, Any]:
         """All of this trial's hyperparameters.
 
-        >>> context.get_hparams()
-        {'global_batch_size': 32}
+        Example::
+
+            context.get_hparams()  # {'global_batch_size': 32}
         """
         return self.keras_context.hparams.to_dict()
 
     def get_hparam(self, name: str) -> Any:
         """One hyperparameter; a ``KeyError`` that lists the known names if absent.
 
-        >>> context.get_hparam("learning_rate")
-        0.001
+        Example::
+
+            context.get_hparam("learning_rate")  # 0.001
         """
         return self.keras_context.hparams[name]
 
     def get_experiment_config(self) -> dict[str, Any]:
         """The experiment config, as det_sdk validated it (a plain dict).
 
-        >>> context.get_experiment_config()["searcher"]["metric"]
-        'val_accuracy'
+        Example::
+
+            context.get_experiment_config()["searcher"]["metric"]  # 'val_accuracy'
         """
         return self._config.model_dump(mode="json")
 
     def get_data_config(self) -> dict[str, Any]:
         """The config's ``data:`` section.
 
-        >>> context.get_data_config().get("mnist_npz")
+        Example::
+
+            context.get_data_config().get("mnist_npz")
         """
         return dict(self.keras_context.config_data)
 
     def get_global_batch_size(self) -> int:
         """``hyperparameters.global_batch_size``: the batch of one step over all processes.
 
-        >>> context.get_global_batch_size()
-        64
+        Example::
+
+            context.get_global_batch_size()  # 64
         """
         try:
             gbs = self.keras_context.hparams["global_batch_size"]
@@ -306,24 +324,27 @@ class TFKerasTrialContext:
     def get_per_slot_batch_size(self) -> int:
         """This process's share of the global batch (``global / slots``).
 
-        >>> context.get_per_slot_batch_size()
-        32
+        Example::
+
+            context.get_per_slot_batch_size()  # 32
         """
         return self.distributed.shard_batch_size(self.get_global_batch_size())
 
     def get_trial_id(self) -> int | None:
         """The trial's id (the local run's id off the cluster).
 
-        >>> context.get_trial_id()
-        3
+        Example::
+
+            context.get_trial_id()  # 3
         """
         return self.keras_context.trial_id
 
     def get_experiment_id(self) -> int | None:
         """The experiment's id on the cluster; None off it.
 
-        >>> context.get_experiment_id()
-        1
+        Example::
+
+            context.get_experiment_id()  # 1
         """
         info = self.keras_context.info
         return info.experiment_id if info is not None else None
@@ -336,8 +357,10 @@ class TFKerasTrialContext:
         Call it before ``model.compile``: any optimizer (also ``"adam"``) is then made
         one that checkpoints and, with several processes, averages gradients.
 
-        >>> model = self.context.wrap_model(keras.Sequential([...]))
-        >>> model.compile(optimizer="adam", loss="mse")
+        Example::
+
+            model = self.context.wrap_model(keras.Sequential([...]))
+            model.compile(optimizer="adam", loss="mse")
         """
         if not isinstance(model, _compat.keras.Model):
             raise TypeError(f"wrap_model: expected a keras.Model, got {type(model).__name__}")
@@ -363,7 +386,9 @@ class TFKerasTrialContext:
 
         Not needed for the optimizer given to a wrapped model's ``compile``.
 
-        >>> opt = self.context.wrap_optimizer(keras.optimizers.Adam(1e-3))
+        Example::
+
+            opt = self.context.wrap_optimizer(keras.optimizers.Adam(1e-3))
         """
         wrapped = self.keras_context.wrap_optimizer(optimizer)
         self._wrapped.append(wrapped)
@@ -383,8 +408,10 @@ class TFKerasTrialContext:
         :meth:`get_per_slot_batch_size`. ``shard_dataset=False`` keeps it whole
         (each process then reads all of it, e.g. files already split per process).
 
-        >>> ds = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices((x, y)))
-        >>> ds = ds.batch(self.context.get_per_slot_batch_size())
+        Example::
+
+            ds = self.context.wrap_dataset(tf.data.Dataset.from_tensor_slices((x, y)))
+            ds = ds.batch(self.context.get_per_slot_batch_size())
         """
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError("wrap_dataset: expected a tf.data.Dataset, got "
@@ -401,7 +428,9 @@ class TFKerasTrialContext:
         ``workers`` loads Sequence batches with that many threads;
         ``use_multiprocessing`` and ``max_queue_size`` are accepted and unused.
 
-        >>> self.context.configure_fit(verbose=0, class_weight={0: 1.0, 1: 3.0})
+        Example::
+
+            self.context.configure_fit(verbose=0, class_weight={0: 1.0, 1: 3.0})
         """
         given = {"verbose": verbose, "class_weight": class_weight, "shuffle": shuffle,
                  "workers": workers}
@@ -502,9 +531,11 @@ def run_trial(
     ones; ``runs_dir`` and ``resume`` are ``det.keras.init()``'s. Returns the
     ``History`` of the whole run.
 
-    >>> from model_def import MNISTTrial
-    >>> hist = run_trial(MNISTTrial, config="const.yaml")
-    >>> hist.history["val_accuracy"][-1]
+    Example::
+
+        from model_def import MNISTTrial
+        hist = run_trial(MNISTTrial, config="const.yaml")
+        hist.history["val_accuracy"][-1]
     """
     if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
         raise TypeError("run_trial: trial_class must be a TFKerasTrial subclass, got "

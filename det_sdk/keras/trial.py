@@ -28,8 +28,9 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status.
 
-    >>> main(["model_def:MNISTTrial", "--config", "const.yaml"])
-    0
+    Example::
+
+        main(["model_def:MNISTTrial", "--config", "const.yaml"])  # 0
     """
     parser = argparse.ArgumentParser(
         prog="python -m det_sdk.keras.trial",
