@@ -75,6 +75,64 @@ class DistributedContext(ABC):
         """Wait until every process gets here."""
         self.allgather(None)
 
+    # --- Determined's names: the getters and the gather/local variants ----------------------
+
+    def get_rank(self) -> int:
+        """This process's rank (Determined's getter)."""
+        return self.rank
+
+    def get_size(self) -> int:
+        """The number of processes."""
+        return self.size
+
+    def get_local_rank(self) -> int:
+        """This process's rank on its node."""
+        return self.local_rank
+
+    def get_local_size(self) -> int:
+        """The number of processes on this node."""
+        return self.local_size
+
+    def get_cross_rank(self) -> int:
+        """This node's rank among the nodes."""
+        return self.cross_rank
+
+    def get_cross_size(self) -> int:
+        """The number of nodes."""
+        return self.cross_size
+
+    def gather(self, obj: T) -> list[T] | None:
+        """Every process's ``obj`` in rank order on the chief; None on the others.
+
+        >>> SingleProcess().gather(5)
+        [5]
+        """
+        everyone = self.allgather(obj)
+        return everyone if self.is_chief else None
+
+    def allgather_local(self, obj: T) -> list[T]:
+        """The ``obj`` of every process on this node, in local-rank order.
+
+        >>> SingleProcess().allgather_local("a")
+        ['a']
+        """
+        rows = self.allgather((self.cross_rank, self.local_rank, obj))
+        mine = sorted((r for r in rows if r[0] == self.cross_rank), key=lambda r: r[1])
+        return [o for _, _, o in mine]
+
+    def gather_local(self, obj: T) -> list[T] | None:
+        """This node's objects on its local rank 0; None on the others."""
+        mine = self.allgather_local(obj)
+        return mine if self.local_rank == 0 else None
+
+    def broadcast_local(self, obj: T | None = None) -> T:
+        """This node's local rank 0's ``obj`` on every process of the node.
+
+        >>> SingleProcess().broadcast_local({"k": 1})
+        {'k': 1}
+        """
+        return self.allgather_local(obj)[0]
+
     def gather_arrays(self, arr: Any) -> Any:
         """Every process's rows of ``arr`` (numpy, first axis), concatenated in rank order."""
         import numpy as np

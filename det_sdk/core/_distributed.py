@@ -1,7 +1,11 @@
 """The core API's distributed context: the package's seam, plus the constructors a script uses.
 
 ``det_sdk.core.DistributedContext`` is :class:`det_sdk.distributed.DistributedContext`
-with two ways in that Determined's core API has:
+with the ways in that Determined's core API has:
+
+- its constructor, ``DistributedContext(rank=, size=, ..., chief_ip=)``, for ranks a
+  launcher or the script knows: object collectives over TCP to the chief
+  (:mod:`det_sdk.core._star`), with no Horovod, torch or TensorFlow in the process;
 
 - :meth:`DistributedContext.from_tf_config` for a script under the TensorFlow
   launcher (``python3 -m det_sdk.launch.tensorflow -- python3 train.py``): a context
@@ -9,7 +13,7 @@ with two ways in that Determined's core API has:
 - :meth:`DistributedContext.from_horovod` for processes started by ``horovodrun``.
 
 Across TensorFlow workers the object collectives (``allgather``, ``broadcast``) go
-through a small TCP star around the chief; the tensors of training go through the
+through the same TCP star around the chief; the tensors of training go through the
 strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``.
 
 >>> parse_tf_config('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 1}}')
@@ -23,10 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
-import socket
-import struct
-import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from det_sdk import distributed as _base
 from det_sdk.errors import DetSdkError
 
 __all__ = [
+    "DistributedConfigError",
     "DistributedContext",
     "TFWorkers",
     "UnsupportedStrategyError",
@@ -48,6 +49,8 @@ T = TypeVar("T")
 COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"
 COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
 _CONNECT_TIMEOUT = 300.0  # s: workers start at different speeds (importing TF, ~2 s each)
+DEFAULT_PORT = 12360  # Determined's pub_port default
+TOKEN_VAR = "DET_COLLECTIVE_TOKEN"  # the token ranks show the chief (launchers set it)
 
 KERAS3_MULTIWORKER_MESSAGE = (
     "det_sdk: {n} TensorFlow worker processes need MultiWorkerMirroredStrategy, which "
@@ -59,6 +62,10 @@ KERAS3_MULTIWORKER_MESSAGE = (
     "averaging), (b) one process (MirroredStrategy still uses every local GPU), or "
     "(c) Keras 2: TensorFlow <= 2.15, or tf-keras with TF_USE_LEGACY_KERAS=1."
 )
+
+
+class DistributedConfigError(DetSdkError, ValueError):
+    """A DistributedContext was given ranks or addresses that cannot work."""
 
 
 class UnsupportedStrategyError(DetSdkError, RuntimeError):
@@ -100,6 +107,85 @@ class DistributedContext(_base.DistributedContext):
             with strategy.scope():
                 model = build_model()
     """
+
+    def __init__(self, *, rank: int, size: int, local_rank: int | None = None,
+                 local_size: int | None = None, cross_rank: int | None = None,
+                 cross_size: int | None = None, chief_ip: str | None = None,
+                 pub_port: int = DEFAULT_PORT, pull_port: int | None = None,
+                 port_offset: int = 0, force_tcp: bool = False, token: str | None = None,
+                 timeout_s: float = _CONNECT_TIMEOUT) -> None:
+        """Ranks you know, and object collectives over TCP to the chief at ``chief_ip``.
+
+        Determined's constructor: a launcher (or your own code) knows each process's
+        ranks and the chief's address; nothing else is needed in the process (no
+        Horovod, torch or TensorFlow). The chief listens on ``pub_port + port_offset``
+        and every other rank connects there (within ``timeout_s``); each must show the
+        same ``token`` (default: ``DET_COLLECTIVE_TOKEN`` from the environment, which
+        det_sdk's launchers set; empty admits any det_sdk peer that reaches the port,
+        so keep that port inside the cluster's network). ``pull_port`` and
+        ``force_tcp`` are accepted for Determined's signature: one port carries both
+        directions here. Local and cross ranks default to one node.
+
+        Args:
+            rank: this process's rank in ``[0, size)``.
+            size: the number of processes.
+            chief_ip: the chief's address, required when ``size > 1``.
+
+        Example::
+
+            distributed = det.core.DistributedContext(
+                rank=int(os.environ["RANK"]), size=int(os.environ["WORLD_SIZE"]),
+                local_rank=int(os.environ["LOCAL_RANK"]), local_size=2,
+                cross_rank=0, cross_size=1, chief_ip="10.0.0.1")
+            with det.core.init(distributed=distributed) as core_context: ...
+
+        >>> DistributedContext(rank=0, size=1).allgather("only")
+        ['only']
+        """
+        del pull_port, force_tcp
+        for name, value in (("rank", rank), ("size", size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise DistributedConfigError(f"DistributedContext: {name} must be an int, "
+                                             f"got {value!r}")
+        if size < 1 or not 0 <= rank < size:
+            raise DistributedConfigError(f"DistributedContext: rank must be in [0, size), got "
+                                         f"rank={rank} size={size}")
+        if size > 1 and not chief_ip:
+            raise DistributedConfigError(
+                f"DistributedContext: chief_ip is required with size={size} (the address "
+                "where rank 0 listens, e.g. det.get_cluster_info().container_addrs[0])")
+        self.rank, self.size = rank, size
+        self.local_rank = rank if local_rank is None else local_rank
+        self.local_size = size if local_size is None else local_size
+        self.cross_rank = 0 if cross_rank is None else cross_rank
+        self.cross_size = 1 if cross_size is None else cross_size
+        self.chief_ip = chief_ip
+        port = pub_port + port_offset
+        secret = os.environ.get(TOKEN_VAR, "") if token is None else token
+        from det_sdk.core._star import Star, bind_address
+
+        if rank == 0:
+            self._star = Star.chief(bind_address(chief_ip), port, size=size, token=secret,
+                                    timeout_s=timeout_s)
+        else:
+            assert chief_ip is not None
+            self._star = Star.worker(chief_ip, port, rank=rank, size=size, token=secret,
+                                     timeout_s=timeout_s)
+
+    def allgather(self, obj: T) -> list[T]:
+        return self._star.allgather(obj)
+
+    def broadcast(self, obj: T, root: int = 0) -> T:
+        if root == 0:
+            return self._star.broadcast(obj)
+        return self._star.allgather(obj if self.rank == root else None)[root]
+
+    def close(self) -> None:
+        """Close the connections (at the end of ``det.core.init()``'s block)."""
+        self._star.close()
+
+    def __repr__(self) -> str:
+        return f"DistributedContext(rank={self.rank}, size={self.size})"
 
     @classmethod
     def from_tf_config(cls, environ: Mapping[str, str] | None = None) -> tuple[Any, Any]:
@@ -147,12 +233,31 @@ class DistributedContext(_base.DistributedContext):
         return _single(), tf.distribute.get_strategy()
 
     @classmethod
-    def from_horovod(cls) -> _base.DistributedContext:
+    def from_horovod(cls, hvd: Any = None, chief_ip: str | None = None
+                     ) -> _base.DistributedContext:
         """The context of a process started by ``horovodrun`` (calls ``hvd.init()``).
 
-        >>> distributed = DistributedContext.from_horovod()  # doctest: +SKIP
+        ``hvd`` and ``chief_ip`` are accepted for Determined's signature; Horovod's
+        TensorFlow binding carries the collectives (it imports TensorFlow)::
+
+            distributed = det.core.DistributedContext.from_horovod(hvd)
         """
+        del hvd, chief_ip
         return _base.HorovodProcesses()
+
+    @classmethod
+    def from_torch_distributed(cls, chief_ip: str | None = None) -> _base.DistributedContext:
+        """The context of a process started by ``torchrun`` (or horovodrun) for PyTorch.
+
+        Joins (or reuses) the ``torch.distributed`` process group that torchrun's
+        variables describe; object collectives go over TCP to rank 0 at
+        ``MASTER_ADDR`` (``chief_ip`` overrides it)::
+
+            distributed = det.core.DistributedContext.from_torch_distributed()
+        """
+        from det_sdk.pytorch._distributed import TorchDistributed
+
+        return TorchDistributed.from_env(chief_ip=chief_ip)
 
 
 # Every det_sdk context is one of these for isinstance (det.keras.init()'s too).
@@ -212,37 +317,16 @@ def _share_cores(workers: list[str], index: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(share)
 
 
-# --- object collectives over TCP around the chief -------------------------------------------
-
-
-def _send(sock: socket.socket, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(struct.pack("!Q", len(data)) + data)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("det_sdk: a worker process went away during a collective")
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv(sock: socket.socket) -> Any:
-    (n,) = struct.unpack("!Q", _recv_exact(sock, 8))
-    # Peers are this training's own processes, admitted by the launcher's token.
-    return pickle.loads(_recv_exact(sock, n))
+# --- a TF_CONFIG cluster's workers -----------------------------------------------------------
 
 
 class TFWorkers(DistributedContext):
     """One of the worker processes of a ``TF_CONFIG`` cluster.
 
-    Rank is the worker index; the chief (index 0) holds one connection per other
-    worker, and an allgather is each sending its object and receiving the list.
-    Collectives run on the training thread at points every process reaches (epoch
-    ends), like Horovod's.
+    Rank is the worker index; the object collectives go through the chief (index 0) as
+    in :class:`DistributedContext`, on the port ``det_sdk.launch.tensorflow`` chose and
+    with its token. Collectives run on the training thread at points every process
+    reaches (epoch ends), like Horovod's.
 
     >>> TFWorkers(["localhost:1"], 0).size
     1
@@ -251,79 +335,20 @@ class TFWorkers(DistributedContext):
     def __init__(self, workers: list[str], index: int,
                  environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.rank, self.size = index, len(workers)
         hosts = [w.rsplit(":", 1)[0] for w in workers]
         mine = hosts[index]
-        self.local_rank = sum(1 for h in hosts[:index] if h == mine)
-        self.local_size = hosts.count(mine)
         unique = list(dict.fromkeys(hosts))
-        self.cross_rank, self.cross_size = unique.index(mine), len(unique)
         addr = env.get(COLLECTIVE_ADDR_VAR)
         if not addr:  # TF_CONFIG written by someone else: the port after the chief's
             chief_host, chief_port = workers[0].rsplit(":", 1)
             addr = f"{chief_host}:{int(chief_port) + 1}"
-        self._addr = addr
-        self._token = env.get(COLLECTIVE_TOKEN_VAR, "")
-        self._peers: dict[int, socket.socket] = {}
-        self._chief: socket.socket | None = None
-        if self.size > 1:
-            self._connect()
-
-    def _connect(self) -> None:
-        host, port = self._addr.rsplit(":", 1)
-        deadline = time.monotonic() + _CONNECT_TIMEOUT
-        if self.rank == 0:
-            with socket.create_server((host, int(port))) as server:
-                server.settimeout(_CONNECT_TIMEOUT)
-                while len(self._peers) < self.size - 1:
-                    conn, _ = server.accept()
-                    conn.settimeout(None)
-                    try:
-                        rank, token = _recv(conn)
-                    except Exception:  # not one of ours
-                        conn.close()
-                        continue
-                    if token != self._token or not 0 < rank < self.size:
-                        log.warning("det_sdk: refused a collective connection (bad token)")
-                        conn.close()
-                        continue
-                    self._peers[rank] = conn
-            return
-        while True:
-            try:
-                sock = socket.create_connection((host, int(port)), timeout=5)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise ConnectionError(
-                        f"det_sdk: worker {self.rank} could not reach the chief's "
-                        f"collectives at {self._addr} within {_CONNECT_TIMEOUT:.0f} s") from None
-                time.sleep(0.2)
-        sock.settimeout(None)
-        _send(sock, (self.rank, self._token))
-        self._chief = sock
-
-    def allgather(self, obj: T) -> list[T]:
-        if self.size == 1:
-            return [obj]
-        if self.rank == 0:
-            parts = [obj] + [_recv(self._peers[r]) for r in range(1, self.size)]
-            for r in range(1, self.size):
-                _send(self._peers[r], parts)
-            return parts
-        assert self._chief is not None
-        _send(self._chief, obj)
-        return _recv(self._chief)
-
-    def broadcast(self, obj: T, root: int = 0) -> T:
-        return self.allgather(obj if self.rank == root else None)[root]
-
-    def close(self) -> None:
-        """Close the connections (at the end of the script)."""
-        for s in [*self._peers.values(), *([self._chief] if self._chief else [])]:
-            s.close()
-        self._peers.clear()
-        self._chief = None
+        host, port = addr.rsplit(":", 1)
+        super().__init__(
+            rank=index, size=len(workers),
+            local_rank=sum(1 for h in hosts[:index] if h == mine), local_size=hosts.count(mine),
+            cross_rank=unique.index(mine), cross_size=len(unique), chief_ip=host,
+            pub_port=int(port), token=env.get(COLLECTIVE_TOKEN_VAR, ""),
+            timeout_s=_CONNECT_TIMEOUT)
 
     def __repr__(self) -> str:
         return f"TFWorkers(rank={self.rank}, size={self.size})"

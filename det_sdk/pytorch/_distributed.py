@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from det_sdk.distributed import DistributedContext
+from det_sdk.core._distributed import DistributedContext as CoreDistributedContext
+from det_sdk.core._star import bind_address
 from det_sdk.errors import DetSdkError
 
 __all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
@@ -88,8 +90,16 @@ def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, local_only: bool,
         time.sleep(0.05)
 
 
-class TorchDistributed(DistributedContext):
-    """One of N processes in a ``torch.distributed`` process group; object collectives over it.
+class TorchDistributed(CoreDistributedContext):
+    """One of N processes in a ``torch.distributed`` process group.
+
+    Tensors (DDP's gradients) go through the process group; object collectives
+    (stop flags, metrics, RNG states) through det.core's TCP star to rank 0, whose
+    port and token rank 0 publishes in the group's own key-value store. Keeping Python
+    objects out of gloo matters at exit: gloo's worker thread drops the last
+    collective's tensors after the caller returns, and when those are Python objects
+    that can be during interpreter shutdown, which aborts the process ("terminate
+    called without an active exception", about 1 run in 10 on 2 cores).
 
     Build it with :meth:`from_env` (what ``det_sdk.pytorch.init()`` does)::
 
@@ -99,24 +109,40 @@ class TorchDistributed(DistributedContext):
 
     def __init__(self, *, rank: int, size: int, local_rank: int, local_size: int,
                  cross_rank: int, cross_size: int, master_addr: str, master_port: int,
-                 timeout_s: float = 60.0, backend: str | None = None) -> None:
+                 timeout_s: float = 60.0, backend: str | None = None,
+                 chief_ip: str | None = None) -> None:
         import torch
         import torch.distributed as tdist
 
-        self.rank, self.size = rank, size
-        self.local_rank, self.local_size = local_rank, local_size
-        self.cross_rank, self.cross_size = cross_rank, cross_size
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self._dist = tdist
         # threads per rank: the node's cores shared by its ranks
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_size)))
+        timeout = datetime.timedelta(seconds=timeout_s)
         if not tdist.is_initialized():
             tdist.init_process_group(
                 self.backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
+                world_size=size, timeout=timeout)
+        chief = chief_ip or master_addr
+        port, token = 0, ""
+        if size > 1:
+            # a client of the group's store (rank 0's, or torchrun's agent's), keyed by
+            # torchrun's restart count so a restarted group never reads an old address
+            store = tdist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
+            key = f"det_sdk/objects/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+            if rank == 0:
+                port, token = _free_port(bind_address(chief)), secrets.token_hex(16)
+                store.set(key, f"{port}:{token}")
+            else:
+                port_s, _, token = store.get(key).decode().partition(":")
+                port = int(port_s)
+        super().__init__(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+                         cross_rank=cross_rank, cross_size=cross_size, chief_ip=chief,
+                         pub_port=port, token=token, timeout_s=timeout_s)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> TorchDistributed:
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 chief_ip: str | None = None) -> TorchDistributed:
         """The ranks torchrun or horovodrun describe in the environment."""
         env = os.environ if environ is None else environ
         timeout = float(env.get("DET_TORCH_TIMEOUT", "60"))
@@ -133,7 +159,7 @@ class TorchDistributed(DistributedContext):
                     "are not (torchrun sets all of them)")
             return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
                        cross_rank=cross_rank, cross_size=cross_size, master_addr=addr,
-                       master_port=int(port), timeout_s=timeout)
+                       master_port=int(port), timeout_s=timeout, chief_ip=chief_ip)
         if env.get("HOROVOD_RANK") and env.get("HOROVOD_SIZE"):
             rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
             local_size = int(env.get("HOROVOD_LOCAL_SIZE", size))
@@ -142,33 +168,21 @@ class TorchDistributed(DistributedContext):
             return cls(rank=rank, size=size, local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
                        local_size=local_size, cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)),
                        cross_size=cross_size, master_addr=addr, master_port=port,
-                       timeout_s=timeout)
+                       timeout_s=timeout, chief_ip=chief_ip)
         raise DistributedSetupError(
             "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE or "
             "horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
 
-    def allgather(self, obj: T) -> list[T]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, obj)
-        return out
-
-    def broadcast(self, obj: T, root: int = 0) -> T:
-        box = [obj]
-        self._dist.broadcast_object_list(box, src=root)
-        return box[0]
-
     def any(self, flag: bool) -> bool:
-        import torch
-
-        t = torch.tensor([1.0 if flag else 0.0])
-        self._dist.all_reduce(t)
-        return bool(t.item() > 0)
+        return any(self.allgather(bool(flag)))
 
     def barrier(self) -> None:
-        self._dist.barrier()
+        self.allgather(None)
 
     def close(self) -> None:
-        """Leave the process group (at the end of ``det.core.init()``'s block)."""
+        """Close the collectives and leave the process group (at the end of
+        ``det.core.init()``'s block)."""
+        super().close()
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
 
