@@ -56,3 +56,61 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def fakes(cluster: Cluster) -> Fakes:
     """TensorFlow-free trials on this module's master, driven by the test."""
     return Fakes(cluster, cluster.root / "control")
+
+
+# The fast set (`-m "not slow"`) starts no process: a test that does (a master,
+# horovodrun, a training script, a browser) must be marked slow. Enforced here rather
+# than remembered: any process started while a test not marked slow is being set up,
+# run or torn down fails that test, naming the command. DET_TEST_SPAWNS=<file> records
+# the offenders instead (one line per test) to survey a suite.
+_current: list[pytest.Item] = []
+# fixtures that start processes: a test using one is slow without having to say so
+_SPAWNING_FIXTURES = {"cluster", "fakes"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SPAWNING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _current[:] = [item]
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _current[:] = [item]
+
+
+# probes libraries run for themselves, not processes a test starts: numpy 1.x's
+# numpy.testing runs `lscpu` when first imported (TF 2.15 imports it lazily)
+_LIBRARY_PROBES = {"lscpu"}
+
+
+def _check_spawn(what: object) -> None:
+    item = _current[0] if _current else None
+    if item is None or item.get_closest_marker("slow") is not None:
+        return
+    argv0 = what if isinstance(what, str) else next(iter(what), "")  # type: ignore[call-overload]
+    if os.path.basename(str(argv0).split()[0] if argv0 else "") in _LIBRARY_PROBES:
+        return
+    record = os.environ.get("DET_TEST_SPAWNS")
+    if record:
+        with open(record, "a") as out:
+            out.write(f"{item.nodeid}\t{str(what)[:200]}\n")
+        return
+    raise AssertionError(f"a test outside the slow set started a process ({what!r}): "
+                         "mark it @pytest.mark.slow (the fast set starts none)")
+
+
+_real_popen_init = subprocess.Popen.__init__
+
+
+def _guarded_popen_init(self: subprocess.Popen, args: object, *rest: object,
+                        **kwargs: object) -> None:
+    _check_spawn(args)
+    _real_popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+
+subprocess.Popen.__init__ = _guarded_popen_init  # type: ignore[method-assign]

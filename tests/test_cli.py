@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 DET = Path(sys.executable).with_name("det")
@@ -20,16 +22,19 @@ def _modules_after(code: str) -> set[str]:
     return set(json.loads(out))
 
 
+@pytest.mark.slow
 def test_import_det_sdk_does_not_import_tensorflow() -> None:
     mods = _modules_after("import det_sdk")
     assert "tensorflow" not in mods and "det_sdk" in mods
 
 
+@pytest.mark.slow
 def test_det_keras_loads_on_first_use() -> None:
     mods = _modules_after("import det_sdk as det\nassert callable(det.keras.init)")
     assert "tensorflow" in mods and "det_sdk.keras" in mods
 
 
+@pytest.mark.slow
 def test_cli_help_does_not_import_tensorflow() -> None:
     code = (
         "from det_sdk.cli.main import main\n"
@@ -40,6 +45,7 @@ def test_cli_help_does_not_import_tensorflow() -> None:
     assert proc.returncode == 0 and "usage: det" in proc.stdout
 
 
+@pytest.mark.slow
 def test_runs_list(tmp_path: Path) -> None:
     from det_sdk.session import LocalSession
 
@@ -57,6 +63,7 @@ def test_runs_list(tmp_path: Path) -> None:
     assert "val_loss=0.25" in table
 
 
+@pytest.mark.slow
 def test_cli_bad_usage_exits_nonzero() -> None:
     proc = subprocess.run([str(DET), "runs", "bogus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

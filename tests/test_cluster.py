@@ -33,6 +33,7 @@ from tests.cluster_harness import (
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
                                                             mnist_npz: Path) -> None:
     config = yaml.safe_load((REPO / "examples" / "const.yaml").read_text())
@@ -91,6 +92,7 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     assert jobs[-1]["state"] == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
     config = cluster.write_config("two-slots", resources={"slots_per_trial": 2})
     exp_id = create(cluster, config)
@@ -106,6 +108,7 @@ def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
     assert trial["steps_completed"] == 20
 
 
+@pytest.mark.slow
 def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None:
     config = cluster.write_config("crash", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
@@ -131,6 +134,7 @@ def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None
         ({"entrypoint_script": None}, "entrypoint_script"),
     ],
 )
+@pytest.mark.slow
 def test_invalid_configs_are_refused_with_their_field(cluster: Cluster, overrides: dict,
                                                       expected: str) -> None:
     before = len(json.loads(cluster.det("experiment", "list", "--json").stdout))
@@ -145,6 +149,7 @@ def test_invalid_configs_are_refused_with_their_field(cluster: Cluster, override
     assert len(json.loads(cluster.det("experiment", "list", "--json").stdout)) == before
 
 
+@pytest.mark.slow
 def test_missing_model_directory(cluster: Cluster) -> None:
     out = cluster.det("experiment", "create", str(cluster.write_config("nodir")),
                       str(cluster.root / "no-such-dir"))
@@ -181,6 +186,7 @@ def _link(name: str, target: str, hard: bool = False) -> tarfile.TarInfo:
         ([_link("hard", "../outside", hard=True)], "links outside"),
     ],
 )
+@pytest.mark.slow
 def test_crafted_archives_are_refused(cluster: Cluster, members: list, expected: str) -> None:
     uploads = cluster.data_dir / "uploads" / "experiments"
     before = sorted(uploads.iterdir()) if uploads.exists() else []
@@ -223,6 +229,7 @@ def test_tokens(cluster: Cluster) -> None:
         assert task.get(f"/api/v1/trials/{trial_id}").status_code == 401
 
 
+@pytest.mark.slow
 def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     config = cluster.write_config("restart", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 6}},
@@ -248,6 +255,7 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
     assert sorted(c["epoch"] for c in ckpts) == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow
 def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
     config = cluster.write_config("kill", searcher={
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 50}},
@@ -267,6 +275,7 @@ def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
         os.killpg(pid, 0)  # the whole process group is gone
 
 
+@pytest.mark.slow
 def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
     ckpts = json.loads(cluster.det("checkpoint", "list", "--json").stdout)
     dest = cluster.root / "downloaded"
@@ -283,6 +292,7 @@ def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
     assert "/api/v1/trials/{trial_id}/metrics" in spec["paths"]
 
 
+@pytest.mark.slow
 def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     out = cluster.det("-m", nowhere, "experiment", "list")
@@ -292,6 +302,7 @@ def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
     assert out.returncode == 1 and f"no master answers at {nowhere}" in out.stderr
 
 
+@pytest.mark.slow
 def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> None:
     common = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
               "reproducibility": {"experiment_seed": 42}}
@@ -325,6 +336,7 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
         np.testing.assert_array_equal(a[k], b[k])
 
 
+@pytest.mark.slow
 def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster) -> None:
     config = cluster.write_config(
         "retention", searcher={"name": "single", "metric": "val_loss",

@@ -101,6 +101,7 @@ def _start_until_checkpoint(cluster: Cluster, name: str, epochs: int,
     return exp_id, trial_id, known
 
 
+@pytest.mark.slow
 def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -> None:
     epochs = 2
     exp_id, trial_id, _ = _start_until_checkpoint(cluster, "sigkill", epochs,
@@ -132,6 +133,7 @@ def test_sigkilled_trial_restarts_from_its_latest_checkpoint(cluster: Cluster) -
     assert lines[0].startswith("epoch,") and [r.split(",")[0] for r in lines[1:]] == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> None:
     epochs = 3
     exp_id, trial_id, known = _start_until_checkpoint(cluster, "dies-master-down", epochs)
@@ -160,6 +162,7 @@ def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> 
     _assert_one_value_per_step(cluster, trial_id, epochs)
 
 
+@pytest.mark.slow
 def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
         cluster: Cluster) -> None:
     epochs, steps = 2, 5  # global batch 32: 5 steps per epoch
@@ -210,6 +213,7 @@ def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
             np.testing.assert_array_equal(a[k], b[k])
 
 
+@pytest.mark.slow
 def test_a_trial_relaunched_from_its_final_checkpoint_completes(cluster: Cluster) -> None:
     """Issue 11, L3: the process dies after its last epoch's checkpoint was reported,
     before the searcher heard the length was trained. The relaunch trains nothing,
@@ -238,6 +242,7 @@ def test_a_trial_relaunched_from_its_final_checkpoint_completes(cluster: Cluster
     assert "final val_loss" in logs and "epochs [0, 1]" in logs
 
 
+@pytest.mark.slow
 def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster) -> None:
     """Rank 1 of 2 exits with an error after epoch 1: the whole trial restarts from the
     checkpoint of that epoch and completes, with one metric value per step."""

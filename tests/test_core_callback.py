@@ -73,6 +73,7 @@ def test_core_init_locally_keeps_a_run_and_its_records(tmp_path: Path) -> None:
         assert (ctx.info.trial.trial_id, ctx.info.latest_checkpoint) == (1, again)
 
 
+@pytest.mark.slow
 def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None:
     code = ("import sys, det_sdk as det; det.core.init; import det_sdk.launch.tensorflow; "
             "print('tensorflow' in sys.modules)")

@@ -183,6 +183,7 @@ def test_saved_token_is_found_for_host_port(tmp_path: Path, monkeypatch) -> None
     assert client.load_token("127.0.0.1:9") is None
 
 
+@pytest.mark.slow
 def test_cli_aliases_and_host_port(tmp_path: Path) -> None:
     from det_sdk.cli.main import build_parser
 

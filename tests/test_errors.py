@@ -80,6 +80,7 @@ def _check(classes: dict[str, list]) -> None:
     assert not bare, f"in the tree with no builtin base (ValueError, OSError...): {bare}"
 
 
+@pytest.mark.slow
 def test_every_error_outside_keras_derives_from_det_sdk_error_without_tensorflow() -> None:
     modules = _modules(keras=False)
     assert {"det_sdk.client", "det_sdk.master.errors", "det_sdk.cli.main"} <= set(modules)
@@ -96,6 +97,7 @@ def test_every_error_outside_keras_derives_from_det_sdk_error_without_tensorflow
     _check(classes)
 
 
+@pytest.mark.slow
 def test_every_error_of_det_sdk_keras_derives_from_det_sdk_error() -> None:
     modules = _modules(keras=True)
     classes = _scan(modules)["classes"]
@@ -142,6 +144,7 @@ def _clean_error(out: subprocess.CompletedProcess[str], expected: str) -> None:
     assert out.stderr.startswith("det: error: ") and expected in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_cli_user_errors_are_one_line(tmp_path: Path) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     # no token for that master (UsageError)

@@ -30,6 +30,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> None:
     runs = tmp_path / "runs"
     proc = run_python(
@@ -108,6 +109,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
      # to the batch); one with its own shuffle gives its own order after a resume
      ("dataset", "1:7", "[1, 2, 3]")],
 )
+@pytest.mark.slow
 def test_sigterm_then_resume_equals_uninterrupted(
     tmp_path: Path, uninterrupted: dict, kind: str, stop_at: str, resumed_epochs: str
 ) -> None:
@@ -156,6 +158,7 @@ def test_sigterm_then_resume_equals_uninterrupted(
     assert len(keys) == len(set(keys)) == 8
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_exits_130(tmp_path: Path) -> None:
     # SIGINT arrives from outside, as from a terminal, during a long run.
     env = {"DET_RUNS_DIR": str(tmp_path), "TINY_EPOCHS": "100000", "TF_CPP_MIN_LOG_LEVEL": "2"}

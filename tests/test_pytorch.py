@@ -50,6 +50,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 # --- imports -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pytorch_imports_no_tensorflow_and_keras_no_torch() -> None:
     code = ("import sys, det_sdk as det; det.pytorch.Trainer; det.TrialContext; "
             "print('tensorflow' in sys.modules)")

@@ -164,6 +164,7 @@ def _config(cluster: Cluster, name: str, **fields: object) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_grid_creates_exactly_the_product(cluster: Cluster) -> None:
     config = _config(cluster, "grid", searcher={"name": "grid", "metric": "val_loss"},
                      hyperparameters={
@@ -179,6 +180,7 @@ def test_grid_creates_exactly_the_product(cluster: Cluster) -> None:
                          for lr in (0.001, 0.01, 0.1))
 
 
+@pytest.mark.slow
 def test_random_with_the_same_seed_creates_the_same_trials(cluster: Cluster) -> None:
     def hparams(seed: int) -> list[dict]:
         config = _config(cluster, f"random-{seed}", searcher={
@@ -196,6 +198,7 @@ def test_random_with_the_same_seed_creates_the_same_trials(cluster: Cluster) -> 
     assert len({json.dumps(h, sort_keys=True) for h in first}) == 5
 
 
+@pytest.mark.slow
 def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluster) -> None:
     """8 real trials, rungs of 1, 2 and 4 epochs, divisor 2; the master is killed mid-search."""
     config = cluster.write_config(
@@ -243,6 +246,7 @@ def test_asha_stops_the_lower_half_and_survives_a_master_restart(cluster: Cluste
     assert best["steps_completed"] == 4 * steps_per_epoch  # the best one went the distance
 
 
+@pytest.mark.slow
 def test_a_searcher_metric_the_trial_does_not_report_is_a_clear_error(cluster: Cluster) -> None:
     config = cluster.write_config("bad-metric", max_restarts=0, searcher={
         "name": "single", "metric": "val_nope", "max_length": {"epochs": 1}})

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import det_sdk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +44,12 @@ def _loaded(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_det_sdk_loads_nothing_heavy() -> None:
     assert _loaded("import det_sdk") == []
 
 
+@pytest.mark.slow
 def test_det_help_loads_no_command_module() -> None:
     code = """
     import contextlib, io
@@ -69,6 +73,7 @@ def test_det_help_loads_no_command_module() -> None:
     assert "det_sdk.cli.master_cmd" in loaded and "fastapi" not in loaded, loaded
 
 
+@pytest.mark.slow
 def test_public_names_load_on_first_use() -> None:
     out = _python("""
     import sys
@@ -87,6 +92,7 @@ def test_public_names_load_on_first_use() -> None:
     assert "module 'det_sdk' has no attribute 'no_such_name'" in out.stdout
 
 
+@pytest.mark.slow
 def test_master_up_without_the_master_extra_says_how_to_install_it(tmp_path: Path) -> None:
     data_dir = tmp_path / "m"
     out = _python(f"""
@@ -125,6 +131,7 @@ def test_resource_manager_choices_match_the_master() -> None:
     assert RESOURCE_MANAGERS == KINDS
 
 
+@pytest.mark.slow
 def test_one_version_source() -> None:
     import tomllib
 
@@ -155,6 +162,7 @@ def test_packaging_files_and_extras() -> None:
     assert '-e ".[dev,master]"' in setup  # the tests start masters
 
 
+@pytest.mark.slow
 def test_training_side_works_without_the_master_extra() -> None:
     # what a training script and the CLI's client commands import (det_sdk.keras adds
     # TensorFlow, which costs seconds here: its modules import none of the master's)

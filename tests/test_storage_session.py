@@ -294,6 +294,7 @@ def test_checkpoint_path_refuses_bad_uuid(tmp_path, sessions):
         s.checkpoint_path("../1")
 
 
+@pytest.mark.slow
 def test_a_zombie_process_is_not_alive() -> None:
     """An exited process nobody reaped yet must not keep a trial or a master 'running'."""
     child = subprocess.Popen(["sleep", "100"])
