@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from det_sdk.env import outside
+
 DET = Path(sys.executable).with_name("det")
 
 STATES = ("COMPLETED", "CANCELED", "ERROR", "PAUSED")
@@ -109,10 +111,8 @@ class BenchMaster:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN"):
-            self.env.pop(var, None)
+        self.env = outside(keep=["DET_RUNS_DIR"], HOME=str(root / "home"),
+                           DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2")
 
     def det(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """Run ``det ARGS`` against this master."""

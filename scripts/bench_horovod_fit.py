@@ -59,10 +59,9 @@ HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
 def clean_env() -> dict[str, str]:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_RUNS_DIR"):
-        env.pop(var, None)
-    return env
+    from det_sdk.env import outside
+
+    return outside(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 
 
 def _cpu_times() -> tuple[int, int]:

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import httpx
 
+from det_sdk.env import outside
+
 DET = Path(sys.executable).with_name("det")
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "scripts" / "slurm-sim.sh"
@@ -52,6 +54,7 @@ import numpy as np
 import tensorflow as tf
 
 import det_sdk as det
+from det_sdk.env import outside
 
 imported = time.time()
 context = det.keras.init()  # with several ranks: hvd.init(), the Gloo rendezvous
@@ -86,10 +89,8 @@ class Master:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **env, "HOME": str(self.root / "home")}
-        for var in ("DET_MASTER", "DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID",
-                    "DET_USER_TOKEN"):
-            self.env.pop(var, None)
+        self.env = {**outside(), **env, "HOME": str(self.root / "home")}
+        self.env.pop("DET_MASTER", None)
 
     def det(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,

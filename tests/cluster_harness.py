@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import yaml
 
+from det_sdk.env import outside
+
 DET = Path(sys.executable).with_name("det")
 MODEL_DIR = Path(__file__).parent / "cluster_model"
 
@@ -37,10 +39,8 @@ class Cluster:
         self.data_dir = root / "master"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HOME": str(root / "home"), "DET_MASTER": self.url,
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}
-        for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID", "DET_USER_TOKEN"):
-            self.env.pop(var, None)
+        self.env = outside(keep=["DET_RUNS_DIR"], HOME=str(root / "home"),
+                           DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2")
 
     def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,

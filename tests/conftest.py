@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from det_sdk.env import outside
 from tests.cluster_harness import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
 
@@ -21,10 +22,8 @@ def run_python(
     script: Path | str, env: dict[str, str], cwd: Path | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     """Run ``script`` with this interpreter and ``env`` added to the environment."""
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **env}
-    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID"):
-        if var not in env:
-            full_env.pop(var, None)
+    full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                       **env)
     return subprocess.run(
         [sys.executable, str(script)], env=full_env, cwd=cwd or REPO, timeout=timeout,
         capture_output=True, text=True,
@@ -60,8 +59,10 @@ def fakes(cluster: Cluster) -> Fakes:
 
 # The fast set (`-m "not slow"`) starts no process: a test that does (a master,
 # horovodrun, a training script, a browser) must be marked slow. Enforced here rather
-# than remembered: any process started while a test not marked slow is being set up,
-# run or torn down fails that test, naming the command. DET_TEST_SPAWNS=<file> records
+# than remembered: any process started while a test not marked slow is being set up
+# or run fails that test, naming the command. Teardown is not watched: a module's
+# master (or Slurm) fixture, started by a slow test, stops in the teardown of the
+# module's last test, which may be a fast one. DET_TEST_SPAWNS=<file> records
 # the offenders instead (one line per test) to survey a suite.
 _current: list[pytest.Item] = []
 # fixtures that start processes: a test using one is slow without having to say so
@@ -80,7 +81,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    _current[:] = [item]
+    _current.clear()
 
 
 # probes libraries run for themselves, not processes a test starts: numpy 1.x's

@@ -7,7 +7,6 @@ the work and rank 0 writes what it found.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from det_sdk.env import outside
 from tests.conftest import REPO, SCRIPTS, run_python
 
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
@@ -24,10 +24,8 @@ pytestmark = [pytest.mark.slow,
 
 
 def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float = 240):
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **env}
-    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID"):
-        if var not in env:
-            full_env.pop(var, None)
+    full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                       **env)
     return subprocess.run(
         [str(HOROVODRUN), "-np", str(np_), "--gloo", sys.executable, str(script)],
         env=full_env, cwd=REPO, timeout=timeout, capture_output=True, text=True,

@@ -7,7 +7,6 @@ SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 import det_sdk.pytorch as pytorch  # noqa: E402
 from det_sdk.distributed import SingleProcess  # noqa: E402
+from det_sdk.env import outside  # noqa: E402
 from det_sdk.errors import DetSdkError  # noqa: E402
 from det_sdk.pytorch._data import ShardedBatches  # noqa: E402
 
@@ -41,9 +41,7 @@ def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DET_", "HOROVOD_", "PT_")) and k not in (
-               "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {k: v for k, v in outside().items() if not k.startswith("PT_")}
     env.update(extra)
     return env
 

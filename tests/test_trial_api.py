@@ -341,12 +341,10 @@ def test_tutorial_runs_locally_with_the_runner(tmp_path: Path) -> None:
 
 
 def _env() -> dict[str, str]:
-    import os
 
-    env = dict(os.environ)
-    for var in ("DET_RESUME", "DET_CONFIG", "DET_ALLOCATION_ID"):
-        env.pop(var, None)
-    return env
+    from det_sdk.env import outside
+
+    return outside(keep=["DET_RUNS_DIR"])
 
 
 def _final_weights(cluster: Cluster, trial_id: int, processes: int = 1) -> list[np.ndarray]:

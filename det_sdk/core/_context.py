@@ -38,6 +38,7 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
+from det_sdk.env import local_run
 from det_sdk.hparams import HParams, local_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession, Session
@@ -108,7 +109,7 @@ def _distributed(given: DistributedContext | None) -> DistributedContext:
 
 
 def _load_config(config: Any) -> ExperimentConfig | None:
-    config = config if config is not None else (os.environ.get("DET_CONFIG") or None)
+    config = config if config is not None else local_run().config
     if config is None or isinstance(config, ExperimentConfig):
         return config
     if isinstance(config, (str, os.PathLike)):
@@ -151,8 +152,9 @@ def init(
     # the config's environment_variables, where the shell has not set them (the shell wins)
     apply_environment_variables(cfg)
     hp = local_hparams(cfg, hparams or {})
-    runs = Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
-    target = resume if resume is not None else (os.environ.get("DET_RESUME") or None)
+    given = local_run()
+    runs = Path(runs_dir or given.runs_dir or DEFAULT_RUNS_DIR)
+    target = resume if resume is not None else given.resume
     if seed is None and cfg is not None:
         seed = cfg.reproducibility.experiment_seed
     new_seed = seed if seed is not None else secrets.randbelow(2**31)

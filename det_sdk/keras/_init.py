@@ -29,6 +29,7 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
+from det_sdk.env import local_run
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.keras import _compat
@@ -45,7 +46,7 @@ _DEFAULT_CHECKPOINT_PERIOD = Length(epochs=1)
 def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
     """An experiment config, or a job config (``det job run``'s) for inference scripts."""
     if config is None:
-        config = os.environ.get("DET_CONFIG") or None
+        config = local_run().config
     if config is None:
         return None
     if isinstance(config, (ExperimentConfig, JobConfig)):
@@ -68,12 +69,12 @@ def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
 
 def _runs_dir(runs_dir: Any) -> Path:
     """Where local runs live: the argument, else ``DET_RUNS_DIR``, else ``./det-runs``."""
-    return Path(runs_dir or os.environ.get("DET_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    return Path(runs_dir or local_run().runs_dir or DEFAULT_RUNS_DIR)
 
 
 def _resume_target(resume: Any) -> str | None:
     if resume is None:
-        resume = os.environ.get("DET_RESUME") or None
+        resume = local_run().resume
     if resume is None or resume is False:
         return None
     if resume is True:

@@ -45,6 +45,7 @@ import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
 from det_sdk.distributed import DistributedContext
+from det_sdk.env import local_run
 from det_sdk.errors import DetSdkError
 from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
@@ -576,7 +577,7 @@ def _local_config(config: Any) -> ExperimentConfig:
     if isinstance(config, ExperimentConfig):
         return config
     if config is None:
-        config = os.environ.get("DET_CONFIG") or None
+        config = local_run().config
     if config is None:
         raise ConfigError("a TFKerasTrial needs an experiment config off the cluster: "
                           "--config const.yaml (or DET_CONFIG)")

@@ -1,0 +1,84 @@
+"""The environment variables det_sdk reads and writes, named once.
+
+Three families:
+
+- a **local run**'s (the user sets them): ``DET_CONFIG`` (the config's path),
+  ``DET_RUNS_DIR`` (where runs live), ``DET_RESUME`` (continue run ID or ``latest``);
+- a **task**'s, written by the master for the processes it launches and read through
+  :func:`det_sdk.get_cluster_info` (``DET_ALLOCATION_ID`` marks them);
+- the **ranks** launchers describe (horovodrun's ``HOROVOD_*``, torchrun's ``RANK``,
+  ``WORLD_SIZE``, ..., ``TF_CONFIG``).
+
+Processes that must start outside any of them (the master's tasks, a test's fresh
+script) take :func:`outside`.
+
+>>> local_run({"DET_RESUME": "latest"}).resume
+'latest'
+>>> sorted(outside({"DET_RESUME": "3", "HOROVOD_RANK": "0", "PATH": "/bin"}))
+['PATH']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["LOCAL_RUN_VARS", "RANK_VARS", "TASK_VARS", "LocalRunEnv", "local_run", "outside"]
+
+CONFIG = "DET_CONFIG"
+RUNS_DIR = "DET_RUNS_DIR"
+RESUME = "DET_RESUME"
+#: a local run's own variables
+LOCAL_RUN_VARS = (CONFIG, RUNS_DIR, RESUME)
+#: what the master writes for a task (besides the config's environment_variables);
+#: DET_MASTER alone is not one of them: it is also how a user points the CLI at a master
+TASK_VARS = (
+    "DET_SESSION_TOKEN", "DET_ALLOCATION_ID", "DET_TASK_TYPE", "DET_EXPERIMENT_ID",
+    "DET_TRIAL_ID", "DET_TRIAL_SEED", "DET_HPARAMS", "DET_LATEST_CHECKPOINT",
+    "DET_EXPERIMENT_CONFIG", "DET_SLOT_IDS", "DET_CONTAINER_ADDRS", "DET_CONTAINER_RANK",
+    "DET_CLUSTER_ID", "DET_USER_DATA", "DET_UNIQUE_PORT_OFFSET", "DET_COLLECTIVE_TOKEN",
+    "DET_FAILURE_RECORD_DIR",
+)
+#: a user's own login token: a task gets its own, never the user's
+USER_TOKEN = "DET_USER_TOKEN"
+#: what launchers set to describe a process's rank among others
+RANK_VARS = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "DET_TF_COLLECTIVE_ADDR",
+    "DET_TF_COLLECTIVE_TOKEN",
+)
+_RANK_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_")
+
+
+@dataclass(frozen=True)
+class LocalRunEnv:
+    """A local run's variables, as given (empty means unset)."""
+
+    config: str | None
+    runs_dir: str | None
+    resume: str | None
+
+
+def local_run(environ: Mapping[str, str] | None = None) -> LocalRunEnv:
+    """``DET_CONFIG``, ``DET_RUNS_DIR`` and ``DET_RESUME`` (None when unset or empty)."""
+    env = os.environ if environ is None else environ
+    return LocalRunEnv(config=env.get(CONFIG) or None, runs_dir=env.get(RUNS_DIR) or None,
+                       resume=env.get(RESUME) or None)
+
+
+def outside(environ: Mapping[str, str] | None = None, *, keep: Iterable[str] = (),
+            **extra: str) -> dict[str, str]:
+    """``environ`` without any run's, task's or rank's variables, then ``extra`` on top.
+
+    For a process that must start as if from a plain shell: a master's task (which
+    gets its own protocol), a test's fresh script, a launcher's worker before its rank
+    is set. ``keep`` names variables to leave in place.
+    """
+    env = os.environ if environ is None else environ
+    kept = set(keep)
+    drop = {*LOCAL_RUN_VARS, *TASK_VARS, USER_TOKEN, *RANK_VARS} - kept
+    out = {k: v for k, v in env.items()
+           if k in kept or (k not in drop and not k.startswith(_RANK_PREFIXES))}
+    out.update(extra)
+    return out
