@@ -68,11 +68,13 @@ __all__ = [
     "Length",
     "LogHP",
     "apply_environment_variables",
+    "entrypoint_runs_of",
     "environment_variables",
     "hp_leaves",
     "hp_nest",
     "ignored_fields",
     "ignored_fields_warning",
+    "launch_warnings",
     "load_yaml_file",
     "load_yaml_text",
     "parse_experiment_config",
@@ -673,6 +675,62 @@ def trial_class_command(entrypoint: str) -> str:
     return f"{TRIAL_RUNNER} {spec}" if _TRIAL_CLASS.fullmatch(spec) else entrypoint
 
 
+# Determined's launcher modules, under either package name: they start a node's workers
+_LAUNCHER = re.compile(r"(?:^|\s)-m\s+(?:det_sdk|determined)\.launch\."
+                       r"(?:horovod|torch_distributed|tensorflow)\b")
+
+
+def _det_sdk_launchers(command: str) -> str:
+    """Determined's launcher modules by det_sdk's name (``determined.launch.X``).
+
+    >>> _det_sdk_launchers("python3 -m determined.launch.torch_distributed python3 t.py")
+    'python3 -m det_sdk.launch.torch_distributed python3 t.py'
+    """
+    if re.search(r"-m\s+(?:det_sdk|determined)\.launch\.deepspeed\b", command):
+        raise ValueError("DeepSpeed's launcher (launch.deepspeed) is not provided by det_sdk; "
+                         "use launch.torch_distributed, launch.horovod or launch.tensorflow")
+    return re.sub(r"(-m\s+)determined\.launch\.", r"\1det_sdk.launch.", command)
+
+
+def entrypoint_runs_of(raw: Mapping[str, Any]) -> str:
+    """How the master runs a raw config's command: ``per_node`` or ``per_slot``.
+
+    Determined's ``entrypoint:`` runs once per node (its launchers start the workers);
+    the proposal's ``entrypoint_script:`` and a ``module:Class`` trial run once per slot
+    under horovodrun, as det_sdk always has.
+
+    >>> entrypoint_runs_of({"entrypoint": "python3 launcher.py python3 train.py"})
+    'per_node'
+    >>> entrypoint_runs_of({"entrypoint_script": "python3 train.py"})
+    'per_slot'
+    >>> entrypoint_runs_of({"entrypoint": "model_def:MNistTrial"})
+    'per_slot'
+    """
+    command = raw.get("entrypoint")
+    if "entrypoint_script" in raw or not isinstance(command, str):
+        return "per_slot"
+    return "per_slot" if _TRIAL_CLASS.fullmatch(command.strip()) else "per_node"
+
+
+def launch_warnings(cfg: ExperimentConfig) -> list[str]:
+    """What a user moving from det_sdk's older launch should hear about this config.
+
+    >>> cfg = ExperimentConfig.model_validate({"entrypoint": "python3 train.py",
+    ...                                        "resources": {"slots_per_trial": 2}})
+    >>> launch_warnings(cfg)[0][:60]
+    'entrypoint: runs once per node, as Determined runs it: with '
+    """
+    slots = cfg.resources.slots_per_trial
+    command = cfg.entrypoint_script or ""
+    if cfg.entrypoint_runs != "per_node" or slots == 1 or _LAUNCHER.search(command):
+        return []
+    return [f"entrypoint: runs once per node, as Determined runs it: with slots_per_trial "
+            f"{slots}, {command!r} must start the node's workers itself (len(slot_ids) of "
+            "det.get_cluster_info()). For one process per slot under horovodrun, as "
+            "det.keras.init() scripts expect, write entrypoint_script: instead, or start it "
+            "with python3 -m det_sdk.launch.horovod -- ..."]
+
+
 def ignored_fields(raw: Any) -> list[str]:
     """The Determined fields of an experiment config that det_sdk accepts but ignores.
 
@@ -798,6 +856,11 @@ class ExperimentConfig(_Strict):
     entrypoint_script: str | None = Field(
         default=None, validation_alias=AliasChoices("entrypoint_script", "entrypoint")
     )
+    # How the master runs the command (det_sdk's, recorded at create; see
+    # entrypoint_runs_of): "per_node", once per node as Determined runs `entrypoint:`
+    # (a launcher starts the per-slot workers), or "per_slot", one process per slot
+    # under horovodrun as the proposal's `entrypoint_script:` and `module:Class` run.
+    entrypoint_runs: Literal["per_slot", "per_node"] | None = None
     resources: ExperimentResources = Field(default_factory=ExperimentResources)
     min_validation_period: Length | None = None
     min_checkpoint_period: Length | None = None
@@ -835,6 +898,8 @@ class ExperimentConfig(_Strict):
         if isinstance(entrypoint, list) and all(isinstance(a, str) for a in entrypoint):
             # Determined also takes the command as a list of arguments
             raw["entrypoint"] = shlex.join(entrypoint)
+        if raw.get("entrypoint_runs") is None:
+            raw["entrypoint_runs"] = entrypoint_runs_of(raw)
         cfg = handler(raw)
         cfg._ignored = ignored
         return cfg
@@ -865,7 +930,7 @@ class ExperimentConfig(_Strict):
     def _trial_class(cls, v: str | None) -> str | None:
         # Determined's `entrypoint: model_def:MNISTTrial` names a TFKerasTrial class: the
         # master runs it like any command, through det_sdk's trial runner.
-        return trial_class_command(v) if v is not None else None
+        return trial_class_command(_det_sdk_launchers(v)) if v is not None else None
 
     @model_validator(mode="after")
     def _fits_in_the_environment(self) -> ExperimentConfig:

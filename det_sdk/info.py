@@ -5,7 +5,13 @@ A task launched by the master gets the whole protocol (named after Determined's)
 
     DET_MASTER, DET_SESSION_TOKEN, DET_ALLOCATION_ID, DET_TASK_TYPE (TRIAL | GENERIC),
     DET_EXPERIMENT_ID, DET_TRIAL_ID, DET_TRIAL_SEED, DET_HPARAMS (JSON),
-    DET_LATEST_CHECKPOINT, DET_EXPERIMENT_CONFIG (JSON)
+    DET_LATEST_CHECKPOINT, DET_EXPERIMENT_CONFIG (JSON),
+    DET_SLOT_IDS (JSON list), DET_CONTAINER_ADDRS (JSON list), DET_CONTAINER_RANK,
+    DET_CLUSTER_ID, DET_USER_DATA (JSON)
+
+The container fields follow Determined's launch model: ``slot_ids`` are this node's
+slots, ``container_addrs`` every node's address (the chief's first) and
+``container_rank`` this node's index; a launcher starts ``len(slot_ids)`` workers.
 
 >>> get_cluster_info({}) is None
 True
@@ -54,6 +60,11 @@ class ClusterInfo(BaseModel):
     hparams: dict[str, Any] = {}
     latest_checkpoint: str | None = None
     config: dict[str, Any] = {}
+    slot_ids: list[int] = [0]
+    container_addrs: list[str] = ["127.0.0.1"]
+    container_rank: int = 0
+    cluster_id: str = ""
+    user_data: dict[str, Any] = {}
 
     @property
     def trial(self) -> TrialInfo:
@@ -81,8 +92,13 @@ _ENV = {
     "hparams": "DET_HPARAMS",
     "latest_checkpoint": "DET_LATEST_CHECKPOINT",
     "config": "DET_EXPERIMENT_CONFIG",
+    "slot_ids": "DET_SLOT_IDS",
+    "container_addrs": "DET_CONTAINER_ADDRS",
+    "container_rank": "DET_CONTAINER_RANK",
+    "cluster_id": "DET_CLUSTER_ID",
+    "user_data": "DET_USER_DATA",
 }
-_JSON_FIELDS = ("hparams", "config")
+_JSON_FIELDS = ("hparams", "config", "slot_ids", "container_addrs", "user_data")
 
 
 def get_cluster_info(environ: Mapping[str, str] | None = None) -> ClusterInfo | None:

@@ -680,6 +680,12 @@ def test_task_processes_get_the_config_variables_under_det_sdks_own():
     assert full["DATA"] == "/data" and full["OMP_NUM_THREADS"] == "1"  # over the master's
     assert full["HOME"] == "/h" and full["DET_SESSION_TOKEN"] == "tok"
     assert full["PATH"].endswith("/usr/bin")
+    # nothing of a run, a rank or the user's login in the master's shell reaches a task
+    leaky = {"DET_RESUME": "3", "DET_RUNS_DIR": "/r", "DET_USER_TOKEN": "u", "RANK": "1",
+             "HOROVOD_RANK": "1", "TF_CONFIG": "{}", "DET_HPARAMS": '{"old": 1}'}
+    full = process_env(task_env({"DET_TRIAL_ID": "3"}), "http://m", "tok", "a", "TRIAL",
+                       base={"PATH": "/usr/bin", **leaky})
+    assert not set(leaky) & set(full) and full["DET_TRIAL_ID"] == "3"
     # a stored config altered since its create (it was checked then): the launch fails
     env["DET_EXPERIMENT_CONFIG"] = json.dumps(_env(["DET_SESSION_TOKEN=stolen", "X=1"]))
     with pytest.raises(ConfigError, match="DET_SESSION_TOKEN is set by det_sdk"):

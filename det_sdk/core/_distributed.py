@@ -112,19 +112,21 @@ class DistributedContext(_base.DistributedContext):
                  local_size: int | None = None, cross_rank: int | None = None,
                  cross_size: int | None = None, chief_ip: str | None = None,
                  pub_port: int = DEFAULT_PORT, pull_port: int | None = None,
-                 port_offset: int = 0, force_tcp: bool = False, token: str | None = None,
+                 port_offset: int | None = None, force_tcp: bool = False, token: str | None = None,
                  timeout_s: float = _CONNECT_TIMEOUT) -> None:
         """Ranks you know, and object collectives over TCP to the chief at ``chief_ip``.
 
         Determined's constructor: a launcher (or your own code) knows each process's
         ranks and the chief's address; nothing else is needed in the process (no
         Horovod, torch or TensorFlow). The chief listens on ``pub_port + port_offset``
-        and every other rank connects there (within ``timeout_s``); each must show the
-        same ``token`` (default: ``DET_COLLECTIVE_TOKEN`` from the environment, which
-        det_sdk's launchers set; empty admits any det_sdk peer that reaches the port,
-        so keep that port inside the cluster's network). ``pull_port`` and
-        ``force_tcp`` are accepted for Determined's signature: one port carries both
-        directions here. Local and cross ranks default to one node.
+        (``port_offset`` defaults to the cluster's ``DET_UNIQUE_PORT_OFFSET``, so two
+        tasks on one host differ) and every other rank connects there within
+        ``timeout_s``. Each must show the same ``token`` (default:
+        ``DET_COLLECTIVE_TOKEN`` from the environment, which det_sdk's launchers set;
+        empty admits any det_sdk peer that reaches the port, so keep that port inside
+        the cluster's network). ``pull_port`` and ``force_tcp`` are accepted for
+        Determined's signature: one port carries both directions here. Local and cross
+        ranks default to one node.
 
         Args:
             rank: this process's rank in ``[0, size)``.
@@ -160,6 +162,8 @@ class DistributedContext(_base.DistributedContext):
         self.cross_rank = 0 if cross_rank is None else cross_rank
         self.cross_size = 1 if cross_size is None else cross_size
         self.chief_ip = chief_ip
+        if port_offset is None:  # the cluster's per-task offset: tasks on one host differ
+            port_offset = int(os.environ.get("DET_UNIQUE_PORT_OFFSET", "0") or 0)
         port = pub_port + port_offset
         secret = os.environ.get(TOKEN_VAR, "") if token is None else token
         from det_sdk.core._star import Star, bind_address

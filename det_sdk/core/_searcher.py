@@ -52,19 +52,17 @@ class SearcherOperation:
     def report_completed(self, searcher_metric: float) -> None:
         """This length is trained and validated: ``searcher_metric`` goes to the searcher.
 
-        A collective (every process calls it); the searcher's answer decides whether
-        :meth:`SearcherContext.operations` yields another operation.
+        The chief's call counts (Determined's scripts call it on the chief only; other
+        processes may call it too, which changes nothing). The searcher's answer,
+        shared with every process by :meth:`SearcherContext.operations`, decides
+        whether another operation follows.
         """
         if self._completed:
             raise RuntimeError("report_completed: this operation was already completed")
         self._completed = True
         ctx = self._context
-        if ctx is None:
-            return
-        dist = ctx._dist
-        nxt = ctx._session.complete_operation(self._length, float(searcher_metric)) \
-            if dist.is_chief else None
-        self._next = dist.broadcast(nxt) if dist.size > 1 else nxt
+        if ctx is not None and ctx._dist.is_chief:
+            self._next = ctx._session.complete_operation(self._length, float(searcher_metric))
 
 
 class SearcherContext:
@@ -94,12 +92,17 @@ class SearcherContext:
         return told or self._local_length
 
     def operations(self) -> Iterator[SearcherOperation]:
-        """Each operation until the searcher says stop. Report each one completed."""
+        """Each operation until the searcher says stop; the chief reports each completed.
+
+        On N processes every one iterates (a collective after each operation): the
+        chief's next operation, or the end, reaches the others.
+        """
         length = self.current_length()
         while length is not None:
             op = SearcherOperation(self, length)
             yield op
-            if not op._completed:
-                raise RuntimeError("searcher: call op.report_completed(metric) before "
-                                   "asking for the next operation")
-            length = op._next
+            if self._dist.is_chief and not op._completed:
+                raise RuntimeError("searcher: call op.report_completed(metric) on the chief "
+                                   "before asking for the next operation")
+            nxt = op._next if self._dist.is_chief else None
+            length = self._dist.broadcast(nxt) if self._dist.size > 1 else nxt

@@ -121,6 +121,10 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     return failure
 
 
+#: where the failure records go, for launchers that start workers under COMMAND
+RECORD_DIR_VAR = "DET_FAILURE_RECORD_DIR"
+
+
 def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) -> int:
     """Run ``command``; on a non-zero exit write its failure record to ``record_dir``.
 
@@ -138,7 +142,9 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
         signal.signal(signum, on_signal)
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(list(command), stderr=write_fd)
+        # launchers inside COMMAND wrap their own workers with the same record dir
+        env = {**os.environ, RECORD_DIR_VAR: str(record_dir)}
+        proc = subprocess.Popen(list(command), stderr=write_fd, env=env)
     except OSError as err:
         os.close(read_fd)
         os.close(write_fd)

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from det_sdk.distributed import launched_by_horovod
+from det_sdk.launch._node import node_slots, under_horovodrun
 
 __all__ = ["main", "parse_args", "tf_config"]
 
@@ -190,6 +191,13 @@ def _spawn(n: int, script: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the launcher (``python3 -m det_sdk.launch.tensorflow -- SCRIPT...``)."""
     processes, script = parse_args(sys.argv[1:] if argv is None else argv)
+    slots = 1 if launched_by_horovod() or processes > 1 else node_slots()
+    if slots > 1:
+        # run once for the node (Determined's `entrypoint:`): its slots' workers under
+        # horovodrun, each of them this launcher again
+        command = under_horovodrun(
+            [sys.executable, "-m", "det_sdk.launch.tensorflow", "--", *script], slots)
+        os.execvp(command[0], command)
     if launched_by_horovod() and int(os.environ["HOROVOD_SIZE"]) > 1:
         if processes != 1:
             print("det_sdk.launch.tensorflow: --processes is for runs off horovodrun; under "

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from det_sdk.distributed import launched_by_horovod
 from det_sdk.errors import DetSdkError
+from det_sdk.launch._node import node_slots
 
 __all__ = ["main", "parse_args", "worker_env"]
 
@@ -43,14 +44,7 @@ class LaunchArgumentError(DetSdkError, ValueError):
 
 
 def _default_nproc() -> int:
-    try:
-        from det_sdk.info import get_cluster_info
-
-        info = get_cluster_info()
-    except Exception:
-        return 1
-    slots = getattr(info, "slot_ids", None) if info is not None else None
-    return len(slots) if slots else 1
+    return node_slots()
 
 
 def parse_args(argv: Sequence[str]) -> tuple[int, list[str]]:

@@ -41,7 +41,12 @@ from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from det_sdk import api
-from det_sdk.config import ignored_fields, ignored_fields_warning
+from det_sdk.config import (
+    ignored_fields,
+    ignored_fields_warning,
+    launch_warnings,
+    parse_experiment_config,
+)
 from det_sdk.master.archive import MAX_ARCHIVE_BYTES
 from det_sdk.master.core import Master
 from det_sdk.master.errors import STATUS, RequestError
@@ -309,6 +314,7 @@ def create_app(master: Master) -> FastAPI:
         exp_id = master.create_experiment(req.config, req.model_definition)
         ignored = ignored_fields(req.config)  # accepted: the config validated above
         warnings = [ignored_fields_warning(ignored)] if ignored else []
+        warnings += launch_warnings(parse_experiment_config(req.config))
         for warning in warnings:
             log.warning("experiment %d: %s", exp_id, warning)
         return api.CreateExperimentResponse(id=exp_id, warnings=warnings)

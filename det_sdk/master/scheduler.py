@@ -135,6 +135,7 @@ class Scheduler:
                 workdir=self.data_dir / "trials" / str(t["id"]) / "workdir",
                 entrypoint=cfg.entrypoint_script or "", slots=cfg.resources.slots_per_trial,
                 env=env, log_path=self.logs_path("trials", t["id"]),
+                per_node=cfg.entrypoint_runs == "per_node",
             )
         except Exception as err:
             self._launch_failed(t["id"], f"{type(err).__name__}: {err}")

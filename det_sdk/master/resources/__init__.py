@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from det_sdk.env import outside
 from det_sdk.master.archive import unpack
 
 if TYPE_CHECKING:
@@ -101,12 +102,29 @@ def config_env(env: dict[str, str]) -> dict[str, str]:
     return environment_variables(config if isinstance(config, dict) else None)
 
 
+def _determined_shim() -> str:
+    """det_sdk's ``determined`` package directory, unless a real one is importable."""
+    import importlib.util
+
+    if importlib.util.find_spec("determined") is not None:
+        return ""
+    return str(Path(__file__).resolve().parents[2] / "_compat_path")
+
+
+_DETERMINED_SHIM = _determined_shim()
+
+
 def process_env(env: dict[str, str], master_url: str, token: str, alloc_id: str,
                 task_type: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a task's processes: the master's own, with ``python3``
     resolving to det_sdk's interpreter, the config's ``environment_variables`` over it,
     and the task's ``DET_*`` protocol on top."""
-    base = dict(os.environ if base is None else base)
+    # nothing of the master's own shell that belongs to a run, a task or a rank (a
+    # master started from a trial's shell, or with DET_RESUME set, passes none on)
+    base = outside(os.environ if base is None else base)
+    if _DETERMINED_SHIM:  # Determined's module names (determined.launch.wrap_rank, ...)
+        path = base.get("PYTHONPATH")
+        base["PYTHONPATH"] = os.pathsep.join([*([path] if path else []), _DETERMINED_SHIM])
     full = {
         **base,
         # `python3` in an entrypoint is the interpreter that runs det_sdk
@@ -120,10 +138,6 @@ def process_env(env: dict[str, str], master_url: str, token: str, alloc_id: str,
         "DET_ALLOCATION_ID": alloc_id,
         "DET_TASK_TYPE": task_type,
     }
-    # DET_USER_TOKEN: a task gets its own token, never the user's (set when the master
-    # was started from a shell that had it)
-    for var in ("DET_RESUME", "DET_CONFIG", "DET_RUNS_DIR", "DET_USER_TOKEN"):
-        full.pop(var, None)
     return full
 
 
@@ -145,6 +159,8 @@ class ResourceManager:
         self.slots = slots
         self.master_url = master_url
         self.on_exit = on_exit
+        # ClusterInfo.cluster_id: the same for every task of this master's data
+        self.cluster_id = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, str(Path(data_dir).resolve())))
         # the master runs with umask 077 (its data are private); tasks get the user's own
         self.task_umask = 0o022
         self._deadlines: dict[str, float] = {}  # allocation id -> when to force it
@@ -165,8 +181,12 @@ class ResourceManager:
         return ""
 
     def launch(self, *, task_type: str, task_id: int, archive: str, workdir: Path,
-               entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
+               entrypoint: str, slots: int, env: dict[str, str], log_path: Path,
+               per_node: bool = False) -> str:
         """Start a task; returns its allocation id.
+
+        ``per_node``: run ``entrypoint`` once per node (Determined's launch model: it
+        starts the node's ``slot_ids`` workers itself) instead of once per slot.
 
         Raises whatever stops the start (an archive that does not unpack, an environment
         over the kernel's limit, a refused submission): the scheduler ends the task with

@@ -12,7 +12,9 @@ learn how it ended (the task is not its child any more).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -89,22 +91,33 @@ class LocalManager(ResourceManager):
     # --- launching --------------------------------------------------------------------------
 
     def launch(self, *, task_type: str, task_id: int, archive: str, workdir: Path,
-               entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
+               entrypoint: str, slots: int, env: dict[str, str], log_path: Path,
+               per_node: bool = False) -> str:
         alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         exit_path = exit_file(workdir, alloc_id)
         # each rank under det_sdk.launch.catch: its own exception becomes the task's error
         # (horovodrun signals the process it started, not its group: the wrapper passes
         # SIGTERM on; a task of one slot is signalled as a group)
+        per_slot = slots > 1 and not per_node
         command = catch_command(entrypoint, record_dir(workdir, alloc_id),
-                                forward_signals=slots > 1)
-        if slots > 1:
+                                forward_signals=per_slot)
+        if per_slot:
             horovodrun = Path(sys.executable).with_name("horovodrun")
             command = f"{shlex.quote(str(horovodrun))} -np {slots} --gloo {command}"
         # The shell outlives a SIGTERM to the group (a trap, not an ignore: the
         # entrypoint gets the default disposition back) so that it records the
         # entrypoint's own exit status once the entrypoint has finished.
         wrapped = f"trap 'true' TERM INT; {command}; echo $? > {shlex.quote(str(exit_path))}"
-        full_env = process_env(env, self.master_url, token, alloc_id, task_type)
+        # one node: every slot is this container's, the chief is this host
+        node = {"DET_SLOT_IDS": json.dumps(list(range(slots))),
+                "DET_CONTAINER_ADDRS": json.dumps(["127.0.0.1"]), "DET_CONTAINER_RANK": "0",
+                "DET_CLUSTER_ID": self.cluster_id,
+                # what a task's workers show each other's collectives (not its session token)
+                "DET_COLLECTIVE_TOKEN": secrets.token_hex(16),
+                # ports a task's processes add to their defaults (Determined's): tasks
+                # running side by side on this host get different ones
+                "DET_UNIQUE_PORT_OFFSET": str(int(alloc_id.rsplit("-", 1)[1], 16) % 1000)}
+        full_env = process_env({**node, **env}, self.master_url, token, alloc_id, task_type)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, open(log_path, "ab") as log:
             proc = subprocess.Popen(

@@ -230,7 +230,14 @@ class SlurmManager(ResourceManager):
     # --- launching --------------------------------------------------------------------------
 
     def launch(self, *, task_type: str, task_id: int, archive: str, workdir: Path,
-               entrypoint: str, slots: int, env: dict[str, str], log_path: Path) -> str:
+               entrypoint: str, slots: int, env: dict[str, str], log_path: Path,
+               per_node: bool = False) -> str:
+        if per_node and slots > 1:
+            raise SlurmError(
+                "Slurm runs every entrypoint once per slot (srun per rank); a per-node "
+                f"entrypoint (Determined's `entrypoint:` command) with {slots} slots would "
+                "start its launcher on every rank. Write entrypoint_script: (one process per "
+                "slot) for this trial on Slurm")
         alloc_id, token = self._new_task(task_type, task_id, archive, workdir)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path, script = self._job_files(workdir, alloc_id)
