@@ -22,6 +22,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from det_sdk.errors import UsageError
 from det_sdk.wire import decode_metric, encode_metric, to_wire
 
 __all__ = [
@@ -139,7 +140,7 @@ class AllocationState(_State):
 
 def _no_bool(v: Any) -> Any:
     if isinstance(v, bool):
-        raise ValueError("expected a number, not a boolean")
+        raise UsageError("expected a number, not a boolean")
     return v
 
 

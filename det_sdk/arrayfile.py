@@ -43,7 +43,12 @@ from typing import Any, BinaryIO
 import numpy as np
 import xxhash
 
-from det_sdk.errors import CheckpointCorruptError, CheckpointWriteError
+from det_sdk.errors import (
+    ArgumentTypeError,
+    CheckpointCorruptError,
+    CheckpointWriteError,
+    DetSdkError,
+)
 
 __all__ = ["BLOCK", "COPY_CHUNK", "MIN_DIRECT", "ArrayFileWriter", "copy_file", "read_exactly",
            "write_all"]
@@ -53,6 +58,10 @@ BLOCK = 4096  # O_DIRECT alignment that fits disks of 512- and 4096-byte sectors
 # out with the file's fsync. Small arrays, which cost the page cache little, go buffered.
 MIN_DIRECT = 1 << 20
 COPY_CHUNK = 8 << 20  # bytes per read/write of copy_file
+
+
+class NonBlockingFileError(DetSdkError, BlockingIOError):
+    """A non-blocking file given to read from: it may have no data yet; pass a blocking one."""
 
 
 def _byte_view(buf: Any) -> memoryview:
@@ -84,10 +93,11 @@ def read_exactly(src: int | BinaryIO, buf: Any, offset: int | None = None,
     """
     view = _byte_view(buf)
     if view.readonly:
-        raise TypeError(f"read_exactly: buf must be writable, got a read-only {type(buf).__name__}")
+        raise ArgumentTypeError("read_exactly: buf must be writable, got a read-only "
+                                f"{type(buf).__name__}")
     expected, got = len(view), 0
     if offset is not None and not isinstance(src, int):
-        raise TypeError("read_exactly: offset needs a file descriptor, not a file object")
+        raise ArgumentTypeError("read_exactly: offset needs a file descriptor, not a file object")
     while got < expected:
         rest = view[got:]
         if isinstance(src, int) and offset is not None:
@@ -97,8 +107,8 @@ def read_exactly(src: int | BinaryIO, buf: Any, offset: int | None = None,
         else:
             n = src.readinto(rest)
             if n is None:  # a non-blocking file with nothing to read yet
-                raise BlockingIOError(errno.EAGAIN, f"read_exactly: {what} is non-blocking "
-                                                     "and has no data; pass a blocking file")
+                raise NonBlockingFileError(errno.EAGAIN, f"read_exactly: {what} is "
+                                           "non-blocking and has no data; pass a blocking file")
         if n == 0:
             start = f" from offset {offset}" if offset is not None else ""
             raise CheckpointCorruptError(

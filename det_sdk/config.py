@@ -117,7 +117,7 @@ MAX_CONFIG_BYTES = 96 * 1024
 def _no_bool(v: Any) -> Any:
     # YAML's `true` is not 1: a boolean where a number belongs is a mistake
     if isinstance(v, bool):
-        raise ValueError("expected a number, not a boolean")
+        raise ConfigError("expected a number, not a boolean")
     return v
 
 
@@ -144,7 +144,7 @@ class Length(_Strict):
     @model_validator(mode="after")
     def _exactly_one(self) -> Length:
         if (self.epochs is None) == (self.batches is None):
-            raise ValueError("give exactly one of 'epochs' or 'batches'")
+            raise ConfigError("give exactly one of 'epochs' or 'batches'")
         return self
 
     @property
@@ -177,7 +177,7 @@ class IntHP(_Strict):
     @model_validator(mode="after")
     def _ordered(self) -> IntHP:
         if self.minval > self.maxval:
-            raise ValueError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
+            raise ConfigError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
         return self
 
 
@@ -192,7 +192,7 @@ class DoubleHP(_Strict):
     @model_validator(mode="after")
     def _ordered(self) -> DoubleHP:
         if self.minval > self.maxval:
-            raise ValueError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
+            raise ConfigError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
         return self
 
 
@@ -208,16 +208,15 @@ class LogHP(_Strict):
     @model_validator(mode="after")
     def _ordered(self) -> LogHP:
         if self.minval > self.maxval:
-            raise ValueError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
+            raise ConfigError(f"minval ({self.minval}) must not exceed maxval ({self.maxval})")
         for bound in (self.minval, self.maxval):
             try:
                 value = self.base**bound
             except OverflowError:
                 value = math.inf
             if not math.isfinite(value) or value == 0:
-                raise ValueError(f"base ** {bound} ({self.base} ** {bound}) is out of a "
-                                 f"float's range; a log range spans exponents, e.g. "
-                                 f"minval: -5, maxval: -1")
+                raise ConfigError(f"base ** {bound} ({self.base} ** {bound}) is out of a float's "
+                                  "range; a log range spans exponents, e.g. minval: -5, maxval: -1")
         return self
 
 
@@ -281,8 +280,8 @@ def _parse_hyperparameters(raw: Any, path: str = "hyperparameters", depth: int =
     if not isinstance(raw, Mapping):
         return raw  # let pydantic report the type error with its path
     if depth > MAX_HP_DEPTH:
-        raise ValueError(f"{path}: hyperparameter groups nested more than {MAX_HP_DEPTH} "
-                         f"levels deep")
+        raise ConfigError(f"{path}: hyperparameter groups nested more than {MAX_HP_DEPTH} levels "
+                          "deep")
     out = {}
     for name, spec in raw.items():
         if isinstance(spec, Mapping) and "type" in spec:
@@ -397,14 +396,14 @@ class AdaptiveASHASearcher(_SearcherBase):
         if timed == (True, False) or timed == (False, True):
             given, missing = ("time_metric", "max_time") if timed[0] else ("max_time",
                                                                           "time_metric")
-            raise ValueError(f"searcher.{missing}: required with searcher.{given} (e.g. "
-                             "time_metric: batches, max_time: 1000)")
+            raise ConfigError(f"searcher.{missing}: required with searcher.{given} (e.g. "
+                              "time_metric: batches, max_time: 1000)")
         if timed[0] and self.max_length is not None:
-            raise ValueError("searcher: give max_length or time_metric + max_time, not both")
+            raise ConfigError("searcher: give max_length or time_metric + max_time, not both")
         if not timed[0] and self.max_length is None:
-            raise ValueError("searcher.max_length: adaptive_asha needs a budget: max_length "
-                             "(e.g. max_length: {epochs: 8}) or time_metric + max_time "
-                             "(e.g. time_metric: batches, max_time: 1000)")
+            raise ConfigError("searcher.max_length: adaptive_asha needs a budget: max_length "
+                              "(e.g. max_length: {epochs: 8}) or time_metric + max_time (e.g. "
+                              "time_metric: batches, max_time: 1000)")
         return self
 
     @property
@@ -489,22 +488,22 @@ def _env_entries(raw: Any, where: str) -> list[str]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise ValueError(f"{where}expected a list of 'NAME=value' strings, got {raw!r}")
+        raise ConfigError(f"{where}expected a list of 'NAME=value' strings, got {raw!r}")
     for i, entry in enumerate(raw):
         if not isinstance(entry, str):
-            raise ValueError(f"{where}entry {i}: expected a 'NAME=value' string, got {entry!r}")
+            raise ConfigError(f"{where}entry {i}: expected a 'NAME=value' string, got {entry!r}")
         name, eq, _ = entry.partition("=")
         if not eq:
-            raise ValueError(f"{where}entry {i} {entry!r} has no '=': expected 'NAME=value'")
+            raise ConfigError(f"{where}entry {i} {entry!r} has no '=': expected 'NAME=value'")
         if not name.strip():
-            raise ValueError(f"{where}entry {i} {entry!r} has an empty name: expected "
+            raise ConfigError(f"{where}entry {i} {entry!r} has an empty name: expected "
                              "'NAME=value'")
         if "\x00" in entry or any(c.isspace() for c in name):
-            raise ValueError(f"{where}entry {i} {entry!r}: a name holds no spaces, and no "
-                             "entry a NUL character")
+            raise ConfigError(f"{where}entry {i} {entry!r}: a name holds no spaces, and no entry a "
+                              "NUL character")
         if OWNED_ENV_NAMES.fullmatch(name):
-            raise ValueError(f"{where}entry {i}: {name} is set by det_sdk for every task and "
-                             "cannot be overridden (DET_*, HOROVOD_*, SLURM_*, PATH)")
+            raise ConfigError(f"{where}entry {i}: {name} is set by det_sdk for every task and "
+                              "cannot be overridden (DET_*, HOROVOD_*, SLURM_*, PATH)")
     return list(raw)
 
 
@@ -516,10 +515,10 @@ def _env_section(raw: Any) -> Any:
         return _env_entries(raw, "")
     unknown = [k for k in raw if k not in (*_DEVICES, "gpu")]
     if unknown:
-        raise ValueError(f"unknown device {unknown[0]!r}: expected a list of 'NAME=value' "
-                         f"strings, or a mapping of {', '.join(_DEVICES)} to such lists")
+        raise ConfigError(f"unknown device {unknown[0]!r}: expected a list of 'NAME=value' "
+                          f"strings, or a mapping of {', '.join(_DEVICES)} to such lists")
     if "gpu" in raw and "cuda" in raw:
-        raise ValueError("give 'cuda' or its older name 'gpu', not both")
+        raise ConfigError("give 'cuda' or its older name 'gpu', not both")
     return {d: _env_entries(raw.get(d, raw.get("gpu") if d == "cuda" else None), f"{d}: ")
             for d in _DEVICES}
 
@@ -598,7 +597,7 @@ class Reproducibility(_Strict):
 
 def _entrypoint_ok(v: str | None) -> str | None:
     if v is not None and "\x00" in v:
-        raise ValueError("contains a NUL character, which no command line can hold")
+        raise ConfigError("contains a NUL character, which no command line can hold")
     return v
 
 
@@ -610,7 +609,7 @@ def _check_size(model: BaseModel) -> None:
         largest = sorted(((len(json.dumps(v, default=str)), k) for k, v in dumped.items()),
                          reverse=True)[:2]
         names = ", ".join(f"{k} ({n} bytes)" for n, k in largest)
-        raise ValueError(
+        raise ConfigError(
             f"the config is {size} bytes as JSON, over the limit of {MAX_CONFIG_BYTES} (it "
             f"reaches each task in one environment variable); largest fields: {names}. "
             f"Keep data sets and long texts in files of the model directory")
@@ -687,8 +686,8 @@ def _det_sdk_launchers(command: str) -> str:
     'python3 -m det_sdk.launch.torch_distributed python3 t.py'
     """
     if re.search(r"-m\s+(?:det_sdk|determined)\.launch\.deepspeed\b", command):
-        raise ValueError("DeepSpeed's launcher (launch.deepspeed) is not provided by det_sdk; "
-                         "use launch.torch_distributed, launch.horovod or launch.tensorflow")
+        raise ConfigError("DeepSpeed's launcher (launch.deepspeed) is not provided by det_sdk; "
+                          "use launch.torch_distributed, launch.horovod or launch.tensorflow")
     return re.sub(r"(-m\s+)determined\.launch\.", r"\1det_sdk.launch.", command)
 
 
@@ -795,7 +794,7 @@ def _determined_lengths(raw: Mapping[str, Any]) -> dict[str, Any]:
         searcher = dict(searcher)
         steps = searcher.pop("max_steps")
         if "max_length" in searcher:
-            raise ValueError("searcher: give max_length or the older max_steps, not both")
+            raise ConfigError("searcher: give max_length or the older max_steps, not both")
         searcher["max_length"] = ({"batches": steps * unit} if isinstance(steps, int)
                                   and not isinstance(steps, bool) else steps)
         raw["searcher"] = searcher
@@ -805,9 +804,9 @@ def _determined_lengths(raw: Mapping[str, Any]) -> dict[str, Any]:
         # fronts that need a unit (see _SearcherBase)
         n = searcher["max_length"]
         if not 1 <= n <= MAX_LENGTH:
-            raise ValueError(f"searcher.max_length: expected a positive integer (at most "
-                             f"{MAX_LENGTH}) or one of {{epochs: N}}, {{batches: N}}, "
-                             f"{{records: N}}, got {n}")
+            raise ConfigError("searcher.max_length: expected a positive integer (at most "
+                              f"{MAX_LENGTH}) or one of {{epochs: N}}, {{batches: N}}, {{records: "
+                              f"N}}, got {n}")
         raw["searcher"] = {**searcher, "max_length": {"epochs": n}}
     for name in ("min_validation_period", "min_checkpoint_period"):
         steps = raw.get(name)
@@ -823,12 +822,12 @@ def _determined_lengths(raw: Mapping[str, Any]) -> dict[str, Any]:
         where = ".".join(path)
         records = length["records"]
         if set(length) != {"records"}:
-            raise ValueError(f"{where}: give exactly one of 'epochs', 'batches' or 'records'")
+            raise ConfigError(f"{where}: give exactly one of 'epochs', 'batches' or 'records'")
         if isinstance(records, bool) or not isinstance(records, int) or records < 1:
-            raise ValueError(f"{where}.records: expected a positive integer, got {records!r}")
+            raise ConfigError(f"{where}.records: expected a positive integer, got {records!r}")
         gbs = _const_global_batch_size(raw)
         if gbs is None:
-            raise ValueError(
+            raise ConfigError(
                 f"{where}.records: counting records in batches needs a constant "
                 "hyperparameters.global_batch_size (a positive integer); give the length "
                 "in batches or epochs instead")

@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from det_sdk.errors import ArgumentTypeError, UsageError
+
 __all__ = ["DistributedContext", "HorovodProcesses", "SingleProcess", "launched_by_horovod"]
 
 T = TypeVar("T")
@@ -46,18 +48,18 @@ class DistributedContext(ABC):
         64
         """
         if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"global_batch_size must be an int, got {type(global_batch_size).__name__}"
             )
         if global_batch_size < 1:
-            raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+            raise UsageError(f"global_batch_size must be >= 1, got {global_batch_size}")
         if global_batch_size < self.size:
-            raise ValueError(
+            raise UsageError(
                 f"global_batch_size {global_batch_size} is smaller than the number of "
                 f"processes ({self.size}): every process needs at least one sample per batch"
             )
         if global_batch_size % self.size:
-            raise ValueError(
+            raise UsageError(
                 f"global_batch_size {global_batch_size} does not divide by the number of "
                 f"processes ({self.size}); use a multiple of {self.size}"
             )

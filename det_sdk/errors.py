@@ -15,8 +15,9 @@ True
 
 from __future__ import annotations
 
-__all__ = ["CheckpointCorruptError", "CheckpointMismatchError", "CheckpointWriteError",
-           "DetSdkError", "DivergenceError", "MissingExtraError", "UsageError"]
+__all__ = ["ArgumentTypeError", "CheckpointCorruptError", "CheckpointMismatchError",
+           "CheckpointWriteError", "DetSdkError", "DivergenceError", "MissingExtraError",
+           "StateError", "UsageError"]
 
 
 class DetSdkError(Exception):
@@ -26,6 +27,16 @@ class DetSdkError(Exception):
 class UsageError(DetSdkError, ValueError):
     """A command or call given what it cannot act on: a missing directory, no token for
     the master, options that exclude each other. The message says which and what to do."""
+
+
+class ArgumentTypeError(DetSdkError, TypeError):
+    """An argument of a kind det_sdk cannot take (a number where a callable goes, a
+    generator where a list is needed). The message names the argument and what it takes."""
+
+
+class StateError(DetSdkError, RuntimeError):
+    """A call made where or when it cannot be acted on: twice, on a process that does not
+    own what it asks for, before what it depends on. The message says which and what to do."""
 
 
 class CheckpointCorruptError(DetSdkError, RuntimeError):

@@ -171,7 +171,7 @@ def parse_traceback(text: str | Iterable[str], cwd: str | None = None) -> Failur
     ...   File "/w/train.py", line 12, in <module>
     ...     fit(lr=7)
     ...   File "/venv/lib/python3.11/site-packages/keras/fit.py", line 3, in fit
-    ...     raise ValueError(f"bad lr {lr}")
+    ...     raise UsageError(f"bad lr {lr}")
     ... ValueError: bad lr 7
     ... more noise''', cwd="/w")
     >>> f.headline(), f.where(), f.source

@@ -42,6 +42,10 @@ class HParamKeyError(DetSdkError, KeyError):
         return str(self.args[0])
 
 
+class ReadOnlyHParamsError(DetSdkError, TypeError):
+    """An assignment to the hyperparameters, which are the trial's and read-only."""
+
+
 class LocalHParamsError(DetSdkError, ValueError):
     """A run off the cluster whose config searches a hyperparameter it has no value for."""
 
@@ -63,7 +67,7 @@ class HParamGroup(dict):  # type: ignore[type-arg]
     >>> g["lr"] = 0.2
     Traceback (most recent call last):
     ...
-    TypeError: hyperparameters are read-only (optimizer); change a copy: dict(...)
+    det_sdk.hparams.ReadOnlyHParamsError: hyperparameters are read-only (optimizer); ...
     """
 
     __slots__ = ("_path",)
@@ -77,8 +81,8 @@ class HParamGroup(dict):  # type: ignore[type-arg]
                              f"known: {_known(self)}")
 
     def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(f"hyperparameters are read-only ({self._path}); change a copy: "
-                        f"dict(...)")
+        raise ReadOnlyHParamsError(f"hyperparameters are read-only ({self._path}); "
+                                   "change a copy: dict(...)")
 
     __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
     clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from det_sdk.errors import StateError, UsageError
+
 __all__ = ["ClusterInfo", "TrialInfo", "get_cluster_info"]
 
 
@@ -75,7 +77,7 @@ class ClusterInfo(BaseModel):
         3
         """
         if self.task_type != "TRIAL" or self.trial_id is None:
-            raise RuntimeError(f"info.trial: this task is a {self.task_type} task, not a trial")
+            raise StateError(f"info.trial: this task is a {self.task_type} task, not a trial")
         return TrialInfo(trial_id=self.trial_id, experiment_id=self.experiment_id,
                          trial_seed=self.trial_seed, hparams=dict(self.hparams),
                          config=dict(self.config))
@@ -118,7 +120,7 @@ def get_cluster_info(environ: Mapping[str, str] | None = None) -> ClusterInfo | 
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{var} is not valid JSON: {err}") from None
+                raise UsageError(f"{var} is not valid JSON: {err}") from None
         raw[field] = value
     try:
         return ClusterInfo.model_validate(raw)
@@ -126,4 +128,4 @@ def get_cluster_info(environ: Mapping[str, str] | None = None) -> ClusterInfo | 
         problems = "; ".join(
             f"{_ENV.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in err.errors()
         )
-        raise ValueError(f"incomplete cluster environment: {problems}") from None
+        raise UsageError(f"incomplete cluster environment: {problems}") from None

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, StateError
 from det_sdk.stages import (
     DEFAULT_STAGE,
     forget_after,
@@ -219,7 +219,7 @@ class LocalSession(Session):
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
     ) -> None:
         if self._metrics_file is None:
-            raise RuntimeError("this process opened the run read-only; rank 0 reports")
+            raise StateError("this process opened the run read-only; rank 0 reports")
         row = {
             "group": group,
             **record_fields(self.stage),

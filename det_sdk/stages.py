@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.storage import best_first
 
 __all__ = [
@@ -198,7 +198,7 @@ class RunStages:
     def begin(self, kind: str, name: str | None = None) -> Stage:
         """The script calls its next ``kind`` (``fit`` or ``evaluate``), named or not."""
         if kind not in KINDS:
-            raise ValueError(f"stage kind must be one of {KINDS}, got {kind!r}")
+            raise UsageError(f"stage kind must be one of {KINDS}, got {kind!r}")
         self._calls[kind] += 1
         n = self._calls[kind]
         if name is None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.atomic import fsync_path
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.wire import metric_rank
 
 __all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
@@ -141,7 +141,7 @@ def read_owner(path: Path) -> dict[str, Any] | None:
 def check_uuid(uuid: str) -> None:
     """Refuse names that would escape the storage directory."""
     if not uuid or "/" in uuid or "\\" in uuid or uuid.startswith(".") or uuid in ("..",):
-        raise ValueError(f"not a checkpoint uuid: {uuid!r}")
+        raise UsageError(f"not a checkpoint uuid: {uuid!r}")
 
 
 def best_first(rows: list[dict[str, Any]], metric: str,

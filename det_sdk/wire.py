@@ -20,6 +20,8 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
+from det_sdk.errors import UsageError
+
 __all__ = ["decode_metric", "decode_metrics", "dumps", "encode_metric", "is_rankable",
            "metric_rank", "replace_non_finite", "to_wire"]
 
@@ -46,11 +48,11 @@ def decode_metric(v: Any) -> Any:
     (inf, 2)
     """
     if isinstance(v, bool):
-        raise ValueError("expected a number, not a boolean")
+        raise UsageError("expected a number, not a boolean")
     if isinstance(v, str):
         if v in _NON_FINITE:
             return _NON_FINITE[v]
-        raise ValueError('expected a number or one of "NaN", "Infinity", "-Infinity"')
+        raise UsageError('expected a number or one of "NaN", "Infinity", "-Infinity"')
     return v
 
 

@@ -107,6 +107,56 @@ def test_every_error_of_det_sdk_keras_derives_from_det_sdk_error() -> None:
     _check(classes)
 
 
+# Raising a builtin exception is Python's protocol in these places, not an error det_sdk
+# reports: an abstract method, the end of a sequence, a missing module attribute; and
+# SystemExit / KeyboardInterrupt are how a process exits or is interrupted, not errors.
+_PROTOCOL_RAISES = {"NotImplementedError": None, "IndexError": "__getitem__",
+                    "AttributeError": "__getattr__", "StopIteration": "__next__",
+                    "SystemExit": None, "KeyboardInterrupt": None}
+
+
+def _builtin_raises(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    """``raise ValueError(...)`` and the like in ``path``, outside the protocol places."""
+    import ast
+    import builtins
+
+    found: list[str] = []
+
+    def visit(node: ast.AST, func: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            func = node.name
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            name = exc.id if isinstance(exc, ast.Name) else ""
+            cls = getattr(builtins, name, None)
+            if (isinstance(cls, type) and issubclass(cls, BaseException)
+                    and not (name in _PROTOCOL_RAISES
+                             and _PROTOCOL_RAISES[name] in (None, func))):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: raise {name}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, func)
+
+    visit(ast.parse(path.read_text()), None)
+    return found
+
+
+def test_det_sdk_raises_only_its_own_errors() -> None:
+    """Every error det_sdk raises is a DetSdkError (UsageError for a bad value,
+    ArgumentTypeError for a wrong kind, StateError for a call at the wrong time...)."""
+    raises = [r for path in sorted(PACKAGE.rglob("*.py")) if "_compat_path" not in path.parts
+              for r in _builtin_raises(path)]
+    assert not raises, "builtin exceptions raised directly:\n" + "\n".join(raises)
+
+
+def test_the_scan_finds_a_builtin_raise(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(x):\n    if x:\n        raise ValueError('x')\n"
+                     "class S:\n    def __getitem__(self, i):\n        raise IndexError(i)\n"
+                     "    def pop(self):\n        raise IndexError('empty')\n")
+    assert _builtin_raises(probe, tmp_path) == ["probe.py:3: raise ValueError",
+                                                "probe.py:8: raise IndexError"]
+
+
 def test_builtin_bases_still_catch() -> None:
     """``except ValueError`` (or LookupError, ConnectionError...) in users' code still works."""
     from det_sdk.client import MasterError, MasterUnreachable

@@ -24,6 +24,7 @@ from typing import Any
 
 from det_sdk.arrayfile import copy_file
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.storage import OWNER_FILE
 
@@ -55,7 +56,7 @@ class CheckpointContext:
         meta = _checked_metadata(metadata)
         if not self._dist.is_chief:
             if not shard:
-                raise RuntimeError(
+                raise StateError(
                     "store_path: only the chief (rank 0) stores checkpoints; call it on "
                     "rank 0, or with shard=True on every rank")
             import tempfile
@@ -78,7 +79,7 @@ class CheckpointContext:
         """
         src = Path(ckpt_dir)
         if not src.is_dir():
-            raise FileNotFoundError(f"upload: ckpt_dir {src} is not a directory")
+            raise UsageError(f"upload: ckpt_dir {src} is not a directory")
         with self.store_path(metadata, shard=shard) as (path, uuid):
             if self._dist.is_chief:
                 shutil.copytree(src, path, dirs_exist_ok=True, copy_function=copy_file)
@@ -115,13 +116,14 @@ class CheckpointContext:
 
 def _checked_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
-        raise TypeError(f"store_path: metadata must be a mapping, got {type(metadata).__name__}")
+        raise ArgumentTypeError("store_path: metadata must be a mapping, got "
+                                f"{type(metadata).__name__}")
     steps = metadata.get("steps_completed")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError("store_path: metadata needs 'steps_completed' (an int >= 0), got "
+        raise UsageError("store_path: metadata needs 'steps_completed' (an int >= 0), got "
                          f"{steps!r}")
     try:
         json.dumps(dict(metadata))
     except (TypeError, ValueError) as err:
-        raise ValueError(f"store_path: metadata must be JSON: {err}") from None
+        raise UsageError(f"store_path: metadata must be JSON: {err}") from None
     return dict(metadata)

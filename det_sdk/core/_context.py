@@ -39,6 +39,7 @@ from det_sdk.distributed import (
     launched_by_horovod,
 )
 from det_sdk.env import local_run
+from det_sdk.errors import ArgumentTypeError
 from det_sdk.hparams import HParams, local_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession, Session
@@ -101,8 +102,9 @@ class Context:
 def _distributed(given: DistributedContext | None) -> DistributedContext:
     if given is not None:
         if not isinstance(given, DistributedContext):
-            raise TypeError("init: distributed must be a det_sdk DistributedContext (e.g. from "
-                            f"DistributedContext.from_tf_config()), got {type(given).__name__}")
+            raise ArgumentTypeError("init: distributed must be a det_sdk DistributedContext (e.g. "
+                                    "from DistributedContext.from_tf_config()), got "
+                                    f"{type(given).__name__}")
         return given
     # horovodrun-provided ranks: Horovod's collectives (imports TensorFlow, as it must)
     return HorovodProcesses() if launched_by_horovod() else SingleProcess()
@@ -116,7 +118,8 @@ def _load_config(config: Any) -> ExperimentConfig | None:
         return parse_experiment_config(load_yaml_file(config))
     if isinstance(config, Mapping):
         return parse_experiment_config(config)
-    raise TypeError(f"init: config must be a YAML path or a mapping, got {type(config).__name__}")
+    raise ArgumentTypeError("init: config must be a YAML path or a mapping, got "
+                            f"{type(config).__name__}")
 
 
 def init(

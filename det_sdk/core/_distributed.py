@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from det_sdk import distributed as _base
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 
 __all__ = [
     "DistributedConfigError",
@@ -82,17 +82,17 @@ def parse_tf_config(raw: str | None) -> tuple[list[str], int]:
     try:
         cfg = json.loads(raw)
     except json.JSONDecodeError as err:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {err}") from None
+        raise UsageError(f"TF_CONFIG is not valid JSON: {err}") from None
     workers = (cfg.get("cluster") or {}).get("worker") if isinstance(cfg, dict) else None
     if not isinstance(workers, list) or not workers or not all(
             isinstance(w, str) and ":" in w for w in workers):
-        raise ValueError("TF_CONFIG: cluster.worker must be a non-empty list of 'host:port'")
+        raise UsageError("TF_CONFIG: cluster.worker must be a non-empty list of 'host:port'")
     task = cfg.get("task") or {}
     index = task.get("index", 0)
     if task.get("type", "worker") != "worker" or not isinstance(index, int) \
             or not 0 <= index < len(workers):
-        raise ValueError(f"TF_CONFIG: task must be a worker with an index in "
-                         f"[0, {len(workers)}), got {task!r}")
+        raise UsageError(f"TF_CONFIG: task must be a worker with an index in [0, {len(workers)}), "
+                         f"got {task!r}")
     return list(workers), index
 
 

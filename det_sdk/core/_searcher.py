@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import StateError
 from det_sdk.session import Session
 
 __all__ = ["SearcherContext", "SearcherOperation"]
@@ -58,7 +59,7 @@ class SearcherOperation:
         whether another operation follows.
         """
         if self._completed:
-            raise RuntimeError("report_completed: this operation was already completed")
+            raise StateError("report_completed: this operation was already completed")
         self._completed = True
         ctx = self._context
         if ctx is not None and ctx._dist.is_chief:
@@ -102,7 +103,7 @@ class SearcherContext:
             op = SearcherOperation(self, length)
             yield op
             if self._dist.is_chief and not op._completed:
-                raise RuntimeError("searcher: call op.report_completed(metric) on the chief "
-                                   "before asking for the next operation")
+                raise StateError("searcher: call op.report_completed(metric) on the chief before "
+                                 "asking for the next operation")
             nxt = op._next if self._dist.is_chief else None
             length = self._dist.broadcast(nxt) if self._dist.size > 1 else nxt

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.session import Session
 
 __all__ = ["TrainContext"]
@@ -48,15 +49,15 @@ class TrainContext:
         ``evaluation``) at ``steps_completed`` batches; ``epoch`` defaults to the last
         one reported."""
         if group not in ("training", "validation", "evaluation"):
-            raise ValueError(f"report_metrics: group must be 'training', 'validation' or "
+            raise UsageError("report_metrics: group must be 'training', 'validation' or "
                              f"'evaluation', got {group!r}")
         if isinstance(steps_completed, bool) or not isinstance(steps_completed, int) \
                 or steps_completed < 0:
-            raise ValueError(f"report_metrics: steps_completed must be an int >= 0, "
-                             f"got {steps_completed!r}")
+            raise UsageError("report_metrics: steps_completed must be an int >= 0, got "
+                             f"{steps_completed!r}")
         if not isinstance(metrics, Mapping):
-            raise TypeError(f"report_metrics: metrics must be a mapping of names to numbers, "
-                            f"got {type(metrics).__name__}")
+            raise ArgumentTypeError("report_metrics: metrics must be a mapping of names to "
+                                    f"numbers, got {type(metrics).__name__}")
         if epoch is not None:
             self._epoch = int(epoch)
         if self._dist.is_chief:

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.errors import UsageError
 from det_sdk.keras import _compat
 from det_sdk.session import Session
 
@@ -199,7 +200,7 @@ def aggregated_results(model: Any, dist: DistributedContext) -> dict[str, float]
     every = dist.allgather(mine)
     if len({len(p) for p in every}) > 1:
         counts = ", ".join(f"rank {r}: {len(p)}" for r, p in enumerate(every))
-        raise ValueError(
+        raise UsageError(
             f"det_sdk: the processes' models have different metric state ({counts} "
             "variables); compile the same metrics on every process, and train or evaluate "
             "on data for every process before reading metrics")

@@ -37,7 +37,7 @@ import xxhash
 
 import det_sdk
 from det_sdk.arrayfile import ArrayFileWriter, read_exactly
-from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DetSdkError
+from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DetSdkError, UsageError
 from det_sdk.keras import _compat
 
 __all__ = [
@@ -516,13 +516,13 @@ def _assign(
     group: str, variables: Sequence[Any], arrays: Sequence[np.ndarray], where: Path
 ) -> None:
     if len(variables) != len(arrays):
-        raise ValueError(
+        raise UsageError(
             f"checkpoint {where} holds {len(arrays)} {group} arrays but the model has "
             f"{len(variables)}: is this checkpoint from a different model?"
         )
     for v, arr in zip(variables, arrays):
         if tuple(v.shape) != arr.shape:
-            raise ValueError(
+            raise UsageError(
                 f"checkpoint {where}: {group} variable {v.name} has shape {tuple(v.shape)} "
                 f"in the model but {arr.shape} in the checkpoint"
             )
@@ -563,9 +563,9 @@ def _assign_groups(
             if not saved:
                 continue  # saved before det_sdk kept lookup tables
             if len(saved) != len(variables):
-                raise ValueError(f"checkpoint {path} holds {len(saved)} lookup tables but the "
-                                 f"model has {len(variables)} lookup layers: is this "
-                                 "checkpoint from a different model?")
+                raise UsageError(f"checkpoint {path} holds {len(saved)} lookup tables but the "
+                                 f"model has {len(variables)} lookup layers: is this checkpoint "
+                                 "from a different model?")
             for state, arr in zip(variables, saved):  # vocabularies differ in length
                 state.assign(arr)
             continue
@@ -578,8 +578,8 @@ def load_into(path: Path, model: Any) -> Any:
     lookup tables, the compiled optimizer's state and rank 0's random state. For models
     Keras has no config of (``model.json`` says ``weights_only``). Returns ``model``."""
     if not model.built and not _compat.layers_of(model)[1:]:
-        raise ValueError("load_checkpoint_model: the model has no weights yet; build it "
-                         "first (call it on a batch, e.g. model(x[:1]), or model.build)")
+        raise UsageError("load_checkpoint_model: the model has no weights yet; build it first "
+                         "(call it on a batch, e.g. model(x[:1]), or model.build)")
     opt = _compat.model_optimizer(model)
     optimizers = [opt] if opt is not None else []
     for o in optimizers:
@@ -625,7 +625,7 @@ def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> A
             json.dumps(spec["model_config"]), custom_objects=dict(custom_objects or {})
         )
     except (ValueError, TypeError, KeyError) as err:
-        raise ValueError(
+        raise UsageError(
             f"cannot rebuild the model of checkpoint {path}: {err} "
             "(pass custom layers and functions as custom_objects={name: object}; for a "
             "subclassed model, build it in the script and load the weights with "

@@ -9,6 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
 from det_sdk.keras import _checkpoint, _compat, _data, _fit
@@ -91,7 +92,7 @@ class KerasContext:
         Raises ``RuntimeError`` in a generic job (``det job run``), which does not train.
         """
         if self._training is None:
-            raise RuntimeError(
+            raise StateError(
                 "context.training is not available in a generic job (det job run): "
                 "there are no hyperparameters; use context.config_data instead"
             )
@@ -158,10 +159,10 @@ class KerasContext:
         """
         names = ("x", "y", "batch_size", "epochs")
         if len(args) > len(names):
-            raise TypeError("context.fit: pass arguments after epochs by keyword")
+            raise ArgumentTypeError("context.fit: pass arguments after epochs by keyword")
         for name, value in zip(names, args):
             if name in kwargs:
-                raise TypeError(f"context.fit: got two values for {name!r}")
+                raise ArgumentTypeError(f"context.fit: got two values for {name!r}")
             kwargs[name] = value
         current = self._run_stages().begin("fit", stage)
         self.session.stage, self.session.searched = current.name, current.searched
@@ -300,15 +301,15 @@ class KerasContext:
             vae = context.load_checkpoint_model(trial_id=1, model=make_vae())
         """
         if (trial_id is None) == (checkpoint_uuid is None):
-            raise ValueError("load_checkpoint_model: give exactly one of trial_id or "
+            raise UsageError("load_checkpoint_model: give exactly one of trial_id or "
                              "checkpoint_uuid")
         if checkpoint_uuid is None:
             checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
         path = self.session.checkpoint_path(checkpoint_uuid)
         if model is not None:
             if not isinstance(model, _compat.keras.Model):
-                raise TypeError("load_checkpoint_model: model must be a keras.Model, got "
-                                f"{type(model).__name__}")
+                raise ArgumentTypeError("load_checkpoint_model: model must be a keras.Model, got "
+                                        f"{type(model).__name__}")
             return _checkpoint.load_into(path, model)
         return _checkpoint.load_model(path, custom_objects)
 
@@ -334,14 +335,14 @@ class KerasContext:
             meta = context.load_checkpoint_weights(model, trial_id=1, best=True)
         """
         if (trial_id is None) == (checkpoint_uuid is None):
-            raise ValueError("load_checkpoint_weights: give exactly one of trial_id or "
+            raise UsageError("load_checkpoint_weights: give exactly one of trial_id or "
                              "checkpoint_uuid")
         if not isinstance(model, _compat.keras.Model):
-            raise TypeError("load_checkpoint_weights: model must be a keras.Model, got "
-                            f"{type(model).__name__}")
+            raise ArgumentTypeError("load_checkpoint_weights: model must be a keras.Model, got "
+                                    f"{type(model).__name__}")
         if not model.built:
-            raise ValueError("load_checkpoint_weights: the model has no weights yet; build "
-                             "it first (call it on a batch, e.g. model(x[:1]), or model.build)")
+            raise UsageError("load_checkpoint_weights: the model has no weights yet; build it "
+                             "first (call it on a batch, e.g. model(x[:1]), or model.build)")
         if checkpoint_uuid is None:
             checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
         return _checkpoint.load_weights(self.session.checkpoint_path(checkpoint_uuid), model)

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
+from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat
 
 __all__ = [
@@ -124,24 +125,24 @@ def _check_arrays(named: dict[str, Any]) -> int:
             continue
         leaves = _leaves(struct)
         if not leaves:
-            raise ValueError(f"wrap_data: {name} is empty (no arrays in it)")
+            raise UsageError(f"wrap_data: {name} is empty (no arrays in it)")
         for i, leaf in enumerate(leaves):
             where = name if len(leaves) == 1 else f"{name}[{i}]"
             if not isinstance(leaf, np.ndarray):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"wrap_data: {where} must be a numpy array (or a list/dict of them) "
                     f"to go with numpy x, got {type(leaf).__name__}"
                 )
             if leaf.ndim == 0:
-                raise ValueError(f"wrap_data: {where} is a scalar; expected rows of samples")
+                raise UsageError(f"wrap_data: {where} is a scalar; expected rows of samples")
             lengths[where] = len(leaf)
     distinct = set(lengths.values())
     if len(distinct) > 1:
         detail = ", ".join(f"{k}: {v}" for k, v in lengths.items())
-        raise ValueError(f"wrap_data: arrays have different numbers of samples ({detail})")
+        raise UsageError(f"wrap_data: arrays have different numbers of samples ({detail})")
     n = distinct.pop()
     if n == 0:
-        raise ValueError("wrap_data: the data is empty (0 samples)")
+        raise UsageError("wrap_data: the data is empty (0 samples)")
     return n
 
 
@@ -149,20 +150,20 @@ def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: An
     """Shard ``x`` (and ``y``, ``sample_weight``) for this process; see the module doc."""
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
-            raise ValueError("wrap_data: with a tf.data.Dataset, pass only the dataset "
-                             "(its elements carry the targets)")
+            raise UsageError("wrap_data: with a tf.data.Dataset, pass only the dataset (its "
+                             "elements carry the targets)")
         return x if dist.size == 1 else x.shard(dist.size, dist.rank)
     if isinstance(x, _compat.SequenceBase):
         if y is not None or sample_weight is not None:
-            raise ValueError("wrap_data: with a keras.utils.Sequence, pass only the sequence "
-                             "(its batches carry the targets)")
+            raise UsageError("wrap_data: with a keras.utils.Sequence, pass only the sequence (its "
+                             "batches carry the targets)")
         if len(x) == 0:
-            raise ValueError("wrap_data: the Sequence is empty (len() == 0)")
+            raise UsageError("wrap_data: the Sequence is empty (len() == 0)")
         return x if dist.size == 1 else ShardedSequence(x, dist.rank, dist.size)
     if x is None:
-        raise TypeError("wrap_data: x is required")
+        raise ArgumentTypeError("wrap_data: x is required")
     if not is_array_data(x):
-        raise TypeError(
+        raise ArgumentTypeError(
             "wrap_data: expected numpy arrays (or lists/dicts of them), a "
             f"keras.utils.Sequence or a tf.data.Dataset; got {type(x).__name__}"
         )
@@ -266,13 +267,12 @@ def array_pipeline(
     rank, size = geometry or (0, 1)
     may_pad = size > 1 or padded_rows is not None
     if class_weight is not None and y is None:
-        raise ValueError("context.fit: class_weight needs y (the targets whose classes it "
-                         "weighs)")
+        raise UsageError("context.fit: class_weight needs y (the targets whose classes it weighs)")
     if class_weight is not None and sample_weight is None:
         sample_weight = np.ones(len(_leaves(_full(x))[0]), dtype=np.float32)
     weighted = sample_weight is not None
     if weighted and y is None:
-        raise ValueError("context.fit: sample_weight needs y (targets)")
+        raise UsageError("context.fit: sample_weight needs y (targets)")
     # tf.data takes a list for one tensor to stack: several inputs go as a tuple.
     data = tuple(_lists_as_tuples(_full(s)) for s in (x, y, sample_weight) if s is not None)
     n = len(_leaves(data)[0])
@@ -343,8 +343,8 @@ def class_weights(class_weight: Mapping[int, float]) -> Any:
     [1.0, 3.0]
     """
     if not isinstance(class_weight, Mapping) or not class_weight:
-        raise ValueError(f"context.fit: class_weight must be a dict {{class: weight}}, "
-                         f"got {class_weight!r}")
+        raise UsageError("context.fit: class_weight must be a dict {class: weight}, got "
+                         f"{class_weight!r}")
     top = max(int(k) for k in class_weight)
     table = np.ones(top + 1, dtype=np.float32)
     for k, v in class_weight.items():
@@ -353,8 +353,8 @@ def class_weights(class_weight: Mapping[int, float]) -> Any:
 
     def lookup(y: Any) -> tf.Tensor:
         if isinstance(y, (Mapping, list, tuple)):
-            raise ValueError("context.fit: class_weight works with a single output's targets; "
-                             "for several outputs pass sample weights per output")
+            raise UsageError("context.fit: class_weight works with a single output's targets; for "
+                             "several outputs pass sample weights per output")
         y = tf.convert_to_tensor(y)
         if y.shape.rank is not None and y.shape.rank > 1 and (y.shape[-1] or 1) > 1:
             idx = tf.argmax(y, axis=-1)
@@ -387,7 +387,7 @@ def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
     """
     spec = ds.element_spec
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
-        raise ValueError(
+        raise UsageError(
             "context.fit: the processes' datasets have different numbers of batches; to pad "
             "the shorter ones with weight-0 batches their elements must be (x, y) or (x, y, "
             "sample_weight) tuples. Otherwise give every process as many batches (e.g. "
@@ -403,7 +403,7 @@ def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
     out = ds.map(weighted)
     if want > have:
         if have == 0:
-            raise ValueError("context.fit: this process's dataset is empty while others have "
+            raise UsageError("context.fit: this process's dataset is empty while others have "
                              f"{want} batches; give every process some data")
         # One real batch (iterated once at set-up, on every process alike) at weight 0:
         # real inputs keep the loss finite where zeros might not (log, division).
@@ -472,8 +472,8 @@ class ShardedSequence(_compat.SequenceBase):
 def _with_weights(batch: Any, keep: float) -> Any:
     """A batch as (x, y, sample_weight), weights multiplied by ``keep`` (0: padding)."""
     if not isinstance(batch, tuple) or len(batch) not in (2, 3):
-        raise ValueError("context.fit: with several processes, Sequence batches must be "
-                         "(x, y) or (x, y, sample_weight) tuples")
+        raise UsageError("context.fit: with several processes, Sequence batches must be (x, y) or "
+                         "(x, y, sample_weight) tuples")
     x, y = batch[0], batch[1]
     n = len(_leaves(x)[0])
     w = batch[2] if len(batch) == 3 else np.ones(n, dtype=np.float32)

@@ -42,7 +42,7 @@ from typing import Any
 from det_sdk.config import Length
 from det_sdk.core._distributed import TFWorkers
 from det_sdk.distributed import HorovodProcesses
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
 from det_sdk.keras._callbacks import (
@@ -146,22 +146,22 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         super().__init__()
         session = getattr(core_context, "_session", None)
         if session is None or not hasattr(core_context, "distributed"):
-            raise TypeError("DeterminedCallback: core_context must come from det_sdk.core.init(), "
-                            f"got {type(core_context).__name__}")
+            raise ArgumentTypeError("DeterminedCallback: core_context must come from "
+                                    f"det_sdk.core.init(), got {type(core_context).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, str):
-            raise TypeError("DeterminedCallback: checkpoint must be a checkpoint uuid (str) or "
-                            f"None, got {type(checkpoint).__name__}")
+            raise ArgumentTypeError("DeterminedCallback: checkpoint must be a checkpoint uuid "
+                                    f"(str) or None, got {type(checkpoint).__name__}")
         if not isinstance(continue_id, (int, str)) or isinstance(continue_id, bool):
-            raise TypeError("DeterminedCallback: continue_id must be an int or a str, got "
-                            f"{type(continue_id).__name__}")
+            raise ArgumentTypeError("DeterminedCallback: continue_id must be an int or a str, got "
+                                    f"{type(continue_id).__name__}")
         period = train_metrics_report_period
         if period != "epoch" and (isinstance(period, bool) or not isinstance(period, int)
                                   or period < 1):
-            raise ValueError("DeterminedCallback: train_metrics_report_period must be 'epoch' "
-                             f"or a number of batches >= 1, got {period!r}")
+            raise UsageError("DeterminedCallback: train_metrics_report_period must be 'epoch' or "
+                             f"a number of batches >= 1, got {period!r}")
         if isinstance(checkpoint_epochs, bool) or not isinstance(checkpoint_epochs, int) \
                 or checkpoint_epochs < 0:
-            raise ValueError("DeterminedCallback: checkpoint_epochs must be an int >= 0, got "
+            raise UsageError("DeterminedCallback: checkpoint_epochs must be an int >= 0, got "
                              f"{checkpoint_epochs!r}")
         self._core = core_context
         self._dist = core_context.distributed
@@ -191,7 +191,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._split: _SplitBatches | None = None
         if self._dist.size > 1 and not isinstance(self._dist, TFWorkers):
             if not isinstance(self._dist, HorovodProcesses):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"DeterminedCallback: {self._dist.size} processes of a "
                     f"{type(self._dist).__name__}; give det.core.init the distributed context "
                     "of DistributedContext.from_tf_config() or .from_horovod()")
@@ -214,7 +214,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if uuid is None:
             return
         if not model.built:
-            raise ValueError("DeterminedCallback: the model must be built before fit to load "
+            raise UsageError("DeterminedCallback: the model must be built before fit to load "
                              f"checkpoint {uuid} (give it an Input or call model.build)")
         path = self._session.checkpoint_path(uuid)
         meta = _checkpoint.read_metadata(path)
@@ -254,7 +254,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         model = self.model
         if _compat.model_optimizer(model) is None:
-            raise ValueError("DeterminedCallback: compile the model before fit")
+            raise UsageError("DeterminedCallback: compile the model before fit")
         self._stopped, self._searcher_done = None, False
         self._position = Position(0, 0, 0)
         self._history = _compat.keras.callbacks.History()
@@ -340,7 +340,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if self._dist.is_chief:
             name = self._core.searcher_metric[0]
             if name not in logs:
-                raise ValueError(
+                raise UsageError(
                     f"searcher.metric: {name!r} is not among this epoch's metrics "
                     f"({', '.join(sorted(logs)) or 'none'}); pass validation_data to fit "
                     "or name one of them in the experiment config")
@@ -502,7 +502,7 @@ class _SplitBatches:
     def install(self, model: Any, loop: TrainingLoop) -> None:
         opt = _compat.model_optimizer(model)
         if not model.built:
-            raise ValueError(
+            raise UsageError(
                 f"DeterminedCallback on {self.dist.size} processes: the model must be built "
                 "before fit (rank 0's weights are broadcast when training begins): give it "
                 "a keras.Input or call model.build(input_shape)")
@@ -560,8 +560,8 @@ class TensorBoard(_compat.keras.callbacks.TensorBoard):
     def __init__(self, core_context: Any, *args: Any, **kwargs: Any) -> None:
         session = getattr(core_context, "_session", None)
         if session is None:
-            raise TypeError("TensorBoard: core_context must come from det_sdk.core.init(), got "
-                            f"{type(core_context).__name__}")
+            raise ArgumentTypeError("TensorBoard: core_context must come from "
+                                    f"det_sdk.core.init(), got {type(core_context).__name__}")
         if args or "log_dir" in kwargs:
             given = kwargs.pop("log_dir", args[0] if args else None)
             args = args[1:]

@@ -23,6 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import Length
+from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
@@ -96,7 +97,7 @@ def callbacks_in_order(hooks: dict[str, Any], user: list[Callback]) -> list[Call
     """
     unknown = set(hooks) - set(_ORDER)
     if unknown:
-        raise KeyError(f"no place for callbacks {sorted(unknown)}")
+        raise StateError(f"no place for callbacks {sorted(unknown)}")
     out: list[Callback] = []
     for name in _ORDER:
         if name == "user":
@@ -118,8 +119,8 @@ def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:
         elif isinstance(x, tf.data.Dataset):
             batch = next(iter(x.take(1)))
         else:
-            raise ValueError("context.fit: cannot build the model from this input; build it "
-                             "first (give the first layer an input shape, or call model.build)")
+            raise UsageError("context.fit: cannot build the model from this input; build it first "
+                             "(give the first layer an input shape, or call model.build)")
         return batch[0] if isinstance(batch, (tuple, list)) else batch
 
     return sample
@@ -130,9 +131,10 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
     (det_sdk.stages; None: the default stage, resumed from the run's latest checkpoint)."""
     if not isinstance(model, _compat.keras.Model):
-        raise TypeError(f"context.fit: model must be a keras.Model, got {type(model).__name__}")
+        raise ArgumentTypeError("context.fit: model must be a keras.Model, got "
+                                f"{type(model).__name__}")
     if _compat.model_optimizer(model) is None:
-        raise ValueError("context.fit: compile the model first (model.compile(optimizer=...))")
+        raise UsageError("context.fit: compile the model first (model.compile(optimizer=...))")
     dist, session, policy = loop.distributed, loop.session, loop.policy
     _inputs.fold_validation_data(kwargs)
     _inputs.split_arrays(dist, kwargs)
@@ -368,7 +370,7 @@ def _complete_operation(
     if dist.is_chief:
         name = loop.policy.searcher_metric
         if name not in reporter.last_validation:
-            raise ValueError(
+            raise UsageError(
                 f"searcher.metric: {name!r} is not among the validation metrics "
                 f"({', '.join(sorted(reporter.last_validation)) or 'none'}); name one of "
                 "them in the experiment config"

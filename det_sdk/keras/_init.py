@@ -30,6 +30,7 @@ from det_sdk.distributed import (
     launched_by_horovod,
 )
 from det_sdk.env import local_run
+from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 from det_sdk.keras import _compat
@@ -52,7 +53,7 @@ def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
     if isinstance(config, (ExperimentConfig, JobConfig)):
         return config
     if not isinstance(config, (str, os.PathLike, Mapping)):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"init: config must be a path to a YAML file or a mapping, got {type(config).__name__}"
         )
     raw = load_yaml_file(config) if isinstance(config, (str, os.PathLike)) else config
@@ -88,7 +89,7 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
     if seed is None:
         seed = secrets.randbelow(2**31)  # recorded in the run and its checkpoints
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ValueError(f"init: seed must be an int in [0, 2**31), got {seed!r}")
+        raise UsageError(f"init: seed must be an int in [0, 2**31), got {seed!r}")
     return seed
 
 
@@ -307,7 +308,7 @@ def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | Non
             return Length.model_validate(value)
         except Exception as err:
             raise ConfigError(f"init: checkpoint_period: {err}") from None
-    raise TypeError(
+    raise ArgumentTypeError(
         "init: checkpoint_period must be True, False, or a length like {'epochs': 1}, "
         f"got {value!r}"
     )

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.errors import UsageError
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._plan import FitCall
 
@@ -95,11 +96,11 @@ def even_out_dataset(dist: DistributedContext, kwargs: dict[str, Any]) -> int | 
     listing = ", ".join(f"rank {r}: {'infinite' if c < 0 else c}" for r, c in enumerate(counts))
     if all(c < 0 for c in counts):
         if not kwargs.get("steps_per_epoch"):
-            raise ValueError("context.fit: the training dataset repeats for ever; pass "
+            raise UsageError("context.fit: the training dataset repeats for ever; pass "
                              "steps_per_epoch (the same on every process)")
         return None
     if any(c < 0 for c in counts):
-        raise ValueError(f"context.fit: some processes' datasets are infinite and others not "
+        raise UsageError("context.fit: some processes' datasets are infinite and others not "
                          f"({listing}); repeat() every process's dataset or none")
     if len(set(counts)) == 1:
         return None
@@ -164,7 +165,7 @@ def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> No
         steps = int(x.cardinality())
     every = dist.allgather(steps)
     if len(set(every)) > 1:
-        raise ValueError(
+        raise UsageError(
             "context.fit: the processes would run different numbers of steps per epoch "
             f"({', '.join(f'rank {r}: {s}' for r, s in enumerate(every))}); Horovod needs "
             "the same on all. Pass the same steps_per_epoch on every process (or none: "
@@ -196,13 +197,13 @@ def fold_validation_data(kwargs: dict[str, Any]) -> None:
     x_val, y_val = kwargs.pop("x_val", None), kwargs.pop("y_val", None)
     if x_val is not None or y_val is not None:
         if kwargs.get("validation_data") is not None:
-            raise ValueError("context.fit: give validation data once: either validation_data "
-                             "or x_val/y_val, not both")
+            raise UsageError("context.fit: give validation data once: either validation_data or "
+                             "x_val/y_val, not both")
         if x_val is None:
-            raise ValueError("context.fit: y_val was given without x_val")
+            raise UsageError("context.fit: y_val was given without x_val")
         kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
     if kwargs.get("validation_data") is None and not kwargs.get("validation_split"):
-        raise ValueError(
+        raise UsageError(
             "context.fit requires validation data: pass validation_data=(x_val, y_val), "
             "x_val=/y_val=, or validation_split=<fraction>"
         )
@@ -214,10 +215,10 @@ def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
     if not frac:
         return
     if not 0 < frac < 1:
-        raise ValueError(f"context.fit: validation_split must be in (0, 1), got {frac}")
+        raise UsageError(f"context.fit: validation_split must be in (0, 1), got {frac}")
     if not _data.is_array_data(kwargs.get("x")):
-        raise ValueError("context.fit: validation_split works with numpy arrays only; "
-                         "pass validation_data for a Sequence or tf.data.Dataset")
+        raise UsageError("context.fit: validation_split works with numpy arrays only; pass "
+                         "validation_data for a Sequence or tf.data.Dataset")
     names = [k for k in ("x", "y", "sample_weight") if kwargs.get(k) is not None]
     wrapped = _data.is_wrapped(kwargs["x"])
     # Split the whole data set (not this process's shard), then shard both parts again.
@@ -225,8 +226,8 @@ def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
     n = _data.num_rows(parts[0])
     cut = int(n * (1 - frac))
     if cut == 0 or cut == n:
-        raise ValueError(f"context.fit: validation_split={frac} of {n} samples leaves an "
-                         "empty training or validation set")
+        raise UsageError(f"context.fit: validation_split={frac} of {n} samples leaves an empty "
+                         "training or validation set")
     train = [_data.slice_rows(p, None, cut) for p in parts]
     val = [_data.slice_rows(p, cut, None) for p in parts]
     if wrapped:
@@ -265,8 +266,8 @@ def call_inputs(
     out: dict[str, Any] = {"validation_freq": call.validate_epochs}
     if _data.is_array_data(x):
         if kwargs.get("steps_per_epoch") is not None:
-            raise ValueError("context.fit: steps_per_epoch is not supported with numpy input "
-                             "(an epoch is one pass over the arrays)")
+            raise UsageError("context.fit: steps_per_epoch is not supported with numpy input (an "
+                             "epoch is one pass over the arrays)")
         batch_size = kwargs.get("batch_size") or 32
         ds, steps = _data.array_pipeline(
             x, kwargs.get("y"), kwargs.get("sample_weight"),
@@ -287,11 +288,11 @@ def call_inputs(
         if call.start_batch:
             steps = kwargs.get("steps_per_epoch") or int(x.cardinality())
             if steps < 0:
-                raise ValueError("context.fit: cannot resume a tf.data.Dataset of unknown "
-                                 "length in mid-epoch; pass steps_per_epoch")
+                raise UsageError("context.fit: cannot resume a tf.data.Dataset of unknown length "
+                                 "in mid-epoch; pass steps_per_epoch")
             out.update(x=x.skip(call.start_batch), steps_per_epoch=steps - call.start_batch)
     elif x is None:
-        raise ValueError("context.fit: x (the training data) is required")
+        raise UsageError("context.fit: x (the training data) is required")
     return out
 
 
@@ -303,8 +304,8 @@ def validation_period(configured: Length | None, kwargs: dict[str, Any]) -> Leng
     if freq is None or freq == 1:
         return None
     if not isinstance(freq, int) or freq < 1:
-        raise ValueError(f"context.fit: validation_freq must be a positive int, got {freq!r} "
-                         "(or set min_validation_period in the config)")
+        raise UsageError(f"context.fit: validation_freq must be a positive int, got {freq!r} (or "
+                         "set min_validation_period in the config)")
     return Length(epochs=freq)
 
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext
 from det_sdk.engine.writer import CheckpointWriter
-from det_sdk.errors import DivergenceError
+from det_sdk.errors import ArgumentTypeError, DivergenceError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
 from det_sdk.keras._callbacks import (
@@ -94,7 +94,7 @@ class TrainingLoop:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """Track ``optimizer``; with several processes, one that averages gradients."""
         if not isinstance(optimizer, _compat.OPTIMIZER_TYPES):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "wrap_optimizer: expected a keras optimizer instance, got "
                 f"{type(optimizer).__name__}"
             )
@@ -148,7 +148,7 @@ class TrainingLoop:
             return
         opt = _compat.model_optimizer(model)
         if opt is not None and not _compat.is_averaging(opt) and not self._optimizers:
-            raise ValueError(
+            raise UsageError(
                 f"context.fit: the model was compiled with an optimizer "
                 f"({type(opt).__name__}) that context.wrap_optimizer did not wrap; with "
                 f"{self.distributed.size} processes its gradients would not be averaged and "
@@ -178,7 +178,7 @@ class TrainingLoop:
             return
         unbuilt = [layer.name for layer in _compat.layers_of(model)[1:] if not layer.built]
         if unbuilt and self.distributed.size > 1:
-            raise ValueError(
+            raise UsageError(
                 f"context.fit: {type(model).__name__} has no call() (its train_step does the "
                 f"work), so det_sdk cannot build it on a batch, and its layers {unbuilt[:5]} "
                 f"have no weights yet; with {self.distributed.size} processes every weight "
@@ -308,7 +308,7 @@ class TrainingLoop:
         }
         clash = set(extra or {}) & set(metadata)
         if clash:
-            raise ValueError(f"checkpoint metadata: {sorted(clash)} are det_sdk's own keys")
+            raise UsageError(f"checkpoint metadata: {sorted(clash)} are det_sdk's own keys")
         metadata.update(extra or {})
         # Taken now (one TensorFlow op); written while training goes on.
         snap = layout.snapshot(rng_states)

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from det_sdk.config import Length
+from det_sdk.errors import UsageError
 
 __all__ = ["FitCall", "plan_calls"]
 
@@ -95,14 +96,13 @@ def _plan_by_epochs(
 ) -> list[FitCall]:
     """Input of unknown length: whole epochs only, so everything must be in epochs."""
     if target.epochs is None:
-        raise ValueError("context.fit: a length in batches needs input of known length "
-                         "(numpy, a Sequence, a finite tf.data.Dataset or steps_per_epoch)")
+        raise UsageError("context.fit: a length in batches needs input of known length (numpy, a "
+                         "Sequence, a finite tf.data.Dataset or steps_per_epoch)")
     if period is not None and period.epochs is None:
-        raise ValueError("context.fit: min_validation_period in batches needs input of known "
-                         "length (numpy, a Sequence, a finite tf.data.Dataset or "
-                         "steps_per_epoch)")
+        raise UsageError("context.fit: min_validation_period in batches needs input of known "
+                         "length (numpy, a Sequence, a finite tf.data.Dataset or steps_per_epoch)")
     if batch:
-        raise ValueError("context.fit: cannot resume a tf.data.Dataset of unknown length in "
+        raise UsageError("context.fit: cannot resume a tf.data.Dataset of unknown length in "
                          "mid-epoch; pass steps_per_epoch")
     if epoch >= target.epochs:
         return []

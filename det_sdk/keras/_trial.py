@@ -46,7 +46,8 @@ import tensorflow as tf
 from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
 from det_sdk.distributed import DistributedContext
 from det_sdk.env import local_run
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
+from det_sdk.hparams import HParamKeyError
 from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._context import KerasContext
@@ -94,19 +95,19 @@ class InMemorySequence(_compat.SequenceBase):  # type: ignore[misc, valid-type]
                  sample_weights: Any = None) -> None:
         super().__init__()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"InMemorySequence: batch_size must be a positive int, "
-                             f"got {batch_size!r}")
+            raise UsageError("InMemorySequence: batch_size must be a positive int, got "
+                             f"{batch_size!r}")
         for name, value in (("data", data), ("labels", labels)):
             if not _data.is_array_data(value):
-                raise TypeError(f"InMemorySequence: {name} must be a numpy array, or a list "
-                                f"or dict of them; got {type(value).__name__}")
+                raise ArgumentTypeError(f"InMemorySequence: {name} must be a numpy array, or a "
+                                        f"list or dict of them; got {type(value).__name__}")
         named = {"data": data, "labels": labels}
         if sample_weights is not None:
             named["sample_weights"] = np.asarray(sample_weights)
         rows = {k: _data.num_rows(v) for k, v in named.items()}
         if len(set(rows.values())) > 1:
             detail = ", ".join(f"{k}: {n}" for k, n in rows.items())
-            raise ValueError(f"InMemorySequence: different numbers of rows ({detail})")
+            raise UsageError(f"InMemorySequence: different numbers of rows ({detail})")
         self.data, self.labels = data, labels
         self.sample_weights = named.get("sample_weights")
         self.batch_size = batch_size
@@ -152,13 +153,13 @@ class SequenceAdapter:
     def __init__(self, sequence: Any, use_multiprocessing: bool = False, workers: int = 1,
                  max_queue_size: int = 10) -> None:
         if not isinstance(sequence, _compat.SequenceBase):
-            raise TypeError("SequenceAdapter: sequence must be a keras.utils.Sequence, got "
-                            f"{type(sequence).__name__}")
+            raise ArgumentTypeError("SequenceAdapter: sequence must be a keras.utils.Sequence, "
+                                    f"got {type(sequence).__name__}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"SequenceAdapter: workers must be an int >= 0, got {workers!r}")
+            raise UsageError(f"SequenceAdapter: workers must be an int >= 0, got {workers!r}")
         if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) \
                 or max_queue_size < 1:
-            raise ValueError("SequenceAdapter: max_queue_size must be a positive int, got "
+            raise UsageError("SequenceAdapter: max_queue_size must be a positive int, got "
                              f"{max_queue_size!r}")
         self.sequence = sequence
         self.use_multiprocessing = bool(use_multiprocessing)
@@ -315,10 +316,10 @@ class TFKerasTrialContext:
         try:
             gbs = self.keras_context.hparams["global_batch_size"]
         except KeyError:
-            raise KeyError("a TFKerasTrial needs hyperparameters.global_batch_size in the "
-                           "experiment config") from None
+            raise HParamKeyError("a TFKerasTrial needs hyperparameters.global_batch_size in "
+                                 "the experiment config") from None
         if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
-            raise ValueError("hyperparameters.global_batch_size must be a positive int, got "
+            raise UsageError("hyperparameters.global_batch_size must be a positive int, got "
                              f"{gbs!r}")
         return gbs
 
@@ -364,7 +365,8 @@ class TFKerasTrialContext:
             model.compile(optimizer="adam", loss="mse")
         """
         if not isinstance(model, _compat.keras.Model):
-            raise TypeError(f"wrap_model: expected a keras.Model, got {type(model).__name__}")
+            raise ArgumentTypeError("wrap_model: expected a keras.Model, got "
+                                    f"{type(model).__name__}")
         if any(m is model for m in self._models):
             return model
         original = model.compile
@@ -415,8 +417,8 @@ class TFKerasTrialContext:
             ds = ds.batch(self.context.get_per_slot_batch_size())
         """
         if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError("wrap_dataset: expected a tf.data.Dataset, got "
-                            f"{type(dataset).__name__}")
+            raise ArgumentTypeError("wrap_dataset: expected a tf.data.Dataset, got "
+                                    f"{type(dataset).__name__}")
         self.datasets_wrapped += 1
         return self.keras_context.wrap_data(dataset) if shard_dataset else dataset
 
@@ -539,8 +541,8 @@ def run_trial(
         hist.history["val_accuracy"][-1]
     """
     if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
-        raise TypeError("run_trial: trial_class must be a TFKerasTrial subclass, got "
-                        f"{trial_class!r}")
+        raise ArgumentTypeError("run_trial: trial_class must be a TFKerasTrial subclass, got "
+                                f"{trial_class!r}")
     info = get_cluster_info()
     if info is not None:
         cfg = parse_experiment_config(info.config)
@@ -550,9 +552,8 @@ def run_trial(
         context = init(config=cfg, hparams=hparams, runs_dir=runs_dir, resume=resume)
         length = cfg.searcher.max_length if cfg.searcher is not None else None
         if length is None:
-            raise ConfigError("invalid experiment config:\n  searcher.max_length: required to "
-                              "run a TFKerasTrial (how long to train), e.g. "
-                              "max_length: {epochs: 1}")
+            raise ConfigError("invalid experiment config:\n  searcher.max_length: required to run "
+                              "a TFKerasTrial (how long to train), e.g. max_length: {epochs: 1}")
         # A trial has no script of its own to give `epochs`: the config is its length,
         # trained to once, as the cluster's single searcher would.
         context.session.length = length
@@ -579,29 +580,29 @@ def _local_config(config: Any) -> ExperimentConfig:
     if config is None:
         config = local_run().config
     if config is None:
-        raise ConfigError("a TFKerasTrial needs an experiment config off the cluster: "
-                          "--config const.yaml (or DET_CONFIG)")
+        raise ConfigError("a TFKerasTrial needs an experiment config off the cluster: --config "
+                          "const.yaml (or DET_CONFIG)")
     return parse_experiment_config(config, warn_ignored=True)
 
 
 def _built_model(trial: TFKerasTrial, context: TFKerasTrialContext) -> Any:
     model = trial.build_model()
     if not isinstance(model, _compat.keras.Model):
-        raise TypeError(f"{type(trial).__name__}.build_model must return a keras.Model, got "
-                        f"{type(model).__name__}")
+        raise ArgumentTypeError(f"{type(trial).__name__}.build_model must return a keras.Model, "
+                                f"got {type(model).__name__}")
     if not any(m is model for m in context._models):
-        raise ValueError(
+        raise UsageError(
             f"{type(trial).__name__}.build_model: wrap the model before compiling it: "
             "model = self.context.wrap_model(model); model.compile(...) (det_sdk distributes "
             "the optimizer given to compile)")
     optimizer = _compat.model_optimizer(model)
     if optimizer is None:
-        raise ValueError(f"{type(trial).__name__}.build_model must return a compiled model "
-                         "(call model.compile(optimizer=..., loss=...))")
+        raise UsageError(f"{type(trial).__name__}.build_model must return a compiled model (call "
+                         "model.compile(optimizer=..., loss=...))")
     # Keras may hold the optimizer inside a wrapper of its own (loss scaling)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     if not any(o is optimizer or o is inner for o in context._wrapped):
-        raise ValueError(
+        raise UsageError(
             f"{type(trial).__name__}.build_model: the model was compiled before "
             "self.context.wrap_model(model); wrap it first, then compile (det_sdk distributes "
             "the optimizer given to compile)")
@@ -648,12 +649,12 @@ def _set_workers(seq: Any, workers: int | None) -> Any:
 
 def _arrays(data: Any, where: str) -> tuple[Any, Any, Any]:
     if not isinstance(data, tuple) or len(data) not in (2, 3):
-        raise TypeError(f"{where} returned {type(data).__name__}; expected {_KINDS}")
+        raise ArgumentTypeError(f"{where} returned {type(data).__name__}; expected {_KINDS}")
     x, y, sw = (*data, None)[:3]
     for label, value in (("x", x), ("y", y)):
         if not _data.is_array_data(value):
-            raise TypeError(f"{where}: {label} of the returned tuple is "
-                            f"{type(value).__name__}; expected numpy arrays ({_KINDS})")
+            raise ArgumentTypeError(f"{where}: {label} of the returned tuple is "
+                                    f"{type(value).__name__}; expected numpy arrays ({_KINDS})")
     return x, y, sw
 
 
@@ -687,8 +688,8 @@ def _check_wrapped(context: TFKerasTrialContext, where: str) -> None:
     # processes each would train (or validate) on all of it. Checked on one process
     # too, so that a trial that would fail on 2 slots fails on a laptop first.
     if context.datasets_wrapped == 0:
-        raise ValueError(f"{where} returned a tf.data.Dataset that was not wrapped: call "
-                         "ds = self.context.wrap_dataset(ds) right after creating it (before "
+        raise UsageError(f"{where} returned a tf.data.Dataset that was not wrapped: call ds = "
+                         "self.context.wrap_dataset(ds) right after creating it (before "
                          "batching), so that each process reads its part")
 
 

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from det_sdk.distributed import launched_by_horovod
+from det_sdk.errors import DetSdkError, StateError
 from det_sdk.launch._node import node_slots, under_horovodrun
 
 __all__ = ["main", "parse_args", "tf_config"]
@@ -63,6 +64,10 @@ COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"  # det_sdk.core._distributed read
 COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
 _SCOPE = "det_sdk_tf_launch"
 _RENDEZVOUS_TIMEOUT = 120.0
+
+
+class RendezvousTimeout(DetSdkError, TimeoutError):
+    """A worker did not publish its address in Horovod's rendezvous store in time."""
 
 
 def parse_args(argv: Sequence[str]) -> tuple[int, list[str]]:
@@ -114,8 +119,8 @@ def _kv_url(env: Mapping[str, str], key: str) -> str:
     addr = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
     port = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     if not addr or not port:
-        raise RuntimeError("det_sdk.launch.tensorflow: under horovodrun but without "
-                           "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT; run horovodrun with --gloo")
+        raise StateError("det_sdk.launch.tensorflow: under horovodrun but without "
+                         "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT; run horovodrun with --gloo")
     return f"http://{addr}:{port}/{_SCOPE}/{key}"
 
 
@@ -135,8 +140,8 @@ def _get(env: Mapping[str, str], key: str, deadline: float) -> Any:
             if err.code != 404:
                 raise
         if time.monotonic() > deadline:
-            raise TimeoutError(f"det_sdk.launch.tensorflow: worker {key} did not publish its "
-                               f"address within {_RENDEZVOUS_TIMEOUT:.0f} s")
+            raise RendezvousTimeout(f"det_sdk.launch.tensorflow: worker {key} did not publish its "
+                                    f"address within {_RENDEZVOUS_TIMEOUT:.0f} s")
         time.sleep(0.1)
 
 

@@ -32,6 +32,7 @@ from det_sdk.config import (
     hp_leaves,
     hp_nest,
 )
+from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.wire import metric_rank
 
 __all__ = ["brackets", "initial_trials", "promotes", "rung_lengths"]
@@ -85,7 +86,7 @@ def _random_point(spec: Any, rng: random.Random) -> Any:
         return rng.uniform(spec.minval, spec.maxval)
     if isinstance(spec, LogHP):
         return spec.base ** rng.uniform(spec.minval, spec.maxval)
-    raise TypeError(f"unknown hyperparameter kind {spec!r}")
+    raise ArgumentTypeError(f"unknown hyperparameter kind {spec!r}")
 
 
 def _dotted(path: tuple[str, ...]) -> str:
@@ -118,8 +119,8 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         total = math.prod(_grid_size(v) for _, v in leaves)
         if total > MAX_TRIALS:
             sizes = ", ".join(f"{_dotted(p)}: {_grid_size(v)}" for p, v in leaves)
-            raise ValueError(f"grid search would create {total} trials (limit {MAX_TRIALS}; "
-                             f"points per hyperparameter: {sizes})")
+            raise UsageError(f"grid search would create {total} trials (limit {MAX_TRIALS}; points "
+                             f"per hyperparameter: {sizes})")
         paths = [p for p, _ in leaves]
         points = [_grid_points(v) for _, v in leaves]
         return [hp_nest(zip(paths, combo)) for combo in itertools.product(*points)]
@@ -127,7 +128,7 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         rng = random.Random(seed)
         n = config.searcher.max_trials  # type: ignore[union-attr]
         return [hp_nest((p, _random_point(v, rng)) for p, v in leaves) for _ in range(n)]
-    raise ValueError(f"unknown searcher {name!r}")
+    raise UsageError(f"unknown searcher {name!r}")
 
 
 # --- searcher operations: how long each trial trains -------------------------------------

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_sdk.env import outside
+from det_sdk.errors import UsageError
 from det_sdk.master.archive import unpack
 
 if TYPE_CHECKING:
@@ -342,4 +343,4 @@ def make_resource_manager(kind: str, store: Store, data_dir: Path, slots: int,
         from det_sdk.master.resources.slurm import SlurmManager
 
         return SlurmManager(store, data_dir, master_url, on_exit, **options)
-    raise ValueError(f"unknown resource manager {kind!r}; expected one of {', '.join(KINDS)}")
+    raise UsageError(f"unknown resource manager {kind!r}; expected one of {', '.join(KINDS)}")

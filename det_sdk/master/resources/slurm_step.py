@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from det_sdk.atomic import write_atomic  # the standard library only
+from det_sdk.errors import UsageError
 
 __all__ = ["Slot", "expand_tasks_per_node", "horovod_plan"]
 
@@ -73,7 +74,7 @@ def expand_tasks_per_node(value: str) -> list[int]:
     for part in value.split(","):
         m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
         if not m:
-            raise ValueError(f"unexpected SLURM_TASKS_PER_NODE: {value!r}")
+            raise UsageError(f"unexpected SLURM_TASKS_PER_NODE: {value!r}")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
     return counts
 

@@ -32,6 +32,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from det_sdk.api import MAX_PAGE_LIMIT, STAGE_PATTERN
+from det_sdk.errors import ArgumentTypeError
 from det_sdk.master.security import ABSOLUTE_SECONDS, Sessions
 from det_sdk.master.ui.views import (
     CURVE_POINTS,
@@ -129,7 +130,7 @@ async def _small_body(request: Request, limit: int = 65536) -> bytes:
 
 
 def _non_finite(obj: Any) -> Any:
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+    raise ArgumentTypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 def _clean(value: Any) -> Any:
