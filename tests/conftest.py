@@ -85,8 +85,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 
 # probes libraries run for themselves, not processes a test starts: numpy 1.x's
-# numpy.testing runs `lscpu` when first imported (TF 2.15 imports it lazily)
-_LIBRARY_PROBES = {"lscpu"}
+# numpy.testing runs `lscpu` when first imported (TF 2.15 imports it lazily), and
+# platform.processor() runs `uname -p` the first time something asks (cached after)
+_LIBRARY_PROBES = {"lscpu", "uname"}
 
 
 def _check_spawn(what: object) -> None:

@@ -172,8 +172,9 @@ with pytorch.init() as ctx:
 '''
 
 
-def _trainer_api_config(path: Path, model_dir: Path, entrypoint: str, **hp: Any) -> Path:
-    cfg = {"name": path.stem, "entrypoint": entrypoint, "max_restarts": 1,
+def _trainer_api_config(path: Path, model_dir: Path, entrypoint: str, key: str = "entrypoint",
+                        **hp: Any) -> Path:
+    cfg = {"name": path.stem, key: entrypoint, "max_restarts": 1,
            "resources": {"slots_per_trial": 2},
            "hyperparameters": {"learning_rate": 1.0, "dropout": 0.25, "global_batch_size": 32,
                                "npz": str(model_dir.parent / "mnist8.npz"), **hp},
@@ -204,8 +205,10 @@ def test_kill_9_of_one_rank_restarts_the_trial_from_its_checkpoint(
     (model_dir / "kill_train.py").write_text(KILL_SCRIPT)
     pids = tmp_path / "pids"
     pids.mkdir()
+    # entrypoint_script: one process per slot under horovodrun, no launcher of ours to
+    # stop the survivor: it must notice the dead rank itself (a failed collective)
     cfg = _trainer_api_config(tmp_path / "kill.yaml", model_dir, "python3 kill_train.py",
-                              sleep=0.2, pid_dir=str(pids))
+                              key="entrypoint_script", sleep=0.2, pid_dir=str(pids))
     exp = create(cluster, cfg, model_dir)
 
     def trained_past_a_checkpoint() -> bool:

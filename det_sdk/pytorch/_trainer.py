@@ -206,8 +206,12 @@ class Trainer:
         self._sigterm = False
         self._train_loader = self._checked_loader(trial.build_training_data_loader(),
                                                   "build_training_data_loader")
-        self._val_loader = self._checked_loader(trial.build_validation_data_loader(),
-                                                "build_validation_data_loader")
+        # no validation data (context.fit without validation_data): nothing to validate
+        val = trial.build_validation_data_loader()
+        self._val_loader = None if val is None else self._checked_loader(
+            val, "build_validation_data_loader")
+        #: the metrics of the last validation ({} before the first)
+        self.last_validation: dict[str, Any] = {}
         if self._train_loader.batch_size != context.get_per_slot_batch_size():
             log.warning("det_sdk.pytorch: the training DataLoader's batch_size %d is not "
                         "context.get_per_slot_batch_size() (%d)", self._train_loader.batch_size,
@@ -431,6 +435,8 @@ class Trainer:
 
     # -- validation: per-sample means over every rank's data
     def _validate(self, epoch: int) -> dict[str, Any]:
+        if self._val_loader is None:
+            return {}
         ctx = self.context
         for cb in self.callbacks.values():
             cb.on_validation_start()
@@ -480,6 +486,7 @@ class Trainer:
                                                   metrics=metrics, epoch=epoch)
         for cb in self.callbacks.values():
             cb.on_validation_end(metrics)
+        self.last_validation = metrics
         return metrics
 
     # -- checkpoints

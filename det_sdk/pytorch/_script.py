@@ -1,0 +1,244 @@
+"""The script-style PyTorch API: ``context.fit(model, optimizer, loss_fn, data)`` without a Trial.
+
+For PyTorch users who write neither a ``PyTorchTrial`` nor a training loop of their own,
+parallel to ``det.keras.init()``'s ``context.fit``. What was chosen, and why:
+
+- The **model, optimizer and loss function are the user's objects**, passed to ``fit``
+  (PyTorch has no ``compile``): ``fit`` wraps them (DDP on N ranks) and trains them in
+  place, so after ``fit`` the user's ``model`` holds the trained weights.
+- **Data** is a ``det_sdk.pytorch.DataLoader``, a ``torch`` ``Dataset``, or a tuple of
+  tensors / numpy arrays ``(x, y)``; the batch size is the per-slot one
+  (``hyperparameters.global_batch_size`` / ranks) unless ``wrap_data`` is given another.
+  A batch is ``(inputs, targets)``: ``loss_fn(model(inputs), targets)``.
+- **It runs on the Trainer** (one engine): the same exact resume, the same per-sample
+  validation on N ranks, checkpoints with Determined's key names, the searcher's length
+  on the cluster. ``epochs=`` is ``max_length=Epoch(epochs)``.
+- ``metrics`` are ``{name: fn(outputs, targets) -> batch mean}``, reported per sample.
+  Validation metrics are named as Keras names them (``val_loss``, ``val_<name>``), so
+  ``searcher.metric: val_loss`` (det_sdk's default) works unchanged; ``evaluate``
+  returns ``loss`` and ``<name>``, as Keras's ``evaluate`` does.
+- ``predict`` returns the outputs of every sample, in the data's order, on every rank;
+  ``evaluate`` the per-sample means over every rank's share.
+- One ``fit`` per ``init()``: a checkpoint holds one model and optimizer, and a resume
+  must find the model it saved. Another model: another ``init()`` (another run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from det_sdk.errors import ArgumentTypeError, StateError, UsageError
+from det_sdk.pytorch._data import DataLoader
+from det_sdk.pytorch._trial import Batch, Epoch, PyTorchTrial, PyTorchTrialContext
+
+__all__ = ["evaluate", "fit", "load_checkpoint_model", "predict", "wrap_data"]
+
+Metric = Callable[[Any, Any], Any]
+
+
+def wrap_data(context: PyTorchTrialContext, data: Any, *, batch_size: int | None = None,
+              shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> DataLoader:
+    """``data`` as a det_sdk DataLoader of per-slot batches (see the module's docstring)."""
+    if isinstance(data, DataLoader):
+        return data
+    if isinstance(data, torch.utils.data.DataLoader):
+        raise ArgumentTypeError(
+            "wrap_data: pass the Dataset (or det_sdk.pytorch.DataLoader), not a "
+            "torch.utils.data.DataLoader: det_sdk orders and shards the data itself so "
+            "that resume and N ranks are exact")
+    if isinstance(data, tuple):
+        if not data:
+            raise UsageError("wrap_data: an empty tuple; give (inputs, targets)")
+        tensors = [torch.as_tensor(np.asarray(a)) if not isinstance(a, torch.Tensor) else a
+                   for a in data]
+        rows = {int(t.shape[0]) for t in tensors}
+        if len(rows) != 1:
+            raise UsageError(f"wrap_data: the arrays have different numbers of rows "
+                             f"({sorted(rows)})")
+        data = torch.utils.data.TensorDataset(*tensors)
+    if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        raise ArgumentTypeError(
+            "wrap_data: data must be a det_sdk.pytorch.DataLoader, a map-style torch "
+            f"Dataset or a tuple of arrays (inputs, targets), got {type(data).__name__}")
+    size = context.get_per_slot_batch_size() if batch_size is None else batch_size
+    return DataLoader(data, batch_size=size, shuffle=shuffle, drop_last=drop_last, **kwargs)
+
+
+def _split(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise UsageError("context.fit: a batch must be (inputs, targets), got a "
+                     f"{type(batch).__name__}" + (f" of {len(batch)}" if isinstance(
+                         batch, (list, tuple)) else "") + "; write a PyTorchTrial for others")
+
+
+def _checked_metrics(metrics: Mapping[str, Metric] | None) -> dict[str, Metric]:
+    metrics = dict(metrics or {})
+    for name, fn in metrics.items():
+        if not callable(fn):
+            raise ArgumentTypeError(f"metrics[{name!r}] must be a function "
+                                    f"(outputs, targets) -> batch mean, got {type(fn).__name__}")
+    return metrics
+
+
+class _ScriptTrial(PyTorchTrial):
+    """The PyTorchTrial that ``context.fit``'s arguments describe."""
+
+    def __init__(self, context: PyTorchTrialContext, model: Any, optimizer: Any,
+                 loss_fn: Callable[[Any, Any], Any], train: DataLoader,
+                 validation: DataLoader | None, metrics: dict[str, Metric]) -> None:
+        super().__init__(context)
+        self.context = context
+        self.model = context.wrap_model(model)
+        self.opt = context.wrap_optimizer(optimizer)
+        self.loss_fn, self.metrics = loss_fn, metrics
+        self._train, self._validation = train, validation
+
+    def build_training_data_loader(self) -> DataLoader:
+        return self._train
+
+    def build_validation_data_loader(self) -> DataLoader | None:
+        return self._validation
+
+    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+        x, y = _split(batch)
+        loss = self.loss_fn(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        x, y = _split(batch)
+        out = self.model(x)
+        return {"val_loss": self.loss_fn(out, y),
+                **{f"val_{name}": fn(out, y) for name, fn in self.metrics.items()}}
+
+
+def fit(context: PyTorchTrialContext, model: Any, optimizer: Any,
+        loss_fn: Callable[[Any, Any], Any], train_data: Any, *,
+        validation_data: Any = None, epochs: int | None = None,
+        max_length: Batch | None = None, checkpoint_period: Batch | None = None,
+        validation_period: Batch | None = None, metrics: Mapping[str, Metric] | None = None,
+        reporting_period: Batch | None = None) -> dict[str, float]:
+    """Train ``model`` in place; the last validation metrics ({} without validation data)."""
+    from det_sdk.pytorch._trainer import Trainer
+
+    if context._script_fit_done:
+        raise StateError("context.fit: one fit per det_sdk.pytorch.init() (a checkpoint "
+                         "holds one model); open another init() for another model")
+    if context.models or context.optimizers:
+        raise StateError("context.fit: this context already wraps a model (a Trial's); "
+                         "use Trainer(trial, context).fit for a Trial")
+    if not isinstance(model, torch.nn.Module):
+        raise ArgumentTypeError(f"context.fit: model must be a torch.nn.Module, got "
+                                f"{type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentTypeError(f"context.fit: optimizer must be a torch.optim.Optimizer, "
+                                f"got {type(optimizer).__name__}")
+    if not callable(loss_fn):
+        raise ArgumentTypeError(f"context.fit: loss_fn must be callable (outputs, targets) "
+                                f"-> loss, got {type(loss_fn).__name__}")
+    if epochs is not None and max_length is not None:
+        raise UsageError("context.fit: give epochs or max_length, not both")
+    if epochs is not None:
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise UsageError(f"context.fit: epochs must be an int >= 1, got {epochs!r}")
+        max_length = Epoch(epochs)
+    train = wrap_data(context, train_data, shuffle=True)
+    validation = None if validation_data is None else wrap_data(context, validation_data)
+    trial = _ScriptTrial(context, model, optimizer, loss_fn, train, validation,
+                         _checked_metrics(metrics))
+    context._script_fit_done = True
+    trainer = Trainer(trial, context)
+    trainer.fit(max_length=max_length, checkpoint_period=checkpoint_period,
+                validation_period=validation_period, reporting_period=reporting_period)
+    return dict(trainer.last_validation)
+
+
+def _batches(context: PyTorchTrialContext, data: Any) -> Any:
+    loader = wrap_data(context, data)
+    dist = context.distributed
+    return loader.get_data_loader(rank=dist.rank, size=dist.size, train=False)
+
+
+def evaluate(context: PyTorchTrialContext, model: Any, data: Any, *,
+             loss_fn: Callable[[Any, Any], Any] | None = None,
+             metrics: Mapping[str, Metric] | None = None) -> dict[str, float]:
+    """Per-sample means of ``loss`` (with ``loss_fn``) and ``metrics`` over all of ``data``."""
+    fns = _checked_metrics(metrics)
+    if loss_fn is not None:
+        fns = {"loss": loss_fn, **fns}
+    if not fns:
+        raise UsageError("context.evaluate: nothing to compute; give loss_fn or metrics")
+    sums = dict.fromkeys(fns, 0.0)
+    count = 0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in _batches(context, data):
+                x, y = _split(context.to_device(batch))
+                out = model(x)
+                n = len(y)
+                for name, fn in fns.items():
+                    value = fn(out, y)
+                    sums[name] += float(value.item() if isinstance(value, torch.Tensor)
+                                        else value) * n
+                count += n
+    finally:
+        model.train(was_training)
+    dist = context.distributed
+    rows = dist.allgather((sums, count)) if dist.size > 1 else [(sums, count)]
+    total = sum(c for _, c in rows)
+    return {k: sum(s[k] for s, _ in rows) / max(total, 1) for k in fns}
+
+
+def predict(context: PyTorchTrialContext, model: Any, data: Any) -> torch.Tensor:
+    """``model``'s outputs for every sample of ``data`` (inputs, or (inputs, targets)), in
+    the data's order, on every rank."""
+    was_training = model.training
+    model.eval()
+    mine: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            for batch in _batches(context, data):
+                batch = context.to_device(batch)
+                x = batch[0] if isinstance(batch, (list, tuple)) else batch
+                mine.append(model(x).cpu())
+    finally:
+        model.train(was_training)
+    dist = context.distributed
+    if dist.size == 1:
+        return torch.cat(mine) if mine else torch.empty(0)
+    # global batch k is every rank's k-th share, in rank order (det_sdk.pytorch._data)
+    every: Sequence[list[torch.Tensor]] = dist.allgather(mine)
+    parts = [shares[k] for k in range(max(len(s) for s in every))
+             for shares in every if k < len(shares)]
+    return torch.cat(parts) if parts else torch.empty(0)
+
+
+def load_checkpoint_model(context: PyTorchTrialContext, model: Any,
+                          checkpoint_uuid: str | None = None, *,
+                          trial_id: int | str | None = None, best: bool = False) -> Any:
+    """Load a checkpoint's weights (its first model's) into ``model``; returns ``model``."""
+    from det_sdk.pytorch._trainer import load_state
+
+    if not isinstance(model, torch.nn.Module):
+        raise ArgumentTypeError(f"load_checkpoint_model: model must be a torch.nn.Module, "
+                                f"got {type(model).__name__}")
+    if checkpoint_uuid is not None and (trial_id is not None or best):
+        raise UsageError("load_checkpoint_model: give checkpoint_uuid, or trial_id / best, "
+                         "not both")
+    store = context._core.checkpoint
+    uuid = checkpoint_uuid or store.select(trial_id, best=best)
+    with store.restore_path(uuid) as path:
+        state = load_state(path)
+    models = state.get("models_state_dict") or []
+    if not models:
+        raise UsageError(f"load_checkpoint_model: checkpoint {uuid} holds no model")
+    model.load_state_dict(models[0])
+    return model
