@@ -283,8 +283,11 @@ class MasterClient:
         return list(self.walk("/api/v1/checkpoints", "checkpoints", limit, MAX_PAGE,
                               trial_id=trial_id))
 
-    def trial_checkpoint(self, trial_id: int, best: bool = False) -> dict[str, Any]:
+    def trial_checkpoint(self, trial_id: int, best: bool = False,
+                         stage: str | None = None) -> dict[str, Any]:
         params = {"best": "true"} if best else {"latest": "true"}
+        if stage is not None:
+            params["stage"] = stage
         return self.request("GET", f"/api/v1/trials/{trial_id}/checkpoints", params=params)[0]
 
     def checkpoint(self, uuid: str) -> dict[str, Any]:

@@ -99,8 +99,10 @@ class Session:
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
-    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
-        """UUID of a trial's latest (or best, by the searcher metric) checkpoint."""
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False,
+                             stage: str | None = None) -> str:
+        """UUID of a trial's latest (or best, by the searcher metric) checkpoint; of
+        ``stage`` (det_sdk.stages) when given."""
         raise NotImplementedError
 
     def checkpoint_path(self, uuid: str) -> Path:
@@ -599,11 +601,13 @@ class MasterSession(Session):
 
     # --- checkpoints of any trial (batch inference) ----------------------------------
 
-    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False) -> str:
+    def checkpoint_for_trial(self, trial_id: int | str, best: bool = False,
+                             stage: str | None = None) -> str:
         from det_sdk.client import MasterError
 
         try:
-            return _retry(lambda: self.client.trial_checkpoint(int(trial_id), best=best))["uuid"]
+            return _retry(lambda: self.client.trial_checkpoint(int(trial_id), best=best,
+                                                               stage=stage))["uuid"]
         except MasterError as err:
             raise CheckpointNotFoundError(str(err)) from None
 

@@ -112,6 +112,17 @@ def test_each_fit_is_a_stage_with_its_own_records(uninterrupted) -> None:
     assert session.checkpoint_for_trial(1) == last["fit-3"]["uuid"]
     with pytest.raises(det.errors.DetSdkError, match="no checkpoint of stage 'nope'"):
         session.checkpoint_for_trial(1, stage="nope")
+    # a script loads one stage's model by its name
+    ctx = uninterrupted["ctx"]
+    teacher = ctx.load_checkpoint_model(trial_id=1, stage="fit")
+    for a, b in zip(teacher.get_weights(), uninterrupted["weights"]["teacher"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    student = ctx.load_checkpoint_model(trial_id=1, stage="student", best=True)
+    assert len(student.get_weights()) == len(uninterrupted["weights"]["student"])
+    with pytest.raises(det.errors.DetSdkError, match="not checkpoint_uuid"):
+        ctx.load_checkpoint_model(checkpoint_uuid=last["fit"]["uuid"], stage="fit")
+    with pytest.raises(det.errors.DetSdkError, match="stage: expected"):
+        ctx.load_checkpoint_model(trial_id=1, stage="a b")
 
 
 def test_resume_in_the_student_stage_ends_bit_equal(tmp_path: Path, uninterrupted) -> None:
@@ -220,6 +231,17 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
         assert kept == {n: s["latest_checkpoint"] for n, s in stages.items()}
         best = http.get(f"/api/v1/trials/{t['id']}/checkpoints", params={"best": "true"}).json()
         assert best[0]["stage"] == "student"
+        # latest/best of one stage (load_checkpoint_model(stage=) asks this)
+        for name, stage in stages.items():
+            got = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                           params={"latest": "true", "stage": name}).json()
+            assert got[0]["uuid"] == stage["latest_checkpoint"]
+        got = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                       params={"best": "true", "stage": "baseline"}).json()
+        assert got[0]["uuid"] == stages["baseline"]["latest_checkpoint"]
+        missing = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                           params={"latest": "true", "stage": "nope"})
+        assert missing.status_code == 404 and "of stage 'nope'" in missing.text
         # the restart restored the teacher instead of training it again
         logs = cluster.det("trial", "logs", str(t["id"])).stdout
         assert "stage 'fit' was finished before the resume" in logs

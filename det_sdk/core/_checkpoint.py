@@ -101,17 +101,19 @@ class CheckpointContext:
         shutil.copytree(src, Path(ckpt_dir), dirs_exist_ok=True, copy_function=copy_file,
                         ignore=lambda d, names: [OWNER_FILE] if Path(d) == src else [])
 
-    def select(self, trial_id: int | str | None = None, *, best: bool = False) -> str:
+    def select(self, trial_id: int | str | None = None, *, best: bool = False,
+               stage: str | None = None) -> str:
         """The uuid of a trial's latest checkpoint (``best``: best by the searcher metric);
-        this trial's (this local run's) when ``trial_id`` is None. Determined's SDK has it
-        as ``Trial.select_checkpoint(latest=True / best=True)``.
+        this trial's (this local run's) when ``trial_id`` is None; of ``stage`` (a
+        ``context.fit`` of the script, det_sdk.stages) when given. Determined's SDK has
+        it as ``Trial.select_checkpoint(latest=True / best=True)``.
 
         >>> uuid = ctx.select(best=True)  # doctest: +SKIP
         """
         trial = self._session.trial_id if trial_id is None else trial_id
         if trial is None:
             raise UsageError("checkpoint.select: this process has no trial; give trial_id")
-        return self._session.checkpoint_for_trial(trial, best=best)
+        return self._session.checkpoint_for_trial(trial, best=best, stage=stage)
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The checkpoint's ``metadata.json`` ({} when it has none)."""

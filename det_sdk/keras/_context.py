@@ -16,7 +16,7 @@ from det_sdk.keras import _checkpoint, _compat, _data, _fit
 from det_sdk.keras._callbacks import Preempted
 from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
 from det_sdk.session import Session
-from det_sdk.stages import RunStages
+from det_sdk.stages import RunStages, check_stage_name
 
 __all__ = ["KerasContext", "TrainingContext"]
 
@@ -279,11 +279,16 @@ class KerasContext:
         best: bool = False,
         custom_objects: Mapping[str, Any] | None = None,
         model: Any = None,
+        stage: str | None = None,
     ) -> Any:
         """A compiled model (architecture, weights, optimizer state) from a checkpoint.
 
         Either a trial's latest checkpoint (``best=True``: best by the searcher metric)
-        or the checkpoint ``checkpoint_uuid``. Locally, ``trial_id`` is a run id.
+        or the checkpoint ``checkpoint_uuid``. Locally, ``trial_id`` is a run id. A
+        script with several ``fit`` calls (stages, det_sdk.stages) picks one with
+        ``stage=`` (the name given to that ``fit``); without it, the latest checkpoint is
+        of the stage that checkpointed last (and on the cluster ``best=True`` ranks the
+        searched stage's).
 
         A model Keras has no config of (subclassed, its ``__init__`` taking models or
         other objects, no ``get_config``) is checkpointed by its weights: build it with
@@ -299,12 +304,10 @@ class KerasContext:
             model = context.load_checkpoint_model(trial_id=1)
             model = context.load_checkpoint_model(checkpoint_uuid="7c1a...")
             vae = context.load_checkpoint_model(trial_id=1, model=make_vae())
+            teacher = context.load_checkpoint_model(trial_id=1, stage="teacher")
         """
-        if (trial_id is None) == (checkpoint_uuid is None):
-            raise UsageError("load_checkpoint_model: give exactly one of trial_id or "
-                             "checkpoint_uuid")
-        if checkpoint_uuid is None:
-            checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
+        checkpoint_uuid = self._checkpoint_of("load_checkpoint_model", trial_id,
+                                              checkpoint_uuid, best, stage)
         path = self.session.checkpoint_path(checkpoint_uuid)
         if model is not None:
             if not isinstance(model, _compat.keras.Model):
@@ -320,6 +323,7 @@ class KerasContext:
         checkpoint_uuid: str | None = None,
         *,
         best: bool = False,
+        stage: str | None = None,
     ) -> dict[str, Any]:
         """Restore a checkpoint's weights (and lookup tables) into a model the script built.
 
@@ -334,18 +338,30 @@ class KerasContext:
             model = MyModel(); model(x[:1])
             meta = context.load_checkpoint_weights(model, trial_id=1, best=True)
         """
-        if (trial_id is None) == (checkpoint_uuid is None):
-            raise UsageError("load_checkpoint_weights: give exactly one of trial_id or "
-                             "checkpoint_uuid")
         if not isinstance(model, _compat.keras.Model):
             raise ArgumentTypeError("load_checkpoint_weights: model must be a keras.Model, got "
                                     f"{type(model).__name__}")
         if not model.built:
             raise UsageError("load_checkpoint_weights: the model has no weights yet; build it "
                              "first (call it on a batch, e.g. model(x[:1]), or model.build)")
-        if checkpoint_uuid is None:
-            checkpoint_uuid = self.session.checkpoint_for_trial(trial_id, best=best)  # type: ignore[arg-type]
+        checkpoint_uuid = self._checkpoint_of("load_checkpoint_weights", trial_id,
+                                              checkpoint_uuid, best, stage)
         return _checkpoint.load_weights(self.session.checkpoint_path(checkpoint_uuid), model)
+
+    def _checkpoint_of(self, caller: str, trial_id: int | str | None,
+                       checkpoint_uuid: str | None, best: bool, stage: str | None) -> str:
+        """The checkpoint the arguments of ``caller`` name."""
+        if (trial_id is None) == (checkpoint_uuid is None):
+            raise UsageError(f"{caller}: give exactly one of trial_id or checkpoint_uuid")
+        if checkpoint_uuid is not None:
+            if stage is not None or best:
+                raise UsageError(f"{caller}: stage= and best= choose among a trial's "
+                                 "checkpoints; give them with trial_id, not checkpoint_uuid")
+            return checkpoint_uuid
+        if stage is not None:
+            check_stage_name(stage)
+        return self.session.checkpoint_for_trial(trial_id, best=best,  # type: ignore[arg-type]
+                                                 stage=stage)
 
     def close(self) -> None:
         """Deliver pending records and release the session."""

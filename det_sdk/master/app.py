@@ -411,12 +411,16 @@ def create_app(master: Master) -> FastAPI:
     @app.get("/api/v1/trials/{trial_id}/checkpoints")
     def trial_checkpoints(trial_id: Id, latest: bool = False, best: bool = False,
                           limit: Limit = api.MAX_PAGE_LIMIT,
+                          stage: Annotated[str | None, Query(
+                              pattern=api.STAGE_PATTERN, description="with latest or best: "
+                              "of this stage of the script (each context.fit is one)")] = None,
                           p: Principal = Depends(principal)) -> list[api.CheckpointInfo]:
-        """The trial's latest or best checkpoint, or its newest `limit` oldest first
-        (`/api/v1/checkpoints?trial_id=` pages through all of them)."""
+        """The trial's latest or best checkpoint (of `stage`), or its newest `limit` oldest
+        first (`/api/v1/checkpoints?trial_id=` pages through all of them)."""
         master.trial(trial_id)
         if latest or best:
-            return [api.CheckpointInfo(**master.trial_checkpoint(trial_id, best=best))]
+            return [api.CheckpointInfo(**master.trial_checkpoint(trial_id, best=best,
+                                                                 stage=stage))]
         return checkpoint_page(master, trial_id, limit, None).checkpoints[::-1]
 
     @app.get("/api/v1/trials/{trial_id}/logs")

@@ -33,7 +33,7 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
-from det_sdk.stages import kept_per_stage
+from det_sdk.stages import kept_per_stage, stage_of
 from det_sdk.storage import best_first, read_owner
 
 __all__ = ["Checkpoints", "is_checkpoint_name"]
@@ -176,19 +176,24 @@ class Checkpoints:
             "stage": c.get("stage"),
         }
 
-    def of_trial(self, trial_id: int, best: bool) -> dict[str, Any]:
+    def of_trial(self, trial_id: int, best: bool, stage: str | None = None) -> dict[str, Any]:
         """A trial's latest checkpoint, or its best by the searcher metric (non-finite
         values rank last, :func:`det_sdk.wire.metric_rank`: a trial whose every
-        checkpoint holds NaN still has a "best", its first)."""
+        checkpoint holds NaN still has a "best", its first); of ``stage`` when given
+        (det_sdk.stages), else the latest of any stage and the best of the searched one."""
         rows = self.store.checkpoints(trial_id)
+        if stage is not None:
+            rows = [r for r in rows if stage_of(r) == stage]
         if not rows:
-            raise NotFound(f"trial {trial_id} has no checkpoint")
+            of = f" of stage {stage!r}" if stage is not None else ""
+            raise NotFound(f"trial {trial_id} has no checkpoint{of}")
         if not best:  # the newest (stages count steps from 0 each: by time)
             return self._out(max(rows, key=lambda r: r["created"]))
         metric, smaller = self.config_of(trial_id).searcher_metric
         # the searched stage's: the model the searcher measured (det_sdk.stages)
+        candidates = rows if stage is not None else [r for r in rows if _searched(r)]
         ranked = [self._out(r) for r in  # type: ignore[arg-type]
-                  best_first([r for r in rows if _searched(r)], metric, smaller)]
+                  best_first(candidates, metric, smaller)]
         if not ranked:
             raise NotFound(f"no checkpoint of trial {trial_id} has {metric!r}")
         return ranked[0]

@@ -370,8 +370,9 @@ class Master:
     def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         return self.checkpoint_store.list(trial_id)
 
-    def trial_checkpoint(self, trial_id: int, best: bool) -> dict[str, Any]:
-        return self.checkpoint_store.of_trial(trial_id, best)
+    def trial_checkpoint(self, trial_id: int, best: bool,
+                         stage: str | None = None) -> dict[str, Any]:
+        return self.checkpoint_store.of_trial(trial_id, best, stage)
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.scheduler.logs_path(kind, task_id)
