@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import httpx
 
 from det_sdk._master_url import master_url
 from det_sdk.atomic import write_atomic
+from det_sdk.env import setting
 from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.wire import dumps as wire_dumps
 
@@ -56,14 +56,15 @@ class MasterUnreachable(DetSdkError, ConnectionError):
 
 
 def credentials_path() -> Path:
-    return Path(os.environ.get("DET_CREDENTIALS") or Path.home() / ".det" / "credentials.json")
+    return Path(setting("DET_CREDENTIALS") or Path.home() / ".det" / "credentials.json")
 
 
 def load_token(url: str) -> str | None:
     """The user token for ``url``: ``DET_USER_TOKEN``, else the one ``det master up`` saved
     (found for ``host:port`` as for ``http://host:port``)."""
-    if os.environ.get("DET_USER_TOKEN"):
-        return os.environ["DET_USER_TOKEN"]
+    token = setting("DET_USER_TOKEN")
+    if token:
+        return token
     try:
         url = master_url(url)
     except UsageError:

@@ -1,13 +1,16 @@
 """The environment variables det_sdk reads and writes, named once.
 
-Three families:
+Four families, each read here (and, for a task's, through :func:`det_sdk.get_cluster_info`):
 
 - a **local run**'s (the user sets them): ``DET_CONFIG`` (the config's path),
   ``DET_RUNS_DIR`` (where runs live), ``DET_RESUME`` (continue run ID or ``latest``);
 - a **task**'s, written by the master for the processes it launches and read through
   :func:`det_sdk.get_cluster_info` (``DET_ALLOCATION_ID`` marks them);
 - the **ranks** launchers describe (horovodrun's ``HOROVOD_*``, torchrun's ``RANK``,
-  ``WORLD_SIZE``, ..., ``TF_CONFIG``).
+  ``WORLD_SIZE``, ..., ``TF_CONFIG``);
+- the **user's settings** for the ``det`` CLI and det_sdk's tools: ``DET_MASTER``,
+  ``DET_USER_TOKEN``, ``DET_CREDENTIALS``, ``DET_MASTER_DIR``, ``DET_TORCH_TIMEOUT``,
+  ``DET_SLURM_RENDEZVOUS_ADDR``.
 
 Processes that must start outside any of them (the master's tasks, a test's fresh
 script) take :func:`outside`.
@@ -24,7 +27,10 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["LOCAL_RUN_VARS", "RANK_VARS", "TASK_VARS", "LocalRunEnv", "local_run", "outside"]
+from det_sdk.errors import UsageError
+
+__all__ = ["LOCAL_RUN_VARS", "RANK_VARS", "TASK_VARS", "LocalRunEnv", "collective_token",
+           "local_run", "outside", "port_offset", "setting", "task_owner"]
 
 CONFIG = "DET_CONFIG"
 RUNS_DIR = "DET_RUNS_DIR"
@@ -82,3 +88,47 @@ def outside(environ: Mapping[str, str] | None = None, *, keep: Iterable[str] = (
            if k in kept or (k not in drop and not k.startswith(_RANK_PREFIXES))}
     out.update(extra)
     return out
+
+
+#: the user's settings (:func:`setting` reads them)
+SETTINGS = ("DET_MASTER", "DET_USER_TOKEN", "DET_CREDENTIALS", "DET_MASTER_DIR",
+            "DET_TORCH_TIMEOUT", "DET_SLURM_RENDEZVOUS_ADDR")
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """One of the user's :data:`SETTINGS` (None when unset or empty).
+
+    >>> setting("DET_MASTER", {"DET_MASTER": "http://m:8080"})
+    'http://m:8080'
+    """
+    if name not in SETTINGS:
+        raise UsageError(f"{name} is not one of det_sdk's settings {SETTINGS}")
+    env = os.environ if environ is None else environ
+    return env.get(name) or None
+
+
+def task_owner(environ: Mapping[str, str] | None = None) -> dict[str, object] | None:
+    """The master's task this process belongs to (``allocation_id``, ``trial_id``), or
+    None off the cluster: what a checkpoint's owner file records.
+
+    >>> task_owner({"DET_ALLOCATION_ID": "a1", "DET_TRIAL_ID": "7"})
+    {'allocation_id': 'a1', 'trial_id': 7}
+    """
+    env = os.environ if environ is None else environ
+    alloc = env.get("DET_ALLOCATION_ID")
+    if not alloc:
+        return None
+    trial = env.get("DET_TRIAL_ID", "")
+    return {"allocation_id": alloc, "trial_id": int(trial) if trial.isdigit() else None}
+
+
+def port_offset(environ: Mapping[str, str] | None = None) -> int:
+    """``DET_UNIQUE_PORT_OFFSET``: what a task adds to its ports (0 off the cluster)."""
+    env = os.environ if environ is None else environ
+    return int(env.get("DET_UNIQUE_PORT_OFFSET", "0") or 0)
+
+
+def collective_token(environ: Mapping[str, str] | None = None) -> str:
+    """``DET_COLLECTIVE_TOKEN``: the token a task's ranks show their chief ("" unset)."""
+    env = os.environ if environ is None else environ
+    return env.get("DET_COLLECTIVE_TOKEN", "")

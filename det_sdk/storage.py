@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.atomic import fsync_path
+from det_sdk.env import task_owner
 from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.wire import metric_rank
 
@@ -121,11 +122,7 @@ class SharedFSStorage(CheckpointStorage):
 
 def _task_owner() -> dict[str, Any] | None:
     """The owner record of a master's task (``DET_ALLOCATION_ID``), else None."""
-    alloc = os.environ.get("DET_ALLOCATION_ID")
-    if not alloc:
-        return None
-    trial = os.environ.get("DET_TRIAL_ID", "")
-    return {"allocation_id": alloc, "trial_id": int(trial) if trial.isdigit() else None}
+    return task_owner()
 
 
 def read_owner(path: Path) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 import det_sdk
+from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="det_sdk: train Keras models locally, under Horovod, or on a cluster.",
     )
     parser.add_argument("--version", action="version", version=f"det_sdk {det_sdk.__version__}")
-    parser.add_argument("-m", "--master", default=os.environ.get("DET_MASTER", DEFAULT_MASTER),
+    parser.add_argument("-m", "--master", default=setting("DET_MASTER") or DEFAULT_MASTER,
                         help=f"the master's URL, or host:port for http://host:port "
                              f"(DET_MASTER; default {DEFAULT_MASTER})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -14,11 +14,13 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
+from det_sdk.env import setting
+
 __all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("DET_MASTER_DIR") or Path.home() / ".det" / "master")
+    return Path(setting("DET_MASTER_DIR") or Path.home() / ".det" / "master")
 
 
 def _private_file(path: Path, append: bool = False) -> int:

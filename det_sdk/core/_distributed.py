@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from det_sdk import distributed as _base
+from det_sdk.env import collective_token
+from det_sdk.env import port_offset as task_port_offset
 from det_sdk.errors import DetSdkError, UsageError
 
 __all__ = [
@@ -163,9 +165,9 @@ class DistributedContext(_base.DistributedContext):
         self.cross_size = 1 if cross_size is None else cross_size
         self.chief_ip = chief_ip
         if port_offset is None:  # the cluster's per-task offset: tasks on one host differ
-            port_offset = int(os.environ.get("DET_UNIQUE_PORT_OFFSET", "0") or 0)
+            port_offset = task_port_offset()
         port = pub_port + port_offset
-        secret = os.environ.get(TOKEN_VAR, "") if token is None else token
+        secret = collective_token() if token is None else token
         from det_sdk.core._star import Star, bind_address
 
         if rank == 0:

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from det_sdk.core._distributed import DistributedContext as CoreDistributedContext
 from det_sdk.core._star import bind_address
+from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 
 __all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
@@ -145,7 +146,7 @@ class TorchDistributed(CoreDistributedContext):
                  chief_ip: str | None = None) -> TorchDistributed:
         """The ranks torchrun or horovodrun describe in the environment."""
         env = os.environ if environ is None else environ
-        timeout = float(env.get("DET_TORCH_TIMEOUT", "60"))
+        timeout = float(setting("DET_TORCH_TIMEOUT", env) or 60)
         if env.get("WORLD_SIZE") and env.get("RANK") is not None:
             size, rank = int(env["WORLD_SIZE"]), int(env["RANK"])
             local_rank = int(env.get("LOCAL_RANK", rank))

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from det_sdk.atomic import write_atomic  # the standard library only
+from det_sdk.env import setting
 from det_sdk.errors import UsageError
 
 __all__ = ["Slot", "expand_tasks_per_node", "horovod_plan"]
@@ -110,7 +111,7 @@ def _node_hosts() -> list[str]:
 
 def _node_address(node: str) -> str:
     """The IPv4 address the other nodes reach ``node`` at (its Slurm ``NodeAddr``)."""
-    override = os.environ.get("DET_SLURM_RENDEZVOUS_ADDR")
+    override = setting("DET_SLURM_RENDEZVOUS_ADDR")
     if override:
         return override
     addr = node
