@@ -234,6 +234,11 @@ class StateLayout:
         #: traced before (the model trained before this fit) still updates in place.
         self.changed_updates = any(changed)
         self._model_config: tuple[dict[str, Any] | None, str | None] | None = None
+        # the compile config, kept while the model's compile() is the same one (Keras
+        # makes a new config object at each compile): serializing it costs ~3 ms of
+        # CPU per checkpoint, and what changes while training (the learning rate
+        # variable) is restored from the state, not from this config
+        self._compile: tuple[Any, dict[str, Any] | None] | None = None
 
     def fits(self, model: Any, optimizers: Sequence[Any], plain_optimizer: Any = None) -> bool:
         """Whether this layout is ``model``'s with these optimizers (same objects)."""
@@ -267,8 +272,10 @@ class StateLayout:
         if self._model_config is None:
             self._model_config = _architecture(self.model)
         config, why = self._model_config
-        spec = {"model_config": config,
-                "compile_config": _compile_config(self.model, self.plain_optimizer)}
+        compiled = getattr(self.model, "_compile_config", None)
+        if self._compile is None or compiled is None or self._compile[0] is not compiled:
+            self._compile = (compiled, _compile_config(self.model, self.plain_optimizer))
+        spec = {"model_config": config, "compile_config": self._compile[1]}
         if config is None:
             spec["weights_only"] = {"class": type(self.model).__name__, "reason": why}
         return spec
