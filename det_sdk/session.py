@@ -1,6 +1,6 @@
 """The session seam: how a training process talks to whatever keeps its records.
 
-Off the cluster that is a local run directory; on the cluster (later) the master over
+Off the cluster that is a local run directory; on the cluster the master over
 HTTP. The Keras context holds one ``Session`` and never asks which one.
 
 A local run directory (default ``./det-runs/<run-id>/``)::

@@ -226,7 +226,7 @@ class DistributedContext(_base.DistributedContext):
         if len(workers) > 1:
             from det_sdk.keras import _compat
 
-            if _compat.KERAS_MAJOR >= 3:
+            if not _compat.MULTI_WORKER_FIT:
                 if _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) == len(workers):
                     return _horovod_workers(workers, index, env), tf.distribute.get_strategy()
                 raise UnsupportedStrategyError(KERAS3_MULTIWORKER_MESSAGE.format(

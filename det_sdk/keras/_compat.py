@@ -79,6 +79,9 @@ def _keras_identity() -> tuple[str, str]:
 
 KERAS_PACKAGE, KERAS_VERSION = _keras_identity()
 KERAS_MAJOR = int(KERAS_VERSION.split(".")[0]) if KERAS_VERSION[:1].isdigit() else 2
+#: Whether Keras's own fit trains under tf.distribute.MultiWorkerMirroredStrategy: Keras 2
+#: does; Keras 3 cannot (keras-team/keras#20585), so its workers train as Horovod's
+MULTI_WORKER_FIT = KERAS_MAJOR < 3
 _K3 = KERAS_MAJOR >= 3
 
 #: The base class of ``keras.utils.Sequence`` (``PyDataset`` on Keras 3).
