@@ -237,9 +237,14 @@ def _validations(runs: Path) -> list[dict]:
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_sigterm_mid_epoch_and_resume_is_bit_equal(npz: Path, tmp_path: Path,
                                                    nproc: int) -> None:
-    """shuffle=True, dropout 0.3: SIGTERM at batch 13 of 25, resume: the same bits."""
+    """shuffle=True, dropout 0.3: SIGTERM at batch 13 of 30, resume: the same bits.
+
+    N ranks agree on a stop about every 0.2 s of training: batches of 50 ms make that
+    every 4 batches or fewer, so the stop comes well before the end however fast the
+    machine (with 5 ms batches the next agreement could fall after batch 30)."""
     _run(npz, tmp_path / "a", tmp_path / "a.pth", nproc)
-    stopped = _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, PT_SIGTERM_AT="13")
+    stopped = _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, PT_SIGTERM_AT="13",
+                   PT_BATCH_SLEEP="0.05")
     assert "SIGTERM" in stopped.stderr and not (tmp_path / "b.pth").exists()
     _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, DET_RESUME="latest")
     a, b = _weights(tmp_path / "a.pth"), _weights(tmp_path / "b.pth")

@@ -2,13 +2,16 @@
 
 Writes the final weights (state_dict) to OUT.pth. ``PT_SIGTERM_AT=k`` sends SIGTERM to
 this process after batch k (a real signal: the Trainer checkpoints and stops);
-``DET_RESUME`` continues a stopped run.
+``PT_BATCH_SLEEP=s`` makes every batch take s seconds longer (the ranks agree on a stop
+about every 0.2 s of training: slow batches make that a few batches, whatever the
+machine's speed); ``DET_RESUME`` continues a stopped run.
 """
 
 import json
 import os
 import signal
 import sys
+import time
 
 import torch
 import yaml
@@ -22,6 +25,7 @@ import det_sdk.pytorch as pytorch
 class Trial(MNistTrial):
     def train_batch(self, batch, model, epoch_idx, batch_idx):
         out = super().train_batch(batch, model, epoch_idx, batch_idx)
+        time.sleep(float(os.environ.get("PT_BATCH_SLEEP", "0")))
         at = int(os.environ.get("PT_SIGTERM_AT", "0"))
         self.seen = getattr(self, "seen", 0) + 1
         if at and self.seen == at and self.context.distributed.rank == 0:
