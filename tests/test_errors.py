@@ -53,11 +53,17 @@ print(json.dumps({"tensorflow": "tensorflow" in sys.modules, "classes": rows}))
 def _modules(keras: bool) -> list[str]:
     """det_sdk's modules from its files (not pkgutil, which imports packages to walk
     them): those under det_sdk/keras, or all the others."""
+    import importlib.util
+
+    # det_sdk.pytorch needs torch, which the Keras 2 venv does not have
+    no_torch = importlib.util.find_spec("torch") is None
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
+        if no_torch and len(parts) > 1 and parts[1] == "pytorch":
+            continue
         if (len(parts) > 1 and parts[1] == "keras") == keras:
             names.append(".".join(parts))
     return names
