@@ -15,19 +15,11 @@ metrics, checkpoints and TensorBoard files under ``det-runs/<n>/``.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from det_sdk.config import (
-    ExperimentConfig,
-    Length,
-    apply_environment_variables,
-    load_yaml_file,
-    parse_experiment_config,
-)
+from det_sdk.config import ExperimentConfig, Length
 from det_sdk.core._checkpoint import CheckpointContext
 from det_sdk.core._preempt import PreemptContext
 from det_sdk.core._searcher import SearcherContext
@@ -38,11 +30,10 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
-from det_sdk.env import local_run
-from det_sdk.errors import ArgumentTypeError
-from det_sdk.hparams import HParams, local_hparams
-from det_sdk.info import ClusterInfo, get_cluster_info
-from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession, Session
+from det_sdk.engine.run import open_run
+from det_sdk.hparams import HParams
+from det_sdk.info import ClusterInfo
+from det_sdk.session import Session
 
 __all__ = ["Context", "init"]
 
@@ -99,29 +90,6 @@ class Context:
         self.close()
 
 
-def _distributed(given: DistributedContext | None) -> DistributedContext:
-    if given is not None:
-        if not isinstance(given, DistributedContext):
-            raise ArgumentTypeError("init: distributed must be a det_sdk DistributedContext (e.g. "
-                                    "from DistributedContext.from_tf_config()), got "
-                                    f"{type(given).__name__}")
-        return given
-    # horovodrun-provided ranks: Horovod's collectives (imports TensorFlow, as it must)
-    return HorovodProcesses() if launched_by_horovod() else SingleProcess()
-
-
-def _load_config(config: Any) -> ExperimentConfig | None:
-    config = config if config is not None else local_run().config
-    if config is None or isinstance(config, ExperimentConfig):
-        return config
-    if isinstance(config, (str, os.PathLike)):
-        return parse_experiment_config(load_yaml_file(config))
-    if isinstance(config, Mapping):
-        return parse_experiment_config(config)
-    raise ArgumentTypeError("init: config must be a YAML path or a mapping, got "
-                            f"{type(config).__name__}")
-
-
 def init(
     *,
     distributed: DistributedContext | None = None,
@@ -140,41 +108,20 @@ def init(
     hparams, ``searcher.max_length`` the searcher's one length), ``hparams``
     (defaults), ``runs_dir`` (``DET_RUNS_DIR``, default ``./det-runs``), ``resume``
     (a run id or ``"latest"``, or ``DET_RESUME``: its ``info.latest_checkpoint`` is
-    that run's latest and its ``trial_id`` that run's) and ``seed``.
+    that run's latest and its ``trial_id`` that run's) and ``seed``. The run is opened
+    as ``det.keras.init()`` opens it (:func:`det_sdk.engine.run.open_run`).
 
     >>> with det.core.init() as core_context:  # doctest: +SKIP
     ...     print(core_context.distributed.rank, core_context.info.trial.trial_id)
     """
-    dist = _distributed(distributed)
-    info = get_cluster_info()
-    if info is not None:
-        session: Session = MasterSession(info, writer=dist.is_chief)
-        cfg = parse_experiment_config(info.config) if info.task_type == "TRIAL" else None
-        return Context(distributed=dist, session=session, info=info, config=cfg)
-    cfg = _load_config(config)
-    # the config's environment_variables, where the shell has not set them (the shell wins)
-    apply_environment_variables(cfg)
-    hp = local_hparams(cfg, hparams or {})
-    given = local_run()
-    runs = Path(runs_dir or given.runs_dir or DEFAULT_RUNS_DIR)
-    target = resume if resume is not None else given.resume
-    if seed is None and cfg is not None:
-        seed = cfg.reproducibility.experiment_seed
-    new_seed = seed if seed is not None else secrets.randbelow(2**31)
-    if dist.is_chief:
-        local = (LocalSession.reopen(runs, str(target)) if target is not None else
-                 LocalSession.create(runs, hparams=hp.to_dict(), seed=new_seed,
-                                     config=cfg.model_dump(mode="json") if cfg else {}))
-        if dist.size > 1:
-            dist.broadcast(local.run_id)
-    else:
-        local = LocalSession.reopen(runs, dist.broadcast(None), writer=False)
-    # The local stand-in for the cluster's description: scripts read the same fields.
-    local_info = ClusterInfo(
-        master_url="", session_token="", allocation_id=f"local-run-{local.run_id}",
-        task_type="TRIAL", trial_id=local.run_id, trial_seed=int(local.info.get("seed", 0)),
-        hparams=dict(local.info.get("hparams") or hp.to_dict()),
-        latest_checkpoint=local.latest_checkpoint, config=dict(local.info.get("config") or {}),
-    )
-    return Context(distributed=dist, session=local, info=local_info, config=cfg,
-                   local_length=cfg.searcher.max_length if cfg and cfg.searcher else None)
+    if distributed is None:
+        # horovodrun-provided ranks: Horovod's collectives (imports TensorFlow, as it must)
+        distributed = HorovodProcesses() if launched_by_horovod() else SingleProcess()
+    run = open_run(distributed, config=config, hparams=hparams, runs_dir=runs_dir,
+                   resume=resume, seed=seed)
+    cfg = run.experiment_config
+    local_length = None
+    if not run.on_cluster and cfg is not None and cfg.searcher is not None:
+        local_length = cfg.searcher.max_length  # off the cluster: the searcher's one length
+    return Context(distributed=run.distributed, session=run.session, info=run.info,
+                   config=cfg, local_length=local_length)

@@ -1,96 +1,37 @@
-"""``det.keras.init()``: read the environment once and choose each seam's implementation."""
+"""``det.keras.init()``: ``det_sdk.engine.run.open_run`` (the environment, the config, the
+seed, the session: what ``det.core.init()`` opens too) with Keras's choices on top: each
+process placed on its GPU or its share of the cores, TensorFlow's seeds, and the training
+policy (checkpoint, validation and report periods) that ``context.fit`` follows."""
 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import sys
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from det_sdk.config import (
-    ConfigError,
-    ExperimentConfig,
-    JobConfig,
-    Length,
-    apply_environment_variables,
-    load_yaml_file,
-    parse_experiment_config,
-    parse_job_config,
-)
+from det_sdk.config import ConfigError, ExperimentConfig, JobConfig, Length
 from det_sdk.distributed import (
     DistributedContext,
     HorovodProcesses,
     SingleProcess,
     launched_by_horovod,
 )
-from det_sdk.env import local_run
-from det_sdk.errors import ArgumentTypeError, UsageError
-from det_sdk.hparams import HParams, local_hparams, merge_hparams
-from det_sdk.info import ClusterInfo, get_cluster_info
+from det_sdk.engine.run import OpenedRun, open_run
+from det_sdk.errors import ArgumentTypeError
 from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
 from det_sdk.keras._loop import TrainingPolicy
-from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession
+from det_sdk.session import LocalSession
 from det_sdk.stages import check_stage_name
 
 __all__ = ["init"]
 
 _DEFAULT_CHECKPOINT_PERIOD = Length(epochs=1)
-
-
-def _load_config(config: Any) -> ExperimentConfig | JobConfig | None:
-    """An experiment config, or a job config (``det job run``'s) for inference scripts."""
-    if config is None:
-        config = local_run().config
-    if config is None:
-        return None
-    if isinstance(config, (ExperimentConfig, JobConfig)):
-        return config
-    if not isinstance(config, (str, os.PathLike, Mapping)):
-        raise ArgumentTypeError(
-            f"init: config must be a path to a YAML file or a mapping, got {type(config).__name__}"
-        )
-    raw = load_yaml_file(config) if isinstance(config, (str, os.PathLike)) else config
-    try:
-        return parse_experiment_config(raw, warn_ignored=True)
-    except ConfigError as as_experiment:
-        try:
-            return parse_job_config(raw)
-        except ConfigError:
-            source = f" {config}" if isinstance(config, (str, os.PathLike)) else ""
-            raise ConfigError(str(as_experiment).replace(
-                "invalid experiment config", f"invalid experiment config{source}", 1)) from None
-
-
-def _runs_dir(runs_dir: Any) -> Path:
-    """Where local runs live: the argument, else ``DET_RUNS_DIR``, else ``./det-runs``."""
-    return Path(runs_dir or local_run().runs_dir or DEFAULT_RUNS_DIR)
-
-
-def _resume_target(resume: Any) -> str | None:
-    if resume is None:
-        resume = local_run().resume
-    if resume is None or resume is False:
-        return None
-    if resume is True:
-        return "latest"
-    return str(resume)
-
-
-def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
-    if seed is None and config is not None:
-        seed = config.reproducibility.experiment_seed
-    if seed is None:
-        seed = secrets.randbelow(2**31)  # recorded in the run and its checkpoints
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise UsageError(f"init: seed must be an int in [0, 2**31), got {seed!r}")
-    return seed
 
 
 def _set_seeds(seed: int, rank: int) -> None:
@@ -154,21 +95,6 @@ def _place_process(dist: DistributedContext) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(share)
 
 
-def _open_session(
-    dist: DistributedContext, runs: Path, target: str | None, new_run: Mapping[str, Any]
-) -> LocalSession:
-    """Rank 0 creates (or reopens) the run; the other processes open it read-only."""
-    if dist.is_chief:
-        if target is not None:
-            session = LocalSession.reopen(runs, target)
-        else:
-            session = LocalSession.create(runs, **new_run)
-        dist.broadcast(session.run_id)
-        return session
-    run_id = dist.broadcast(None)
-    return LocalSession.reopen(runs, run_id, writer=False)
-
-
 def init(
     *,
     hparams: Mapping[str, Any] | None = None,
@@ -212,71 +138,35 @@ def init(
     """
     if searched_stage is not None:
         check_stage_name(searched_stage)
-    info = get_cluster_info()
-    if info is not None:
-        return _init_on_cluster(info, hparams or {}, checkpoint_period, searched_stage)
-    loaded = _load_config(config)
-    # the config's environment_variables, where the shell has not set them (the shell wins)
-    apply_environment_variables(loaded)
-    if isinstance(loaded, JobConfig):  # an inference script: no training here
-        return _init_local_job(loaded, runs_dir)
-    cfg = loaded
-    hp = local_hparams(cfg, hparams or {})
-    period = _checkpoint_period(checkpoint_period, cfg)
-    dist = _distributed()
-    runs = _runs_dir(runs_dir)
-    target = _resume_target(resume)
-    # Every process must use one seed (the data order depends on it): rank 0's.
-    new_seed = dist.broadcast(_seed(cfg, seed))
-    session = _open_session(dist, runs, target, {
-        "hparams": hp.to_dict(), "seed": new_seed,
-        "config": cfg.model_dump(mode="json") if cfg else {},
-    })
-    run_seed = int(session.info["seed"])
-    _set_seeds(run_seed, dist.rank)
-    _stop_cleanly_before_fit(session)
+    period = _requested_period(checkpoint_period)
+    run = open_run(_distributed(), config=config, hparams=hparams, runs_dir=runs_dir,
+                   resume=resume, seed=seed)
+    _set_seeds(run.seed, run.distributed.rank)
+    return _keras_context(run, period, searched_stage)
+
+
+def _keras_context(run: OpenedRun, requested_period: Length | bool,
+                   searched_stage: str | None) -> KerasContext:
+    """The run, with the Keras training policy on top."""
+    info = run.info if run.on_cluster else None
+    if run.is_job:  # an inference script (det job run, or a job config locally)
+        assert isinstance(run.config, JobConfig)
+        return KerasContext(distributed=run.distributed, session=run.session, hparams=None,
+                            config_data=run.config.data, info=info,
+                            policy=TrainingPolicy(seed=run.seed, checkpoint_period=None))
+    cfg = run.experiment_config
+    period = _checkpoint_period(requested_period, cfg, on_cluster=run.on_cluster)
+    max_length = None
+    if run.on_cluster:  # the searcher's whole length (locally: fit's epochs)
+        max_length = cfg.searcher.max_length if cfg and cfg.searcher else None
+    else:
+        assert isinstance(run.session, LocalSession)
+        _stop_cleanly_before_fit(run.session)
     return KerasContext(
-        distributed=dist,
-        session=session,
-        hparams=hp,
-        config_data=cfg.data if cfg else {},
-        policy=_training_policy(cfg, seed=run_seed, checkpoint_period=period),
-        searched_stage=searched_stage,
-    )
-
-
-def _init_local_job(job: JobConfig, runs_dir: Any) -> KerasContext:
-    """A job config off the cluster (batch inference): reads runs, trains nothing."""
-    dist = _distributed()
-    runs = _runs_dir(runs_dir)
-    session = _open_session(dist, runs, None, {"hparams": {}, "seed": 0,
-                                               "config": job.model_dump(mode="json")})
-    _set_seeds(0, dist.rank)
-    return KerasContext(distributed=dist, session=session, hparams=None, config_data=job.data,
-                        policy=TrainingPolicy(seed=0, checkpoint_period=None))
-
-
-def _init_on_cluster(
-    info: ClusterInfo, defaults: Mapping[str, Any], checkpoint_period: Any,
-    searched_stage: str | None = None,
-) -> KerasContext:
-    """A process launched by the master: everything comes from the environment."""
-    dist = _distributed()
-    _set_seeds(info.trial_seed, dist.rank)
-    session = MasterSession(info, writer=dist.is_chief)
-    if info.task_type == "GENERIC":
-        job = parse_job_config(info.config)
-        return KerasContext(distributed=dist, session=session, hparams=None,
-                            config_data=job.data, info=info,
-                            policy=TrainingPolicy(seed=info.trial_seed, checkpoint_period=None))
-    cfg = parse_experiment_config(info.config)
-    hp = HParams(merge_hparams(defaults, info.hparams))  # nested groups merge deeply
-    # On the cluster checkpoints cannot be turned off: pause and restarts need them.
-    period = _checkpoint_period(True if checkpoint_period is False else checkpoint_period, cfg)
-    return KerasContext(
-        distributed=dist, session=session, hparams=hp, config_data=cfg.data, info=info,
-        policy=_training_policy(cfg, seed=info.trial_seed, checkpoint_period=period,
-                                max_length=cfg.searcher.max_length if cfg.searcher else None),
+        distributed=run.distributed, session=run.session, hparams=run.hparams,
+        config_data=cfg.data if cfg else {}, info=info,
+        policy=_training_policy(cfg, seed=run.seed, checkpoint_period=period,
+                                max_length=max_length),
         searched_stage=searched_stage,
     )
 
@@ -296,11 +186,12 @@ def _training_policy(
     )
 
 
-def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | None:
-    if value is False:
-        return None
-    if value is True or value is None:
-        return (cfg.min_checkpoint_period if cfg else None) or _DEFAULT_CHECKPOINT_PERIOD
+def _requested_period(value: Any) -> Length | bool:
+    """``checkpoint_period`` as given: a length, ``False`` (off) or ``True`` (the default).
+
+    Checked before the run is opened, so a bad one leaves no run directory behind."""
+    if value is None or isinstance(value, bool):
+        return value is not False
     if isinstance(value, Length):
         return value
     if isinstance(value, Mapping):
@@ -312,3 +203,13 @@ def _checkpoint_period(value: Any, cfg: ExperimentConfig | None) -> Length | Non
         "init: checkpoint_period must be True, False, or a length like {'epochs': 1}, "
         f"got {value!r}"
     )
+
+
+def _checkpoint_period(requested: Length | bool, cfg: ExperimentConfig | None,
+                       *, on_cluster: bool) -> Length | None:
+    if requested is False and not on_cluster:
+        return None
+    # On the cluster checkpoints cannot be turned off: pause and restarts need them.
+    if isinstance(requested, Length):
+        return requested
+    return (cfg.min_checkpoint_period if cfg else None) or _DEFAULT_CHECKPOINT_PERIOD

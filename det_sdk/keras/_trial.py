@@ -45,7 +45,7 @@ import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
 from det_sdk.distributed import DistributedContext
-from det_sdk.env import local_run
+from det_sdk.engine.run import load_config
 from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParamKeyError
 from det_sdk.info import get_cluster_info
@@ -575,14 +575,11 @@ def run_trial(
 
 
 def _local_config(config: Any) -> ExperimentConfig:
-    if isinstance(config, ExperimentConfig):
-        return config
-    if config is None:
-        config = local_run().config
-    if config is None:
+    loaded = load_config(config)  # the argument, else DET_CONFIG's (as det.keras.init reads it)
+    if not isinstance(loaded, ExperimentConfig):
         raise ConfigError("a TFKerasTrial needs an experiment config off the cluster: --config "
                           "const.yaml (or DET_CONFIG)")
-    return parse_experiment_config(config, warn_ignored=True)
+    return loaded
 
 
 def _built_model(trial: TFKerasTrial, context: TFKerasTrialContext) -> Any:
