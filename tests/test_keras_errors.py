@@ -18,13 +18,13 @@ import xxhash
 import det_sdk as det
 from det_sdk.config import ConfigError
 from det_sdk.distributed import SingleProcess
+from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.keras import (
     CheckpointCorruptError,
     CheckpointMismatchError,
     KerasContext,
     ShardedArray,
 )
-from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import LocalSession
 
 HPARAMS = {"learning_rate": 0.05, "global_batch_size": 8}

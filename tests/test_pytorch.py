@@ -7,6 +7,7 @@ SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -196,6 +197,30 @@ def test_trainer_trains_checkpoints_tensors_only_and_validates_per_sample(
     (path / "state_dict.pth").write_bytes(bytes(raw))
     with pytest.raises(DetSdkError, match="sha256"):
         pytorch.load_state(path)
+
+
+class _InterruptedTrial(_Trial):
+    """Sends this process a Ctrl-C (SIGINT) during batch 3, as a user at the terminal."""
+
+    def train_batch(self, batch: tuple, epoch_idx: int, batch_idx: int) -> dict:
+        if batch_idx == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+def test_ctrl_c_checkpoints_after_the_batch_and_stops_cleanly(npz: Path, tmp_path: Path) -> None:
+    # det_sdk.engine.signals: the stop request every front shares (Keras's fit too)
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    before = signal.getsignal(signal.SIGINT)
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path) as ctx:
+        trainer = pytorch.Trainer(_InterruptedTrial(ctx, data), ctx)
+        trainer.fit(max_length=pytorch.Epoch(2))  # no KeyboardInterrupt
+        assert trainer.batches_trained == 4
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is the caller's again
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    rows = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["steps_completed"] for r in rows] == [4]
 
 
 def test_fit_refuses_bad_lengths(npz: Path, tmp_path: Path) -> None:

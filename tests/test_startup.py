@@ -186,3 +186,20 @@ def test_training_side_works_without_the_master_extra() -> None:
             for name in names:
                 assert not name.startswith(("fastapi", "uvicorn", "starlette",
                                             "det_sdk.master")), (path, name)
+
+
+@pytest.mark.slow
+def test_the_engine_loads_no_framework() -> None:
+    # det_sdk.engine is what every front shares: a second framework must be able to join
+    # without TensorFlow (or torch) coming with it
+    out = _python("""
+    import pkgutil, importlib, sys, det_sdk.engine as engine
+    names = [m.name for m in pkgutil.iter_modules(engine.__path__)]
+    for name in names:
+        importlib.import_module(f"det_sdk.engine.{name}")
+    print(sorted(names), [m for m in ("tensorflow", "keras", "torch", "horovod")
+                          if m in sys.modules])
+    """)
+    names, loaded = out.stdout.strip().splitlines()[-1].split("] [")
+    assert all(n in names for n in ("run", "policy", "position", "signals", "writer")), names
+    assert loaded == "]", out.stdout

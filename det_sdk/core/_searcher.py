@@ -92,6 +92,23 @@ class SearcherContext:
         told = self._dist.broadcast(told) if self._dist.size > 1 else told
         return told or self._local_length
 
+    def complete(self, length: Length, searcher_metric: float | None) -> Length | None:
+        """``length`` is trained: the chief reports ``searcher_metric``; every process
+        gets the searcher's next length, or None to stop (a collective).
+
+        ``context.fit`` and ``DeterminedCallback`` end each operation here, as every
+        process reaches it together; a script of Determined's shape uses
+        :meth:`operations`, where the chief alone calls ``op.report_completed``. Other
+        processes' ``searcher_metric`` is not read (give None).
+
+        >>> from det_sdk.distributed import SingleProcess
+        >>> SearcherContext(Session(), SingleProcess()).complete(Length(epochs=1), 0.5) is None
+        True
+        """
+        nxt = self._session.complete_operation(length, searcher_metric) \
+            if self._dist.is_chief else None
+        return self._dist.broadcast(nxt) if self._dist.size > 1 else nxt
+
     def operations(self) -> Iterator[SearcherOperation]:
         """Each operation until the searcher says stop; the chief reports each completed.
 

@@ -14,13 +14,9 @@ from __future__ import annotations
 import itertools
 import logging  # noqa: F401 (doctests)
 import os
-import signal
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +25,7 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.engine.position import Position
 from det_sdk.errors import UsageError
 from det_sdk.keras import _compat
 from det_sdk.session import Session
@@ -40,7 +37,6 @@ __all__ = [
     "CheckInSync",
     "MetricsReporter",
     "PeriodicCheckpoint",
-    "Position",
     "Preempted",
     "RecordHistory",
     "SequenceEpochEnd",
@@ -51,23 +47,10 @@ __all__ = [
     "UndoPaddingMetrics",
     "WarnUnsavedRandomness",
     "aggregated_results",
-    "catch_stop_signals",
     "chief_only_callbacks",
     "combine_logs",
     "periodic_checkpoint",
 ]
-
-
-@dataclass
-class Position:
-    """Where training is: ``batch`` batches of epoch ``epoch`` are done."""
-
-    epoch: int
-    batch: int
-    steps_completed: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 class _Callback(_compat.keras.callbacks.Callback):
@@ -723,29 +706,3 @@ class TensorBoardScalars(_Callback):
         self._files.clear()
 
 
-_SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
-
-
-@contextmanager
-def catch_stop_signals() -> Iterator[Callable[[], str | None]]:
-    """While inside, SIGTERM and Ctrl-C ask training to stop after the current batch.
-
-    Yields a function that returns the signal's name once one arrived. A second
-    Ctrl-C interrupts at once, as usual. Outside the main thread nothing is caught.
-    """
-    received: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if received and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        received.append(_SIGNAL_NAMES[signum])
-
-    previous = {s: signal.signal(s, handler) for s in _SIGNAL_NAMES}
-    try:
-        yield lambda: received[0] if received else None
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

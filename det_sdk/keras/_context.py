@@ -9,12 +9,13 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
+from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
 from det_sdk.keras import _checkpoint, _compat, _data, _fit
 from det_sdk.keras._callbacks import Preempted
-from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
+from det_sdk.keras._loop import TrainingLoop
 from det_sdk.session import Session
 from det_sdk.stages import RunStages, check_stage_name
 

@@ -42,6 +42,9 @@ from typing import Any
 from det_sdk.config import Length
 from det_sdk.core._distributed import TFWorkers
 from det_sdk.distributed import HorovodProcesses
+from det_sdk.engine.policy import TrainingPolicy
+from det_sdk.engine.position import Position
+from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
@@ -49,12 +52,10 @@ from det_sdk.keras._callbacks import (
     AggregateMetrics,
     MetricsReporter,
     PeriodicCheckpoint,
-    Position,
     RecordHistory,
     TrackPosition,
-    catch_stop_signals,
 )
-from det_sdk.keras._loop import TrainingLoop, TrainingPolicy
+from det_sdk.keras._loop import TrainingLoop
 
 __all__ = ["BatchSplitError", "DeterminedCallback", "TensorBoard", "continues"]
 
@@ -314,10 +315,9 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._each("on_epoch_end", epoch, logs)
         if self._target is not None and self._reached(self._target):
             self._complete(logs or {})
-        reason = self._signal_received() or (
-            "preempted by the master" if self._dist.is_chief and self._session.should_preempt()
-            else None)
-        if self._dist.size > 1:
+        preempted = self._core.preempt.should_preempt()  # a collective: every rank the same
+        reason = self._signal_received() or ("preempted by the master" if preempted else None)
+        if self._dist.size > 1:  # a signal may reach one process only
             reasons = [r for r in self._dist.allgather(reason) if r]
             reason = reasons[0] if reasons else None
         if reason:
@@ -345,9 +345,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
                     f"({', '.join(sorted(logs)) or 'none'}); pass validation_data to fit "
                     "or name one of them in the experiment config")
             metric = float(logs[name])
-        nxt = self._session.complete_operation(self._target, metric) \
-            if self._dist.is_chief else None
-        self._target = self._dist.broadcast(nxt) if self._dist.size > 1 else nxt
+        self._target = self._core.searcher.complete(self._target, metric)
         if self._target is None:
             self._searcher_done = True
             self.model.stop_training = True

@@ -23,6 +23,8 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import Length
+from det_sdk.engine.position import Position
+from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
@@ -30,7 +32,6 @@ from det_sdk.keras._callbacks import (
     AverageStepOutputs,
     CheckInSync,
     MetricsReporter,
-    Position,
     Preempted,
     RecordHistory,
     SequenceEpochEnd,
@@ -40,7 +41,6 @@ from det_sdk.keras._callbacks import (
     TrackPosition,
     UndoPaddingMetrics,
     WarnUnsavedRandomness,
-    catch_stop_signals,
     chief_only_callbacks,
     periodic_checkpoint,
 )
@@ -152,8 +152,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     # a time; `epochs` is the script's own (off the cluster, the other stages, or when the
     # experiment gives no length).
     searched = stage is None or stage.searched
-    operation = dist.broadcast(session.training_length() if dist.is_chief and searched
-                               else None)
+    operation = loop.searcher.current_length() if searched else None
     script_epochs = int(kwargs.pop("epochs", 1))
     steps = _inputs.steps_per_epoch(dist, kwargs)
     period = _inputs.validation_period(policy.validation_period, kwargs)
@@ -376,8 +375,7 @@ def _complete_operation(
                 "them in the experiment config"
             )
         metric = reporter.last_validation[name]
-    return dist.broadcast(session.complete_operation(operation, metric) if dist.is_chief
-                          else None)
+    return loop.searcher.complete(operation, metric)
 
 
 def _validate_now(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> dict[str, float]:

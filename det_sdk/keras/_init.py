@@ -21,11 +21,11 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
+from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.run import OpenedRun, open_run
 from det_sdk.errors import ArgumentTypeError
 from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
-from det_sdk.keras._loop import TrainingPolicy
 from det_sdk.session import LocalSession
 from det_sdk.stages import check_stage_name
 

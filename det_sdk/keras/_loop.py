@@ -16,51 +16,30 @@ import logging
 import time
 import uuid as uuidlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from det_sdk.config import Length
+from det_sdk.core._searcher import SearcherContext
 from det_sdk.distributed import DistributedContext
+from det_sdk.engine.policy import TrainingPolicy
+from det_sdk.engine.position import Position, position_of
 from det_sdk.engine.writer import CheckpointWriter
 from det_sdk.errors import ArgumentTypeError, DivergenceError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat, _data
 from det_sdk.keras._callbacks import (
     AverageStepOutputs,
-    Position,
     aggregated_results,
     combine_logs,
 )
 from det_sdk.keras._inputs import batch_rows
 from det_sdk.session import Session
 
-__all__ = ["TrainingLoop", "TrainingPolicy"]
+__all__ = ["TrainingLoop"]
 
 log = logging.getLogger("det_sdk.keras")
-
-
-@dataclass(frozen=True)
-class TrainingPolicy:
-    """What ``init()`` decided about training, once, from the environment and config.
-
-    >>> TrainingPolicy(seed=7, checkpoint_period=Length(epochs=1)).searcher_metric
-    'val_loss'
-    """
-
-    seed: int
-    checkpoint_period: Length | None
-    validation_period: Length | None = None  # the config's min_validation_period
-    report_every: int | None = None  # batches between training-metric reports
-    searcher_metric: str = "val_loss"
-    max_length: Length | None = None  # the searcher's full length, for progress
-
-
-def _position_of(meta: Mapping[str, Any]) -> Position:
-    """Where a checkpoint was taken, from its metadata."""
-    return Position(**{k: int(meta[k]) for k in ("epoch", "batch", "steps_completed")})
 
 
 class TrainingLoop:
@@ -88,6 +67,9 @@ class TrainingLoop:
         # than at every one (walking the layers costs more than reading the state)
         self._layout: _checkpoint.StateLayout | None = None
         self.writer = CheckpointWriter()  # checkpoints are written in the background
+        # The searcher's protocol, spoken as det.core speaks it (one length at a time;
+        # off the cluster no length: the script's epochs)
+        self.searcher = SearcherContext(session, distributed)
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -200,14 +182,14 @@ class TrainingLoop:
             return None, None, None
         meta = self._metadata(uuid)
         past = meta.get("history")
-        return _position_of(meta), uuid, past if isinstance(past, dict) else None
+        return position_of(meta), uuid, past if isinstance(past, dict) else None
 
     def peek_position(self) -> Position:
         """Where training is: the latest fit's position, or the resume checkpoint's."""
         if self.position is not None:
             return self.position
         if self.resume_uuid is not None:
-            return _position_of(self._metadata(self.resume_uuid))
+            return position_of(self._metadata(self.resume_uuid))
         return Position(0, 0, 0)
 
     def _metadata(self, uuid: str) -> dict[str, Any]:

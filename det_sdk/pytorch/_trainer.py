@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import signal
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.engine.writer import CheckpointWriter
 from det_sdk.errors import DetSdkError
 from det_sdk.pytorch._data import DataLoader
@@ -203,7 +203,7 @@ class Trainer:
         self.callbacks: dict[str, PyTorchCallback] = dict(trial.build_callbacks()) \
             if hasattr(trial, "build_callbacks") else {}
         self.batches_trained = 0
-        self._sigterm = False
+        self._stop_signal: Any = lambda: None  # catch_stop_signals' during fit
         self._train_loader = self._checked_loader(trial.build_training_data_loader(),
                                                   "build_training_data_loader")
         # no validation data (context.fit without validation_data): nothing to validate
@@ -267,8 +267,9 @@ class Trainer:
         uuid = latest_checkpoint or self.core.info.latest_checkpoint
         if uuid:
             self._restore(uuid)
-        old = signal.signal(signal.SIGTERM, self._on_sigterm) \
-            if _main_thread() else None
+        signals = contextlib.ExitStack()
+        # SIGTERM and Ctrl-C: a checkpoint after this batch, then a clean stop (as in Keras)
+        self._stop_signal = signals.enter_context(catch_stop_signals())
         try:
             for cb in self.callbacks.values():
                 cb.on_training_start()
@@ -285,8 +286,8 @@ class Trainer:
                                validation_period, reporting_period)
         finally:
             self.writer.wait()
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
+            signals.close()
+            self._stop_signal = lambda: None
             for cb in self.callbacks.values():
                 cb.on_trial_shutdown()
 
@@ -300,7 +301,7 @@ class Trainer:
         training by the slowest rank's batch time (gathered with the flags, so every
         rank computes the same next batch).
         """
-        local = self.context.get_stop_requested() or self._sigterm
+        local = self.context.get_stop_requested() or self._stop_signal() is not None
         if self.dist.size == 1:
             return local, self.core.preempt.should_preempt()
         if n < self._next_check:
@@ -313,10 +314,6 @@ class Trainer:
         slowest = max(t for _, t in rows)
         self._next_check = n + max(1, min(100, int(STOP_CHECK_S / max(slowest, 1e-6))))
         return any(flag for flag, _ in rows), preempt
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        log.warning("det_sdk.pytorch: SIGTERM: checkpointing after this batch, then stopping")
-        self._sigterm = True
 
     def _train_to(self, target: int, op: Any, ckpt_period: Batch | None,
                   val_period: Batch | None, rep_period: Batch) -> tuple[bool, float]:
@@ -377,8 +374,9 @@ class Trainer:
                 if last_ckpt != self.batches_trained:
                     self._checkpoint(epoch, last_val)
                 self.writer.wait()
-                log.info("det_sdk.pytorch: stopped at batch %d (checkpointed)",
-                         self.batches_trained)
+                log.info("det_sdk.pytorch: stopped at batch %d (checkpointed)%s",
+                         self.batches_trained,
+                         f" by {self._stop_signal()}" if self._stop_signal() else "")
                 return True, float("nan")
         epoch = max(0, (self.batches_trained - 1) // per_epoch)
         if window:
@@ -554,8 +552,3 @@ class Trainer:
             _seed_everything(self.seed + self.batches_trained + self.dist.rank)
         log.info("det_sdk.pytorch: resumed from %s at batch %d", uuid, self.batches_trained)
 
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
