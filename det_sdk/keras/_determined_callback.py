@@ -56,6 +56,7 @@ from det_sdk.keras._callbacks import (
     TrackPosition,
 )
 from det_sdk.keras._loop import TrainingLoop
+from det_sdk.keras._saver import Saver
 
 __all__ = ["BatchSplitError", "DeterminedCallback", "TensorBoard", "continues"]
 
@@ -187,6 +188,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._signals: contextlib.ExitStack | None = None
         self._signal_received: Any = lambda: None
         self._reporter: MetricsReporter | None = None
+        self._saver: Saver | None = None
         self._restored_validation: dict[str, float] = {}
         # N processes that no tf.distribute strategy trains: det_sdk averages and splits
         self._split: _SplitBatches | None = None
@@ -238,13 +240,8 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
 
     def _save(self) -> None:
         """A checkpoint at the current position (collective; once per position)."""
-        if self._saved_at == self._position.steps_completed:
-            return
-        record = {"epoch": list(self._history.epoch), "history": self._history.history}
-        assert self._reporter is not None
-        self._loop.save(self.model, self._position, self._reporter.last_validation,
-                        history=record, extra={_CONTINUE_ID: self._continue_id})
-        self._saved_at = self._position.steps_completed
+        assert self._saver is not None
+        self._saver()
 
     # --- Keras hooks ---------------------------------------------------------------------
 
@@ -275,6 +272,8 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
             self._session, self._position, self._dist, publish=self._dist.is_chief,
             report_every=self._report_every, total_steps=total_steps)
         self._reporter.last_validation = self._restored_validation
+        self._saver = Saver(self._loop, model, self._position, self._reporter, self._history,
+                            extra={_CONTINUE_ID: self._continue_id}, saved_at=self._saved_at)
         self._hooks = [TrackPosition(self._position), self._reporter,
                        RecordHistory(self._history)]
         if self._split is not None:  # the whole batch's metrics, and a check the ranks agree

@@ -46,7 +46,8 @@ from det_sdk.keras._callbacks import (
 )
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
-from det_sdk.stages import Stage, StageMismatchError, record_fields
+from det_sdk.keras._saver import Saver
+from det_sdk.stages import Stage, StageMismatchError
 
 __all__ = ["FitOutcome", "callbacks_in_order", "run_fit"]
 
@@ -187,7 +188,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
             or Length(epochs=script_epochs), steps),
     )
     trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
-    save = _Saver(loop, model, position, reporter, trainer.history, callback_states,
+    save = Saver(loop, model, position, reporter, trainer.history, callback_states,
                   stage=stage.name if stage is not None else None)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
@@ -346,7 +347,7 @@ def _reached(position: Position, stop_at: tuple[int, int] | None) -> bool:
 
 def _complete_operation(
     loop: TrainingLoop, model: Any, kwargs: dict[str, Any], operation: Length,
-    position: Position, reporter: MetricsReporter, save: _Saver,
+    position: Position, reporter: MetricsReporter, save: Saver,
 ) -> Length | None:
     """Tell the searcher its length is trained, with its metric; its next length, or None.
 
@@ -387,30 +388,3 @@ def _validate_now(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> dic
                                 batch_size=kwargs.get("validation_batch_size")
                                 or kwargs.get("batch_size"))
     return {f"val_{k}": float(v) for k, v in results.items()}
-
-
-class _Saver:
-    """Save a checkpoint at the current position, once per position."""
-
-    def __init__(self, loop: TrainingLoop, model: Any, position: Position,
-                 reporter: MetricsReporter, history: Any,
-                 callback_states: _callback_state.CallbackStates | None = None,
-                 stage: str | None = None) -> None:
-        self.loop, self.model, self.position, self.reporter = loop, model, position, reporter
-        self.history = history
-        self.callback_states = callback_states
-        self.stage = stage  # recorded in the metadata, but for the default stage
-        self._last: tuple[int, str | None] | None = None
-
-    def __call__(self) -> str | None:
-        if self._last is None or self._last[0] != self.position.steps_completed:
-            record = {"epoch": list(self.history.epoch), "history": self.history.history}
-            extra: dict[str, Any] | None = None
-            if self.callback_states is not None and self.loop.distributed.is_chief:
-                extra = {_callback_state.METADATA_KEY: self.callback_states.collect()}
-            if self.stage is not None and record_fields(self.stage):
-                extra = {**(extra or {}), **record_fields(self.stage)}
-            uuid = self.loop.save(self.model, self.position, self.reporter.last_validation,
-                                  history=record, extra=extra)
-            self._last = (self.position.steps_completed, uuid)
-        return self._last[1]
