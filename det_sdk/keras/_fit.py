@@ -128,9 +128,9 @@ def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:
 
 
 def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
-            stage: Stage | None = None) -> FitOutcome:
+            stage: Stage) -> FitOutcome:
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
-    (det_sdk.stages; None: the default stage, resumed from the run's latest checkpoint)."""
+    (det_sdk.stages: where it resumes, whether the searcher's length applies)."""
     if not isinstance(model, _compat.keras.Model):
         raise ArgumentTypeError("context.fit: model must be a keras.Model, got "
                                 f"{type(model).__name__}")
@@ -152,19 +152,19 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     # On the cluster the searcher sets the length of the searched stage, one operation at
     # a time; `epochs` is the script's own (off the cluster, the other stages, or when the
     # experiment gives no length).
-    searched = stage is None or stage.searched
+    searched = stage.searched
     operation = loop.searcher.current_length() if searched else None
     script_epochs = int(kwargs.pop("epochs", 1))
     steps = _inputs.steps_per_epoch(dist, kwargs)
     period = _inputs.validation_period(policy.validation_period, kwargs)
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
-    resume, uuid, past = loop.take_resume() if stage is None else _stage_resume(loop, stage)
+    resume, uuid, past = _stage_resume(loop, stage)
     position = resume or Position(initial_epoch, 0, 0)
     loop.position = position
     if uuid is not None:
         _restore(loop, model, uuid, stage)
     loop.broadcast(model)  # rank 0's state everywhere before the first step
-    if stage is not None and stage.finished:
+    if stage.finished:
         return _restored_stage(loop, model, stage, position, past)
 
     # Callbacks that write files run on rank 0 only (README: "Many processes").
@@ -189,7 +189,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     )
     trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
     save = Saver(loop, model, position, reporter, trainer.history, callback_states,
-                  stage=stage.name if stage is not None else None)
+                 stage=stage.name)
     x = kwargs.get("x")
     hooks: dict[str, Any] = {
         "track": TrackPosition(position),
@@ -247,12 +247,9 @@ def _stage_resume(loop: TrainingLoop, stage: Stage
     return loop.resume_point(stage.resume_uuid)
 
 
-def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage | None) -> None:
+def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage) -> None:
     """The checkpoint's state into the model; a stage's checkpoint that does not fit the
     script's model is refused naming the stage."""
-    if stage is None:
-        loop.restore(model, uuid)
-        return
     try:
         loop.restore(model, uuid)
     except ValueError as err:

@@ -169,11 +169,6 @@ class TrainingLoop:
 
     # --- resume, restore, broadcast -------------------------------------------------------
 
-    def take_resume(self) -> tuple[Position | None, str | None, dict[str, Any] | None]:
-        """Where the next ``fit`` resumes (once per run): position, checkpoint, History so far."""
-        uuid, self.resume_uuid = self.resume_uuid, None
-        return self.resume_point(uuid)
-
     def resume_point(self, uuid: str | None
                      ) -> tuple[Position | None, str | None, dict[str, Any] | None]:
         """Where a fit resuming from checkpoint ``uuid`` starts: its position, the uuid and
