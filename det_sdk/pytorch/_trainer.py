@@ -374,9 +374,12 @@ class Trainer:
                 if last_ckpt != self.batches_trained:
                     self._checkpoint(epoch, last_val)
                 self.writer.wait()
-                log.info("det_sdk.pytorch: stopped at batch %d (checkpointed)%s",
-                         self.batches_trained,
-                         f" by {self._stop_signal()}" if self._stop_signal() else "")
+                if self._stop_signal():  # the user (or a scheduler) sent it: say so
+                    log.warning("det_sdk.pytorch: %s: stopped at batch %d, checkpointed",
+                                self._stop_signal(), self.batches_trained)
+                else:
+                    log.info("det_sdk.pytorch: stopped at batch %d (checkpointed)",
+                             self.batches_trained)
                 return True, float("nan")
         epoch = max(0, (self.batches_trained - 1) // per_epoch)
         if window:
