@@ -72,11 +72,8 @@ from det_sdk.storage import SharedFSStorage
 DEPTH = 3  # hidden Dense layers of width w, input width w: params ~ DEPTH * w * w
 
 
-def build_model(params: int, seed: int) -> tuple[tf.keras.Model, np.ndarray, np.ndarray]:
-    """A compiled Dense stack of about ``params`` parameters, trained one step with Adam.
-
-    Returns the model and a batch (x, y) to step and compare predictions on.
-    """
+def dense_stack(params: int, seed: int) -> tuple[tf.keras.Model, int]:
+    """An uncompiled Dense stack of about ``params`` parameters, and its input width."""
     # DEPTH * (w*w + w) + 10*w + 10 = params
     a, b, c = DEPTH, DEPTH + 10, 10 - params
     width = max(8, round((-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)))
@@ -84,7 +81,15 @@ def build_model(params: int, seed: int) -> tuple[tf.keras.Model, np.ndarray, np.
     layers = [tf.keras.Input(shape=(width,))]
     layers += [tf.keras.layers.Dense(width, activation="relu") for _ in range(DEPTH)]
     layers.append(tf.keras.layers.Dense(10, activation="softmax"))
-    model = tf.keras.Sequential(layers)
+    return tf.keras.Sequential(layers), width
+
+
+def build_model(params: int, seed: int) -> tuple[tf.keras.Model, np.ndarray, np.ndarray]:
+    """A compiled Dense stack of about ``params`` parameters, trained one step with Adam.
+
+    Returns the model and a batch (x, y) to step and compare predictions on.
+    """
+    model, width = dense_stack(params, seed)
     model.compile(optimizer=tf.keras.optimizers.Adam(1e-3),
                   loss="sparse_categorical_crossentropy")
     rng = np.random.default_rng(seed)
@@ -104,8 +109,8 @@ def drop_cache(path: Path) -> None:
         os.close(fd)
 
 
-def raw_io(nbytes: int, where: Path) -> tuple[float, float]:
-    """(write+fsync, cold read) seconds for ``nbytes`` in one file."""
+def raw_write(nbytes: int, where: Path) -> tuple[float, Path]:
+    """Seconds to write ``nbytes`` into one new file and fsync it; the file."""
     data = np.random.default_rng(0).bytes(nbytes)
     f1 = where / "raw.bin"
     t0 = time.perf_counter()
@@ -113,7 +118,12 @@ def raw_io(nbytes: int, where: Path) -> tuple[float, float]:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    t_sync = time.perf_counter() - t0
+    return time.perf_counter() - t0, f1
+
+
+def raw_io(nbytes: int, where: Path) -> tuple[float, float]:
+    """(write+fsync, cold read) seconds for ``nbytes`` in one file."""
+    t_sync, f1 = raw_write(nbytes, where)
     drop_cache(f1)
     t0 = time.perf_counter()
     buf = np.empty(nbytes, dtype=np.uint8)  # a restore allocates its memory too

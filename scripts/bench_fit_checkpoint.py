@@ -46,12 +46,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_checkpoint as _bench_checkpoint  # scripts/ is on sys.path as the script's folder
 import numpy as np
 import tensorflow as tf
 
 import det_sdk as det
 
-DEPTH = 3  # hidden Dense layers of width w, input width w: params ~ DEPTH * w * w
 BATCH = 8
 
 
@@ -67,13 +67,7 @@ class _BatchEnds(tf.keras.callbacks.Callback):
 
 
 def _model(params: int, seed: int, context: object) -> tuple[tf.keras.Model, int]:
-    a, b, c = DEPTH, DEPTH + 10, 10 - params  # DEPTH * (w*w + w) + 10*w + 10 = params
-    width = max(8, round((-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)))
-    tf.keras.utils.set_random_seed(seed)
-    layers = [tf.keras.Input(shape=(width,))]
-    layers += [tf.keras.layers.Dense(width, activation="relu") for _ in range(DEPTH)]
-    layers.append(tf.keras.layers.Dense(10, activation="softmax"))
-    model = tf.keras.Sequential(layers)
+    model, width = _bench_checkpoint.dense_stack(params, seed)  # the same model as there
     model.compile(optimizer=context.wrap_optimizer(tf.keras.optimizers.Adam(1e-5)),
                   loss="sparse_categorical_crossentropy")
     return model, width
@@ -103,14 +97,8 @@ def window(params: int, period: int, checkpoints: int, where: Path,
 
 
 def raw_write(nbytes: int, where: Path) -> float:
-    data = np.random.default_rng(1).bytes(nbytes)
-    path = where / "raw.bin"
-    t0 = time.perf_counter()
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    took = time.perf_counter() - t0
+    """Seconds to write and fsync ``nbytes`` (bench_checkpoint.py's reference)."""
+    took, path = _bench_checkpoint.raw_write(nbytes, where)
     path.unlink()
     return took
 
