@@ -117,6 +117,20 @@ def create(cluster: Cluster, config: Path, model_dir: Path = MODEL_DIR, *extra: 
     return json.loads(out.stdout)["id"]
 
 
+def run_to_the_end(cluster: Cluster, config: Path, model_dir: Path, what: str,
+                   timeout: float = 300.0) -> tuple[int, dict, dict, str]:
+    """Create a one-trial experiment and wait until it ends (COMPLETED, ERROR or
+    CANCELED): its id, its description, its trial, and the trial's logs (for a failure
+    message)."""
+    exp = create(cluster, config, model_dir)
+    wait_until(f"the {what} to finish",
+               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR", "CANCELED"),
+               timeout=timeout)
+    info = describe(cluster, exp)
+    (trial,) = info["trials"]
+    return exp, info, trial, cluster.det("trial", "logs", str(trial["id"])).stdout
+
+
 def wait_until(what: str, cond: Callable[[], Any], timeout: float = 180.0,
                every: float = 0.1) -> Any:
     """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""

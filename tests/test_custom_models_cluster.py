@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from tests.cluster_harness import Cluster, run_to_the_end
 from tests.conftest import SCRIPTS
 
 METRIC = {"vae": "val_total_loss", "distiller": "val_student_loss"}
@@ -34,13 +34,7 @@ def test_custom_model_completes_on_the_cluster(cluster: Cluster, tmp_path: Path,
         searcher={"name": "single", "metric": METRIC[which], "max_length": {"epochs": 3}},
         environment={"environment_variables": [
             f"CUSTOM_MODEL={which}", f"CUSTOM_OUT={out}", f"CUSTOM_BATCH={batch}"]})
-    exp = create(cluster, config, model_dir)
-    wait_until(f"the {which} trial to finish",
-               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR", "CANCELED"),
-               timeout=300)
-    info = describe(cluster, exp)
-    (trial,) = info["trials"]
-    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    _, info, trial, logs = run_to_the_end(cluster, config, model_dir, f"{which} trial")
     assert info["state"] == "COMPLETED", logs[-3000:]
     result = json.loads(out.read_text())
     assert result["size"] == slots and len(result["history"][METRIC[which]]) == 3

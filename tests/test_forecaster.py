@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from tests.cluster_harness import Cluster, run_to_the_end
 from tests.conftest import SCRIPTS, run_python
 from tests.test_horovod import HOROVODRUN, horovodrun
 
@@ -90,13 +90,7 @@ def test_on_the_cluster_it_completes_and_keeps_the_best_file(
         f"forecast{slots}", entrypoint_script="python3 forecaster.py",
         resources={"slots_per_trial": slots}, hyperparameters={},
         searcher={"name": "single", "metric": "val_loss", "max_length": {"epochs": 30}})
-    exp = create(cluster, config, model_dir)
-    wait_until("the forecaster to finish",
-               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR", "CANCELED"),
-               timeout=300)
-    info = describe(cluster, exp)
-    (trial,) = info["trials"]
-    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    exp, info, trial, logs = run_to_the_end(cluster, config, model_dir, "forecaster")
     assert info["state"] == "COMPLETED", logs[-3000:]
     # EarlyStopping ended the fit before the searcher's 30 epochs (15 batches each), and
     # the trial is done all the same
