@@ -156,13 +156,24 @@ def test_updates_into_fresh_buffers_train_bit_equal_to_updates_in_place(
     # both traced anew (Keras 2's Nadam counts its traces in Python: only a fair
     # comparison if both traced as often)
     fresh.train_function = in_place.train_function = None
-    for model in (in_place, fresh):
-        model.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    in_place.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    # every step of this one writes new buffers, as the step after a snapshot does
+    fresh.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0,
+              callbacks=[_ArmEveryStep(fresh.optimizer)])
     a, b = _state(in_place), _state(fresh)
     assert any(not np.array_equal(w, w0) for w, w0 in zip(a, _state(_twin_models(
         make_optimizer)[0]))), "training changed nothing: the comparison would be empty"
     for w_in_place, w_fresh in zip(a, b):
         np.testing.assert_array_equal(w_in_place, w_fresh)
+
+
+class _ArmEveryStep(tf.keras.callbacks.Callback):
+    def __init__(self, optimizer: object) -> None:
+        super().__init__()
+        self.optimizer = optimizer
+
+    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+        _compat.arm_fresh_buffers(self.optimizer)
 
 
 def _address(variable: object) -> int:
@@ -176,15 +187,20 @@ def test_an_update_into_a_fresh_buffer_leaves_the_old_one_to_the_snapshot() -> N
     kernel = layout.variables[0]
     model.train_on_batch(x[:16], y[:16])
     before = _address(kernel)
-    model.train_on_batch(x[:16], y[:16])  # no snapshot held: in place would keep the buffer
-    assert _address(kernel) != before
+    model.train_on_batch(x[:16], y[:16])  # no snapshot: updated in place, no new buffer
+    assert _address(kernel) == before
 
     snap = layout.snapshot()
     held = _checkpoint._host_array(snap.arrays[0][2])
     values = held.copy()
-    model.train_on_batch(x[:16], y[:16])
+    model.train_on_batch(x[:16], y[:16])  # the step after a snapshot: a new buffer
     np.testing.assert_array_equal(held, values)  # the snapshot's buffer is untouched
     assert not np.array_equal(kernel.numpy(), values)
+    after = _address(kernel)
+    assert after not in (before, held.ctypes.data)
+    model.train_on_batch(x[:16], y[:16])  # and the steps after it, in place again
+    assert _address(kernel) == after
+    np.testing.assert_array_equal(held, values)
 
 
 def test_the_compile_config_is_kept_until_the_model_is_compiled_again() -> None:

@@ -205,9 +205,10 @@ class StateLayout:
     builds its layout once (the variables do not change while it runs) and each
     checkpoint reads every variable at once (:func:`_compat.read_variables`).
 
-    Building one also has the optimizers write their updates to fresh buffers
-    (:func:`_compat.fresh_buffer_updates`), so that training on while a snapshot
-    is written costs no copy, from the next time the step function is traced.
+    Building one also lets the optimizers write their updates to new buffers for
+    the step after each snapshot (:func:`_compat.fresh_buffer_updates`), so that
+    training on while a snapshot is written costs no copy, from the next time the
+    step function is traced.
 
     >>> # layout = StateLayout(model, [model.optimizer]); snap = layout.snapshot()
     """
@@ -256,6 +257,8 @@ class StateLayout:
         """The state now (one op); ``rng_states[r]`` is process r's RNG state (default:
         this process's alone, as rank 0), as :meth:`read` returned it or numpy arrays."""
         state, own_rng = self.read()
+        for opt in self.optimizers:  # their next step writes new buffers: no copy on write
+            _compat.arm_fresh_buffers(opt)
         arrays = [(group, name, value) for (group, name), value in zip(self.entries, state)]
         arrays += [("lookup", v.name, v.numpy()) for v in self.lookups]
         for rank, states in enumerate(rng_states if rng_states is not None else [own_rng]):
@@ -286,7 +289,7 @@ class Snapshot:
     """A checkpoint's content, taken at one instant of training, not yet written.
 
     The arrays are TensorFlow tensors sharing the variables' buffers: taking them
-    copies nothing. The optimizers' updates write new buffers
+    copies nothing. The optimizers' next updates write new buffers
     (:func:`_compat.fresh_buffer_updates`), and any other update in place makes
     TensorFlow copy the buffer first while such a tensor is alive (copy on write),
     so the snapshot stays consistent while training goes on. ``write_snapshot``

@@ -35,6 +35,7 @@ __all__ = [
     "KERAS_VERSION",
     "OPTIMIZER_TYPES",
     "SequenceBase",
+    "arm_fresh_buffers",
     "average_in_place",
     "averaging_optimizer",
     "backing_variable",
@@ -416,52 +417,138 @@ def is_averaging(opt: Any) -> bool:
     return False
 
 
+class _FreshBufferSwitch:
+    """Whether one optimizer's dense updates write new buffers: for the step after a snapshot.
+
+    A snapshot holds the variables' buffers while training goes on; an update in
+    place must then first copy the whole buffer (copy on write, on the training
+    thread). Written as ``var.assign(var + delta)`` instead, TensorFlow's assign
+    adopts the sum's new buffer and the snapshot keeps the old one: no copy. One
+    such step is enough (after it the variables own new buffers, which nothing
+    else holds), and every step is not free: a new buffer per update costs about
+    7% of a memory-bound step (2.2 ms of 30 ms for 10M parameters with Adam,
+    measured), against about 0.2 ms for the switch's branch. So the traced update
+    branches on ``flag``: a snapshot arms it (:meth:`arm`, eagerly) and the
+    optimizer's own apply disarms it in the graph once its updates are done.
+
+    Under a ``tf.distribute`` strategy the flag would be a distributed variable
+    (created on every worker, collectively): there every update writes a new
+    buffer, as before the switch existed (``flag`` is None).
+    """
+
+    def __init__(self) -> None:
+        self.flag: Any = None
+        if not tf.distribute.has_strategy():
+            with tf.init_scope():  # eager even if the first trace asks for it
+                self.flag = tf.Variable(False, trainable=False, name="det_sdk_fresh_buffers")
+
+    def update(self, fresh: Callable[[], Any], in_place: Callable[[], Any]) -> None:
+        """In a trace: ``fresh()`` (the update into a new buffer) when armed, else
+        ``in_place()``."""
+        if self.flag is None:
+            fresh()
+            return
+
+        def armed() -> Any:
+            fresh()
+            return tf.constant(True)
+
+        def unarmed() -> Any:
+            in_place()
+            return tf.constant(False)
+
+        tf.cond(self.flag, armed, unarmed)
+
+    def arm(self) -> None:
+        """The next step's dense updates write new buffers (a snapshot holds the old)."""
+        if self.flag is not None:
+            self.flag.assign(True)
+
+    def after_apply(self) -> None:
+        """In a trace, after the optimizer's updates: the steps after that update in place."""
+        if self.flag is not None and not tf.executing_eagerly():
+            self.flag.assign(False)
+
+
 def fresh_buffer_updates(opt: Any) -> bool:
-    """Have ``opt`` write each dense update into a new buffer; True if this changed it.
+    """Let ``opt`` write its dense updates into new buffers after a snapshot; True if this
+    changed it (:func:`arm_fresh_buffers` arms it for one step).
 
     A checkpoint's snapshot holds the variables' buffers while training goes on.
-    An update in place (``assign_add``) must then first copy the whole buffer
-    (copy on write): for a 50M-parameter model with Adam, 570 MiB copied by the
-    training step after each checkpoint, about 40 ms on 2 cores. Written as
-    ``var.assign(var + delta)`` instead, TensorFlow's assign adopts the sum's
-    new buffer and the snapshot keeps the old one: no copy, and the same
-    arithmetic (bit-equal results), with the same memory traffic per step.
+    An update in place must then first copy the whole buffer (copy on write): for
+    a 50M-parameter model with Adam, 570 MiB copied by the training step after
+    each checkpoint, about 40 ms on 2 cores. Once armed, the optimizer's next
+    step writes each update as ``var.assign(var + delta)``: TensorFlow's assign
+    adopts the sum's new buffer and the snapshot keeps the old one. No copy, the
+    same arithmetic (bit-equal results), and the steps after it update in place
+    again (:class:`_FreshBufferSwitch` says why not always).
 
     Keras 3 optimizers update through ``optimizer.assign_add``/``assign_sub``,
-    which this replaces on ``opt``. Keras 2's call the variables' own methods in
-    ``update_step``: while this optimizer traces its ``update_step`` (and only
-    then, in this thread), resource variables' ``assign_add``/``assign_sub``
-    take the same form. A loss-scale optimizer's inner one is changed too; sparse
+    which this replaces on ``opt``, and apply through ``apply``. Keras 2's call
+    the variables' own methods in ``update_step``: while this optimizer traces its
+    ``update_step`` (and only then, in this thread), resource variables'
+    ``assign_add``/``assign_sub`` take the same form; it applies through
+    ``apply_gradients``. A loss-scale optimizer's inner one is changed too; sparse
     updates, eager calls and Keras 2's legacy (fused-kernel) optimizers keep
     updating in place. A step function traced before this call keeps the old
     updates.
 
-    >>> fresh_buffer_updates(keras.optimizers.SGD(0.1))
-    True
+    >>> opt = keras.optimizers.SGD(0.1)
+    >>> fresh_buffer_updates(opt), fresh_buffer_updates(opt)
+    (True, False)
+    >>> arm_fresh_buffers(opt)
     """
     changed = False
     while opt is not None:
-        if not getattr(opt, "_det_fresh_buffers", False):
+        if getattr(opt, "_det_fresh_buffers", None) is None:
+            switch: _FreshBufferSwitch | None = None
             if _K3:
-                opt.assign_add = _fresh_buffer_update(opt.assign_add, tf.add)
-                opt.assign_sub = _fresh_buffer_update(opt.assign_sub, tf.subtract)
-                opt._det_fresh_buffers = changed = True
+                switch = _FreshBufferSwitch()
+                opt.assign_add = _fresh_buffer_update(opt.assign_add, tf.add, switch)
+                opt.assign_sub = _fresh_buffer_update(opt.assign_sub, tf.subtract, switch)
+                opt.apply = _disarming(opt.apply, switch)
             elif hasattr(opt, "update_step") and not isinstance(
                     opt, keras.optimizers.legacy.Optimizer):
-                opt.update_step = _with_fresh_buffer_variables(opt.update_step)
-                opt._det_fresh_buffers = changed = True
+                switch = _FreshBufferSwitch()
+                opt.update_step = _with_fresh_buffer_variables(opt.update_step, switch)
+                opt.apply_gradients = _disarming(opt.apply_gradients, switch)
+            if switch is not None:
+                opt._det_fresh_buffers = switch  # a plain object: no tracker saves it
+                changed = True
         opt = getattr(opt, "inner_optimizer", None)
     return changed
 
 
-def _fresh_buffer_update(in_place: Callable[[Any, Any], Any], op: Callable[[Any, Any], Any]
-                         ) -> Callable[[Any, Any], Any]:
+def arm_fresh_buffers(opt: Any) -> None:
+    """The next step of ``opt`` (and of the optimizers it wraps) writes its dense updates
+    into new buffers: a snapshot just took the current ones (:func:`fresh_buffer_updates`)."""
+    while opt is not None:
+        switch = getattr(opt, "_det_fresh_buffers", None)
+        if isinstance(switch, _FreshBufferSwitch):
+            switch.arm()
+        opt = getattr(opt, "inner_optimizer", None)
+
+
+def _disarming(apply: Callable[..., Any], switch: _FreshBufferSwitch) -> Callable[..., Any]:
+    @functools.wraps(apply)
+    def applied(*args: Any, **kwargs: Any) -> Any:
+        result = apply(*args, **kwargs)
+        switch.after_apply()
+        return result
+
+    return applied
+
+
+def _fresh_buffer_update(in_place: Callable[[Any, Any], Any], op: Callable[[Any, Any], Any],
+                         switch: _FreshBufferSwitch) -> Callable[[Any, Any], Any]:
     def update(variable: Any, value: Any) -> Any:
         var = backing_variable(variable)
         if (isinstance(value, tf.IndexedSlices) or not isinstance(var, tf.Variable)
                 or tf.executing_eagerly()):  # eager: the sum is held, assign would copy it
             return in_place(variable, value)
-        var.assign(op(var, _as_computed(tf.cast(value, var.dtype))))
+        delta = tf.cast(value, var.dtype)
+        switch.update(lambda: var.assign(op(var, _as_computed(delta))),
+                      lambda: in_place(variable, value))
         return None
 
     return update
@@ -475,31 +562,32 @@ def _as_computed(delta: Any) -> Any:
     return tf.raw_ops.Snapshot(input=delta)
 
 
-_tracing_fresh = threading.local()  # .on: an update_step of ours is being traced here
+_tracing_fresh = threading.local()  # .switch: the switch of an update_step being traced here
 
 
-def _with_fresh_buffer_variables(update_step: Callable[..., Any]) -> Callable[..., Any]:
+def _with_fresh_buffer_variables(update_step: Callable[..., Any], switch: _FreshBufferSwitch
+                                 ) -> Callable[..., Any]:
     _fresh_variable_updates()
 
     def traced(*args: Any, **kwargs: Any) -> Any:
-        before = getattr(_tracing_fresh, "on", False)
-        _tracing_fresh.on = True
+        before = getattr(_tracing_fresh, "switch", None)
+        _tracing_fresh.switch = switch
         try:
             return update_step(*args, **kwargs)
         finally:
-            _tracing_fresh.on = before
+            _tracing_fresh.switch = before
 
     return traced
 
 
 def _fresh_variable_updates() -> None:
-    """Keras 2: resource variables' in-place add and subtract write a new buffer while
-    an optimizer of :func:`fresh_buffer_updates` is traced (installed once).
+    """Keras 2: resource variables' in-place add and subtract branch on the switch of the
+    optimizer whose ``update_step`` is being traced (installed once).
 
     Every resource variable class builds ``assign_add``/``assign_sub`` on the two
-    generated ops, so those are what is replaced: a read, the arithmetic, and an
-    assign, which TensorFlow orders among the variable's other uses as it did
-    the in-place op.
+    generated ops, so those are what is replaced: armed, a read, the arithmetic,
+    and an assign, which TensorFlow orders among the variable's other uses as it
+    did the in-place op.
     """
     from tensorflow.python.ops import gen_resource_variable_ops as ops
 
@@ -509,11 +597,17 @@ def _fresh_variable_updates() -> None:
     def fresh(in_place: Callable[..., Any], op: Callable[[Any, Any], Any]
               ) -> Callable[..., Any]:
         def update(resource: Any, value: Any, name: Any = None) -> Any:
-            if not getattr(_tracing_fresh, "on", False) or tf.executing_eagerly():
+            switch = getattr(_tracing_fresh, "switch", None)
+            if switch is None or tf.executing_eagerly():
                 return in_place(resource, value, name=name)
-            current = ops.read_variable_op(resource, value.dtype)
-            return ops.assign_variable_op(resource, op(current, _as_computed(value)),
-                                          name=name)
+
+            def fresh_update() -> Any:
+                current = ops.read_variable_op(resource, value.dtype)
+                return ops.assign_variable_op(resource, op(current, _as_computed(value)),
+                                              name=name)
+
+            switch.update(fresh_update, lambda: in_place(resource, value, name=name))
+            return None
 
         return functools.wraps(in_place)(update)
 
