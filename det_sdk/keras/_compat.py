@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -408,13 +408,17 @@ def average_in_place(opt: Any, average: AverageFn) -> None:
     gradient_share()
 
 
+def _wrapped_chain(opt: Any) -> Iterator[Any]:
+    """``opt``, then the optimizer it wraps (a loss-scale optimizer's ``inner_optimizer``),
+    and so on down."""
+    while opt is not None:
+        yield opt
+        opt = getattr(opt, "inner_optimizer", None)
+
+
 def is_averaging(opt: Any) -> bool:
     """True for an optimizer made by :func:`averaging_optimizer` (or wrapping one)."""
-    while opt is not None:
-        if isinstance(opt, _AveragingMixin):
-            return True
-        opt = getattr(opt, "inner_optimizer", None)
-    return False
+    return any(isinstance(o, _AveragingMixin) for o in _wrapped_chain(opt))
 
 
 class _FreshBufferSwitch:
@@ -499,34 +503,32 @@ def fresh_buffer_updates(opt: Any) -> bool:
     >>> arm_fresh_buffers(opt)
     """
     changed = False
-    while opt is not None:
-        if getattr(opt, "_det_fresh_buffers", None) is None:
+    for wrapped in _wrapped_chain(opt):
+        if getattr(wrapped, "_det_fresh_buffers", None) is None:
             switch: _FreshBufferSwitch | None = None
             if _K3:
                 switch = _FreshBufferSwitch()
-                opt.assign_add = _fresh_buffer_update(opt.assign_add, tf.add, switch)
-                opt.assign_sub = _fresh_buffer_update(opt.assign_sub, tf.subtract, switch)
-                opt.apply = _disarming(opt.apply, switch)
-            elif hasattr(opt, "update_step") and not isinstance(
-                    opt, keras.optimizers.legacy.Optimizer):
+                wrapped.assign_add = _fresh_buffer_update(wrapped.assign_add, tf.add, switch)
+                wrapped.assign_sub = _fresh_buffer_update(wrapped.assign_sub, tf.subtract, switch)
+                wrapped.apply = _disarming(wrapped.apply, switch)
+            elif hasattr(wrapped, "update_step") and not isinstance(
+                    wrapped, keras.optimizers.legacy.Optimizer):
                 switch = _FreshBufferSwitch()
-                opt.update_step = _with_fresh_buffer_variables(opt.update_step, switch)
-                opt.apply_gradients = _disarming(opt.apply_gradients, switch)
+                wrapped.update_step = _with_fresh_buffer_variables(wrapped.update_step, switch)
+                wrapped.apply_gradients = _disarming(wrapped.apply_gradients, switch)
             if switch is not None:
-                opt._det_fresh_buffers = switch  # a plain object: no tracker saves it
+                wrapped._det_fresh_buffers = switch  # a plain object: no tracker saves it
                 changed = True
-        opt = getattr(opt, "inner_optimizer", None)
     return changed
 
 
 def arm_fresh_buffers(opt: Any) -> None:
     """The next step of ``opt`` (and of the optimizers it wraps) writes its dense updates
     into new buffers: a snapshot just took the current ones (:func:`fresh_buffer_updates`)."""
-    while opt is not None:
-        switch = getattr(opt, "_det_fresh_buffers", None)
+    for wrapped in _wrapped_chain(opt):
+        switch = getattr(wrapped, "_det_fresh_buffers", None)
         if isinstance(switch, _FreshBufferSwitch):
             switch.arm()
-        opt = getattr(opt, "inner_optimizer", None)
 
 
 def _disarming(apply: Callable[..., Any], switch: _FreshBufferSwitch) -> Callable[..., Any]:
