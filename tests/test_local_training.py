@@ -33,14 +33,23 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.mark.slow
 def test_example_trains_locally_and_records(tmp_path: Path, mnist_npz: Path) -> None:
     runs = tmp_path / "runs"
+    # The example as shipped, its const.yaml given a seed. With a random seed some
+    # runs end two epochs near chance (seed 1986611620: 0.1875, the same on the code
+    # before this round's changes), which says nothing about det_sdk. Seed 1: 0.61 on
+    # Keras 3, 0.45 on Keras 2.
+    example = tmp_path / "example"
+    example.mkdir()
+    shutil.copy(REPO / "examples" / "train.py", example)
+    (example / "const.yaml").write_text((REPO / "examples" / "const.yaml").read_text()
+                                        + "reproducibility:\n    experiment_seed: 1\n")
     proc = run_python(
-        REPO / "examples" / "train.py",
+        example / "train.py",
         {"MNIST_NPZ": str(mnist_npz), "EPOCHS": "2", "DET_RUNS_DIR": str(runs)},
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     acc = float(re.search(r"Test accuracy: ([\d.]+)", proc.stdout).group(1))
-    assert acc > 0.2  # ten classes: twice chance after two epochs (the seed is random)
+    assert acc > 0.2  # ten classes: twice chance after two epochs
 
     run = runs / "1"
     metrics = _jsonl(run / "metrics.jsonl")
