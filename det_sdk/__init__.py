@@ -21,7 +21,7 @@ import importlib
 
 # ``typing`` costs about 2 ms, a tenth of Python's own start-up: not imported at run time
 # (type checkers read ``TYPE_CHECKING`` by name). Goal: ``import det_sdk`` <= 1.05x
-# ``python -c pass`` (scripts/bench_import.py).
+# ``python -c pass`` (scripts/bench/bench_import.py).
 TYPE_CHECKING = False
 
 #: the package's version, the one source of it (pyproject.toml reads it at build time)

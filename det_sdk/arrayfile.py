@@ -6,7 +6,7 @@ take from training: a background checkpoint of 572 MiB beside the training steps
 a 50M-parameter model on this project's 2-core VM cost training 1.08x a raw
 write+fsync of the same bytes, and took 2.2 to 2.8 s. Written with ``O_DIRECT``,
 the bytes go from the arrays' own memory to the disk: 0.27x, in 0.4 to 0.5 s
-(``scripts/bench_checkpoint.py``). ``O_DIRECT`` needs the memory, the file offset
+(``scripts/bench/bench_checkpoint.py``). ``O_DIRECT`` needs the memory, the file offset
 and the length aligned to the disk's block, so each array of :data:`MIN_DIRECT`
 bytes or more is placed in the file at an offset congruent to its address modulo
 :data:`BLOCK`: everything but its first and last partial blocks goes direct.

@@ -2,8 +2,7 @@
 
 No data set can be downloaded on machines without internet; examples/train.py reads
 this file instead of keras.datasets.mnist when MNIST_NPZ (or data.mnist_npz in the
-config) names it. The digits are synthetic but learnable: each class is a fixed
-random stroke pattern plus noise, so accuracy rises well above chance in one epoch.
+config) names it. The digits are synthetic but learnable (harness/mnist.py makes them).
 
     python scripts/make_mnist_npz.py det-runs/mnist-demo.npz [--train 2048] [--test 512]
 """
@@ -11,22 +10,13 @@ random stroke pattern plus noise, so accuracy rises well above chance in one epo
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
-
-def make(n_train: int, n_test: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    prototypes = (rng.random((10, 28, 28)) > 0.8).astype(np.float32)
-
-    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
-        y = rng.integers(0, 10, size=n).astype(np.uint8)
-        x = prototypes[y] * 200 + rng.random((n, 28, 28)) * 55
-        return x.astype(np.uint8), y
-
-    x_train, y_train = draw(n_train)
-    x_test, y_test = draw(n_test)
-    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's harness/
+from harness.mnist import make  # noqa: E402
 
 
 def main() -> None:

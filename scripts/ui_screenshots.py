@@ -20,11 +20,11 @@ import numpy as np
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the repository: harness/
 
-from _bench_master import BenchMaster  # noqa: E402
-from _ui_browser import missing_reason, open_browser, signed_in_context  # noqa: E402
-from make_mnist_npz import make  # noqa: E402
+from harness.browser import missing_reason, open_browser, signed_in_context  # noqa: E402
+from harness.master import Cluster  # noqa: E402
+from harness.mnist import make  # noqa: E402
 
 EXAMPLES = HERE.parent / "examples"
 
@@ -73,7 +73,7 @@ def main() -> int:
         np.savez(npz, **make(n_train=2048, n_test=512))
         config = root / "asha.yaml"
         config.write_text(yaml.safe_dump(asha_config(npz, args.trials), sort_keys=False))
-        master = BenchMaster(root, slots=2)
+        master = Cluster(root, slots=2)
         master.up()
         try:
             exp = master.det_json("experiment", "create", str(config), str(EXAMPLES))["id"]
@@ -113,7 +113,7 @@ def main() -> int:
                                   "best_trial": best["id"]}))
                 context.close()
         finally:
-            master.down()
+            master.stop()
     return 0
 
 

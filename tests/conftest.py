@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from det_sdk.env import outside
-from tests.cluster_harness import Cluster, running_cluster
+from harness.master import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,12 +33,10 @@ def run_python(
 @pytest.fixture(scope="session")
 def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small MNIST-shaped .npz for examples/train.py (no download possible here)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import numpy as np
-        from make_mnist_npz import make
-    finally:
-        sys.path.pop(0)
+    import numpy as np
+
+    from harness.mnist import make
+
     path = tmp_path_factory.mktemp("data") / "mnist-small.npz"
     np.savez(path, **make(n_train=512, n_test=128))
     return path

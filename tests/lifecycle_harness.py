@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.master.archive import pack
-from tests.cluster_harness import Cluster, wait_until
+from harness.master import Cluster, wait_until
 
 TRIAL_DIR = Path(__file__).parent / "lifecycle_trial"
 ENDED = ("COMPLETED", "CANCELED", "ERROR")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.cluster_harness import (
+from harness.master import (
     DET,
     MODEL_DIR,
     Cluster,

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from harness.master import Cluster, create, describe, wait_until
 
 DEADLINE = 180.0  # seconds; generous for a loaded 2-core machine
 STEPS_PER_EPOCH = 10  # tests/cluster_model: 160 samples, global batch 16

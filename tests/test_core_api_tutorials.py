@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from det_sdk.config import launch_warnings, parse_experiment_config
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from harness.master import Cluster, create, describe, wait_until
 
 TUTORIAL = Path(__file__).resolve().parent / "core_api_tutorial"
 CONFIGS = sorted(TUTORIAL.glob("*.yaml"))

@@ -23,7 +23,7 @@ import yaml
 import det_sdk as det
 from det_sdk.core import TFWorkers, parse_tf_config
 from det_sdk.launch.tensorflow import parse_args
-from tests.cluster_harness import Cluster, describe, free_port, wait_until
+from harness.master import Cluster, describe, free_port, wait_until
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "core_callback"

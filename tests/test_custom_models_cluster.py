@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import Cluster, run_to_the_end
+from harness.master import Cluster, run_to_the_end
 from tests.conftest import SCRIPTS
 
 METRIC = {"vae": "val_total_loss", "distiller": "val_student_loss"}

@@ -17,7 +17,7 @@ import pytest
 
 import det_sdk
 from det_sdk.errors import DetSdkError
-from tests.cluster_harness import free_port
+from harness.master import free_port
 from tests.conftest import REPO
 
 DET = Path(sys.executable).with_name("det")

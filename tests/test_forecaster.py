@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cluster_harness import Cluster, run_to_the_end
+from harness.master import Cluster, run_to_the_end
 from tests.conftest import SCRIPTS, run_python
 from tests.test_horovod import HOROVODRUN, horovodrun
 

@@ -18,7 +18,7 @@ import det_sdk as det
 from det_sdk.config import launch_warnings, parse_experiment_config
 from det_sdk.launch import horovod as horovod_launcher
 from det_sdk.launch._node import node_slots, under_horovodrun
-from tests.cluster_harness import Cluster, create, describe
+from harness.master import Cluster, create, describe
 
 HERE = Path(__file__).resolve().parent
 TUTORIAL = HERE / "core_api_tutorial"

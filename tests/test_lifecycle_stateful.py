@@ -45,7 +45,7 @@ from hypothesis.stateful import (
 
 from det_sdk.master.checkpoints import is_checkpoint_name
 from det_sdk.storage import pid_alive
-from tests.cluster_harness import Cluster, running_cluster, wait_until
+from harness.master import Cluster, running_cluster, wait_until
 from tests.lifecycle_harness import Fakes, pid_gone
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from det_sdk.client import MasterClient
 from det_sdk.info import ClusterInfo
 from det_sdk.session import MasterSession
-from tests.cluster_harness import wait_until
+from harness.master import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes
 
 pytestmark = pytest.mark.slow

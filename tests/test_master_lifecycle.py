@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import wait_until
+from harness.master import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes, config, pid_gone
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import Cluster
+from harness.master import Cluster
 from tests.lifecycle_harness import Fakes
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,7 @@
 and checkpoints, bounded describe and metrics, and `det ... list` showing the newest page.
 
 The fast tests run the master's real app in-process (FastAPI's TestClient) over a real
-SQLite store filled straight through SQLite (``scripts/_bench_master.fill_history``);
+SQLite store filled straight through SQLite (``harness.master.fill_history``);
 the slow ones drive a real master on 127.0.0.1 with the real `det` CLI.
 """
 
@@ -22,10 +22,9 @@ from det_sdk import api, client
 from det_sdk.master.app import create_app
 from det_sdk.master.core import Master
 from det_sdk.master.pages import decode_cursor, encode_cursor
-from tests.cluster_harness import Cluster
+from harness.history import fill_history
+from harness.master import Cluster
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from _bench_master import fill_history
 
 LISTS = {  # path -> (rows' key, their key field, newest first?)
     "/api/v1/experiments": ("experiments", "id", True),
@@ -279,7 +278,7 @@ def test_det_lists_show_the_newest_page_and_all_with_all(cluster: Cluster) -> No
 
 @pytest.mark.slow
 def test_the_web_uis_list_loads_the_newest_page_then_more_on_request(cluster: Cluster) -> None:
-    from _ui_browser import missing_reason, open_browser, signed_in_context
+    from harness.browser import missing_reason, open_browser, signed_in_context
 
     reason = missing_reason()
     if reason:

@@ -21,7 +21,7 @@ from det_sdk.master.searchers import initial_trials, promotes
 from det_sdk.master.store import Store
 from det_sdk.storage import best_first
 from det_sdk.wire import decode_metrics, dumps, metric_rank
-from tests.cluster_harness import Cluster, create, describe
+from harness.master import Cluster, create, describe
 
 NAN, INF = math.nan, math.inf
 

@@ -20,7 +20,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from tests.cluster_harness import Cluster, create, describe, wait_until  # noqa: E402
+from harness.master import Cluster, create, describe, wait_until  # noqa: E402
 
 MNIST = Path(__file__).parent / "pytorch_mnist"
 

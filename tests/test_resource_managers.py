@@ -22,7 +22,7 @@ import pytest
 
 from det_sdk.master.archive import pack
 from det_sdk.master.resources import KILL_GRACE_SECONDS
-from tests.cluster_harness import Cluster, _stop_all, wait_until
+from harness.master import Cluster, wait_until
 from tests.lifecycle_harness import pid_gone
 
 STUBBORN = """\
@@ -90,7 +90,7 @@ def stubborn(tmp_path: Path):
     try:
         yield s
     finally:
-        _stop_all(s.cluster)
+        s.cluster.stop()
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from det_sdk.config import ExperimentConfig, parse_experiment_config
 from det_sdk.master.archive import pack
 from det_sdk.master.core import Master, RequestError
 from det_sdk.master.searchers import initial_trials
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from harness.master import Cluster, create, describe, wait_until
 
 ASHA = {
     "name": "adaptive_asha", "metric": "val_handicapped_loss", "max_length": {"epochs": 4},

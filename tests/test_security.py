@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster_harness import Cluster, running_cluster
+from harness.master import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
 
 pytestmark = pytest.mark.slow
@@ -218,9 +218,7 @@ def test_the_data_directory_is_private_and_tasks_get_no_user_token(tmp_path: Pat
         fakes.send(trial_id, "finish")
         fakes.wait_state(exp_id, "COMPLETED", "COMPLETED")
     finally:
-        from tests.cluster_harness import _stop_all
-
-        _stop_all(c)
+        c.stop()
 
 
 def test_openapi_documents_every_status_and_media_type(fakes: Fakes) -> None:

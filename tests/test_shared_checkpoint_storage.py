@@ -26,7 +26,7 @@ import yaml
 
 from det_sdk.master.archive import pack
 from det_sdk.storage import OWNER_FILE
-from tests.cluster_harness import running_cluster, wait_until
+from harness.master import running_cluster, wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes, config
 
 pytestmark = pytest.mark.slow

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.cluster_harness import MODEL_DIR, Cluster, create, describe, wait_until
+from harness.master import MODEL_DIR, Cluster, create, describe, wait_until
 from tests.conftest import REPO
 from tests.lifecycle_harness import Fakes
 
@@ -90,16 +90,10 @@ class SlurmCluster(Cluster):
     """A master whose resource manager is the simulated Slurm."""
 
     def __init__(self, root: Path, conf: str, *options: str) -> None:
-        super().__init__(root)
-        self.env["SLURM_CONF"] = conf
+        super().__init__(root, options=["--resource-manager", "slurm", "--shared-dir",
+                                        str(root / "shared"), *options],
+                         env={"SLURM_CONF": conf})
         self.shared = root / "shared"
-        self.options = options
-
-    def up(self) -> None:
-        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--resource-manager", "slurm", "--shared-dir",
-                       str(self.shared), *self.options)
-        assert out.returncode == 0, out.stderr
 
     def squeue(self) -> dict[str, str]:
         """This user's Slurm jobs and their states (ended ones for a while too)."""

@@ -286,10 +286,7 @@ def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_trial_page_shows_the_stages_and_each_ones_series(cluster, staged_trial) -> None:
     """Headless Chromium: the trial page lists the stages; picking one charts its series."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from _ui_browser import missing_reason, open_browser, signed_in_context
+    from harness.browser import missing_reason, open_browser, signed_in_context
 
     reason = missing_reason()
     if reason:

@@ -33,7 +33,7 @@ from det_sdk.keras import (
 )
 from det_sdk.keras._trial import TrialLoadError, load_trial_class
 from det_sdk.keras.trial import main
-from tests.cluster_harness import Cluster, create, describe, wait_until
+from harness.master import Cluster, create, describe, wait_until
 from tests.conftest import REPO
 
 keras = _compat.keras

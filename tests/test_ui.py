@@ -29,10 +29,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster_harness import DET, Cluster, create, describe, wait_until
+from harness.master import DET, Cluster, create, describe, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from _ui_browser import missing_reason, open_browser, signed_in_context
+from harness.browser import missing_reason, open_browser, signed_in_context
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 Kept light: argparse only. Every command's arguments are defined here and its module
 (``master_cmd``, ``ui_cmd``, what ``tasks`` calls) is imported when that command runs,
 so that ``det --help`` answers at Python's speed (goal: <= 2x ``python -c pass``,
-scripts/bench_import.py) and never loads TensorFlow, FastAPI, httpx or pydantic.
+scripts/bench/bench_import.py) and never loads TensorFlow, FastAPI, httpx or pydantic.
 
 >>> main(["--version"])  # doctest: +SKIP
 det_sdk 0.1.0

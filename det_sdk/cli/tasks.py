@@ -11,7 +11,7 @@ from det_sdk.cli.render import page_footer, print_json, progress_bar, table
 from det_sdk.errors import UsageError
 
 # `det --help` imports this module for COMMANDS: what a command needs beyond it (tarfile,
-# httpx, pydantic, typing) is imported when it runs (scripts/bench_import.py)
+# httpx, pydantic, typing) is imported when it runs (scripts/bench/bench_import.py)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

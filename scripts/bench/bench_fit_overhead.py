@@ -21,7 +21,7 @@ of the per-pair ratios A/B is the result.
 
 Usage::
 
-    .venv/bin/python scripts/bench_fit_overhead.py [--reps 5] [--epochs 2] [--samples 8192]
+    .venv/bin/python scripts/bench/bench_fit_overhead.py [--reps 5] [--epochs 2] [--samples 8192]
         [--max-ratio 1.02] [--max-foreign 0.1] [--max-attempts 15] [--profile]
 
 Other processes on the machine distort single pairs badly (a 2-core machine shared with

@@ -10,13 +10,18 @@ measure the same model on the same kind of data.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
-from make_mnist_npz import make
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.mnist import make  # noqa: E402
 
 
 def mnist_like(n_train: int, n_val: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """MNIST-shaped float32 data from scripts/make_mnist_npz.py: x in [0, 1], one-hot y."""
+    """MNIST-shaped float32 data (harness/mnist.py): x in [0, 1], one-hot y."""
     raw = make(n_train, n_val, seed)
 
     def prep(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,5 @@
 # ruff: noqa: E402  (the first line stamps the time, before any import)
-"""Trial of scripts/bench_pause.py: train a small model and stamp when things happen.
+"""Trial of scripts/bench/bench_pause.py: train a small model and stamp when things happen.
 
 Each process appends ``{"name": ..., "t": time.time()}`` lines to
 ``<data.stamps_dir>/<DET_ALLOCATION_ID>.jsonl``:

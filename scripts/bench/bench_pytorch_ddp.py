@@ -5,7 +5,7 @@ this machine, same MLP, data, global batch and Adam; each reports the seconds it
 batches took (rank 0). Alternating runs; the gate is the median of the pairs' ratios.
 Goal: throughput ratio >= 0.99.
 
-    .venv/bin/python scripts/bench_pytorch_ddp.py [--batches 600] [--repeats 5]
+    .venv/bin/python scripts/bench/bench_pytorch_ddp.py [--batches 600] [--repeats 5]
 """
 
 from __future__ import annotations

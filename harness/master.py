@@ -1,7 +1,12 @@
-"""A real master on 127.0.0.1 for tests: start it with the real `det` CLI, talk to it over httpx.
+"""A real master on 127.0.0.1, started with the real `det` CLI and talked to over httpx.
 
-``Cluster`` wraps one master with its own HOME (credentials) and data directory;
-the ``cluster`` fixture in conftest.py gives each test module one of them.
+The one harness of the tests and the benchmarks: ``Cluster`` is one master with its own
+HOME (credentials) and data directory under a root of the caller's; the tests' ``cluster``
+fixture (tests/conftest.py) gives each test module one, the cluster benchmarks
+(``scripts/bench/``) start theirs with :func:`running_cluster`.
+
+>>> with running_cluster(Path(tempfile.mkdtemp())) as c:  # doctest: +SKIP
+...     exp_id = create(c, c.write_config("demo"))
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,8 @@ import yaml
 from det_sdk.env import outside
 
 DET = Path(sys.executable).with_name("det")
-MODEL_DIR = Path(__file__).parent / "cluster_model"
+REPO = Path(__file__).resolve().parents[1]
+MODEL_DIR = REPO / "tests" / "cluster_model"  # a small Keras trial most cluster tests run
 
 
 def free_port() -> int:
@@ -34,38 +40,76 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    """A master under ``root`` (data in ``root/master``, HOME and credentials in
+    ``root/home``) on a free port of 127.0.0.1, with ``slots`` of the local resource
+    manager, or ``options`` given to `det master up` in their place (another resource
+    manager); ``env`` is added to the environment of every `det` it runs."""
+
+    def __init__(self, root: Path, slots: int = 2, *, options: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.root = root
         self.data_dir = root / "master"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.options = list(options) or ["--slots", str(slots)]
         self.env = outside(keep=["DET_RUNS_DIR"], HOME=str(root / "home"),
-                           DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2")
+                           DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
 
-    def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def det(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """Run ``det ARGS`` against this master (in ``root``)."""
         return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout, cwd=self.root)
 
+    def det_json(self, *args: str) -> Any:
+        """``det ARGS --json``, parsed; a failure raises with det's message."""
+        out = self.det(*args, "--json")
+        if out.returncode != 0:
+            raise RuntimeError(f"det {' '.join(args)}: {out.stdout[-2000:]}{out.stderr.strip()}")
+        return json.loads(out.stdout)
+
     def up(self) -> None:
+        """`det master up`; raises with its message when the master does not start."""
         out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--slots", "2")
-        assert out.returncode == 0, out.stderr
+                       str(self.port), *self.options)
+        if out.returncode != 0:
+            raise RuntimeError(f"det master up: {out.stderr.strip()}")
 
     def down(self) -> None:
+        """`det master down`: the master only (trials it started keep running, as after
+        a crash: a restart test re-attaches to them)."""
         self.det("master", "down", "--data-dir", str(self.data_dir))
+
+    def stop(self) -> None:
+        """The master, then any trial's process group still running (what a failing test
+        or an interrupted benchmark left behind: trials are process groups of their own)."""
+        self.down()
+        db = self.data_dir / "master.db"
+        if not db.exists():
+            return
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            pids = [pid for (pid,) in conn.execute(
+                "SELECT pid FROM allocations WHERE state = 'RUNNING'")]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+                os.killpg(pid, 9)
 
     @property
     def token(self) -> str:
+        """The user token `det master up` saved for the CLI."""
         creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
         return creds[self.url]
 
     def http(self, token: str | None = "user") -> httpx.Client:
+        """An httpx client of the master's API, signed in as the user (or with ``token``,
+        or with none)."""
         headers = {}
         if token:
             headers["Authorization"] = f"Bearer {self.token if token == 'user' else token}"
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def write_config(self, name: str, **overrides: object) -> Path:
+        """A one-trial experiment config (``single`` searcher, 2 epochs, every checkpoint
+        kept) under ``root``, top-level fields replaced by ``overrides``; its path."""
         config = {
             "name": name,
             "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 16},
@@ -82,25 +126,14 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(root: Path) -> Iterator[Cluster]:
+def running_cluster(root: Path, slots: int = 2, **kwargs: Any) -> Iterator[Cluster]:
     """A master under ``root`` for the duration of the block; stopped (and its trials) after."""
-    c = Cluster(root)
+    c = Cluster(root, slots, **kwargs)
     c.up()
     try:
         yield c
     finally:
-        _stop_all(c)
-
-
-def _stop_all(c: Cluster) -> None:
-    c.down()
-    # trials are process groups of their own: stop any a failing test left behind
-    db = c.data_dir / "master.db"
-    if db.exists():
-        for (pid,) in sqlite3.connect(db).execute(
-                "SELECT pid FROM allocations WHERE state = 'RUNNING'"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, 9)
+        c.stop()
 
 
 def describe(cluster: Cluster, exp_id: int) -> dict:

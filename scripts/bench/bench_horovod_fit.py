@@ -1,7 +1,7 @@
 """Benchmark: ``context.fit`` on 2 Horovod processes against classic Horovod Keras code.
 
 Alternates, in one run, two ``horovodrun -np 2 --gloo`` launches of
-scripts/_bench_hvd_worker.py that train the Keras MNIST convnet (Conv2D(32)-MaxPool-
+scripts/bench/_bench_hvd_worker.py that train the Keras MNIST convnet (Conv2D(32)-MaxPool-
 Conv2D(64)-MaxPool-Flatten-Dropout(0.5)-Dense(10), SGD 0.01) on the same generated
 MNIST-shaped float32 data, global batch 128 (64 per process), with validation data:
 
@@ -27,7 +27,7 @@ and B flips every pair (AB, BA, ...); the median of the per-pair ratios A/B is t
 
 Usage::
 
-    .venv/bin/python scripts/bench_horovod_fit.py [--reps 3] [--epochs 2] [--samples 8192]
+    .venv/bin/python scripts/bench/bench_horovod_fit.py [--reps 3] [--epochs 2] [--samples 8192]
         [--val-samples 1024] [--min-ratio 0.99] [--default-threads] [--profile]
         [--quiet-wait 120] [--no-checkpoints] [--feed numpy]
 
@@ -103,7 +103,7 @@ def run_worker(mode: str, extra: list[str], processes: int, tmp: Path,
     worker = [sys.executable, str(WORKER), mode, "--out", str(out), *extra]
     cmd = ([str(HOROVODRUN), "-np", str(processes), "--gloo", *worker]
            if processes > 1 else worker)
-    proc = subprocess.run(cmd, env=clean_env(), cwd=HERE.parent, capture_output=True,
+    proc = subprocess.run(cmd, env=clean_env(), cwd=HERE.parents[1], capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0 or not out.exists():
         sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-6000:])

@@ -27,7 +27,7 @@ FastAPI, uvicorn or the crypto modules (secrets, hmac) is in ``sys.modules``.
 
 Usage::
 
-    .venv/bin/python scripts/bench_import.py [--min-pairs 60] [--max-pairs 600]
+    .venv/bin/python scripts/bench/bench_import.py [--min-pairs 60] [--max-pairs 600]
 
 Exit status 0 when every check passes and every goal is met (OK); 1 otherwise.
 """

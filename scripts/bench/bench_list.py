@@ -2,7 +2,7 @@
 
 One real master per size (`det master up`, each on its own port and data directory).
 Each database is filled before its master starts, in bulk straight through SQLite
-(``scripts/_bench_master.fill_history``: finished experiments of 3 trials, each trial
+(``harness/history.py``: finished experiments of 3 trials, each trial
 with a validation report and a checkpoint record). That is not the master's API, which
 would create and run every trial; the rows are what the master itself writes.
 
@@ -17,7 +17,7 @@ the newest 20 and a footer) against every master, alternating, and one
 Gate: median first-page latency at 10,000 / at 10 <= 2, the 10,000 first page's p95 under
 50 ms, and at least 90% of the rounds clean at every size; else MISSED (exit 1).
 
-    .venv/bin/python scripts/bench_list.py [--rounds 300] [--cli-reps 7]
+    .venv/bin/python scripts/bench/bench_list.py [--rounds 300] [--cli-reps 7]
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_master import BenchMaster, fill_history
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.history import fill_history  # noqa: E402
+from harness.master import Cluster  # noqa: E402
 
 SIZES = (10, 1_000, 10_000)
 PAGE = 100  # det_sdk.api.DEFAULT_PAGE_LIMIT: what a GET without `limit` answers
@@ -52,10 +53,10 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="bench-list-"))
-    masters: dict[int, BenchMaster] = {}
+    masters: dict[int, Cluster] = {}
     try:
         for n in SIZES:
-            m = BenchMaster(root / str(n), slots=1)
+            m = Cluster(root / str(n), slots=1)
             t0 = time.perf_counter()
             fill_history(m.data_dir / "master.db", n, trials_per_experiment=3)
             fill_s = time.perf_counter() - t0
@@ -108,7 +109,7 @@ def main() -> int:
         rows_all = len(out.stdout.splitlines()) - 1
     finally:
         for m in masters.values():
-            m.down()
+            m.stop()
 
     print(f"\nfirst page of GET /api/v1/experiments ({PAGE} summaries), {args.rounds} rounds "
           f"after {args.warmup} of warm-up, sizes interleaved; load average "

@@ -4,7 +4,7 @@ Same model (an MLP), same data and batches, same optimizer, one process, no
 validation or checkpoint inside the timed span (fit's final ones are excluded by timing
 the batches through a callback). Alternating runs, median of each. Goal: ratio <= 1.02.
 
-    .venv/bin/python scripts/bench_pytorch_trainer.py [--batches 400] [--repeats 5]
+    .venv/bin/python scripts/bench/bench_pytorch_trainer.py [--batches 400] [--repeats 5]
 """
 
 from __future__ import annotations

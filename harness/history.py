@@ -1,28 +1,15 @@
-"""A master of a benchmark's own, in a temporary directory, driven by the real `det` CLI.
+"""Finished experiments written straight into a master's SQLite database, for the tests
+and benchmarks of long histories (paging, `det experiment list`).
 
-Shared by the cluster benchmarks (``bench_cluster_fit``, ``bench_pause``,
-``bench_search``, ``bench_list``, ``bench_cli``). The tests have their own in
-``tests/cluster_harness.py``; :func:`fill_history` serves both (``test_master_paging``).
-
->>> m = BenchMaster(Path(tempfile.mkdtemp()), slots=2)  # doctest: +SKIP
->>> m.up(); exp = m.det_json("experiment", "create", "c.yaml", "model/"); m.down()
+>>> ids = fill_history(Path(tempfile.mkdtemp()) / "master.db", 10)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
-
-from det_sdk.env import outside
-
-DET = Path(sys.executable).with_name("det")
 
 STATES = ("COMPLETED", "CANCELED", "ERROR", "PAUSED")
 
@@ -52,8 +39,6 @@ def fill_history(db_path: Path, experiments: int, trials_per_experiment: int = 3
     PAUSED), so a running master may be the one that owns ``db_path`` (SQLite WAL lets
     another connection write). The schema comes from ``det_sdk.master.store.Store``.
     Returns the new experiments' ids, oldest first.
-
-    >>> ids = fill_history(Path(tempfile.mkdtemp()) / "master.db", 10)  # doctest: +SKIP
     """
     import time
 
@@ -97,56 +82,3 @@ def fill_history(db_path: Path, experiments: int, trials_per_experiment: int = 3
                                                        "resources": {"slots": 1}}), now, now))
         db.execute("COMMIT")
     return ids
-
-
-class BenchMaster:
-    """A master under ``root`` (its data in ``root/master``, HOME and credentials in
-    ``root/home``) on a free port of 127.0.0.1."""
-
-    def __init__(self, root: Path, slots: int) -> None:
-        self.root = root
-        self.data_dir = root / "master"
-        self.slots = slots
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = outside(keep=["DET_RUNS_DIR"], HOME=str(root / "home"),
-                           DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2")
-
-    def det(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        """Run ``det ARGS`` against this master."""
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)
-
-    def det_json(self, *args: str) -> Any:
-        """``det ARGS --json``, parsed; a failure raises with det's message."""
-        out = self.det(*args, "--json")
-        if out.returncode != 0:
-            raise RuntimeError(f"det {' '.join(args)}: {out.stdout[-2000:]}{out.stderr.strip()}")
-        return json.loads(out.stdout)
-
-    @property
-    def token(self) -> str:
-        """The user token `det master up` saved for the CLI."""
-        creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
-        return creds[self.url]
-
-    def up(self) -> None:
-        out = self.det("master", "up", "--data-dir", str(self.data_dir), "--port",
-                       str(self.port), "--slots", str(self.slots))
-        if out.returncode != 0:
-            raise RuntimeError(f"det master up: {out.stderr.strip()}")
-
-    def down(self) -> None:
-        """Stop the master, then any trial process group it left running."""
-        self.det("master", "down", "--data-dir", str(self.data_dir))
-        db = self.data_dir / "master.db"
-        if not db.exists():
-            return
-        with contextlib.closing(sqlite3.connect(db)) as conn:
-            pids = [pid for (pid,) in conn.execute(
-                "SELECT pid FROM allocations WHERE state = 'RUNNING'")]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
-                os.killpg(pid, 9)

@@ -29,8 +29,8 @@ INCONCLUSIVE otherwise (exit 0, 1, 2).
 
 Usage::
 
-    .venv/bin/python scripts/bench_fit_checkpoint.py --params 10000000 --reps 7
-    .venv/bin/python scripts/bench_fit_checkpoint.py --params 50000000 --reps 5
+    .venv/bin/python scripts/bench/bench_fit_checkpoint.py --params 10000000 --reps 7
+    .venv/bin/python scripts/bench/bench_fit_checkpoint.py --params 50000000 --reps 5
 """
 
 from __future__ import annotations

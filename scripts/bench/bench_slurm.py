@@ -14,7 +14,7 @@ which master goes first; samples run one at a time, so they do not share the CPU
 4 slots the Slurm trial spans 2 of the simulated nodes; the local one is
 ``horovodrun -np 4`` here.
 
-    python scripts/bench_slurm.py [--pairs 5] [--slots 1 2 4]
+    python scripts/bench/bench_slurm.py [--pairs 5] [--slots 1 2 4]
 
 Prints each sample, then per slot count the medians, the ratio Slurm / local and the
 difference. A pair counts only if both trials completed.
@@ -39,7 +39,7 @@ import httpx
 from det_sdk.env import outside
 
 DET = Path(sys.executable).with_name("det")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "scripts" / "slurm-sim.sh"
 SIM_ENV = {"DET_SLURM_SIM_DIR": os.environ.get("DET_SLURM_SIM_DIR", "/tmp/det-slurm-sim-bench"),
            "DET_SLURM_SIM_PORT": os.environ.get("DET_SLURM_SIM_PORT", "17017")}

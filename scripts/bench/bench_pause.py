@@ -1,7 +1,7 @@
 """Pause-to-exit and activate-to-first-batch latency against one checkpoint save + restore.
 
 Starts a real master (``det master up --slots 1``, HOME and data in a temp dir) and,
-per repetition, runs one experiment of ``scripts/bench_pause_model`` (a Dense stack
+per repetition, runs one experiment of ``scripts/bench/bench_pause_model`` (a Dense stack
 of about ``--params`` parameters, Adam, generated MNIST-shaped data, ``context.fit``
 with a length far beyond the run):
 
@@ -17,7 +17,7 @@ with a length far beyond the run):
 5. kill the experiment and wait until it is CANCELED.
 
 The trial stamps ``time.time()`` at points of its life (see
-``scripts/bench_pause_model/train.py``); the master records when it spawned and
+``scripts/bench/bench_pause_model/train.py``); the master records when it spawned and
 when it saw the end of each trial process (``allocations.started``/``ended``), and
 the trial's shell writes its exit-code file the moment Python is gone (its mtime).
 From these:
@@ -56,7 +56,7 @@ P and A stage by stage (the resumed process's stages beside the fresh one's).
 Pause and activate go through the HTTP API so that the CLI's own start-up (``det``
 ~0.1-0.3 s) is not counted.
 
-    .venv/bin/python scripts/bench_pause.py [--reps 3] [--params 200000]
+    .venv/bin/python scripts/bench/bench_pause.py [--reps 3] [--params 200000]
         [--train-s 1.5] [--max-ratio 1.5] [--keep]
 
 ``--keep`` keeps the temp dir: stamps, the master's data and logs, ``rows.json``.
@@ -86,9 +86,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _bench_master import BenchMaster
 
 import det_sdk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.master import Cluster  # noqa: E402
 
 MODEL_DIR = Path(__file__).parent / "bench_pause_model"
 
@@ -96,7 +98,7 @@ MODEL_DIR = Path(__file__).parent / "bench_pause_model"
 # --- the master -----------------------------------------------------------------------
 
 
-class Master(BenchMaster):
+class Master(Cluster):
     """Our master, plus its database and an HTTP client."""
 
     def __init__(self, root: Path) -> None:
@@ -109,10 +111,10 @@ class Master(BenchMaster):
         super().up()
         self.client = MasterClient(self.url, self.token)
 
-    def down(self) -> None:
+    def stop(self) -> None:
         if self.client is not None:
             self.client.close()
-        super().down()
+        super().stop()
 
     def query(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         """Rows of the master's database, read-only (polling it does not load the master)."""
@@ -371,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"free {ms(r['p_free'])}  raw {r['raw']:.1f}  attributable {r['attr']:.1f}",
                   flush=True)
     finally:
-        m.down()
+        m.stop()
         (root / "rows.json").write_text(json.dumps(rows, indent=1))
     if args.keep:
         print(f"kept {root}")

@@ -1,4 +1,4 @@
-"""The trial of scripts/bench_search.py: a small MLP on a generated two-spirals problem.
+"""The trial of scripts/bench/bench_search.py: a small MLP on a generated two-spirals problem.
 
 Hyperparameters: ``learning_rate`` (Adam), ``units`` (width of both hidden layers),
 ``dropout``, ``global_batch_size``. The data are the same for every trial (seed 0):
@@ -7,7 +7,7 @@ two interleaved spirals in 2 dimensions, 6 pure-noise features beside them, and
 bad learning rate or a too-narrow network shows. On the cluster the searcher sets
 the length; locally ``EPOCHS`` (default 8):
 
-    DET_RUNS_DIR=/tmp/runs .venv/bin/python scripts/bench_search_model/train.py
+    DET_RUNS_DIR=/tmp/runs .venv/bin/python scripts/bench/bench_search_model/train.py
 """
 
 from __future__ import annotations

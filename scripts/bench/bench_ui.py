@@ -13,7 +13,7 @@ nothing cached):
 Seeding goes through the store (a real training run would take hours to report
 100,000 points); the page tests use real experiments.
 
-    python scripts/bench_ui.py [--points 100000] [--experiments 1000] [--repeat 5]
+    python scripts/bench/bench_ui.py [--points 100000] [--experiments 1000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
 
-from _ui_browser import missing_reason, open_browser, signed_in_context
+from harness.browser import missing_reason, open_browser, signed_in_context
 
 from det_sdk.config import parse_experiment_config
 from det_sdk.master.store import Store
@@ -89,7 +88,7 @@ def seed(db: Path, experiments: int, points: int) -> tuple[int, int]:
 
 
 def start_master(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen([sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir),

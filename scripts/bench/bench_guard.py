@@ -2,7 +2,7 @@
 
 Run under ``horovodrun -np 2`` (the guard only runs with several processes)::
 
-    horovodrun -np 2 --gloo .venv/bin/python scripts/bench_guard.py [--checks 50]
+    horovodrun -np 2 --gloo .venv/bin/python scripts/bench/bench_guard.py [--checks 50]
 
 Each process builds the Keras MNIST convnet (wrapped optimizer, as a script would),
 trains one epoch of MNIST-shaped data at global batch 128 (timed: the epoch span,

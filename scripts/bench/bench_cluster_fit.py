@@ -9,7 +9,7 @@ delay by seconds) and writes samples/s to a file. Checkpoints are on in both (a
 trial cannot turn them off), so the difference is the master session: reports
 queued to a background thread, preemption long-poll.
 
-    .venv/bin/python scripts/bench_cluster_fit.py [--reps 3] [--epochs 4]
+    .venv/bin/python scripts/bench/bench_cluster_fit.py [--reps 3] [--epochs 4]
 
 Target (issue 4): cluster/local samples/s >= 0.97. Exit 1 if missed.
 """
@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench_master import BenchMaster
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.master import Cluster  # noqa: E402
 
 TRAIN = '''
 import json, os, time
@@ -67,7 +68,7 @@ with open(out, "w") as f:
 '''
 
 
-def _cpu_seconds(master: BenchMaster) -> float:
+def _cpu_seconds(master: Cluster) -> float:
     """CPU time the master process has used so far (it shares the cores with the trial)."""
     pid = int((master.data_dir / "master.pid").read_text())
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -84,7 +85,7 @@ def main() -> int:
     model_dir = root / "model"
     model_dir.mkdir()
     (model_dir / "train.py").write_text(TRAIN)
-    master = BenchMaster(root, slots=1)
+    master = Cluster(root, slots=1)
     master.up()
 
     def config(name: str, out: Path) -> Path:
@@ -133,7 +134,7 @@ def main() -> int:
                   f"{local:.0f} samples/s, cluster {cluster:.0f} samples/s, ratio "
                   f"{cluster / local:.3f}; {note}", flush=True)
     finally:
-        master.down()
+        master.stop()
     median = statistics.median(ratios)
     print(f"median cluster/local samples/s: {median:.3f} (target >= {args.min_ratio})")
     return 0 if median >= args.min_ratio else 1

@@ -17,8 +17,8 @@ round, the reference: ``torch.save`` of the same state into the same directory, 
 
 Usage::
 
-    .venv/bin/python scripts/bench_pytorch_checkpoint.py               # 50M, 5 rounds
-    .venv/bin/python scripts/bench_pytorch_checkpoint.py --params 10000000
+    .venv/bin/python scripts/bench/bench_pytorch_checkpoint.py               # 50M, 5 rounds
+    .venv/bin/python scripts/bench/bench_pytorch_checkpoint.py --params 10000000
 """
 
 from __future__ import annotations

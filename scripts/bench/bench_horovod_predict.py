@@ -20,7 +20,7 @@ predictions equal S's (``allclose``, atol 1e-5).
 
 Usage::
 
-    .venv/bin/python scripts/bench_horovod_predict.py [--reps 3] [--rows 20000]
+    .venv/bin/python scripts/bench/bench_horovod_predict.py [--reps 3] [--rows 20000]
         [--repeats 3] [--batch-size N] [--quiet-wait 120]
 
 Gates, each printed with its measured figure: every 2-process run's predictions were

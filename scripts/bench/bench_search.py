@@ -1,7 +1,7 @@
 """Adaptive ASHA vs grid and random search over one space: epochs trained, best metric.
 
 Starts a real master (``det master up --slots 2``, HOME and data in a temp dir) and
-runs, one experiment after another, the trial in ``scripts/bench_search_model``
+runs, one experiment after another, the trial in ``scripts/bench/bench_search_model``
 (a 2-hidden-layer MLP, Adam, on generated two spirals with noise features and 10%
 flipped labels) over the same space, ``learning_rate`` log-uniform in 1e-4..1 and
 ``units`` in 8..128, with ``searcher.max_length`` of ``--max-epochs`` epochs:
@@ -24,7 +24,7 @@ the order in which results reach a rung (see ``promotes``), which on 2 slots
 depends on timing, so ASHA's figures can differ between runs. Wall times are noisy
 on a shared machine and include ~5 s of process and TensorFlow start-up per trial.
 
-    .venv/bin/python scripts/bench_search.py [--trials 8] [--max-epochs 8] [--seed 1]
+    .venv/bin/python scripts/bench/bench_search.py [--trials 8] [--max-epochs 8] [--seed 1]
         [--divisor 2] [--big-trials 16] [--keep]
 
 Exit status 1 if an experiment does not complete.
@@ -44,10 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _bench_master import BenchMaster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.master import Cluster  # noqa: E402
 
 MODEL_DIR = Path(__file__).parent / "bench_search_model"
-TRAIN_ROWS = 3000  # scripts/bench_search_model/train.py: ROWS
+TRAIN_ROWS = 3000  # scripts/bench/bench_search_model/train.py: ROWS
 BATCH = 64
 STEPS_PER_EPOCH = math.ceil(TRAIN_ROWS / BATCH)
 METRIC = "val_loss"
@@ -85,7 +87,7 @@ def space(trials: int) -> dict[str, Any]:
     }
 
 
-def run_experiment(master: BenchMaster, label: str, searcher: dict[str, Any], trials: int,
+def run_experiment(master: Cluster, label: str, searcher: dict[str, Any], trials: int,
                    seed: int) -> Result:
     """Create one experiment, wait for it, and collect its trials."""
     config = {
@@ -217,7 +219,7 @@ def main() -> int:
         runs.append((f"asha-{big}", {**asha, "max_trials": big}))
 
     root = Path(tempfile.mkdtemp(prefix="bench-search-"))
-    master = BenchMaster(root, args.slots)
+    master = Cluster(root, args.slots)
     results: list[Result] = []
     try:
         master.up()
@@ -233,7 +235,7 @@ def main() -> int:
         print(f"bench_search: {err}", file=sys.stderr)
         return 1
     finally:
-        master.down()
+        master.stop()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print_results(results, args.max_epochs, args.divisor)

@@ -44,8 +44,8 @@ status 1 when a gate is missed.
 
 Usage::
 
-    .venv-keras2/bin/python scripts/bench_hooks.py --determined-path /tmp/detpkg
-    .venv/bin/python scripts/bench_hooks.py
+    .venv-keras2/bin/python scripts/bench/bench_hooks.py --determined-path /tmp/detpkg
+    .venv/bin/python scripts/bench/bench_hooks.py
 """
 
 from __future__ import annotations

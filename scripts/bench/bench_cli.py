@@ -2,7 +2,7 @@
 
 The master holds a history (``--experiments``, default 1,000 finished experiments of 3
 trials, put into its database in bulk through SQLite before it starts:
-``scripts/_bench_master.fill_history``), so that `det experiment list` has something to
+``harness/history.py``), so that `det experiment list` has something to
 list; an empty master would time only the CLI's start-up (issue 15). Each command is
 measured against a fresh ``python -c pass`` side by side, alternating which runs first,
 until the interval decides (``bench_import.measure_ratio``: median ratio, distribution-free
@@ -10,9 +10,9 @@ until the interval decides (``bench_import.measure_ratio``: median ratio, distri
 ``--min-pairs`` clean pairs). Also asserts that neither command imports TensorFlow
 (python -X importtime lists every import), and that the list shows rows.
 
-    .venv/bin/python scripts/bench_cli.py [--min-pairs 30] [--experiments 1000]
+    .venv/bin/python scripts/bench/bench_cli.py [--min-pairs 30] [--experiments 1000]
 
-Goals: `det --help` <= 2x `python -c pass` (issue 26; scripts/bench_import.py gates it
+Goals: `det --help` <= 2x `python -c pass` (issue 26; scripts/bench/bench_import.py gates it
 too), `det experiment list` < 0.5 s with its interval's upper end (issue 15). Exit 1 if
 missed or undecided.
 """
@@ -31,7 +31,8 @@ from pathlib import Path
 
 DET = Path(sys.executable).with_name("det")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_master import fill_history  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.history import fill_history  # noqa: E402
 from bench_import import measure_ratio  # noqa: E402
 
 

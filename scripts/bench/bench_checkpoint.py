@@ -37,7 +37,7 @@ Medians of per-repetition ratios are the results.
 
 Usage::
 
-    .venv/bin/python scripts/bench_checkpoint.py [--params 50000000] [--reps 3]
+    .venv/bin/python scripts/bench/bench_checkpoint.py [--params 50000000] [--reps 3]
         [--blocked-reps 60] [--dir /path/on/the/disk/to/test] [--no-keras]
 
 Exit status 1 when a target is missed; 2 when the blocked figure's 95% interval

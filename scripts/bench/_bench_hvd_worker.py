@@ -1,6 +1,6 @@
 """Worker of the Horovod benchmarks: one process of one measured run.
 
-Launched by scripts/bench_horovod_fit.py and scripts/bench_horovod_predict.py, not by
+Launched by scripts/bench/bench_horovod_fit.py and scripts/bench/bench_horovod_predict.py, not by
 hand (though it can be, for profiling). Modes:
 
 * ``det`` (under ``horovodrun``): the Keras MNIST convnet trained with
@@ -25,12 +25,12 @@ JSON to ``--out`` when given.
 
 Usage::
 
-    horovodrun -np 2 --gloo .venv/bin/python scripts/_bench_hvd_worker.py det \\
+    horovodrun -np 2 --gloo .venv/bin/python scripts/bench/_bench_hvd_worker.py det \\
         --runs-dir /tmp/runs [--epochs 2] [--samples 8192] [--out result.json] [--profile]
-    horovodrun -np 2 --gloo .venv/bin/python scripts/_bench_hvd_worker.py plain
-    horovodrun -np 2 --gloo .venv/bin/python scripts/_bench_hvd_worker.py predict-det \\
+    horovodrun -np 2 --gloo .venv/bin/python scripts/bench/_bench_hvd_worker.py plain
+    horovodrun -np 2 --gloo .venv/bin/python scripts/bench/_bench_hvd_worker.py predict-det \\
         --runs-dir /tmp/runs [--rows 20000] [--reference single.npy]
-    .venv/bin/python scripts/_bench_hvd_worker.py predict-single [--save single.npy]
+    .venv/bin/python scripts/bench/_bench_hvd_worker.py predict-single [--save single.npy]
 """
 
 from __future__ import annotations
