@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's harness/
-from harness.mnist import make  # noqa: E402
+from harness.mnist import make
 
 
 def main() -> None:

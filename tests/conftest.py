@@ -1,33 +1,14 @@
-"""Shared test helpers: run a script in a fresh Python process, as a user would."""
+"""The suite's fixtures and the rule of its folders (helpers modules import: tests/support.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from det_sdk.env import outside
-from harness.master import Cluster, running_cluster
-from tests.lifecycle_harness import Fakes
-
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def run_python(
-    script: Path | str, env: dict[str, str], cwd: Path | None = None, timeout: float = 180
-) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` with this interpreter and ``env`` added to the environment."""
-    full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-                       **env)
-    return subprocess.run(
-        [sys.executable, str(script)], env=full_env, cwd=cwd or REPO, timeout=timeout,
-        capture_output=True, text=True,
-    )
+from tests.support import TESTS
 
 
 @pytest.fixture(scope="session")
@@ -42,35 +23,22 @@ def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One real master per test module (starting one costs seconds)."""
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def fakes(cluster: Cluster) -> Fakes:
-    """TensorFlow-free trials on this module's master, driven by the test."""
-    return Fakes(cluster, cluster.root / "control")
-
-
-# The fast set (`-m "not slow"`) starts no process: a test that does (a master,
-# horovodrun, a training script, a browser) must be marked slow. Enforced here rather
-# than remembered: any process started while a test not marked slow is being set up
-# or run fails that test, naming the command. Teardown is not watched: a module's
-# master (or Slurm) fixture, started by a slow test, stops in the teardown of the
-# module's last test, which may be a fast one. DET_TEST_SPAWNS=<file> records
-# the offenders instead (one line per test) to survey a suite.
+# Tests are filed by cost (tests/README.md): tests/unit and tests/integration start no
+# process, tests/e2e starts masters, horovodrun, training scripts, Slurm and browsers.
+# The `slow` mark comes with the folder, not from memory: every test under tests/e2e is
+# slow (`-m "not slow"` is unit + integration). That those two start no process is
+# enforced, not hoped for: a process started while one of their tests is being set up or
+# run fails that test, naming the command and where the test belongs. Teardown is not
+# watched (a fixture may stop what it started). DET_TEST_SPAWNS=<file> records the
+# offenders instead (one line per test) to survey a suite.
 _current: list[pytest.Item] = []
-# fixtures that start processes: a test using one is slow without having to say so
-_SPAWNING_FIXTURES = {"cluster", "fakes"}
+E2E = TESTS / "e2e"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _SPAWNING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if E2E in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.slow)
 
 
@@ -100,8 +68,8 @@ def _check_spawn(what: object) -> None:
         with open(record, "a") as out:
             out.write(f"{item.nodeid}\t{str(what)[:200]}\n")
         return
-    raise AssertionError(f"a test outside the slow set started a process ({what!r}): "
-                         "mark it @pytest.mark.slow (the fast set starts none)")
+    raise AssertionError(f"a test outside tests/e2e started a process ({what!r}): move it to "
+                         "tests/e2e/ (tests/unit and tests/integration start none)")
 
 
 _real_popen_init = subprocess.Popen.__init__

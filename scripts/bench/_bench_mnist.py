@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.mnist import make  # noqa: E402
+from harness.mnist import make
 
 
 def mnist_like(n_train: int, n_val: int, seed: int = 0) -> dict[str, np.ndarray]:

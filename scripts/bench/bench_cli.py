@@ -32,8 +32,9 @@ from pathlib import Path
 DET = Path(sys.executable).with_name("det")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.history import fill_history  # noqa: E402
 from bench_import import measure_ratio  # noqa: E402
+
+from harness.history import fill_history  # noqa: E402
 
 
 def _imports_tensorflow(args: list[str], env: dict[str, str]) -> bool:

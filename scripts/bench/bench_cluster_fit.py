@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.master import Cluster  # noqa: E402
+from harness.master import Cluster
 
 TRAIN = '''
 import json, os, time

@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.history import fill_history  # noqa: E402
-from harness.master import Cluster  # noqa: E402
+from harness.history import fill_history
+from harness.master import Cluster
 
 SIZES = (10, 1_000, 10_000)
 PAGE = 100  # det_sdk.api.DEFAULT_PAGE_LIMIT: what a GET without `limit` answers

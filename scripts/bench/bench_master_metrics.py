@@ -8,7 +8,8 @@ processes (default 2): one Python process of 8 threads was the bottleneck, not t
 master (1,773-1,863/s with one process, 2,279/s with two). Prints reports/s and p50/p99
 latency, and checks that every report was stored once.
 
-    .venv/bin/python scripts/bench/bench_master_metrics.py [--clients 8] [--processes 2] [--seconds 10]
+    .venv/bin/python scripts/bench/bench_master_metrics.py [--clients 8] [--processes 2] \
+        [--seconds 10]
 
 Target (issue 26): >= 2,000 reports/s with p99 < 20 ms at 8 clients. Exit status 1 if
 missed.

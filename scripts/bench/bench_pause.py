@@ -90,7 +90,7 @@ import yaml
 import det_sdk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.master import Cluster  # noqa: E402
+from harness.master import Cluster
 
 MODEL_DIR = Path(__file__).parent / "bench_pause_model"
 

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from harness.master import Cluster  # noqa: E402
+from harness.master import Cluster
 
 MODEL_DIR = Path(__file__).parent / "bench_search_model"
 TRAIN_ROWS = 3000  # scripts/bench/bench_search_model/train.py: ROWS

@@ -34,10 +34,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
 
-from harness.browser import missing_reason, open_browser, signed_in_context
-
 from det_sdk.config import parse_experiment_config
 from det_sdk.master.store import Store
+from harness.browser import missing_reason, open_browser, signed_in_context
 
 CONFIG = {
     "name": "bench", "entrypoint_script": "python3 train.py",

@@ -1,0 +1,278 @@
+"""det_sdk.core, the DeterminedCallback for a plain model.fit, and the TensorFlow launcher.
+
+Fast tests train tiny models in this process against a local run directory (the
+core contexts' stand-in off the cluster); slow ones run examples/core_callback on
+a real master (1 and 2 slots, pause and activate) and locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import det_sdk as det
+from det_sdk.core import parse_tf_config
+from det_sdk.launch.tensorflow import parse_args
+from harness.master import Cluster, describe, wait_until
+from tests.support import REPO
+
+EXAMPLE = REPO / "examples" / "core_callback"
+
+
+def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None:
+    code = ("import sys, det_sdk as det; det.core.init; import det_sdk.launch.tensorflow; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+    with pytest.raises(ValueError, match=r"TF_CONFIG: cluster\.worker"):
+        parse_tf_config('{"cluster": {}}')
+    with pytest.raises(ValueError, match="TF_CONFIG: task"):
+        parse_tf_config('{"cluster": {"worker": ["a:1"]}, "task": {"index": 3}}')
+    assert parse_args(["--processes", "2", "--", "python3", "t.py"]) == (2, ["python3", "t.py"])
+    with pytest.raises(det.core.UnsupportedStrategyError, match=r"det_sdk\.launch\.tensorflow"):
+        det.core.DistributedContext.from_tf_config({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
+    out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "no script to launch" in out.stderr
+    # one process: the script runs unchanged, without TF_CONFIG
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "TF_CONFIG"))}
+    out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--", sys.executable,
+                          "-c", "import os; print(os.environ.get('TF_CONFIG'))"],
+                         capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == "None", out.stderr
+
+
+def _example_config(cluster: Cluster, name: str, npz: Path, **overrides: object) -> Path:
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config.update(name=name, data={"mnist_npz": str(npz)}, max_restarts=0,
+                  checkpoint_storage={"save_trial_latest": 100})
+    # exact resume needs the data order and dropout of the uninterrupted run
+    config["hyperparameters"].update(dropout=0.0, shuffle=False, epochs=3)
+    config["searcher"]["max_length"] = {"epochs": 3}
+    config.update(overrides)
+    path = cluster.root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _create(cluster: Cluster, config: Path) -> int:
+    out = cluster.det("experiment", "create", str(config), str(EXAMPLE), "--json")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads(out.stdout)["id"]
+
+
+HOROVODRUN = Path(sys.executable).with_name("horovodrun")
+
+
+def _run_local(config: Path, runs: Path, processes: int = 1, *, horovodrun: bool = False,
+               script: Path = EXAMPLE / "train.py", **env_vars: str
+               ) -> subprocess.CompletedProcess:
+    """The example off the cluster, under the launcher, with ``config``'s hparams and data:
+    N processes started by the launcher (``--processes N``) or by ``horovodrun``."""
+    env = {**os.environ, "DET_CONFIG": str(config), "DET_RUNS_DIR": str(runs),
+           "TF_CPP_MIN_LOG_LEVEL": "2", **env_vars}
+    for var in ("DET_ALLOCATION_ID", "DET_RESUME"):
+        env.pop(var, None)
+    launch = [sys.executable, "-m", "det_sdk.launch.tensorflow"]
+    if horovodrun:
+        launch = [str(HOROVODRUN), "-np", str(processes), "--gloo", *launch]
+    else:
+        launch += ["--processes", str(processes)]
+    return subprocess.run([*launch, "--", sys.executable, str(script)],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def _pause_then_activate(cluster: Cluster, exp_id: int) -> tuple[dict, str]:
+    """Pause as the trial starts (it stops at its first epoch end), activate, wait."""
+    wait_until("the trial to start", lambda: describe(cluster, exp_id)["trials"][0]["state"]
+               == "RUNNING")
+    assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    wait_until("PAUSED", lambda: describe(cluster, exp_id)["state"] == "PAUSED", every=0.3)
+    (trial,) = describe(cluster, exp_id)["trials"]
+    assert trial["state"] == "PAUSED" and 0 < trial["epoch"] < 3, trial
+    assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
+    out = cluster.det("experiment", "wait", str(exp_id))
+    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    assert out.returncode == 0, logs[-3000:]
+    (trial,) = describe(cluster, exp_id)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["epoch"] == 3 and trial["progress"] == 1.0
+    return trial, logs
+
+
+def _shown_by_master(cluster: Cluster, trial: dict) -> list[dict]:
+    """Each epoch's metrics once and a checkpoint per epoch; the checkpoints."""
+    with cluster.http() as http:
+        metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
+    assert [(m["group"], m["epoch"]) for m in metrics] == [
+        (g, e) for e in (1, 2, 3) for g in ("training", "validation")]
+    assert {"val_loss", "val_accuracy"} <= set(metrics[1]["metrics"])
+    ckpts = json.loads(cluster.det("checkpoint", "list", "--trial", str(trial["id"]),
+                                   "--json").stdout)
+    assert [c["epoch"] for c in ckpts] == [1, 2, 3]  # one writer, the chief
+    assert (Path(ckpts[0]["path"]) / "state.bin").is_file()
+    return ckpts
+
+
+def _assert_same_final_weights(ckpts: list[dict], run: Path) -> None:
+    rows = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    for a, b in zip(_model_arrays(Path(ckpts[-1]["path"])),
+                    _model_arrays(run / "checkpoints" / rows[-1]["uuid"])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _model_arrays(path: Path) -> list[np.ndarray]:
+    from det_sdk.keras import _checkpoint
+
+    return _checkpoint._read_arrays(Path(path))["model"]
+
+
+def test_example_on_one_slot_pauses_and_continues_as_a_local_uninterrupted_run(
+        cluster: Cluster, mnist_npz: Path, tmp_path: Path) -> None:
+    config = _example_config(cluster, "cb-pause", mnist_npz)
+    trial, logs = _pause_then_activate(cluster, _create(cluster, config))
+    assert logs.count("Epoch 1/3") == 1  # the second launch continued, it did not start over
+    ckpts = _shown_by_master(cluster, trial)
+    # the same script and config, locally and uninterrupted: the same final weights
+    local = _run_local(config, tmp_path)
+    assert local.returncode == 0, local.stderr[-3000:]
+    _assert_same_final_weights(ckpts, tmp_path / "1")
+    assert any((tmp_path / "1" / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_example_on_two_slots_and_two_local_workers(cluster: Cluster, mnist_npz: Path,
+                                                    tmp_path: Path) -> None:
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    config = _example_config(cluster, "cb-two", mnist_npz, resources={"slots_per_trial": 2})
+    if KERAS_MAJOR >= 3:
+        # MultiWorkerMirroredStrategy across processes is broken in Keras 3: workers the
+        # launcher starts itself are refused plainly (before anything is created) ...
+        local = _run_local(config, tmp_path / "spawned", processes=2)
+        assert local.returncode != 0 and "keras-team/keras#20585" in local.stderr
+        assert "horovodrun -np N --gloo" in local.stderr  # ... saying what works instead
+        assert not (tmp_path / "spawned").exists()
+        # under horovodrun (as the master runs 2 slots) DeterminedCallback trains them
+        local = _run_local(config, tmp_path / "runs", processes=2, horovodrun=True)
+    else:
+        local = _run_local(config, tmp_path / "runs", processes=2)
+    assert local.returncode == 0, local.stderr[-3000:]
+    run = tmp_path / "runs" / "1"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # one run, written by the chief only; global batch 64 over 512 samples: 8 steps an epoch
+    assert [(r["group"], r["steps_completed"]) for r in rows] == [
+        (g, s) for s in (8, 16, 24) for g in ("training", "validation")]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["1"]
+
+    trial, logs = _pause_then_activate(cluster, _create(cluster, config))
+    assert logs.count("Epoch 1/3") == 2  # one per worker, in the first launch only
+    assert trial["steps_completed"] == 24
+    _assert_same_final_weights(_shown_by_master(cluster, trial), run)
+
+
+SMALL = REPO / "tests" / "scripts" / "core_callback_n.py"
+
+
+def _small_config(tmp: Path, **overrides: object) -> Path:
+    config = {
+        "name": "cb-small",
+        "hyperparameters": {"learning_rate": 0.1, "global_batch_size": 32, "epochs": 3},
+        "searcher": {"name": "single", "metric": "val_loss", "smaller_is_better": True,
+                     "max_length": {"epochs": 3}},
+        "entrypoint_script": "python3 -m det_sdk.launch.tensorflow -- python3 "
+                             "core_callback_n.py",
+        "max_restarts": 0,
+        **overrides,
+    }
+    path = tmp / "small.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _weights(out: Path, rank: int) -> list[np.ndarray]:
+    with np.load(out / f"rank{rank}.npz") as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def _assert_same(a: list[np.ndarray], b: list[np.ndarray], atol: float) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+needs_horovodrun = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+
+
+@needs_horovodrun
+def test_small_example_on_two_horovod_processes_trains_as_one(tmp_path: Path) -> None:
+    """Seed 003's script (model.fit shuffling numpy data, global batch 32) on 2 processes:
+    the weights of one process, identical ranks, one chief's records and checkpoints."""
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    config = _small_config(tmp_path)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _run_local(config, tmp_path / "runs1", 1, script=SMALL, CB_OUT=str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    # Keras 3: the strategy the script makes itself (MultiWorkerMirroredStrategy, no
+    # TF_CONFIG left) is one process's; Keras 2 trains under the launcher's TF_CONFIG
+    extra = {"CB_MWMS": "1"} if KERAS_MAJOR >= 3 else {}
+    two = _run_local(config, tmp_path / "runs2", 2, horovodrun=True, script=SMALL,
+                     CB_OUT=str(tmp_path / "two"), **extra)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    _assert_same(_weights(tmp_path / "two", 0), _weights(tmp_path / "two", 1), atol=0)
+    if KERAS_MAJOR < 3:
+        return  # MultiWorkerMirroredStrategy shards the data its own way: not compared
+    _assert_same(_weights(tmp_path / "one", 0), _weights(tmp_path / "two", 0), atol=1e-5)
+    runs1, runs2 = tmp_path / "runs1" / "1", tmp_path / "runs2" / "1"
+    assert sorted(p.name for p in (tmp_path / "runs2").iterdir()) == ["1"]
+    rows = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for run in (runs1, runs2)]
+    # 192 samples, global batch 32: 6 steps an epoch on 1 and on 2 processes; the metrics
+    # reported are the whole batch's (training: every process's metric state summed)
+    assert [(r["group"], r["steps_completed"]) for r in rows[1]] == [
+        (g, s) for s in (6, 12, 18) for g in ("training", "validation")]
+    for r1, r2 in zip(*rows):
+        assert r1["metrics"].keys() == r2["metrics"].keys()
+        for k in r1["metrics"]:
+            assert r2["metrics"][k] == pytest.approx(r1["metrics"][k], abs=1e-5), (r1, r2)
+    ckpts = [json.loads(line) for line in (runs2 / "checkpoints.jsonl").read_text().splitlines()]
+    assert [c["epoch"] for c in ckpts] == [1, 2, 3]
+    _assert_same(_model_arrays(runs2 / "checkpoints" / ckpts[-1]["uuid"]),
+                 _weights(tmp_path / "two", 0), atol=0)
+
+
+@needs_horovodrun
+def test_a_shuffled_dataset_of_unknown_size_trains_on_two_processes(tmp_path: Path) -> None:
+    """Every process draws the same batches (the shared global seed), so the length of
+    the dataset does not matter: each step checks the batches agree and splits them."""
+    out = _run_local(_small_config(tmp_path), tmp_path / "runs", 2, horovodrun=True,
+                     script=SMALL, CB_CASE="dataset", CB_OUT=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _assert_same(_weights(tmp_path, 0), _weights(tmp_path, 1), atol=0)
+
+
+@needs_horovodrun
+@pytest.mark.parametrize("case, says", [
+    ("uneven", "a batch does not divide by 2. Make batch_size a multiple of 2"),
+    ("rank_data", "the processes were given different batches"),
+])
+def test_batches_that_cannot_split_exactly_are_refused(tmp_path: Path, case: str,
+                                                       says: str) -> None:
+    from det_sdk.keras._compat import KERAS_MAJOR
+
+    if KERAS_MAJOR < 3:
+        pytest.skip("Keras 2 trains N processes under MultiWorkerMirroredStrategy")
+    out = _run_local(_small_config(tmp_path), tmp_path / "runs", 2, horovodrun=True,
+                     script=SMALL, CB_CASE=case)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "BatchSplitError: DeterminedCallback on 2 processes splits each batch" in text
+    assert says in text

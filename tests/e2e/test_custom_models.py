@@ -1,0 +1,67 @@
+"""Issue 28: what plain ``model.fit`` accepts, ``context.fit`` accepts: custom models.
+
+The models are tests/scripts/custom_models.py's: a VAE (custom ``train_step``, no
+``call()``, no ``get_config``, x-only data, noise from a checkpointed generator) and a
+Distiller (its own ``compile`` signature, ``train_step`` and ``test_step``, a plain
+tensor among ``test_step``'s outputs). One process in-process; two under
+``horovodrun -np 2`` (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.support import SCRIPTS, run_python
+
+sys.path.insert(0, str(SCRIPTS))
+SCRIPT = SCRIPTS / "custom_models.py"
+
+
+def _run(tmp: Path, name: str, processes: int, **env: str) -> dict:
+    out = tmp / f"{name}.json"
+    full = {"CUSTOM_OUT": str(out), "DET_RUNS_DIR": str(tmp / name),
+            **{k.upper(): v for k, v in env.items()}}
+    if "DET_RUNS" in full:
+        full["DET_RUNS_DIR"] = str(tmp / full.pop("DET_RUNS"))
+    proc = horovodrun(SCRIPT, full, timeout=300) if processes > 1 else run_python(
+        SCRIPT, full, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text()) if out.exists() else {}
+
+
+@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+def test_distiller_on_two_processes_trains_and_reports_as_one(tmp_path: Path) -> None:
+    # x, y = data unpacks on every rank (no sample weights added); 2 x 4 rows = 1 x 8.
+    one = _run(tmp_path, "one", 1, custom_model="distiller", custom_batch="8")
+    two = _run(tmp_path, "two", 2, custom_model="distiller", custom_batch="4")
+    assert two["size"] == 2 and one["size"] == 1
+    for a, b in zip(one["weights"], two["weights"]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+    for key in ("val_student_loss", "student_loss", "val_acc"):
+        np.testing.assert_allclose(one["history"][key], two["history"][key], rtol=2e-5)
+    for key in ("student_loss", "acc"):
+        assert two["evaluate"][key] == pytest.approx(one["evaluate"][key], rel=2e-5)
+
+
+@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+def test_vae_x_only_on_two_processes_with_a_padding_step_resumes_exactly(
+        tmp_path: Path) -> None:
+    # 49 rows, 2 x 8 per step: the last step has one row, rank 1 trains on padding
+    # (its gradients zeroed) without sample weights reaching train_step.
+    common = {"custom_model": "vae", "custom_rows": "49"}
+    whole = _run(tmp_path, "whole", 2, **common)
+    assert whole["size"] == 2 and not any(whole["tuples_seen"])
+    _run(tmp_path, "stop", 2, det_runs="stopped", custom_stop_epoch="0", **common)
+    rows = [json.loads(line) for line in
+            (tmp_path / "stopped" / "1" / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1]  # stopped after the first epoch
+    resumed = _run(tmp_path, "resumed", 2, det_runs="stopped", det_resume="1", **common)
+    for a, b in zip(whole["weights"], resumed["weights"]):
+        np.testing.assert_array_equal(a, b)
+    assert resumed["history"]["total_loss"] == whole["history"]["total_loss"]

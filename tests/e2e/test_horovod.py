@@ -1,0 +1,195 @@
+"""Data-parallel training under a real `horovodrun -np 2` (Gloo, this host, CPU).
+
+Each test launches the processes as a user would; the scripts in tests/scripts do
+the work and rank 0 writes what it found.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from det_sdk.env import outside
+from tests.support import REPO, SCRIPTS, run_python
+
+HOROVODRUN = Path(sys.executable).with_name("horovodrun")
+pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+
+
+def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float = 240):
+    full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                       **env)
+    return subprocess.run(
+        [str(HOROVODRUN), "-np", str(np_), "--gloo", sys.executable, str(script)],
+        env=full_env, cwd=REPO, timeout=timeout, capture_output=True, text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    d = tmp_path_factory.mktemp("hvd")
+    proc = horovodrun(SCRIPTS / "hvd_check.py",
+                      {"HVD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((d / "out.json").read_text())
+
+
+def test_two_processes_shard_the_data(report: dict) -> None:
+    assert report["size"] == 2
+    assert sorted(report["shard_rows"]) == [101, 102]  # 203 rows, contiguous halves
+
+
+def test_weights_start_apart_and_end_identical(report: dict) -> None:
+    # each rank draws its own initial weights; fit broadcasts rank 0's
+    a, b = report["initial_checksums"]
+    assert a != b
+    for kind in ("numpy", "sequence", "dataset", "lazy"):  # lazy: Sequential, no input shape
+        a, b = report[f"{kind}_final_checksums"]
+        assert a == b, kind
+
+
+@pytest.mark.parametrize("kind", ["numpy", "sequence", "dataset"])
+def test_every_sample_once_per_epoch(report: dict, kind: str) -> None:
+    assert report[f"{kind}_seen_count"] == 203
+    assert report[f"{kind}_seen_sorted_equals_all"]
+
+
+def test_predict_gathers_rows_in_order(report: dict) -> None:
+    assert report["predict_wrapped_equal"]
+    assert report["predict_unwrapped_rows"] == 203  # full data is not predicted twice
+    assert report["predict_unwrapped_equal"]
+    assert report["predict_sequence_equal"]
+    assert report["predict_chief_only"] == [False, True]  # rank 1 gets None
+
+
+def test_evaluate_equals_one_process_on_all_data(report: dict) -> None:
+    np.testing.assert_allclose(report["evaluate"], report["evaluate_reference"], rtol=1e-6)
+
+
+def test_loss_curve_matches_one_process(tmp_path: Path) -> None:
+    """Global batch 16 on 2 processes (8 each) vs 16 on one: the same updates.
+
+    Without dropout, the only differences are float summation order in the averaged
+    gradients and metrics, and the last batch of each epoch (200 % 16 = 8 rows, 4
+    per process: even, so also the same). Tolerance: 1e-4 relative over 4 epochs.
+    """
+    env = {"TINY_DROPOUT": "0", "TINY_HISTORY_OUT": str(tmp_path / "h.json")}
+    one = run_python(SCRIPTS / "tiny_train.py", {**env, "DET_RUNS_DIR": str(tmp_path / "1")})
+    assert one.returncode == 0, one.stderr[-3000:]
+    h1 = json.loads((tmp_path / "h.json").read_text())
+    two = horovodrun(SCRIPTS / "tiny_train.py", {**env, "DET_RUNS_DIR": str(tmp_path / "2")})
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    h2 = json.loads((tmp_path / "h.json").read_text())
+    for key in ("loss", "val_loss", "accuracy", "val_accuracy"):
+        np.testing.assert_allclose(h2[key], h1[key], rtol=1e-4, err_msg=key)
+    assert h1["loss"][-1] < h1["loss"][0]  # it did learn
+
+
+def test_pause_at_epoch_boundary_resumes_exactly(tmp_path: Path) -> None:
+    """SIGTERM reaches rank 0 only; both stop together, one checkpoint, exact resume."""
+    full = horovodrun(SCRIPTS / "tiny_train.py", {
+        "DET_RUNS_DIR": str(tmp_path / "full"), "TINY_WEIGHTS_OUT": str(tmp_path / "full.npz")})
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    runs = str(tmp_path / "paused")
+    stopped = horovodrun(SCRIPTS / "tiny_train.py", {
+        "DET_RUNS_DIR": runs, "TINY_STOP_AT": "1", "TINY_STOP_RANK": "0"})
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert "stopped by SIGTERM at epoch 2, batch 0" in stopped.stdout + stopped.stderr
+    rows = [json.loads(line) for line in
+            (Path(runs) / "1" / "checkpoints.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["batch"]) for r in rows] == [(1, 0), (2, 0)]  # written once each
+
+    resumed = horovodrun(SCRIPTS / "tiny_train.py", {
+        "DET_RUNS_DIR": runs, "DET_RESUME": "1", "TINY_WEIGHTS_OUT": str(tmp_path / "r.npz")})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    a, b = np.load(tmp_path / "full.npz"), np.load(tmp_path / "r.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_failing_rank_fails_the_run_without_hanging(tmp_path: Path) -> None:
+    proc = horovodrun(SCRIPTS / "rank_fails.py", {"DET_RUNS_DIR": str(tmp_path)}, timeout=120)
+    assert proc.returncode != 0
+    assert "boom on rank 1" in proc.stdout + proc.stderr
+
+
+def _gan(tmp_path: Path, processes: int) -> dict:
+    out = tmp_path / f"gan{processes}.json"
+    env = {"GAN_OUT": str(out), "DET_RUNS_DIR": str(tmp_path / f"runs{processes}")}
+    proc = (horovodrun(SCRIPTS / "gan_train.py", env) if processes > 1
+            else run_python(SCRIPTS / "gan_train.py", env))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_gan_with_two_wrapped_optimizers_averages_exactly(tmp_path: Path) -> None:
+    """A custom train_step applying two wrapped optimizers (Adam; SGD with momentum):
+    2 processes end bit-identical and follow 1 process's loss curve at the same
+    global batch (Horovod's own optimizer averages nothing here on Keras 3, and
+    nothing on Keras 2 either, since it averages only inside minimize)."""
+    one, two = _gan(tmp_path, 1), _gan(tmp_path, 2)
+    assert two["processes"] == 2 and two["ranks_identical"]
+    for key in ("d_loss", "g_loss", "val_d_loss"):
+        np.testing.assert_allclose(two["history"][key], one["history"][key], rtol=1e-4,
+                                   err_msg=key)
+    assert one["history"]["d_loss"][-1] != one["history"]["d_loss"][0]  # it trained
+
+
+def test_xla_asked_for_is_turned_off_with_a_message(tmp_path: Path) -> None:
+    proc = horovodrun(SCRIPTS / "hvd_guard.py",
+                      {"GUARD_CASE": "xla", "DET_RUNS_DIR": str(tmp_path)}, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "XLA (jit_compile) turned off" in output
+    assert "trained to the end" in output
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("unwrapped", r"compiled with an optimizer \(Adam\) that context.wrap_optimizer did not "
+                  r"wrap"),
+    ("bypass", r"after step 1 \(the first of this fit\), the 2 processes hold different "
+               r"weights"),
+])
+def test_training_that_would_diverge_stops_with_what_to_change(
+        tmp_path: Path, case: str, message: str) -> None:
+    proc = horovodrun(SCRIPTS / "hvd_guard.py",
+                      {"GUARD_CASE": case, "DET_RUNS_DIR": str(tmp_path)}, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert re.search(message, output), output[-3000:]
+    assert "context.wrap_optimizer" in output
+    assert "trained to the end" not in output
+
+
+def test_callbacks_state_resumes_on_two_processes(tmp_path: Path) -> None:
+    """EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, CSVLogger and a user's callback
+    (get_state/set_state) on 2 processes: interrupted and resumed, rank 0's checkpointed
+    state is restored on both ranks; the run equals an uninterrupted one."""
+    script = SCRIPTS / "callbacks_train.py"
+    full_out, cut_out = tmp_path / "full", tmp_path / "cut"
+    full_out.mkdir()
+    cut_out.mkdir()
+    full = horovodrun(script, {"DET_RUNS_DIR": str(full_out / "runs"), "CB_OUT": str(full_out)})
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    expected = json.loads((full_out / "rank0.json").read_text())
+    n = len(expected["epochs"])
+    assert 3 <= n < 40  # EarlyStopping ended it: its state matters across the resume
+
+    env = {"DET_RUNS_DIR": str(cut_out / "runs"), "CB_OUT": str(cut_out)}
+    cut = horovodrun(script, {**env, "CB_INTERRUPT_AT": str(n - 1)})
+    assert cut.returncode != 0 and "interrupted after epoch" in cut.stdout + cut.stderr
+    resumed = horovodrun(script, {**env, "DET_RESUME": "1"})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for r in (0, 1):
+        assert json.loads((cut_out / f"rank{r}.json").read_text()) == expected
+        a, b = np.load(full_out / "rank0.npz"), np.load(cut_out / f"rank{r}.npz")
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert (cut_out / "log.csv").read_text() == (full_out / "log.csv").read_text()

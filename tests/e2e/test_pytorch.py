@@ -1,0 +1,126 @@
+"""det_sdk.pytorch (issue 25): Determined's PyTorchTrial API on det.core, exact and the same on N.
+
+Real torch on CPU: tiny models, an npz written here, real processes for the launcher,
+SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from det_sdk.env import outside  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = ROOT / "tests" / "pytorch_mnist"
+
+
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in outside().items() if not k.startswith("PT_")}
+    env.update(extra)
+    return env
+
+
+def test_pytorch_imports_no_tensorflow_and_keras_no_torch() -> None:
+    code = ("import sys, det_sdk as det; det.pytorch.Trainer; det.TrialContext; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_clean_env())
+    assert out.stdout.strip() == "False"
+    code = "import sys, det_sdk.keras; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_clean_env(TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def _run(npz: Path, runs: Path, out: Path, nproc: int, batches: int = 30,
+         **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(MNIST / "train_local.py"), str(out), str(batches)]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "det_sdk.launch.torch_distributed", "--nproc-per-node",
+               str(nproc), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=_clean_env(PT_NPZ=str(npz), DET_RUNS_DIR=str(runs), **env))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _weights(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def _validations(runs: Path) -> list[dict]:
+    lines = (runs / "1" / "metrics.jsonl").read_text().splitlines()
+    return [(r["steps_completed"], r["metrics"]) for r in map(json.loads, lines)
+            if r["group"] == "validation"]
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_sigterm_mid_epoch_and_resume_is_bit_equal(npz: Path, tmp_path: Path,
+                                                   nproc: int) -> None:
+    """shuffle=True, dropout 0.3: SIGTERM at batch 13 of 30, resume: the same bits.
+
+    N ranks agree on a stop about every 0.2 s of training: batches of 50 ms make that
+    every 4 batches or fewer, so the stop comes well before the end however fast the
+    machine (with 5 ms batches the next agreement could fall after batch 30)."""
+    _run(npz, tmp_path / "a", tmp_path / "a.pth", nproc)
+    stopped = _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, PT_SIGTERM_AT="13",
+                   PT_BATCH_SLEEP="0.05")
+    assert "SIGTERM" in stopped.stderr and not (tmp_path / "b.pth").exists()
+    _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, DET_RESUME="latest")
+    a, b = _weights(tmp_path / "a.pth"), _weights(tmp_path / "b.pth")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _validations(tmp_path / "a") == _validations(tmp_path / "b")
+
+
+def test_two_ranks_train_as_one_process(npz: Path, tmp_path: Path) -> None:
+    """Dropout 0: 2 ranks of half batches reach the 1-process weights within float error."""
+    hp = json.dumps({"dropout": 0.0})
+    _run(npz, tmp_path / "one", tmp_path / "one.pth", 1, PT_HP=hp)
+    _run(npz, tmp_path / "two", tmp_path / "two.pth", 2, PT_HP=hp)
+    a, b = _weights(tmp_path / "one.pth"), _weights(tmp_path / "two.pth")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    for (s1, m1), (s2, m2) in zip(_validations(tmp_path / "one"), _validations(tmp_path / "two")):
+        assert s1 == s2 and abs(m1["validation_error"] - m2["validation_error"]) <= 0.005
+
+
+def test_a_killed_rank_makes_the_other_exit_within_60s(npz: Path, tmp_path: Path) -> None:
+    """kill -9 of rank 1 (no launcher to clean up): rank 0 fails its next collective."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = _clean_env(PT_NPZ=str(npz), DET_RUNS_DIR=str(tmp_path / "runs"), RANK=str(rank),
+                         WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(MNIST / "train_local.py"), str(tmp_path / "w.pth"), "100000"],
+            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "runs").glob("*/checkpoints/*")):  # training is under way
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        procs[0].wait(timeout=60)
+        assert procs[0].returncode != 0
+        assert time.monotonic() - t0 < 60
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

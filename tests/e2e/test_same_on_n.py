@@ -1,0 +1,118 @@
+"""Issue 10: a script that trains on one process trains the same on N (`horovodrun -np 2`).
+
+tests/scripts/hvd_same_on_n.py runs each case once under 2 processes and once as one
+process (the reference); the tests read its JSON reports. Cases that need no second
+process (checkpoint weights into a subclassed model, run ids, retention, stopping
+before fit, resuming random draws) run here or as one script.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.support import SCRIPTS, run_python
+
+SCRIPT = SCRIPTS / "hvd_same_on_n.py"
+N = 33
+
+
+def _run(tmp: Path, processes: int) -> dict:
+    env = {"SAME_DIR": str(tmp), "SAME_OUT": str(tmp / "out.json"),
+           "DET_RUNS_DIR": str(tmp / "runs")}
+    proc = horovodrun(SCRIPT, env, timeout=300) if processes > 1 else run_python(
+        SCRIPT, env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    if not HOROVODRUN.exists():
+        pytest.skip("horovodrun not installed")
+    return _run(tmp_path_factory.mktemp("two"), 2)
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run(tmp_path_factory.mktemp("one"), 1)
+
+
+def test_arrays_derived_from_wrapped_views_train_every_sample_once(two: dict) -> None:
+    # 16 and 17 rows per process: 4 and 5 batches, padded to 5 (was refused: "rank 0: 4,
+    # rank 1: 5 steps")
+    assert two["size"] == 2
+    assert two["derived_seen"] == list(range(N))
+    a, b = two["derived_checksums"]
+    assert a == b
+
+
+@pytest.mark.parametrize("case", ["shuffled_seeded", "shuffled_unseeded"])
+def test_a_dataset_shuffled_before_wrap_data_gives_disjoint_shards(two: dict, case: str) -> None:
+    # two epochs of 32 samples: each exactly twice (processes shuffled alike, then shard)
+    assert two[f"{case}_seen"] == sorted(list(range(32)) * 2)
+
+
+@pytest.mark.parametrize("case", ["uneven", "uneven_steps"])
+def test_a_wrapped_dataset_with_uneven_batches_is_padded_not_refused(two: dict,
+                                                                      case: str) -> None:
+    # 9 batches shard into 5 and 4; with steps_per_epoch=5 rank 1 used to run dry and hang
+    assert two[f"{case}_seen"] == list(range(N))
+    a, b = two[f"{case}_checksums"]
+    assert a == b
+
+
+@pytest.mark.parametrize("kind", ["dataset", "sequence", "whole_sequence"])
+def test_evaluate_on_datasets_and_sequences_equals_one_process(two: dict, kind: str) -> None:
+    np.testing.assert_allclose(two[f"evaluate_{kind}"], two["evaluate_reference"], rtol=1e-6)
+
+
+def test_class_weight_with_numpy_trains_as_one_process(two: dict, one: dict) -> None:
+    np.testing.assert_allclose(two["class_weight_loss"], one["class_weight_loss"], rtol=1e-4)
+    np.testing.assert_allclose(two["class_weight_checksums"][0],
+                               one["class_weight_checksums"][0], rtol=1e-4)
+    a, b = two["class_weight_checksums"]
+    assert a == b
+
+
+def test_metrics_are_the_whole_datas_not_a_mean_of_processes(two: dict, one: dict) -> None:
+    # confusion counts add up to the data (were averaged: half of it), padding not counted
+    assert two["train_count_sums"] == [N, N] == one["train_count_sums"]
+    assert two["val_count_sums"] == [25, 25]
+    for key in ("auc", "precision", "tp"):
+        np.testing.assert_allclose(two["val_last"][key], two["val_reference"][key], rtol=1e-6)
+    for key, ref in two["evaluate_metrics_reference"].items():
+        np.testing.assert_allclose(two["evaluate_metrics"][key], ref, rtol=1e-6, err_msg=key)
+
+
+def test_lookup_and_normalization_layers_are_broadcast_and_checkpointed(two: dict) -> None:
+    a, b = two["lookup_vocabularies"]
+    assert a == b and len(a) == 4  # rank 1 adapted other words: rank 0's table everywhere
+    pa, pb = two["lookup_predictions"]
+    assert pa == pb  # Normalization adapted on other data too: rank 0's mean, re-derived
+    assert two["lookup_loaded_equal"]
+    assert two["lookup_loaded_vocabulary"] == a
+
+
+def test_callbacks_that_write_files_run_on_rank_0_only(two: dict) -> None:
+    assert two["csv_ranks"] == ["0"]
+    assert two["plain_ranks"] == ["0", "1"]
+
+
+def test_trial_id_is_the_run_id_on_every_process(two: dict) -> None:
+    assert two["rank_trial_ids"] == [1, 1]
+
+
+@pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])
+def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(tmp_path: Path, sig: str,
+                                                             code: int) -> None:
+    proc = run_python(SCRIPTS / "stop_before_fit.py",
+                      {"DET_RUNS_DIR": str(tmp_path), "STOP_SIGNAL": sig}, timeout=60)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "run 1" in proc.stdout and "not reached" not in proc.stdout
+    assert f"stopped by SIG{sig} before training; run 1 removed" in proc.stderr
+    assert not (tmp_path / "1").exists()

@@ -1,0 +1,161 @@
+"""Several fits in one script (issue 28): each ``context.fit`` is a stage of the run with
+its own checkpoints, metrics and best; ``DET_RESUME`` resumes the stage that stopped and
+restores the finished ones from their last checkpoints.
+
+The script: a teacher (the first fit, unnamed: the default stage ``fit``), a student
+trained on the teacher's outputs (``stage="student"``), then a baseline on the true
+targets (unnamed: ``fit-3``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support import read_jsonl
+
+
+@pytest.fixture(scope="module")
+def staged_trial(cluster) -> int:
+    """A finished trial on a real master (1 slot) whose script has three stages, the
+    student searched; it crashed once in the student stage. Its id."""
+    from cluster_harness import create, wait_until
+
+    config = cluster.write_config(
+        "stages", searcher={"name": "single", "metric": "val_loss",
+                            "max_length": {"epochs": 3}},
+        data={"teacher_epochs": 2, "baseline_epochs": 1, "crash_in_student_at_epoch": 1},
+        resources={"slots_per_trial": 1}, checkpoint_storage={"save_trial_latest": 1,
+                                                              "save_trial_best": 0})
+    exp_id = create(cluster, config, Path(__file__).parents[1] / "stages_model")
+    with cluster.http() as http:
+        def trial():
+            exp = http.get(f"/api/v1/experiments/{exp_id}").json()
+            return exp["trials"][0] if exp["trials"] else None
+
+        t = wait_until("the trial to end", lambda: (t := trial()) and t["state"] in (
+            "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
+    assert t["state"] == "COMPLETED", cluster.det("trial", "logs", str(t["id"])).stdout[-3000:]
+    return t["id"]
+
+
+def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
+                                                                      staged_trial) -> None:
+    """The teacher and baseline train their own epochs, the student (init(searched_stage=
+    "student")) the searcher's 3; the crash in the student stage restarted the trial, which
+    restored the teacher and resumed the student; the trial's progress and best metric are
+    the student's; the API and describe list the stages."""
+    t = {"id": staged_trial}
+    with cluster.http() as http:
+        info = http.get(f"/api/v1/trials/{t['id']}").json()
+        assert info["restarts"] == 1
+        stages = {s["name"]: s for s in info["stages"]}
+        assert [s["name"] for s in info["stages"]] == ["fit", "student", "baseline"]
+        assert {n: (s["epoch"], s["steps_completed"], s["searched"], s["state"])
+                for n, s in stages.items()} == {
+            "fit": (2, 20, False, "COMPLETED"), "student": (3, 30, True, "COMPLETED"),
+            "baseline": (1, 10, False, "COMPLETED")}
+        # the trial's progress and best are the searched stage's
+        assert info["steps_completed"] == 30
+        assert info["best_metric"] == pytest.approx(stages["student"]["best_metric"])
+        # each stage's series on its own, steps from 0; the default one as before
+        def steps(stage):
+            params = {"group": "validation", **({"stage": stage} if stage else {})}
+            rows = http.get(f"/api/v1/trials/{t['id']}/metrics", params=params).json()
+            return [r["steps_completed"] for r in rows]
+
+        assert steps(None) == [10, 20]
+        assert steps("student") == [10, 20, 30]
+        assert steps("baseline") == [10]
+        # retention per stage: each stage's last checkpoint kept, the teacher's too
+        ckpts = http.get("/api/v1/checkpoints", params={"trial_id": t["id"]}).json()
+        kept = {c["stage"] or "fit": c["uuid"] for c in ckpts["checkpoints"]}
+        assert kept == {n: s["latest_checkpoint"] for n, s in stages.items()}
+        best = http.get(f"/api/v1/trials/{t['id']}/checkpoints", params={"best": "true"}).json()
+        assert best[0]["stage"] == "student"
+        # latest/best of one stage (load_checkpoint_model(stage=) asks this)
+        for name, stage in stages.items():
+            got = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                           params={"latest": "true", "stage": name}).json()
+            assert got[0]["uuid"] == stage["latest_checkpoint"]
+        got = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                       params={"best": "true", "stage": "baseline"}).json()
+        assert got[0]["uuid"] == stages["baseline"]["latest_checkpoint"]
+        missing = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
+                           params={"latest": "true", "stage": "nope"})
+        assert missing.status_code == 404 and "of stage 'nope'" in missing.text
+        # the restart restored the teacher instead of training it again
+        logs = cluster.det("trial", "logs", str(t["id"])).stdout
+        assert "stage 'fit' was finished before the resume" in logs
+
+    out = cluster.det("trial", "describe", str(t["id"]))
+    assert out.returncode == 0, out.stderr
+    assert "STAGE" in out.stdout and "student" in out.stdout and "baseline" in out.stdout
+    as_json = json.loads(cluster.det("trial", "describe", str(t["id"]), "--json").stdout)
+    assert [s["name"] for s in as_json["stages"]] == ["fit", "student", "baseline"]
+    assert {(m.get("stage") or "fit", m["group"]) for m in as_json["metrics"]} >= {
+        ("fit", "validation"), ("student", "validation"), ("baseline", "validation")}
+
+
+def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
+    """`horovodrun -np 2`: SIGTERM to rank 0 in the student stage stops both processes;
+    DET_RESUME restores the teacher (both ranks), resumes the student and trains the
+    baseline to the same weights as an uninterrupted 2-process run."""
+    from test_horovod import HOROVODRUN, SCRIPTS, horovodrun
+
+    if not HOROVODRUN.exists():
+        pytest.skip("horovodrun not installed")
+    script = SCRIPTS / "hvd_stages.py"
+    full = horovodrun(script, {"DET_RUNS_DIR": str(tmp_path / "full"),
+                               "STAGES_WEIGHTS_OUT": str(tmp_path / "full.npz")})
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    runs = str(tmp_path / "stopped")
+    stopped = horovodrun(script, {"DET_RUNS_DIR": runs, "STAGES_STOP_AT": "1"})
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    stages = [r.get("stage") for r in read_jsonl(Path(runs) / "1" / "checkpoints.jsonl")]
+    assert stages[-1] == "student" and "baseline" not in stages
+    resumed = horovodrun(script, {"DET_RUNS_DIR": runs, "DET_RESUME": "1",
+                                  "STAGES_WEIGHTS_OUT": str(tmp_path / "resumed.npz")})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stage 'teacher' was finished before the resume" in resumed.stdout + resumed.stderr
+    a, b = np.load(tmp_path / "full.npz"), np.load(tmp_path / "resumed.npz")
+    assert sorted(a) == sorted(b) and len(a) == 12
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_the_trial_page_shows_the_stages_and_each_ones_series(cluster, staged_trial) -> None:
+    """Headless Chromium: the trial page lists the stages; picking one charts its series."""
+    from harness.browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    with open_browser() as browser:
+        page = signed_in_context(browser, cluster.url, cluster.token).new_page()
+        page.goto(f"{cluster.url}/ui/#/trials/{staged_trial}")
+        page.wait_for_function(f"document.body.dataset.ready === '#/trials/{staged_trial}'")
+        rows = page.locator("#stage-table tr[data-stage]")
+        assert [rows.nth(i).get_attribute("data-stage") for i in range(rows.count())] == [
+            "fit", "student", "baseline"]
+        assert "yes" in page.text_content("#stage-table tr[data-stage='student']")
+
+        def validation_points() -> int:
+            return page.evaluate("""() => {
+                const u = window.detCharts['chart-loss'];
+                const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+                return u.data[i].filter(v => v != null).length; }""")
+
+        assert validation_points() == 2  # the default stage (the teacher): 2 epochs
+        page.select_option("#stage", "student")
+        page.wait_for_function("""() => { const u = window.detCharts['chart-loss'];
+            const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+            return u.data[i].filter(v => v != null).length === 3; }""")
+        page.select_option("#stage", "baseline")
+        page.wait_for_function("""() => { const u = window.detCharts['chart-loss'];
+            const i = u.series.findIndex(s => s.label === 'validation: val_loss');
+            return u.data[i].filter(v => v != null).length === 1; }""")
+        assert validation_points() == 1
+        page.context.close()

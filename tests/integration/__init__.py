@@ -1,0 +1,2 @@
+"""Integration tests: TensorFlow, PyTorch or the master in this process; no process
+started."""

@@ -1,0 +1,206 @@
+"""det_sdk.pytorch (issue 25): Determined's PyTorchTrial API on det.core, exact and the same on N.
+
+Real torch on CPU: tiny models, an npz written here, real processes for the launcher,
+SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import det_sdk.pytorch as pytorch  # noqa: E402
+from det_sdk.distributed import SingleProcess  # noqa: E402
+from det_sdk.errors import DetSdkError  # noqa: E402
+from det_sdk.pytorch._data import ShardedBatches  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = ROOT / "tests" / "pytorch_mnist"
+
+
+@pytest.fixture(scope="module")
+def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(MNIST))
+    try:
+        import make_data
+    finally:
+        sys.path.remove(str(MNIST))
+    path = tmp_path_factory.mktemp("pt") / "mnist8.npz"
+    make_data.make(str(path))
+    return path
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_ranks_batches_union_is_the_one_process_batch(size: int) -> None:
+    one = list(ShardedBatches(103, 4 * size, shuffle=True, seed=5, epoch=3))
+    ranks = [list(ShardedBatches(103, 4, rank=r, size=size, shuffle=True, seed=5, epoch=3))
+             for r in range(size)]
+    assert all(len(r) == len(one) for r in ranks)
+    for k, batch in enumerate(one):
+        assert [i for r in ranks for i in r[k]] == batch
+
+
+def test_order_depends_on_seed_and_epoch_only_and_skip_resumes_mid_epoch() -> None:
+    a = list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0))
+    np.random.seed(123)
+    torch.manual_seed(9)  # the global RNGs do not matter
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0)) == a
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=1)) != a
+    assert list(ShardedBatches(50, 5, shuffle=True, seed=1, epoch=0, skip=3)) == a[3:]
+    assert list(ShardedBatches(10, 3, shuffle=False)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+def test_dataloader_refuses_a_sampler() -> None:
+    ds = torch.utils.data.TensorDataset(torch.zeros(4, 1))
+    with pytest.raises(DetSdkError, match="sampler"):
+        pytorch.DataLoader(ds, batch_size=2, sampler=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="batch_size"):
+        pytorch.DataLoader(ds, batch_size=0)
+
+
+class _ThreeRanks(SingleProcess):
+    """Only the size matters for the batch-size check (no collective is called)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 3
+
+
+def test_global_batch_size_not_divisible_by_ranks_is_refused(tmp_path: Path) -> None:
+    with pytorch.init(hparams={"global_batch_size": 8}, runs_dir=tmp_path,
+                      distributed=_ThreeRanks()) as ctx:
+        with pytest.raises(DetSdkError, match="global_batch_size 8 does not divide"):
+            ctx.get_per_slot_batch_size()
+        with pytest.raises(DetSdkError, match="no hyperparameter 'lr'"):
+            ctx.get_hparam("lr")
+
+
+class _Count(pytorch.MetricReducer):
+    def reset(self) -> None:
+        self.n = 0
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+    def per_slot_reduce(self) -> int:
+        return self.n
+
+    def cross_slot_reduce(self, per_slot: list[int]) -> int:
+        return sum(per_slot)
+
+
+class _Trial(pytorch.PyTorchTrial):
+    """Determined 0.38's shape: the trial wraps and steps itself."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext, data: dict) -> None:
+        self.context = context
+        self.data = data
+        self.model = context.wrap_model(torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 10)))
+        self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=0.01))
+        context.wrap_lr_scheduler(torch.optim.lr_scheduler.StepLR(self.opt, step_size=1,
+                                                                  gamma=0.9),
+                                  step_mode=pytorch.LRScheduler.StepMode.STEP_EVERY_EPOCH)
+        self.count = context.wrap_reducer(_Count(), name="val_samples")
+
+    def _ds(self, split: str) -> torch.utils.data.TensorDataset:
+        return torch.utils.data.TensorDataset(torch.from_numpy(self.data[f"x_{split}"]),
+                                              torch.from_numpy(self.data[f"y_{split}"]))
+
+    def build_training_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self._ds("train"), shuffle=True,
+                                  batch_size=self.context.get_per_slot_batch_size())
+
+    def build_validation_data_loader(self) -> pytorch.DataLoader:
+        return pytorch.DataLoader(self._ds("val"), batch_size=50)  # 120 = 50 + 50 + 20
+
+    def train_batch(self, batch: tuple, epoch_idx: int, batch_idx: int) -> dict:
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch: tuple, batch_idx: int) -> dict:
+        x, y = batch
+        self.count.update(len(y))
+        return {"val_loss": torch.nn.functional.cross_entropy(self.model(x), y)}
+
+
+def test_trainer_trains_checkpoints_tensors_only_and_validates_per_sample(
+        npz: Path, tmp_path: Path) -> None:
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path, seed=3) as ctx:
+        trial = _Trial(ctx, data)
+        trainer = pytorch.Trainer(trial, ctx)
+        trainer.fit(max_length=pytorch.Epoch(2))
+        assert trainer.batches_trained == 20  # 400 / 40 per epoch
+        assert trial.opt.param_groups[0]["lr"] == pytest.approx(0.01 * 0.9 ** 2)
+        x = torch.from_numpy(data["x_val"])
+        y = torch.from_numpy(data["y_val"])
+        with torch.no_grad():
+            want = torch.nn.functional.cross_entropy(trial.model(x), y).item()
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    val = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+           if json.loads(line)["group"] == "validation"][-1]["metrics"]
+    # per-sample over the whole validation set, not a mean of the 50/50/20 batch means
+    assert val["val_loss"] == pytest.approx(want, rel=1e-6)
+    assert val["val_samples"] == 120
+    ckpt = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()][-1]
+    path = run / "checkpoints" / ckpt["uuid"]
+    state = torch.load(path / "state_dict.pth", weights_only=True)
+    assert {"models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict",
+            "rng_state", "trainer_state"} <= set(state)
+    assert torch.equal(state["models_state_dict"][0]["1.weight"], trial.model[1].weight)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["steps_completed"] == 20 and len(meta["checksums"]["state_dict.pth"]) == 64
+    # a damaged checkpoint is refused by its checksum, not loaded
+    raw = bytearray((path / "state_dict.pth").read_bytes())
+    raw[-40] ^= 0xFF
+    (path / "state_dict.pth").write_bytes(bytes(raw))
+    with pytest.raises(DetSdkError, match="sha256"):
+        pytorch.load_state(path)
+
+
+class _InterruptedTrial(_Trial):
+    """Sends this process a Ctrl-C (SIGINT) during batch 3, as a user at the terminal."""
+
+    def train_batch(self, batch: tuple, epoch_idx: int, batch_idx: int) -> dict:
+        if batch_idx == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+def test_ctrl_c_checkpoints_after_the_batch_and_stops_cleanly(npz: Path, tmp_path: Path) -> None:
+    # det_sdk.engine.signals: the stop request every front shares (Keras's fit too)
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    before = signal.getsignal(signal.SIGINT)
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path) as ctx:
+        trainer = pytorch.Trainer(_InterruptedTrial(ctx, data), ctx)
+        trainer.fit(max_length=pytorch.Epoch(2))  # no KeyboardInterrupt
+        assert trainer.batches_trained == 4
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is the caller's again
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    rows = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["steps_completed"] for r in rows] == [4]
+
+
+def test_fit_refuses_bad_lengths(npz: Path, tmp_path: Path) -> None:
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path) as ctx:
+        trainer = pytorch.Trainer(_Trial(ctx, data), ctx)
+        with pytest.raises(DetSdkError, match="max_length must be"):
+            trainer.fit(max_length=10)  # type: ignore[arg-type]
+        with pytest.raises(DetSdkError, match="max_length is required"):
+            trainer.fit()

@@ -1,0 +1,37 @@
+"""What test modules share that is not a fixture: the repository's paths, running a script
+in a fresh Python process as a user would, and reading a JSON-lines file.
+
+>>> SCRIPTS.relative_to(REPO).as_posix()
+'tests/scripts'
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from det_sdk.env import outside
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SCRIPTS = TESTS / "scripts"  # training scripts the tests run
+
+
+def run_python(
+    script: Path | str, env: dict[str, str], cwd: Path | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with this interpreter and ``env`` added to the environment."""
+    full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                       **env)
+    return subprocess.run(
+        [sys.executable, str(script)], env=full_env, cwd=cwd or REPO, timeout=timeout,
+        capture_output=True, text=True,
+    )
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file (metrics.jsonl, checkpoints.jsonl, ...)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]

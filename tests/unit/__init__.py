@@ -1,0 +1,1 @@
+"""Unit tests: no process, no TensorFlow or PyTorch, no master app (seconds)."""
