@@ -107,7 +107,7 @@ if ! $PY -c "import det_sdk, pytest, ruff, fastapi, uvicorn" >/dev/null 2>&1 \
 fi
 
 bash scripts/setup_browser.sh  # headless Chromium for the web UI's page tests
-# Slurm for tests/test_slurm.py's simulated cluster (scripts/slurm-sim.sh); they skip without
+# Slurm for tests/e2e/test_slurm.py's simulated cluster (scripts/slurm-sim.sh); they skip without
 if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   say "installing Debian's Slurm (slurmctld slurmd slurm-client munge)"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld \

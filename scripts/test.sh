@@ -5,7 +5,8 @@
 #   bash scripts/test.sh                      # default stack: TF 2.21 + Keras 3 (.venv)
 #   bash scripts/test.sh --stack keras2       # TF 2.15 + Keras 2 (.venv-keras2)
 #   bash scripts/test.sh --stack all          # both, one after the other, then the docs site (what CI runs)
-#   bash scripts/test.sh -m "not slow"        # only the fast tests (no process spawning)
+#   bash scripts/test.sh tests/unit           # the unit tests (seconds); tests/integration, tests/e2e
+#   bash scripts/test.sh -m "not slow"        # unit + integration: no process started
 #   bash scripts/test.sh -k resume -x         # a subset; other arguments go to pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,6 @@ export TF_CPP_MIN_LOG_LEVEL=2
 # Processes the tests start (horovodrun, trials of the master) use this venv's tools.
 export PATH="$PWD/$VENV/bin:$PATH"
 echo "[test $STACK] $("$VENV/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"
-# tests/test_pytorch*.py run on the keras3 stack only (.venv has torch; on keras2 they
+# tests/*/test_pytorch*.py run on the keras3 stack only (.venv has torch; on keras2 they
 # skip through pytest.importorskip("torch")): PyTorch does not depend on the Keras stack.
 "$VENV/bin/python" -m pytest ${ARGS[@]+"${ARGS[@]}"}

@@ -23,7 +23,7 @@ from det_sdk.errors import DetSdkError
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 #: ``det master up --resource-manager``'s choices (det_sdk.master.resources.KINDS, which
-#: the CLI does not import for its help; tests/test_startup.py checks they agree)
+#: the CLI does not import for its help; tests/unit/test_startup.py checks they agree)
 RESOURCE_MANAGERS = ("local", "slurm")
 
 

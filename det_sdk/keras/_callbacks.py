@@ -478,7 +478,7 @@ class Preempted(Exception):
     """Raised out of ``model.fit`` once a checkpoint is saved after a stop request.
 
     Control flow, not an error, and so the one exception class of det_sdk outside
-    :class:`det_sdk.errors.DetSdkError` (tests/test_errors.py lists it): it carries a
+    :class:`det_sdk.errors.DetSdkError` (tests/unit/test_errors.py lists it): it carries a
     preemption that went right (checkpoint saved) from a callback out through Keras's
     ``fit`` to ``context.fit``, which catches it. In the error tree, a handler written
     ``except DetSdkError`` (a user's, or the ``det`` CLI's) would take a clean stop for a

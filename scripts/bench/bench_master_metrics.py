@@ -19,11 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import multiprocessing
-import os
-import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -33,13 +29,8 @@ from pathlib import Path
 
 import httpx
 
-DET = Path(sys.executable).with_name("det")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.master import Cluster
 
 
 def _archive() -> bytes:
@@ -87,14 +78,10 @@ def main() -> int:
     parser.add_argument("--max-p99-ms", type=float, default=20.0)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="bench-master-"))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HOME": str(root), "DET_MASTER": url}
-    subprocess.run([str(DET), "master", "up", "--data-dir", str(root / "m"), "--port", str(port),
-                    "--slots", "1"], env=env, check=True, capture_output=True)
+    master = Cluster(Path(tempfile.mkdtemp(prefix="bench-master-")), slots=1)
+    master.up()
+    url, token = master.url, master.token
     try:
-        token = json.loads((root / ".det" / "credentials.json").read_text())[url]
         from det_sdk.client import MasterClient
 
         client = MasterClient(url, token)
@@ -129,8 +116,7 @@ def main() -> int:
         client.kill_experiment(exp)
         return 0 if rate >= args.min_rate and p99 < args.max_p99_ms else 1
     finally:
-        subprocess.run([str(DET), "master", "down", "--data-dir", str(root / "m")], env=env,
-                       capture_output=True)
+        master.stop()
 
 
 if __name__ == "__main__":

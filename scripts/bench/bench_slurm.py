@@ -26,7 +26,6 @@ import argparse
 import base64
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,9 +35,9 @@ from pathlib import Path
 
 import httpx
 
-from det_sdk.env import outside
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
+from harness.master import Cluster
 
-DET = Path(sys.executable).with_name("det")
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "scripts" / "slurm-sim.sh"
 SIM_ENV = {"DET_SLURM_SIM_DIR": os.environ.get("DET_SLURM_SIM_DIR", "/tmp/det-slurm-sim-bench"),
@@ -80,34 +79,18 @@ context.fit(model, x=xs, y=ys, batch_size=context.distributed.shard_batch_size(1
 '''
 
 
-class Master:
+class Master(Cluster):
     """A master of this benchmark's, under ``root/name``, on a free port."""
 
     def __init__(self, root: Path, name: str, *options: str, env: dict[str, str]) -> None:
-        self.root, self.name, self.options = root / name, name, options
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**outside(), **env, "HOME": str(self.root / "home")}
-        self.env.pop("DET_MASTER", None)
-
-    def det(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=120)
+        super().__init__(root / name, options=options, env=env)
+        self.name = name
 
     def up(self) -> None:
-        out = self.det("master", "up", "--data-dir", str(self.root / "master"), "--port",
-                       str(self.port), *self.options)
-        if out.returncode != 0:
-            raise SystemExit(f"{self.name} master did not start: {out.stderr}")
-        creds = json.loads((self.root / "home" / ".det" / "credentials.json").read_text())
+        super().up()
         self.http = httpx.Client(base_url=self.url, timeout=60,
-                                 headers={"Authorization": f"Bearer {creds[self.url]}"})
-        print(f"{self.name}: {out.stdout.splitlines()[0]}")
-
-    def down(self) -> None:
-        self.det("master", "down", "--data-dir", str(self.root / "master"))
+                                 headers={"Authorization": f"Bearer {self.token}"})
+        print(f"{self.name}: up at {self.url}")
 
     def sample(self, archive: str, slots: int, out: Path) -> dict[str, float] | None:
         """Submit one trial; its latencies, or None if it did not complete."""
@@ -186,8 +169,8 @@ def main() -> int:
                     f"{name} {s['first_batch']:.2f} s ({s['to_process']:.2f} to the process)"
                     for name, s in got.items()), flush=True)
     finally:
-        local.down()
-        slurm.down()
+        local.stop()
+        slurm.stop()
         if started:
             subprocess.run(["bash", str(SIM), "down"], env={**os.environ, **SIM_ENV},
                            capture_output=True)

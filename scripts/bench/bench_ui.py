@@ -23,7 +23,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 from det_sdk.config import parse_experiment_config
 from det_sdk.master.store import Store
 from harness.browser import missing_reason, open_browser, signed_in_context
+from harness.master import Cluster
 
 CONFIG = {
     "name": "bench", "entrypoint_script": "python3 train.py",
@@ -86,24 +86,6 @@ def seed(db: Path, experiments: int, points: int) -> tuple[int, int]:
     return ids[0], ids[1]
 
 
-def start_master(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    repo = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "det_sdk.master", "--data-dir", str(data_dir),
-                             "--port", str(port), "--slots", "1"], env=env,
-                            stdout=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the master did not start")
-
-
 def page_load(browser: Any, url: str, token: str, hash_: str,
               marks: list[str]) -> dict[str, Any]:
     """Load ``/ui/{hash_}`` in a fresh context (nothing cached). For each of ``marks``
@@ -145,15 +127,10 @@ def main() -> int:
         trial_id, page_trial = seed(data_dir / "master.db", args.experiments, args.points)
         print(f"seeded {args.experiments} experiments, and trials {trial_id} and {page_trial} "
               f"with {args.points} training points each, in {time.perf_counter() - t:.1f} s")
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = start_master(data_dir, port)
-        url = f"http://127.0.0.1:{port}"
+        master = Cluster(Path(tmp), slots=1)  # its data_dir is the one seeded above
+        master.up()
+        url, token = master.url, master.token
         try:
-            token = (data_dir / "user.token").read_text().strip()
             api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}",
                                                       "Accept-Encoding": "gzip"}, timeout=60)
             for label, query in (("downsampled (default)", ""), ("full", "?max_points=0")):
@@ -195,8 +172,7 @@ def main() -> int:
             print("(times: from navigation start to the frame that shows it, by the page's "
                   "clock; medians with the server's caches warm, as for any later visit)")
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            master.stop()
     return 0
 
 

@@ -69,7 +69,7 @@ def test_two_processes_train_as_one(tmp_path: Path, uninterrupted: dict) -> None
     (2 x 16 rows). Adam divides by sqrt(v), which turns float rounding (a sum of two
     half-batch gradients is not the full-batch sum, bit for bit) into differences of
     ~4e-4 in the weights after one epoch (measured), so EarlyStopping's decision may
-    move by an epoch: the curves are compared, not the bits (tests/test_same_on_n.py
+    move by an epoch: the curves are compared, not the bits (tests/e2e/test_same_on_n.py
     checks the bits with SGD)."""
     two = _run(tmp_path, "two", processes=2)
     assert two["size"] == 2

@@ -1,4 +1,5 @@
-"""A trial that fails the way `data.fail` in its config says (tests/test_root_cause.py).
+"""A trial that fails the way `data.fail` in its config says (tests/e2e/test_cluster_faults.py,
+tests/e2e/test_slurm.py).
 
 value_error: ValueError("bad lr 7") on rank `data.fail_rank` (default 0), after
     det.keras.init(); the other ranks go on to a collective that never completes

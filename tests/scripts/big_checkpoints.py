@@ -1,6 +1,6 @@
 """Training whose checkpoints take a while to write: ~40 MB of weights and Adam state.
 
-For tests/test_checkpoint_writes.py, which kills this process while a checkpoint is
+For tests/e2e/test_checkpoint_writes.py, which kills this process while a checkpoint is
 being written in the background. BIG_EPOCHS epochs (default 6), a checkpoint at
 every epoch end; rank 0 writes the final weights to BIG_WEIGHTS_OUT (.npz).
 """

@@ -1,4 +1,4 @@
-"""Stateful callbacks across a resume, on any number of processes (tests/test_horovod.py).
+"""Stateful callbacks across a resume, on any number of processes (tests/e2e/test_horovod.py).
 
 EarlyStopping(patience=2) + ModelCheckpoint(save_best_only) + ReduceLROnPlateau + CSVLogger
 + a user's callback with get_state/set_state, in a small model's fit on data it overfits.

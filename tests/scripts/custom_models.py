@@ -9,7 +9,7 @@
   returns a plain tensor besides the metrics), and a ``get_config``/``from_config``, so
   ``load_checkpoint_model`` can rebuild it.
 
-Imported by tests/test_custom_models.py (one process, in-process); run as a script by
+Imported by tests/integration/test_custom_models.py (one process, in-process); run as a script by
 the same tests on one process and under ``horovodrun -np 2``:
 
   CUSTOM_MODEL       vae | distiller

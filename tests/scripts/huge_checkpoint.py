@@ -1,6 +1,6 @@
 """A model whose checkpoint's state.bin is over 2 GiB: Embedding(HUGE_ROWS, 4) + SGD.
 
-For tests/test_huge_checkpoint.py (issue 22: one read() stops at 2 GiB - 4 KiB on
+For tests/e2e/test_huge_checkpoint.py (issue 22: one read() stops at 2 GiB - 4 KiB on
 Linux, so such a checkpoint could not be restored). 140,000,000 x 4 float32 is
 2.24 GB. The first run starts the table at ones (a random initializer would hold two
 more copies of it at once), trains a few sparse SGD steps on rows at both ends and

@@ -1,4 +1,4 @@
-"""Checks of data-parallel training, run under `horovodrun -np 2` by tests/test_horovod.py.
+"""Checks of data-parallel training, run under `horovodrun -np 2` by tests/e2e/test_horovod.py.
 
 Each process trains on its shard; rank 0 writes what it found to $HVD_OUT (JSON).
 Also runs as one process, for the single-process reference values.

@@ -1,4 +1,4 @@
-"""Issue 10's cases: what trains on one process trains the same on N (tests/test_same_on_n.py).
+"""Issue 10's cases: what trains on one process trains the same on N (tests/e2e/test_same_on_n.py).
 
 Run under `horovodrun -np 2` and as one process (the reference); rank 0 writes a
 JSON report to $SAME_OUT. Each case is one section; the report's keys name it.

@@ -1,5 +1,5 @@
 """Sends itself SIGTERM (or SIGINT with STOP_SIGNAL=INT) after init(), before fit: a clean exit,
-and no run directory left behind (tests/test_same_on_n.py)."""
+and no run directory left behind (tests/e2e/test_same_on_n.py)."""
 
 import os
 import signal

@@ -1,6 +1,6 @@
 """The web UI's sessions (det_sdk.master.security.Sessions) over a real SQLite store file:
 lifetimes, revocation, restarts. A test clock stands in for 12 hours and 7 days; the
-HTTP side (cookie, sign-out) is in tests/test_security.py and tests/test_ui.py."""
+HTTP side (cookie, sign-out) is in tests/e2e/test_security.py and tests/e2e/test_ui.py."""
 
 from __future__ import annotations
 
