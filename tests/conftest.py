@@ -23,6 +23,21 @@ def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PyTorch example's small MNIST-shaped .npz (tests/pytorch_mnist/make_data.py)."""
+    import sys
+
+    sys.path.insert(0, str(TESTS / "pytorch_mnist"))
+    try:
+        import make_data
+    finally:
+        sys.path.pop(0)
+    path = tmp_path_factory.mktemp("pt") / "mnist8.npz"
+    make_data.make(str(path))
+    return path
+
+
 # Tests are filed by cost (tests/README.md): tests/unit and tests/integration start no
 # process, tests/e2e starts masters, horovodrun, training scripts, Slurm and browsers.
 # The `slow` mark comes with the folder, not from memory: every test under tests/e2e is

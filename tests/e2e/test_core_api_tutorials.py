@@ -8,6 +8,8 @@ it continues from its checkpoint), 3 an ASHA hyperparameter search in both confi
 `time_metric` + `max_time`, where a trial the searcher stops is told by preemption).
 
 Fast: every config there parses with nothing ignored. Slow: one real master runs each.
+
+This module's other half, the tests that start no process: tests/unit/test_core_api_tutorials.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Determined's surface (issue 29): configs of both eras, CLI habits and small names."""
+"""Determined's surface (issue 29): configs of both eras, CLI habits and small names.
+
+This module's other half, the tests that start no process:
+tests/integration/test_determined_compat.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """One error tree (issue 24): every exception class det_sdk defines derives from
 ``det_sdk.errors.DetSdkError`` and keeps a builtin base; the ``det`` CLI prints det_sdk's
-errors (and OSError) as one line and lets anything else show as the bug it is."""
+errors (and OSError) as one line and lets anything else show as the bug it is.
+
+This module's other half, the tests that start no process: tests/unit/test_errors.py.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The root cause of a failed task (det_sdk.failure, det_sdk.launch.catch,
 det_sdk.master.root_cause): parsing on captured text, the per-rank wrapper on real
 processes, the bounded log read. The cluster end to end is in test_cluster_faults.py
-and test_slurm.py."""
+and test_slurm.py.
+
+This module's other half, the tests that start no process: tests/unit/test_failure.py.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ diverging trial that COMPLETES.
 
 The unit tests at the top need no master; the slow ones run real Keras trials on the
 module's real master (the ``cluster`` fixture) and a real local run.
+
+This module's other half, the tests that start no process: tests/unit/test_nonfinite.py.
 """
 
 from __future__ import annotations

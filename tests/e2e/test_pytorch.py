@@ -2,6 +2,8 @@
 
 Real torch on CPU: tiny models, an npz written here, real processes for the launcher,
 SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
+
+This module's other half, the tests that start no process: tests/integration/test_pytorch.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ tests/scripts/hvd_same_on_n.py runs each case once under 2 processes and once as
 process (the reference); the tests read its JSON reports. Cases that need no second
 process (checkpoint weights into a subclassed model, run ids, retention, stopping
 before fit, resuming random draws) run here or as one script.
+
+This module's other half, the tests that start no process: tests/integration/test_same_on_n.py.
 """
 
 from __future__ import annotations

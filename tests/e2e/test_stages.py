@@ -4,7 +4,10 @@ restores the finished ones from their last checkpoints.
 
 The script: a teacher (the first fit, unnamed: the default stage ``fit``), a student
 trained on the teacher's outputs (``stage="student"``), then a baseline on the true
-targets (unnamed: ``fit-3``)."""
+targets (unnamed: ``fit-3``).
+
+This module's other half, the tests that start no process: tests/integration/test_stages.py.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import read_jsonl
+from harness.master import create, wait_until
+from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.support import SCRIPTS, read_jsonl
 
 
 @pytest.fixture(scope="module")
 def staged_trial(cluster) -> int:
     """A finished trial on a real master (1 slot) whose script has three stages, the
     student searched; it crashed once in the student stage. Its id."""
-    from cluster_harness import create, wait_until
-
     config = cluster.write_config(
         "stages", searcher={"name": "single", "metric": "val_loss",
                             "max_length": {"epochs": 3}},
@@ -103,8 +106,6 @@ def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
     """`horovodrun -np 2`: SIGTERM to rank 0 in the student stage stops both processes;
     DET_RESUME restores the teacher (both ranks), resumes the student and trains the
     baseline to the same weights as an uninterrupted 2-process run."""
-    from test_horovod import HOROVODRUN, SCRIPTS, horovodrun
-
     if not HOROVODRUN.exists():
         pytest.skip("horovodrun not installed")
     script = SCRIPTS / "hvd_stages.py"

@@ -1,4 +1,7 @@
-"""det_sdk.storage (atomic checkpoint directories) and det_sdk.session (local runs)."""
+"""det_sdk.storage (atomic checkpoint directories) and det_sdk.session (local runs).
+
+This module's other half, the tests that start no process: tests/unit/test_storage_session.py.
+"""
 
 from __future__ import annotations
 

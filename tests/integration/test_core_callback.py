@@ -3,6 +3,8 @@
 Fast tests train tiny models in this process against a local run directory (the
 core contexts' stand-in off the cluster); slow ones run examples/core_callback on
 a real master (1 and 2 slots, pause and activate) and locally.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_core_callback.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The models are tests/scripts/custom_models.py's: a VAE (custom ``train_step``, n
 Distiller (its own ``compile`` signature, ``train_step`` and ``test_step``, a plain
 tensor among ``test_step``'s outputs). One process in-process; two under
 ``horovodrun -np 2`` (slow).
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_custom_models.py.
 """
 
 from __future__ import annotations

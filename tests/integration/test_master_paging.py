@@ -4,6 +4,8 @@ and checkpoints, bounded describe and metrics, and `det ... list` showing the ne
 The fast tests run the master's real app in-process (FastAPI's TestClient) over a real
 SQLite store filled straight through SQLite (``harness.master.fill_history``);
 the slow ones drive a real master on 127.0.0.1 with the real `det` CLI.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_master_paging.py.
 """
 
 from __future__ import annotations

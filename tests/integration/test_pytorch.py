@@ -2,6 +2,8 @@
 
 Real torch on CPU: tiny models, an npz written here, real processes for the launcher,
 SIGTERM and kill -9. Keras-2 venv: skipped (no torch there).
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_pytorch.py.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,21 +22,6 @@ import det_sdk.pytorch as pytorch  # noqa: E402
 from det_sdk.distributed import SingleProcess  # noqa: E402
 from det_sdk.errors import DetSdkError  # noqa: E402
 from det_sdk.pytorch._data import ShardedBatches  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = ROOT / "tests" / "pytorch_mnist"
-
-
-@pytest.fixture(scope="module")
-def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(MNIST))
-    try:
-        import make_data
-    finally:
-        sys.path.remove(str(MNIST))
-    path = tmp_path_factory.mktemp("pt") / "mnist8.npz"
-    make_data.make(str(path))
-    return path
 
 
 @pytest.mark.parametrize("size", [2, 4])

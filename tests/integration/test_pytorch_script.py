@@ -3,6 +3,8 @@ load_checkpoint_model/wrap_data`` without a Trial, on the Trainer's engine.
 
 Real torch on CPU, tiny regression models, in process (one rank); the 2-rank test runs
 real processes (torch.distributed over gloo) and is slow.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_pytorch_script.py.
 """
 
 from __future__ import annotations

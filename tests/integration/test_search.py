@@ -2,6 +2,8 @@
 
 The searcher tests at the top drive a real ``Master`` (real SQLite file) in this
 process, without launching trials; the ones below run real trials on a real master.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_search.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ restores the finished ones from their last checkpoints.
 
 The script: a teacher (the first fit, unnamed: the default stage ``fit``), a student
 trained on the teacher's outputs (``stage="student"``), then a baseline on the true
-targets (unnamed: ``fit-3``)."""
+targets (unnamed: ``fit-3``).
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_stages.py.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ context's getters and wrappers, the errors). The slow ones run the seed tutorial
 MNISTTrial (examples/mnist_trial) with `python -m det_sdk.keras.trial` and on a real
 master with 1 and 2 slots, pause and activate it, and read its metrics and
 checkpoints back through the `det` CLI.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_trial_api.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ constructor): real TCP collectives between threads of this process, and the refu
 
 The one test that starts processes (two ranks with no Horovod, torch or TensorFlow
 imported) is marked slow.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_core_distributed.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ node's workers itself; `entrypoint_script:` and `module:Class` run once per slot
 Fast: how a config is read, ClusterInfo's container fields, the launchers' arguments.
 Slow (a real master): the Core API tutorial's distributed shape on 2 slots, its own
 launcher spawning `len(slot_ids)` workers through `determined.launch.wrap_rank`.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_launch_model.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ the allocation, so neither ``det master down`` right after a kill nor a master k
 with kill -9 leaves the task running: the master carries out the stops it promised
 before it exits, and a master started after a crash carries out the ones it finds.
 The trial here ignores SIGTERM, as a script stuck in a long native call does.
+
+This module's other half, its end-to-end tests (real processes):
+tests/e2e/test_resource_managers.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ message of a missing ``master`` extra, one version source, the files a wheel nee
 Each check runs in a fresh interpreter (``python -c``, well under a second: no master, no
 TensorFlow), since this test process has long imported everything. The timing goals
 themselves (<= 1.05x and <= 2x ``python -c pass``) are scripts/bench/bench_import.py's.
+
+This module's other half, its end-to-end tests (real processes): tests/e2e/test_startup.py.
 """
 
 from __future__ import annotations
