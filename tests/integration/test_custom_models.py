@@ -144,6 +144,28 @@ def test_stateful_random_ops_get_one_warning_naming_op_and_fix(
     assert fit(dropout, y) == []  # Keras's own layers draw through checkpointed generators
 
 
+class _NoisyInABranch(keras.layers.Layer):
+    """Draws with TensorFlow's stateful op inside a ``tf.cond`` branch: a function nested
+    in the traced step, not an op of its top graph."""
+
+    def call(self, x):
+        return tf.cond(tf.reduce_sum(x) > -1e9, lambda: x + tf.random.normal(tf.shape(x)),
+                       lambda: x)
+
+
+def test_a_stateful_random_op_in_a_nested_function_is_found() -> None:
+    from det_sdk.keras import _compat
+
+    def traced(*layers: keras.layers.Layer) -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), *layers])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        model.fit(np.zeros((8, 4), "float32"), np.zeros((8, 3), "float32"), verbose=0)
+        return model
+
+    assert _compat.unsaved_random_ops(traced(_NoisyInABranch())) == ["RandomStandardNormal"]
+    assert _compat.unsaved_random_ops(traced()) == []
+
+
 def test_a_padding_step_zeroes_this_process_gradients_and_a_share_of_one_changes_nothing(
         ) -> None:
     # What replaced the weight-0 padding row in numpy batches: the averaging optimizer
