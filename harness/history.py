@@ -1,7 +1,9 @@
 """Finished experiments written straight into a master's SQLite database, for the tests
 and benchmarks of long histories (paging, `det experiment list`).
 
->>> ids = fill_history(Path(tempfile.mkdtemp()) / "master.db", 10)  # doctest: +SKIP
+>>> import tempfile
+>>> len(fill_history(Path(tempfile.mkdtemp()) / "master.db", 10))
+10
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """A real master on 127.0.0.1, started with the real `det` CLI and talked to over httpx.
 
 The one harness of the tests and the benchmarks: ``Cluster`` is one master with its own
-HOME (credentials) and data directory under a root of the caller's; the tests' ``cluster``
-fixture (tests/conftest.py) gives each test module one, the cluster benchmarks
-(``scripts/bench/``) start theirs with :func:`running_cluster`.
+HOME (credentials) and data directory under a root of the caller's; the end-to-end tests'
+``cluster`` fixture (tests/e2e/conftest.py) gives each test module one, the cluster
+benchmarks (``scripts/bench/``) start and stop theirs with ``up()`` and ``stop()``.
 
->>> with running_cluster(Path(tempfile.mkdtemp())) as c:  # doctest: +SKIP
-...     exp_id = create(c, c.write_config("demo"))
+(It starts processes, so its example is not run as a doctest)::
+
+    with running_cluster(Path(tempfile.mkdtemp())) as c:
+        exp_id = create(c, c.write_config("demo"))
 """
 
 from __future__ import annotations

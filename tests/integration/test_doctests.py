@@ -1,5 +1,6 @@
-"""Every docstring example in det_sdk runs as a test: modules are found, not listed, so a
-new module's examples run from the day it is written. An example that cannot run here
+"""Every docstring example in det_sdk (and in harness/ and tests/support.py, which the
+tests and benchmarks share) runs as a test: modules are found, not listed, so a new
+module's examples run from the day it is written. An example that cannot run here
 (it needs a user's data or a cluster) is written as a plain code block instead (``::``).
 """
 
@@ -12,6 +13,7 @@ import pkgutil
 import pytest
 
 import det_sdk
+import harness
 
 # The frameworks' fronts run where their framework is installed (torch is not in the
 # Keras 2 environment); `python -m` entry modules are not imported.
@@ -21,7 +23,8 @@ _OPTIONAL = {"det_sdk.pytorch": "torch", "det_sdk.keras": "tensorflow"}
 def _modules() -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(det_sdk.__path__, "det_sdk.")
              if not m.name.endswith("__main__")]
-    return sorted(["det_sdk", *names])
+    shared = [m.name for m in pkgutil.walk_packages(harness.__path__, "harness.")]
+    return sorted(["det_sdk", *names, *shared, "tests.support"])
 
 
 @pytest.mark.parametrize("name", _modules())
