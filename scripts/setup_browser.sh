@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the web UI's page tests (tests/test_ui*.py) and scripts/bench/bench_ui.py.
+# Headless Chromium for the web UI's page tests (tests/e2e/test_ui.py) and scripts/bench/bench_ui.py.
 # Debian's package: no browser can be downloaded from elsewhere here, so Playwright
 # drives this system build (executable_path) instead of its own. Idempotent: does
 # nothing when a chromium is already on PATH.
