@@ -7,9 +7,8 @@ it continues from its checkpoint), 3 an ASHA hyperparameter search in both confi
 (Determined <= 0.37's unitless `max_length` through `searcher.operations()`, and 0.38's
 `time_metric` + `max_time`, where a trial the searcher stops is told by preemption).
 
-Fast: every config there parses with nothing ignored. Slow: one real master runs each.
-
-This module's other half, the tests that start no process: tests/unit/test_core_api_tutorials.py.
+One real master runs each. That every config parses with nothing ignored is checked in
+tests/unit/test_core_api_tutorials.py.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""The master's resource managers (det_sdk.master.resources) apart from Slurm itself:
-their pure helpers, and stops that outlive the master (issue 15).
+"""Stops that outlive the master (issue 15), on a real local master (the resource
+managers' pure helpers are tested in tests/unit/test_resource_managers.py).
 
 A kill is a SIGTERM now and a forced stop after the grace. The deadline is recorded on
 the allocation, so neither ``det master down`` right after a kill nor a master killed
 with kill -9 leaves the task running: the master carries out the stops it promised
 before it exits, and a master started after a crash carries out the ones it finds.
 The trial here ignores SIGTERM, as a script stuck in a long native call does.
-
-This module's other half, the tests that start no process: tests/unit/test_resource_managers.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Hyperparameter search: grid, random and adaptive ASHA, in the master and end to end.
 
-The searcher tests at the top drive a real ``Master`` (real SQLite file) in this
-process, without launching trials; the ones below run real trials on a real master.
+The searcher tests in tests/integration drive a real ``Master`` (real SQLite file) in
+their process, without launching trials; those in tests/e2e run real trials on a real
+master.
 
 This module's other half, its end-to-end tests (real processes): tests/e2e/test_search.py.
 """

@@ -1,16 +1,8 @@
-"""Determined's Core API tutorials 0-3 on det_sdk's master, as their configs are written
-(issue 29): only `import determined as det` becomes `import det_sdk as det`.
+"""Determined's Core API tutorials 0-3 (issue 29), as their configs are written: every
+config in tests/core_api_tutorial parses with nothing ignored.
 
-The scripts and configs in tests/core_api_tutorial are det_sdk's own, in the tutorials'
-shape: 0 a plain loop, 1 metrics, 2 checkpoints and preemption (pause, then activate:
-it continues from its checkpoint), 3 an ASHA hyperparameter search in both config eras
-(Determined <= 0.37's unitless `max_length` through `searcher.operations()`, and 0.38's
-`time_metric` + `max_time`, where a trial the searcher stops is told by preemption).
-
-Fast: every config there parses with nothing ignored. Slow: one real master runs each.
-
-This module's other half, its end-to-end tests (real processes):
-tests/e2e/test_core_api_tutorials.py.
+The tutorials run on a real master in this module's other half,
+tests/e2e/test_core_api_tutorials.py, which says what each one covers.
 """
 
 from __future__ import annotations

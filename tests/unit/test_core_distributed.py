@@ -1,8 +1,8 @@
 """det.core.DistributedContext built from ranks and the chief's address (Determined's
 constructor): real TCP collectives between threads of this process, and the refusals.
 
-The one test that starts processes (two ranks with no Horovod, torch or TensorFlow
-imported) is marked slow.
+The test that starts two ranks as processes (no Horovod, torch or TensorFlow imported) is
+in tests/e2e/test_core_distributed.py.
 
 This module's other half, its end-to-end tests (real processes): tests/e2e/test_core_distributed.py.
 """

@@ -1,8 +1,8 @@
 """NaN and infinities (issue 22, item 2): one wire encoding, one ranking rule, and a
 diverging trial that COMPLETES.
 
-The unit tests at the top need no master; the slow ones run real Keras trials on the
-module's real master (the ``cluster`` fixture) and a real local run.
+The unit tests need no master; the end-to-end ones run real Keras trials on the module's
+real master (the ``cluster`` fixture) and a real local run.
 
 This module's other half, its end-to-end tests (real processes): tests/e2e/test_nonfinite.py.
 """

@@ -1,13 +1,8 @@
-"""The master's resource managers (det_sdk.master.resources) apart from Slurm itself:
-their pure helpers, and stops that outlive the master (issue 15).
+"""The master's resource managers (det_sdk.master.resources) apart from Slurm itself: their
+pure helpers.
 
-A kill is a SIGTERM now and a forced stop after the grace. The deadline is recorded on
-the allocation, so neither ``det master down`` right after a kill nor a master killed
-with kill -9 leaves the task running: the master carries out the stops it promised
-before it exits, and a master started after a crash carries out the ones it finds.
-The trial here ignores SIGTERM, as a script stuck in a long native call does.
-
-This module's other half, its end-to-end tests (real processes):
+Stops that outlive the master (issue 15: a kill's grace, ``det master down`` right after
+a kill, a master killed with kill -9) run on a real master in this module's other half,
 tests/e2e/test_resource_managers.py.
 """
 
