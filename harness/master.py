@@ -36,6 +36,7 @@ MODEL_DIR = REPO / "tests" / "cluster_model"  # a small Keras trial most cluster
 
 
 def free_port() -> int:
+    """A TCP port of 127.0.0.1 free now (a master's, a rendezvous's)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -57,7 +58,7 @@ class Cluster:
         self.env = outside(keep=["DET_RUNS_DIR"], HOME=str(root / "home"),
                            DET_MASTER=self.url, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
 
-    def det(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run ``det ARGS`` against this master (in ``root``)."""
         return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout, cwd=self.root)

@@ -22,19 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-DET = Path(sys.executable).with_name("det")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
-from bench_import import measure_ratio  # noqa: E402
+from bench_import import measure_ratio
 
-from harness.history import fill_history  # noqa: E402
+from harness.history import fill_history
+from harness.master import DET, Cluster
 
 
 def _imports_tensorflow(args: list[str], env: dict[str, str]) -> bool:
@@ -51,17 +49,11 @@ def main() -> int:
     parser.add_argument("--experiments", type=int, default=1000,
                         help="finished experiments in the master's history")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-cli-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HOME": str(root), "DET_MASTER": url}
-    env.pop("DET_USER_TOKEN", None)
+    master = Cluster(Path(tempfile.mkdtemp(prefix="bench-cli-")), slots=1)
+    env = master.env
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's install runs: bytecode cached
-    fill_history(root / "m" / "master.db", args.experiments, trials_per_experiment=3)
-    subprocess.run([str(DET), "master", "up", "--data-dir", str(root / "m"), "--port", str(port),
-                    "--slots", "1"], env=env, check=True, capture_output=True)
+    fill_history(master.data_dir / "master.db", args.experiments, trials_per_experiment=3)
+    master.up()
     try:
         ref = [sys.executable, "-c", "pass"]
         help_r = measure_ratio(ref, [str(DET), "--help"], 2.0, args.min_pairs,
@@ -75,8 +67,7 @@ def main() -> int:
         tf_help = _imports_tensorflow(["--help"], env)
         tf_list = _imports_tensorflow(["experiment", "list"], env)
     finally:
-        subprocess.run([str(DET), "master", "down", "--data-dir", str(root / "m")], env=env,
-                       capture_output=True)
+        master.stop()
     list_ok = list_r["clean"] >= args.min_pairs and list_r["cmd_high_s"] < 0.5
     print(json.dumps({"python_startup_s": round(base, 4), "det_help_s": round(help_t, 4),
                       "det_help_ratio": [round(help_r[k], 3) for k in ("ratio", "low", "high")],

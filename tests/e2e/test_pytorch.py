@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from det_sdk.env import outside  # noqa: E402
+from harness.master import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT / "tests" / "pytorch_mnist"
@@ -98,11 +99,7 @@ def test_two_ranks_train_as_one_process(npz: Path, tmp_path: Path) -> None:
 
 def test_a_killed_rank_makes_the_other_exit_within_60s(npz: Path, tmp_path: Path) -> None:
     """kill -9 of rank 1 (no launcher to clean up): rank 0 fails its next collective."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in range(2):
         env = _clean_env(PT_NPZ=str(npz), DET_RUNS_DIR=str(tmp_path / "runs"), RANK=str(rank),

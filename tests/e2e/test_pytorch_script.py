@@ -10,7 +10,6 @@ This module's other half, the tests that start no process: tests/integration/tes
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 from det_sdk.env import outside
+from harness.master import free_port
 
 pytest.importorskip("torch")  # its scripts import torch (the Keras 2 venv has none)
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,9 +54,7 @@ with pytorch.init(hparams={"global_batch_size": 16}, seed=7) as ctx:
 def _run_ranks(tmp_path: Path, name: str, n: int) -> list[dict]:
     script = tmp_path / "script.py"
     script.write_text(_SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in range(n):
         ranks = {} if n == 1 else {

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from harness.browser import missing_reason, open_browser, signed_in_context
-from harness.master import DET, Cluster, create, describe, wait_until
+from harness.master import DET, Cluster, create, describe, free_port, wait_until
 
 SCREENSHOTS = os.environ.get("DET_UI_SCREENSHOTS")
 HANDICAPS = [0.0, 0.3, 0.6, 0.9]  # the order of the trials' searcher metric, known in advance
@@ -479,7 +479,7 @@ def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> No
 def test_det_tensorboard_serves_the_trials_event_files(browser: Any, cluster: Cluster,
                                                        asha: int) -> None:
     pytest.importorskip("tensorboard")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(DET), "tensorboard", str(asha), "--port", str(port)],
                             env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -525,14 +525,6 @@ def test_det_tensorboard_over_a_runs_directory(cluster: Cluster, asha: int) -> N
         assert proc.wait(timeout=30) == 0
     bad = cluster.det("tensorboard", "--runs-dir", str(cluster.root / "nothing-here"))
     assert bad.returncode == 1 and "no such directory" in bad.stderr
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _refused(port: int) -> bool:
