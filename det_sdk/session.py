@@ -155,6 +155,7 @@ class LocalSession(Session):
         self.storage = SharedFSStorage(run_dir / "checkpoints")
         self.tensorboard_dir = run_dir / "tensorboard"
         self.latest_checkpoint = self._latest_checkpoint()
+        self._stored_rows: list[dict[str, Any]] | None = None  # see _apply_retention
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
         self.created = False  # set by create(): this process made the run directory
         # How long to train when the run has no script of its own to say it (a
@@ -240,6 +241,10 @@ class LocalSession(Session):
             f.flush()
             os.fsync(f.fileno())
         self.latest_checkpoint = uuid
+        if self._stored_rows is None:  # the run's rows before this process's first save
+            self._stored_rows = _read_checkpoint_rows(self.run_dir)
+        else:
+            self._stored_rows.append(row)
         self._apply_retention()
 
     def _apply_retention(self) -> None:
@@ -252,17 +257,23 @@ class LocalSession(Session):
 
         Per stage (det_sdk.stages): each stage keeps its own latest and best, so a
         finished stage's final checkpoint (what a resume restores it from) stays.
+
+        The rows of the checkpoints still stored are kept in memory (read from
+        ``checkpoints.jsonl`` once, at this process's first save): reading the whole
+        log back at every save cost time in proportion to the run's length.
         """
-        storage = (self.info.get("config") or {}).get("checkpoint_storage") or {}
+        config = self.info.get("config") or {}
+        storage = config.get("checkpoint_storage") or {}
         latest = max(1, int(storage.get("save_trial_latest", 1)))
         best = int(storage.get("save_trial_best", 1))
-        rows = _read_checkpoint_rows(self.run_dir)
-        metric, smaller = _searcher_metric(self.run_dir)
-        keep = kept_per_stage(rows, latest, best, metric, smaller)
-        for r in rows:
-            if r["uuid"] not in keep:
-                with contextlib.suppress(CheckpointNotFoundError):  # deleted before
-                    self.storage.delete(r["uuid"])
+        searcher = config.get("searcher") or {}
+        rows = self._stored_rows or []
+        keep = kept_per_stage(rows, latest, best, searcher.get("metric", "val_loss"),
+                              searcher.get("smaller_is_better", True))
+        for r in [r for r in rows if r["uuid"] not in keep]:
+            with contextlib.suppress(CheckpointNotFoundError):  # deleted before
+                self.storage.delete(r["uuid"])
+            rows.remove(r)
 
     def discard_if_empty(self) -> bool:
         """Remove this run's directory if this process created it and it holds no

@@ -73,22 +73,30 @@ class SharedFSStorage(CheckpointStorage):
         #: what :data:`OWNER_FILE` holds in each checkpoint stored; by default the
         #: task's allocation and trial from its environment (none off the cluster)
         self.owner = owner if owner is not None else _task_owner()
+        self._swept = False  # abandoned temporary folders removed (at the first save)
 
     @contextlib.contextmanager
     def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
         """Yield ``(uuid, tmp_dir)`` to write into; publish it atomically on success."""
         uuid = uuid or str(uuidlib.uuid4())
         check_uuid(uuid)
-        self.base.mkdir(parents=True, exist_ok=True)
-        self._sweep_abandoned()
+        if not self._swept:  # once per process: a save is the only writer of its run
+            self.base.mkdir(parents=True, exist_ok=True)
+            self._sweep_abandoned()
+            self._swept = True
         tmp = self.base / f"{_TMP_PREFIX}{uuid}-{os.getpid()}"
-        tmp.mkdir()
+        try:
+            tmp.mkdir()
+        except FileNotFoundError:  # the folder was removed since
+            self.base.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
         try:
             yield uuid, tmp
             if self.owner:  # after the caller's files: a copied-in owner file is replaced
                 (tmp / OWNER_FILE).write_text(json.dumps(self.owner))
-            fsync_together([f for f in tmp.rglob("*") if f.is_file()])
-            fsync_path(tmp)
+            # the files and the folders that name them, all at once: each folder's
+            # entries are complete once the caller is done
+            fsync_together([tmp, *tmp.rglob("*")])
             os.rename(tmp, self.base / uuid)
             fsync_path(self.base)
         except BaseException:

@@ -345,7 +345,10 @@ class AverageStepOutputs(_Callback):
         self._weight += w
 
     def on_test_end(self, logs: Any = None) -> None:
-        self._result = self.combined(self.model)
+        # Keras's own test_step: no outputs of its own to average, and no metric results
+        # to read for their names (0.4 ms a validation). The same answer on every process,
+        # so the collective in combined() is skipped by all or by none.
+        self._result = self.combined(self.model) if self._active else None
 
     def combined(self, model: Any) -> dict[str, float]:
         """The weighted means of the non-metric outputs over all processes (a collective)."""

@@ -442,9 +442,12 @@ class _FreshBufferSwitch:
 
     def __init__(self) -> None:
         self.flag: Any = None
+        self._true: Any = None
         if not tf.distribute.has_strategy():
             with tf.init_scope():  # eager even if the first trace asks for it
                 self.flag = tf.Variable(False, trainable=False, name="det_sdk_fresh_buffers")
+                with tf.device(self.flag.device):
+                    self._true = tf.constant(True)
 
     def update(self, fresh: Callable[[], Any], in_place: Callable[[], Any]) -> None:
         """In a trace: ``fresh()`` (the update into a new buffer) when armed, else
@@ -464,9 +467,23 @@ class _FreshBufferSwitch:
         tf.cond(self.flag, armed, unarmed)
 
     def arm(self) -> None:
-        """The next step's dense updates write new buffers (a snapshot holds the old)."""
-        if self.flag is not None:
-            self.flag.assign(True)
+        """The next step's dense updates write new buffers (a snapshot holds the old).
+
+        One ``AssignVariableOp`` executed directly: ``flag.assign(True)`` (a constant
+        made, weak-type and shape checks, a read of the new value) cost 0.6 ms at an
+        epoch's end, half a checkpoint's time on the training thread, this 0.06 ms.
+        """
+        if self.flag is None:
+            return
+        from tensorflow.python.eager import context, execute
+
+        try:
+            execute.execute(b"AssignVariableOp", num_outputs=0,
+                            inputs=[self.flag.handle, self._true],
+                            attrs=("dtype", tf.bool.as_datatype_enum, "validate_shape", False),
+                            ctx=context.context())
+        except (tf.errors.OpError, AttributeError, TypeError, ValueError):
+            self.flag.assign(True)  # a TensorFlow without the op under that name
 
     def after_apply(self) -> None:
         """In a trace, after the optimizer's updates: the steps after that update in place."""

@@ -286,3 +286,42 @@ def test_checkpoint_path_refuses_bad_uuid(tmp_path, sessions):
     s = sessions(_create(tmp_path))
     with pytest.raises(ValueError, match="not a checkpoint uuid"):
         s.checkpoint_path("../1")
+
+
+def test_retention_of_a_reopened_run_counts_the_checkpoints_stored_before(tmp_path, sessions):
+    """A resumed run's first save applies retention to the previous process's checkpoints
+    too (the rows of stored checkpoints are read once, then kept in memory)."""
+    s = sessions(_create(tmp_path, config={"checkpoint_storage": {"save_trial_best": 0,
+                                                                   "save_trial_latest": 2}}))
+    old = [_checkpoint(s, 10 * i) for i in range(1, 3)]
+    s.close()
+    again = sessions(LocalSession.reopen(tmp_path, 1))
+    newest = _checkpoint(again, 30)
+    assert sorted(again.storage.list()) == sorted([old[1], newest])
+    last = _checkpoint(again, 40)
+    assert sorted(again.storage.list()) == sorted([newest, last])
+
+
+def test_retention_after_a_checkpoint_deleted_by_someone_else(tmp_path, sessions):
+    s = sessions(_create(tmp_path, config={"checkpoint_storage": {"save_trial_best": 0,
+                                                                   "save_trial_latest": 2}}))
+    first, second = _checkpoint(s, 10), _checkpoint(s, 20)
+    s.storage.delete(first)  # `det checkpoint delete`, between two saves
+    third = _checkpoint(s, 30)
+    assert sorted(s.storage.list()) == sorted([second, third])
+    fourth = _checkpoint(s, 40)
+    assert sorted(s.storage.list()) == sorted([third, fourth])
+
+
+def test_a_save_after_the_checkpoint_folder_was_removed_recreates_it(tmp_path):
+    import shutil
+
+    storage = SharedFSStorage(tmp_path / "ckpt")
+    with storage.store() as (_, path):
+        (path / "state.bin").write_bytes(b"1")
+    shutil.rmtree(tmp_path / "ckpt")
+    with storage.store() as (second, path):
+        (path / "sub").mkdir()
+        (path / "sub" / "state.bin").write_bytes(b"2")
+    assert storage.list() == [second]
+    assert (storage.path(second) / "sub" / "state.bin").read_bytes() == b"2"
