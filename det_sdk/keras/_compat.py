@@ -824,5 +824,8 @@ def unsaved_random_ops(model: Any) -> list[str]:
     seen: set[int] = set()
     for fn in _traced_functions(getattr(model, "train_function", None), set()):
         for concrete in fn._list_all_concrete_functions():
-            _random_ops_in(concrete.graph, found, seen)
+            # a step function is also one the multi-step loop calls: walked once
+            if id(concrete.graph) not in seen:
+                seen.add(id(concrete.graph))
+                _random_ops_in(concrete.graph, found, seen)
     return sorted(found)
