@@ -182,17 +182,15 @@ class ArrayFileWriter:
         self.path = os.fspath(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._direct_fd: int | None = None
-        direct_flag = getattr(os, "O_DIRECT", 0)
-        if direct and direct_flag:
-            try:
-                self._direct_fd = os.open(path, os.O_WRONLY | direct_flag)
-            except OSError:  # tmpfs on older kernels, some network filesystems
-                self._direct_fd = None
+        # opened at the first array large enough (a small model's file never needs it)
+        self._direct_flag = getattr(os, "O_DIRECT", 0) if direct else 0
 
     def add(self, arr: np.ndarray) -> int:
         """Append ``arr``'s bytes (C-contiguous); the offset they start at."""
         data = memoryview(arr.reshape(-1).view(np.uint8))  # a byte view, empty arrays too
         addr = arr.ctypes.data
+        if self._direct_flag and len(data) >= MIN_DIRECT:
+            self._open_direct()
         direct = (self._direct_fd is not None and len(data) >= MIN_DIRECT
                   and addr % self.align == 0)
         if direct:  # offset congruent with the address: whole blocks line up
@@ -212,6 +210,13 @@ class ArrayFileWriter:
             self._buffered(data, offset)
         self.total = offset + len(data)
         return offset
+
+    def _open_direct(self) -> None:
+        flag, self._direct_flag = self._direct_flag, 0  # one try
+        try:
+            self._direct_fd = os.open(self.path, os.O_WRONLY | flag)
+        except OSError:  # tmpfs on older kernels, some network filesystems
+            self._direct_fd = None
 
     def _buffered(self, data: memoryview, offset: int) -> None:
         write_all(self._fd, data, offset, what=self.path)

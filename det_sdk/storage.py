@@ -96,7 +96,8 @@ class SharedFSStorage(CheckpointStorage):
                 (tmp / OWNER_FILE).write_text(json.dumps(self.owner))
             # the files and the folders that name them, all at once: each folder's
             # entries are complete once the caller is done
-            fsync_together([tmp, *tmp.rglob("*")])
+            fsync_together([Path(top, name) for top, _, files in os.walk(tmp)
+                            for name in ("", *files)])  # each folder, as its own top
             os.rename(tmp, self.base / uuid)
             fsync_path(self.base)
         except BaseException:

@@ -66,6 +66,8 @@ def replace_non_finite(obj: Any, replace: Callable[[float], Any]) -> Any:
     """
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else replace(obj)
+    if obj is None or type(obj) in (int, str, bool):  # most values: no ABC checks below
+        return obj
     if isinstance(obj, dict):
         return {k: replace_non_finite(v, replace) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
