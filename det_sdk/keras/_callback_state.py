@@ -249,7 +249,6 @@ class CallbackStates(_compat.keras.callbacks.Callback):
         self._carried: dict[str, Any] | None = None  # state for the next on_train_begin
         self._csv_cut: dict[str, int] = {}  # CSVLogger name -> bytes to cut its file to
         self._started = False  # a model.fit call of this fit has begun
-        self._supports_tf_logs = True  # never reads the logs: Keras need not convert them
 
     def restore(self, saved: Any) -> None:
         """Take a checkpoint's ``"callbacks"`` entry; applied at the next ``on_train_begin``."""
@@ -303,7 +302,6 @@ class _BeforeUser(_compat.keras.callbacks.Callback):
     def __init__(self, states: CallbackStates) -> None:
         super().__init__()
         self.states = states
-        self._supports_tf_logs = True  # never reads the logs
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.states._prepare_files()

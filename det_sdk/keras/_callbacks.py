@@ -35,7 +35,6 @@ __all__ = [
     "AverageStepOutputs",
     "BatchPeriodCheckpoint",
     "CheckInSync",
-    "HookGroup",
     "MetricsReporter",
     "PeriodicCheckpoint",
     "Preempted",
@@ -60,81 +59,6 @@ class _Callback(_compat.keras.callbacks.Callback):
         # Our hooks never read the batch logs: let Keras skip converting them to
         # numpy on every batch (it does so for callbacks without this flag).
         self._supports_tf_logs = True
-
-
-# Keras's hooks, and the older name the base class forwards each batch hook to
-_HOOKS = {
-    "on_train_begin": None, "on_train_end": None, "on_epoch_begin": None,
-    "on_epoch_end": None, "on_test_begin": None, "on_test_end": None,
-    "on_predict_begin": None, "on_predict_end": None,
-    "on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end",
-    "on_test_batch_begin": None, "on_test_batch_end": None,
-    "on_predict_batch_begin": None, "on_predict_batch_end": None,
-}
-
-
-def _defines(cb: Any, hook: str) -> bool:
-    base = _compat.keras.callbacks.Callback
-    alias = _HOOKS[hook]
-    return any(getattr(type(cb), name, None) is not getattr(base, name, None)
-               for name in (hook, alias) if name is not None)
-
-
-class HookGroup(_Callback):
-    """det_sdk's callbacks that run next to each other in the list, as one Keras callback.
-
-    Keras calls every hook of every callback in its list, and on Keras 2 once one of
-    them has a batch hook it runs its per-batch bookkeeping for all. The group
-    calls, at each hook, only the members that define it, in their order: the same
-    calls, with one callback's dispatch instead of a dozen's (per 64-batch epoch,
-    Keras 3 spent 0.7 ms more in its callback list with twelve callbacks than with
-    one).
-
-    >>> pos = Position(0, 0, 0)
-    >>> group = HookGroup([TrackPosition(pos), StopAt(pos, (0, 2))])
-    >>> [len(group._calls[h]) for h in ("on_train_batch_end", "on_test_batch_end")]
-    [2, 0]
-    """
-
-    def __init__(self, members: list[Any]) -> None:
-        super().__init__()
-        self.members = list(members)
-        self._supports_tf_logs = all(getattr(m, "_supports_tf_logs", False) for m in members)
-        self._calls = {hook: [getattr(m, hook) for m in self.members if _defines(m, hook)]
-                       for hook in _HOOKS}
-
-    def set_params(self, params: Any) -> None:
-        super().set_params(params)
-        for m in self.members:
-            m.set_params(params)
-
-    def set_model(self, model: Any) -> None:
-        super().set_model(model)
-        for m in self.members:
-            m.set_model(model)
-
-    # Keras 2 asks these to decide whether to run its per-batch machinery at all
-    def _implements_train_batch_hooks(self) -> bool:
-        return bool(self._calls["on_train_batch_begin"] or self._calls["on_train_batch_end"])
-
-    def _implements_test_batch_hooks(self) -> bool:
-        return bool(self._calls["on_test_batch_begin"] or self._calls["on_test_batch_end"])
-
-    def _implements_predict_batch_hooks(self) -> bool:
-        return bool(self._calls["on_predict_batch_begin"] or self._calls["on_predict_batch_end"])
-
-
-def _forward(hook: str) -> Callable[..., None]:
-    def forward(self: HookGroup, *args: Any, **kwargs: Any) -> None:
-        for call in self._calls[hook]:
-            call(*args, **kwargs)
-
-    forward.__name__ = forward.__qualname__ = hook
-    return forward
-
-
-for _hook in _HOOKS:
-    setattr(HookGroup, _hook, _forward(_hook))
 
 
 class TrackPosition(_Callback):

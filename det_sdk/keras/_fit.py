@@ -31,7 +31,6 @@ from det_sdk.keras._callbacks import (
     AggregateMetrics,
     AverageStepOutputs,
     CheckInSync,
-    HookGroup,
     MetricsReporter,
     Preempted,
     RecordHistory,
@@ -92,23 +91,21 @@ _ORDER = (
 
 
 def callbacks_in_order(hooks: dict[str, Any], user: list[Callback]) -> list[Callback]:
-    """det_sdk's callbacks around the user's, in the pinned order above; those on either
-    side of the user's run as one Keras callback each (:class:`HookGroup`).
+    """det_sdk's callbacks around the user's, in the pinned order above.
 
-    >>> pos = Position(0, 0, 0)
-    >>> track, stop_at, mine = TrackPosition(pos), StopAt(pos, (1, 0)), tf.keras.callbacks.History()
-    >>> out = callbacks_in_order({"stop_at": stop_at, "track": track}, [mine])
-    >>> [type(c).__name__ for c in out], out[0].members == [track], out[2].members == [stop_at]
-    (['HookGroup', 'History', 'HookGroup'], True, True)
+    >>> callbacks_in_order({"stopper": "s", "track": "t"}, ["u"])
+    ['t', 'u', 's']
     """
     unknown = set(hooks) - set(_ORDER)
     if unknown:
         raise StateError(f"no place for callbacks {sorted(unknown)}")
-    before = [hooks[name] for name in _ORDER[:_ORDER.index("user")] if hooks.get(name) is not None]
-    after = [hooks[name] for name in _ORDER[_ORDER.index("user") + 1:]
-             if hooks.get(name) is not None]
-    return [*([HookGroup(before)] if before else []), *user,
-            *([HookGroup(after)] if after else [])]
+    out: list[Callback] = []
+    for name in _ORDER:
+        if name == "user":
+            out.extend(user)
+        elif hooks.get(name) is not None:
+            out.append(hooks[name])
+    return out
 
 
 def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:

@@ -91,10 +91,8 @@ def det_sdk_callback_classes() -> list[type]:
     for mod in pkgutil.iter_modules(pkg.__path__):
         module = importlib.import_module(f"det_sdk.keras.{mod.name}")
         for value in vars(module).values():
-            # HookGroup only forwards to the others: its time is theirs (and Keras's)
             if (isinstance(value, type) and issubclass(value, base) and value is not base
-                    and value.__module__.startswith("det_sdk.") and value not in classes
-                    and value.__name__ != "HookGroup"):
+                    and value.__module__.startswith("det_sdk.") and value not in classes):
                 classes.append(value)
     return classes
 
