@@ -154,8 +154,9 @@ class LocalSession(Session):
         self.info = dict(run_info)
         self.storage = SharedFSStorage(run_dir / "checkpoints")
         self.tensorboard_dir = run_dir / "tensorboard"
-        self.latest_checkpoint = self._latest_checkpoint()
-        self._stored_rows: list[dict[str, Any]] | None = None  # see _apply_retention
+        # the rows of the checkpoints still stored, read once (see _apply_retention)
+        self._stored_rows = _read_checkpoint_rows(run_dir)
+        self.latest_checkpoint = self._stored_rows[-1]["uuid"] if self._stored_rows else None
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
         self.created = False  # set by create(): this process made the run directory
         # How long to train when the run has no script of its own to say it (a
@@ -241,10 +242,7 @@ class LocalSession(Session):
             f.flush()
             os.fsync(f.fileno())
         self.latest_checkpoint = uuid
-        if self._stored_rows is None:  # the run's rows before this process's first save
-            self._stored_rows = _read_checkpoint_rows(self.run_dir)
-        else:
-            self._stored_rows.append(row)
+        self._stored_rows.append(row)
         self._apply_retention()
 
     def _apply_retention(self) -> None:
@@ -259,17 +257,14 @@ class LocalSession(Session):
         finished stage's final checkpoint (what a resume restores it from) stays.
 
         The rows of the checkpoints still stored are kept in memory (read from
-        ``checkpoints.jsonl`` once, at this process's first save): reading the whole
-        log back at every save cost time in proportion to the run's length.
+        ``checkpoints.jsonl`` once, when the session opens): reading the whole log
+        back at every save cost time in proportion to the run's length.
         """
-        config = self.info.get("config") or {}
-        storage = config.get("checkpoint_storage") or {}
+        storage = (self.info.get("config") or {}).get("checkpoint_storage") or {}
         latest = max(1, int(storage.get("save_trial_latest", 1)))
         best = int(storage.get("save_trial_best", 1))
-        searcher = config.get("searcher") or {}
-        rows = self._stored_rows or []
-        keep = kept_per_stage(rows, latest, best, searcher.get("metric", "val_loss"),
-                              searcher.get("smaller_is_better", True))
+        rows = self._stored_rows
+        keep = kept_per_stage(rows, latest, best, *_searcher_metric_in(self.info))
         for r in [r for r in rows if r["uuid"] not in keep]:
             with contextlib.suppress(CheckpointNotFoundError):  # deleted before
                 self.storage.delete(r["uuid"])
@@ -342,10 +337,6 @@ class LocalSession(Session):
 
     # --- internals ----------------------------------------------------------------------
 
-    def _latest_checkpoint(self) -> str | None:
-        rows = _read_checkpoint_rows(self.run_dir)
-        return rows[-1]["uuid"] if rows else None
-
     def _forget_metrics_after_checkpoint(self) -> None:
         """Drop metrics reported after the checkpoint we resume from.
 
@@ -415,7 +406,11 @@ def _run_ids(runs: Path) -> list[int]:
 
 
 def _searcher_metric(run_dir: Path) -> tuple[str, bool]:
-    info = json.loads((run_dir / "run.json").read_text())
+    return _searcher_metric_in(json.loads((run_dir / "run.json").read_text()))
+
+
+def _searcher_metric_in(info: Mapping[str, Any]) -> tuple[str, bool]:
+    """The searcher's metric in a run's ``run.json`` content, and whether smaller is better."""
     searcher = (info.get("config") or {}).get("searcher") or {}
     return searcher.get("metric", "val_loss"), searcher.get("smaller_is_better", True)
 
