@@ -193,12 +193,14 @@ class DetSdk(Side):
             try:
                 return inner_fit(*args, **kwargs)
             finally:
-                marks.append(time.perf_counter())
+                # the clocks before the mark: a write that starts in between is then
+                # subtracted by neither sum below, never by both
                 at_fit_end.clear()
                 for i, w in enumerate(writes):
                     if w["end"] is None:
                         with contextlib.suppress(OSError):  # ended in between
                             at_fit_end[i] = time.clock_gettime(w["clock"])
+                marks.append(time.perf_counter())
 
         model.fit = fit  # context.fit calls model.fit: see when its own work ends
         background = [0.0]
