@@ -35,8 +35,8 @@ from pathlib import Path
 
 from det_sdk.atomic import write_atomic
 
-__all__ = ["Failure", "describe_exit", "earliest", "failure_from_log", "parse_traceback",
-           "read_records", "split_ranks", "write_record"]
+__all__ = ["Failure", "describe_exit", "earliest", "failure_from_log", "is_consequence",
+           "parse_traceback", "read_records", "split_ranks", "write_record"]
 
 # bounds: a record and a last_error stay a few KB whatever the script printed
 MAX_MESSAGE = 1000
@@ -251,7 +251,8 @@ def _split(text: str) -> tuple[dict[int, list[str]], list[str], dict[int, list[i
 
 def failure_from_log(text: str, cwd: str | None = None) -> Failure | None:
     """The root cause as a task's log shows it: of the ranks that printed a traceback,
-    the one whose traceback starts first in the log; without rank prefixes (one
+    the one whose traceback starts first in the log (a traceback that only reports a
+    peer's end, :func:`is_consequence`, after every other); without rank prefixes (one
     process), the log's last traceback.
 
     >>> log = ("[0]<stderr>:Traceback (most recent call last):\\n"
@@ -276,7 +277,7 @@ def failure_from_log(text: str, cwd: str | None = None) -> Failure | None:
         found.append((at[rank][header], f))
     if not found:
         return parse_traceback(rest, cwd)
-    return min(found, key=lambda pf: pf[0])[1]
+    return min(found, key=lambda pf: (is_consequence(pf[1]), pf[0]))[1]
 
 
 # --- records ------------------------------------------------------------------------------
@@ -310,14 +311,37 @@ def read_records(directory: str | Path, limit: int = 256) -> list[Failure]:
     return out
 
 
+# What a rank says when another rank ended first: a consequence, never the root cause,
+# whatever its time (a busy machine can deliver the first rank's traceback late).
+_PEER_ENDED = re.compile(
+    r"Horovod has been shut down"  # a collective after a peer's exit shut Horovod down
+    r"|HorovodInternalError"  # Horovod's collective failed: a peer is gone
+    r"|one or more processes exited with non-zero"  # horovodrun's own summary
+    r"|Connection (?:closed|reset) by peer"  # gloo's and torch.distributed's transports
+    r"|NCCL communicator was aborted")
+
+
+def is_consequence(failure: Failure) -> bool:
+    """Whether ``failure`` only reports that another rank ended first.
+
+    >>> is_consequence(Failure(type="UnknownError", message="... Horovod has been shut down."))
+    True
+    >>> is_consequence(Failure(type="ValueError", message="bad lr 7"))
+    False
+    """
+    return bool(_PEER_ENDED.search(f"{failure.type}: {failure.message}"))
+
+
 def earliest(records: Iterable[Failure]) -> Failure | None:
     """The root cause among ranks' records: the first failure in time (a rank's
     traceback is timed when it starts printing, before its process ends and the others
-    notice), then the lowest rank."""
+    notice), then the lowest rank; a failure that only reports a peer's end
+    (:func:`is_consequence`) comes after every other."""
     records = list(records)
     if not records:
         return None
-    return min(records, key=lambda f: (f.time if f.time is not None else sys.maxsize,
+    return min(records, key=lambda f: (is_consequence(f),
+                                       f.time if f.time is not None else sys.maxsize,
                                        f.rank if f.rank is not None else 0))
 
 

@@ -46,6 +46,10 @@ _KEEP_LINES = 400  # the last lines of standard error kept for parsing
 _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
 # a traceback followed by more than this many lines was handled: not the cause of the exit
 _STALE_AFTER = 50
+# ... and for a process stopped by a signal from outside, more than this many
+_ENDING_AFTER = 10
+# (not SIGKILL: the OOM killer's, which is the news whatever was printed before)
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 class _Tail:
@@ -55,11 +59,12 @@ class _Tail:
         self.lines: collections.deque[tuple[float, str]] = collections.deque(maxlen=_KEEP_LINES)
         self._partial = b""
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes, t: float | None = None) -> None:
+        """Keep ``chunk``'s complete lines, each timed ``t`` (when it was read)."""
         data = self._partial + chunk
         *complete, self._partial = data.split(b"\n")
         self._partial = self._partial[-4096:]
-        t = now()
+        t = now() if t is None else t
         for raw in complete[-_KEEP_LINES:]:
             self.lines.append((t, raw[:4096].decode(errors="replace").rstrip("\r")))
 
@@ -77,12 +82,16 @@ def _pump(fd: int, tail: _Tail) -> None:
             break
         if not chunk:
             break
+        # timed as read, before it is passed on: writing to the log can block (horovodrun
+        # reads every rank's pipe on a busy machine), and a late time for this rank's
+        # traceback would make another rank's later failure look like the first
+        read_at = now()
         try:
             out.write(chunk)
             out.flush()
         except (OSError, ValueError):
             pass  # the log is gone: keep reading, so COMMAND never blocks on a full pipe
-        tail.feed(chunk)
+        tail.feed(chunk, read_at)
     tail.close()
 
 
@@ -100,19 +109,23 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     ended = now()
     header = max((i for i, line in enumerate(lines)
                   if line.strip() == "Traceback (most recent call last):"), default=None)
-    signalled = code < 0 or 128 < code <= 128 + 64  # as a shell reports a signal: 128+N
-    # killed by a signal: an earlier traceback is not why it ended
-    failure = None if signalled else parse_traceback(lines, cwd)
+    signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0  # a shell's
+    # a crash (SIGSEGV, SIGABRT): an earlier traceback is not why it ended; stopped from
+    # outside (horovodrun stops the other ranks when one exits) while it was already
+    # ending of an uncaught exception (tearing TensorFlow and Horovod down takes
+    # seconds): that exception is why, if nothing much was printed after it
+    stopped = signum in _STOP_SIGNALS
+    failure = None if signum and not stopped else parse_traceback(lines, cwd)
     if failure is not None and header is not None:
         printed = failure.traceback.count("\n") + 1
-        if len(lines) - header > printed + _STALE_AFTER:
+        if len(lines) - header > printed + (_ENDING_AFTER if stopped else _STALE_AFTER):
             failure = None  # the process went on long after that traceback: handled
         else:
             failure.time = tail.lines[header][0]  # when it started printing
     if failure is None:
         failure = Failure(time=ended)
         last = [line for line in lines if line.strip()][-1:]
-        if last and not signalled:  # sys.exit("message"), a non-Python program's last word
+        if last and not signum:  # sys.exit("message"), a non-Python program's last word
             failure.message = last[0].strip()[:1000]
     elif failure.time is None:
         failure.time = ended  # a SyntaxError's, without a header

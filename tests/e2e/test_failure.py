@@ -87,6 +87,47 @@ def test_catch_sigterm_reaches_the_command_exactly_once(tmp_path: Path, forward:
     assert out == "sigterms 1\n" and proc.returncode == 0
 
 
+def test_catch_a_process_stopped_while_ending_of_its_exception_records_the_exception(
+        tmp_path: Path) -> None:
+    """horovodrun stops the other ranks (SIGTERM) when one exits: a rank stopped while
+    tearing down after its own uncaught exception failed of that exception, timed when
+    its traceback was printed, not when it was stopped."""
+    import os
+    import signal
+    import time
+
+    (tmp_path / "script.py").write_text(
+        "import atexit, time\n"
+        "atexit.register(time.sleep, 30)  # a slow teardown, as TensorFlow's and Horovod's\n"
+        "raise ValueError('bad lr 7')\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "det_sdk.launch.catch", "--record-dir", str(tmp_path / "rec"),
+         "--", sys.executable, "script.py"],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    while not lines or not lines[-1].startswith("ValueError"):
+        lines.append(proc.stderr.readline())
+        assert lines[-1], lines  # the traceback ends with the exception's line
+    printed = time.time()
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    (f,) = read_records(tmp_path / "rec")
+    assert (f.headline(), f.line, f.exit_code) == ("ValueError: bad lr 7", 3, -signal.SIGTERM)
+    assert f.time is not None and f.time < printed
+
+
+def test_catch_a_crash_after_a_traceback_is_the_crash(tmp_path: Path) -> None:
+    proc, records = _catch(tmp_path, (
+        "import os, signal, traceback\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError:\n    traceback.print_exc()\n"
+        "os.kill(os.getpid(), signal.SIGSEGV)\n"))
+    (f,) = records
+    assert proc.returncode == 128 + 11
+    assert f.type == "" and "SIGSEGV" in f.headline()
+
+
 def test_catch_a_handled_traceback_long_before_the_exit_is_not_the_cause(tmp_path: Path) -> None:
     proc, records = _catch(tmp_path, (
         "import sys, traceback\n"

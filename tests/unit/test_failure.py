@@ -150,6 +150,25 @@ def test_records_earliest_failure_wins(tmp_path: Path) -> None:
     assert earliest([]) is None
 
 
+def test_a_failure_that_reports_a_peers_end_is_never_the_root_cause() -> None:
+    """Rank 1's ValueError reached its wrapper late (a busy machine): rank 0's "Horovod has
+    been shut down", timed earlier, is still only its consequence."""
+    shut_down = Failure(type="tensorflow.python.framework.errors_impl.UnknownError",
+                        message="Horovod has been shut down. This was caused by an exception "
+                                "on one of the ranks [Op:HorovodAllgather]", rank=0, time=10.0)
+    cause = Failure(type="ValueError", message="bad lr 7", rank=1, time=10.5)
+    assert earliest([shut_down, cause]) is cause
+    assert earliest([shut_down]) is shut_down  # alone, it is all there is
+    log = ("[0]<stderr>:Traceback (most recent call last):\n"
+           '[0]<stderr>:  File "/w/train.py", line 29, in <module>\n'
+           "[0]<stderr>:horovod.common.exceptions.HorovodInternalError: allgather failed\n"
+           "[1]<stderr>:Traceback (most recent call last):\n"
+           '[1]<stderr>:  File "/w/train.py", line 27, in <module>\n'
+           "[1]<stderr>:ValueError: bad lr 7\n")
+    f = failure_from_log(log, cwd="/w")
+    assert f is not None and (f.headline(), f.rank) == ("ValueError: bad lr 7", 1)
+
+
 def test_last_error_reads_a_huge_log_by_its_tail_and_stays_bounded(tmp_path: Path) -> None:
     log = tmp_path / "logs.txt"
     with open(log, "w") as f:
