@@ -36,7 +36,7 @@ from pathlib import Path
 from det_sdk.atomic import write_atomic
 
 __all__ = ["Failure", "describe_exit", "earliest", "failure_from_log", "is_consequence",
-           "parse_traceback", "read_records", "split_ranks", "write_record"]
+           "parse_traceback", "read_records", "split_ranks", "stop_signal", "write_record"]
 
 # bounds: a record and a last_error stay a few KB whatever the script printed
 MAX_MESSAGE = 1000
@@ -321,14 +321,34 @@ _PEER_ENDED = re.compile(
     r"|NCCL communicator was aborted")
 
 
+# signals by which a launcher stops the ranks left when one has ended (horovodrun, srun)
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def stop_signal(code: int) -> int:
+    """The signal that stopped a process from outside (SIGTERM, SIGINT, SIGHUP) given its
+    exit status (negative, or a shell's 128+N), else 0.
+
+    >>> stop_signal(-15), stop_signal(143), stop_signal(-11), stop_signal(1)
+    (15, 15, 0, 0)
+    """
+    signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0
+    return signum if signum in _STOP_SIGNALS else 0
+
+
 def is_consequence(failure: Failure) -> bool:
-    """Whether ``failure`` only reports that another rank ended first.
+    """Whether ``failure`` only reports that another rank ended first: its error says so,
+    or it was stopped from outside with nothing of its own to say.
 
     >>> is_consequence(Failure(type="UnknownError", message="... Horovod has been shut down."))
     True
-    >>> is_consequence(Failure(type="ValueError", message="bad lr 7"))
+    >>> is_consequence(Failure(exit_code=-15))
+    True
+    >>> is_consequence(Failure(type="ValueError", message="bad lr 7", exit_code=-15))
     False
     """
+    if not failure.type and failure.exit_code is not None and stop_signal(failure.exit_code):
+        return True
     return bool(_PEER_ENDED.search(f"{failure.type}: {failure.message}"))
 
 

@@ -38,7 +38,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from det_sdk.failure import Failure, now, parse_traceback, write_record
+from det_sdk.failure import Failure, now, parse_traceback, stop_signal, write_record
 
 __all__ = ["main"]
 
@@ -46,10 +46,9 @@ _KEEP_LINES = 400  # the last lines of standard error kept for parsing
 _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
 # a traceback followed by more than this many lines was handled: not the cause of the exit
 _STALE_AFTER = 50
-# ... and for a process stopped by a signal from outside, more than this many
+# ... and for a process stopped by a signal from outside (SIGTERM, SIGINT, SIGHUP; not
+# SIGKILL, the OOM killer's, which is the news whatever was printed before)
 _ENDING_AFTER = 10
-# (not SIGKILL: the OOM killer's, which is the news whatever was printed before)
-_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 class _Tail:
@@ -109,13 +108,13 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     ended = now()
     header = max((i for i, line in enumerate(lines)
                   if line.strip() == "Traceback (most recent call last):"), default=None)
-    signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0  # a shell's
+    signalled = code < 0 or 128 < code <= 128 + 64  # as a shell reports a signal: 128+N
     # a crash (SIGSEGV, SIGABRT): an earlier traceback is not why it ended; stopped from
     # outside (horovodrun stops the other ranks when one exits) while it was already
     # ending of an uncaught exception (tearing TensorFlow and Horovod down takes
     # seconds): that exception is why, if nothing much was printed after it
-    stopped = signum in _STOP_SIGNALS
-    failure = None if signum and not stopped else parse_traceback(lines, cwd)
+    stopped = bool(stop_signal(code))
+    failure = None if signalled and not stopped else parse_traceback(lines, cwd)
     if failure is not None and header is not None:
         printed = failure.traceback.count("\n") + 1
         if len(lines) - header > printed + (_ENDING_AFTER if stopped else _STALE_AFTER):
@@ -125,7 +124,7 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     if failure is None:
         failure = Failure(time=ended)
         last = [line for line in lines if line.strip()][-1:]
-        if last and not signum:  # sys.exit("message"), a non-Python program's last word
+        if last and not signalled:  # sys.exit("message"), a non-Python program's last word
             failure.message = last[0].strip()[:1000]
     elif failure.time is None:
         failure.time = ended  # a SyntaxError's, without a header

@@ -159,6 +159,9 @@ def test_a_failure_that_reports_a_peers_end_is_never_the_root_cause() -> None:
     cause = Failure(type="ValueError", message="bad lr 7", rank=1, time=10.5)
     assert earliest([shut_down, cause]) is cause
     assert earliest([shut_down]) is shut_down  # alone, it is all there is
+    stopped = Failure(exit_code=143, rank=0, time=9.0)  # SIGTERM, as sh -c reports it
+    exited = Failure(exit_code=1, message="error: no such file: data.csv", rank=1, time=11.0)
+    assert earliest([stopped, exited]) is exited
     log = ("[0]<stderr>:Traceback (most recent call last):\n"
            '[0]<stderr>:  File "/w/train.py", line 29, in <module>\n'
            "[0]<stderr>:horovod.common.exceptions.HorovodInternalError: allgather failed\n"
