@@ -48,7 +48,7 @@ _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the 
 _STALE_AFTER = 50
 # ... and for a process stopped by a signal from outside (SIGTERM, SIGINT, SIGHUP; not
 # SIGKILL, the OOM killer's, which is the news whatever was printed before)
-_ENDING_AFTER = 10
+_ENDING_AFTER = 20  # (teardown warnings: a few lines)
 
 
 class _Tail:
