@@ -10,7 +10,9 @@ Python traceback of this rank's standard error alone (no other rank's lines in
 between, no prefixes) and writes a :class:`det_sdk.failure.Failure` record to DIR:
 the exception's type and message, the innermost frame of the user's code, this rank
 (``HOROVOD_RANK``, else ``SLURM_PROCID``, else 0), when the traceback started, and
-the exit status. A rank killed by a signal gets a record saying which.
+the exit status. A rank killed by a signal gets a record saying which; one stopped
+from outside (SIGTERM) while it was ending of its own uncaught exception, that
+exception.
 
 Why a wrapper around the process, not a ``sys.excepthook`` that det_sdk installs:
 it sees what happens before det_sdk is imported (an ImportError, a SyntaxError in
