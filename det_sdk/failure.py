@@ -9,7 +9,8 @@ with non-zero status". Two sources, best first:
   its tail, and when the rank exits non-zero writes a small JSON record
   (:class:`Failure`: exception type, message, the innermost frame of the user's own
   code, the rank, when the traceback started, the exit status) into the task's
-  record directory. The master picks the record whose failure came first.
+  record directory. The master picks the record whose failure came first, a failure
+  that only reports another rank's end (:func:`is_consequence`) after every other.
 - **The task's log**, when no record exists (the whole process group was killed): its
   bounded tail, Horovod's ``[1]<stderr>:`` and srun's ``1:`` rank prefixes stripped
   and the ranks' lines de-interleaved (:func:`split_ranks`), and the last traceback
