@@ -36,8 +36,9 @@ from pathlib import Path
 
 from det_sdk.atomic import write_atomic
 
-__all__ = ["Failure", "describe_exit", "earliest", "failure_from_log", "is_consequence",
-           "parse_traceback", "read_records", "split_ranks", "stop_signal", "write_record"]
+__all__ = ["Failure", "describe_exit", "earliest", "exit_signal", "failure_from_log",
+           "is_consequence", "parse_traceback", "read_records", "split_ranks", "stop_signal",
+           "write_record"]
 
 # bounds: a record and a last_error stay a few KB whatever the script printed
 MAX_MESSAGE = 1000
@@ -125,11 +126,22 @@ def describe_exit(code: int) -> str:
     >>> describe_exit(1), describe_exit(-9), describe_exit(139)
     ('exited with code 1', 'killed by signal SIGKILL', 'exited with code 139 (signal SIGSEGV?)')
     """
+    signum = exit_signal(code)
     if code < 0:
-        return f"killed by signal {_signal_name(-code)}"
-    if 128 < code < 128 + 65:
-        return f"exited with code {code} (signal {_signal_name(code - 128)}?)"
+        return f"killed by signal {_signal_name(signum)}"
+    if signum:
+        return f"exited with code {code} (signal {_signal_name(signum)}?)"
     return f"exited with code {code}"
+
+
+def exit_signal(code: int) -> int:
+    """The signal an exit status says ended the process (negative: killed by it; a
+    shell reports 128+N), else 0.
+
+    >>> exit_signal(-11), exit_signal(139), exit_signal(1), exit_signal(200)
+    (11, 11, 0, 0)
+    """
+    return -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0
 
 
 def _signal_name(number: int) -> str:
@@ -333,7 +345,7 @@ def stop_signal(code: int) -> int:
     >>> stop_signal(-15), stop_signal(143), stop_signal(-11), stop_signal(1)
     (15, 15, 0, 0)
     """
-    signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0
+    signum = exit_signal(code)
     return signum if signum in _STOP_SIGNALS else 0
 
 

@@ -40,7 +40,14 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from det_sdk.failure import Failure, now, parse_traceback, stop_signal, write_record
+from det_sdk.failure import (
+    Failure,
+    exit_signal,
+    now,
+    parse_traceback,
+    stop_signal,
+    write_record,
+)
 
 __all__ = ["main"]
 
@@ -110,7 +117,7 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     ended = now()
     header = max((i for i, line in enumerate(lines)
                   if line.strip() == "Traceback (most recent call last):"), default=None)
-    signalled = code < 0 or 128 < code <= 128 + 64  # as a shell reports a signal: 128+N
+    signalled = bool(exit_signal(code))
     # a crash (SIGSEGV, SIGABRT): an earlier traceback is not why it ended; stopped from
     # outside (horovodrun stops the other ranks when one exits) while it was already
     # ending of an uncaught exception (tearing TensorFlow and Horovod down takes
