@@ -316,6 +316,9 @@ class MasterClient:
         return self.request("POST", f"/api/v1/trials/{trial_id}/searcher/completed_operation",
                             json={"unit": unit, "length": length, "searcher_metric": metric})
 
+    def acknowledge_preemption(self, alloc_id: str) -> None:
+        self.request("POST", f"/api/v1/allocations/{alloc_id}/signals/ack_preemption")
+
     def preemption(self, alloc_id: str, timeout_seconds: float) -> bool:
         out = self.request(
             "GET", f"/api/v1/allocations/{alloc_id}/signals/preemption",

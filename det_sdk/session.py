@@ -133,6 +133,10 @@ class Session:
     def report_progress(self, fraction: float) -> None:
         """Fraction of the training length done, for progress displays."""
 
+    def acknowledge_preemption(self) -> None:
+        """Tell the outside that this process stops because it was asked to (so its exit
+        is a stop to resume, not the end of training). Nothing off the cluster."""
+
     def close(self) -> None:
         """Deliver what is pending and release resources."""
 
@@ -585,6 +589,16 @@ class MasterSession(Session):
 
     def should_preempt(self) -> bool:
         return self._preempt.is_set()
+
+    def acknowledge_preemption(self) -> None:
+        # Sent now, not queued: the exit that follows must find it recorded. Retried
+        # while the master is away (restarting); never fatal (the stop goes on).
+        try:
+            _retry(lambda: self.client.acknowledge_preemption(self.info.allocation_id),
+                   _WAIT_FOR_MASTER)
+        except Exception as err:
+            log.warning("det_sdk: could not tell the master this trial stops on its request: "
+                        "%s", err)
 
     def training_length(self) -> Length | None:
         if self.trial_id is None:

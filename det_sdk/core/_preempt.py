@@ -34,8 +34,18 @@ class PreemptContext:
     def should_preempt(self, auto_ack: bool = True) -> bool:
         """True on every process when the master asked this trial to stop.
 
-        ``auto_ack`` is accepted for Determined compatibility; det_sdk's master
-        needs no acknowledgement (an exit with 0 after the request is the answer).
+        With ``auto_ack`` (Determined's default) a True answer also acknowledges the
+        request: the exit that follows is a stop, resumed on activate, even after the
+        searcher's work was done. Pass ``auto_ack=False`` and call
+        :meth:`acknowledge_preemption_signal` to decide later.
         """
         mine = self._session.should_preempt() if self._dist.is_chief else False
-        return bool(self._dist.broadcast(mine)) if self._dist.size > 1 else mine
+        answer = bool(self._dist.broadcast(mine)) if self._dist.size > 1 else mine
+        if answer and auto_ack:
+            self.acknowledge_preemption_signal()
+        return answer
+
+    def acknowledge_preemption_signal(self) -> None:
+        """Say that this trial stops because it was asked to (Determined's name)."""
+        if self._dist.is_chief:
+            self._session.acknowledge_preemption()

@@ -17,7 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["catch_stop_signals"]
+__all__ = ["MASTER_STOP", "catch_stop_signals"]
+
+#: Why a fit stopped when the master asked (``det experiment pause`` or ``kill``): read
+#: as "stopped by ..." in the message a stopped script prints.
+MASTER_STOP = "the master (pause or kill)"
 
 _SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 

@@ -37,6 +37,7 @@ inf
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import os
 import sys
@@ -48,6 +49,8 @@ import numpy as np
 
 from det_sdk.errors import DetSdkError
 from det_sdk.keras import _compat
+
+log = logging.getLogger("det_sdk.keras")
 
 __all__ = [
     "METADATA_KEY",
@@ -319,15 +322,40 @@ def saved_state(checkpoint_dir: Any) -> Any:
 _FILE_ATTRIBUTES = (("ModelCheckpoint", "filepath"), ("CSVLogger", "filename"))
 
 
+def _link_from_working_directory(relative: str, files_dir: Path) -> None:
+    """Make ``relative`` (from the working directory) lead to ``files_dir / relative``:
+    a symbolic link at its first component, unless something is there already (a
+    folder of the uploaded model directory: then the script's path there is its own)."""
+    first = Path(relative).parts[0]
+    if first in (".", ".."):
+        return
+    link = Path(first)
+    if link.is_symlink() or link.exists():
+        return
+    target = files_dir / first
+    if len(Path(relative).parts) > 1:
+        target.mkdir(parents=True, exist_ok=True)
+    try:
+        link.symlink_to(target, target_is_directory=len(Path(relative).parts) > 1)
+    except FileExistsError:
+        pass  # another rank of the trial made it: the same link
+    except OSError as err:  # a file system without links: the absolute path still works
+        log.warning("det_sdk: cannot link %s to %s: %s", link, target, err)
+
+
 def keep_files_with_trial(callbacks: Sequence[Any], files_dir: Path | None,
                           announce: bool = True) -> dict[str, str]:
-    """Resolve the relative file paths of ``callbacks`` under ``files_dir``.
+    """Resolve the relative file paths of ``callbacks`` under ``files_dir``, reachable
+    by their relative paths too.
 
     On the cluster the trial's working directory is deleted when the trial ends;
     ``files_dir`` (``<host_path>/trial_files/<experiment>/trial_<id>``) stays. A
     ModelCheckpoint's ``filepath`` and a CSVLogger's ``filename`` that are relative
     are made ``files_dir / path`` (absolute ones are left as the script gave them),
-    and one line on stderr says where they went. Returns ``{callback name: new path}``.
+    and one line on stderr says where they went. The relative path keeps working for
+    the script (``load_model("best_model.h5")`` after the fit): its first component
+    in the working directory is a link to the kept one. Returns ``{callback name:
+    new path}``.
     With ``files_dir`` None (a local run) nothing changes.
 
     >>> keep_files_with_trial([object()], Path("/tmp/x"))
@@ -348,6 +376,7 @@ def keep_files_with_trial(callbacks: Sequence[Any], files_dir: Path | None,
             os.makedirs(os.path.dirname(new), exist_ok=True)
             setattr(cb, attr, new)
             moved[name] = new
+            _link_from_working_directory(path, Path(files_dir))
     if moved and announce:
         where = "; ".join(f"{name} -> {path}" for name, path in moved.items())
         print("det_sdk: the callbacks' files are kept with the trial (its working directory "

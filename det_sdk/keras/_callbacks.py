@@ -99,15 +99,36 @@ class TrackPosition(_Callback):
         self._offset = 0
 
 
+class AverageMovingStatistics(_Callback):
+    """With several processes: ``average()`` (every ``BatchNormalization``'s moving
+    statistics made the processes' mean) before each validation and at each epoch's
+    end, before the guard, the records and the checkpoint read them.
+
+    >>> cb = AverageMovingStatistics(lambda: None)
+    """
+
+    def __init__(self, average: Callable[[], None]) -> None:
+        super().__init__()
+        self.average = average
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self.average()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.average()
+
+
 class CheckInSync(_Callback):
     """The divergence guard's hook: after the first step of a fit and at every epoch end.
 
-    ``check(where)`` compares the processes' weights and raises if they differ.
+    ``check(where, state)`` compares the processes' weights and raises if they differ:
+    trainable ones after the first step, non-trainable state too at an epoch's end
+    (after :class:`AverageMovingStatistics`).
 
-    >>> cb = CheckInSync(lambda where: None, Position(0, 0, 0))
+    >>> cb = CheckInSync(lambda where, state: None, Position(0, 0, 0))
     """
 
-    def __init__(self, check: Callable[[str], None], position: Position) -> None:
+    def __init__(self, check: Callable[[str, bool], None], position: Position) -> None:
         super().__init__()
         self.check = check
         self.position = position
@@ -116,10 +137,11 @@ class CheckInSync(_Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if not self._first_done:
             self._first_done = True
-            self.check(f"after step {self.position.steps_completed} (the first of this fit)")
+            self.check(f"after step {self.position.steps_completed} (the first of this fit)",
+                       False)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self.check(f"at the end of epoch {epoch + 1}")
+        self.check(f"at the end of epoch {epoch + 1}", True)
 
 
 class RecordHistory(_Callback):
@@ -454,15 +476,42 @@ class PeriodicCheckpoint(_Callback):
             self.save()
 
 
+def last_batch_of_epoch(callback: Any, batch: int) -> bool:
+    """Whether ``batch`` (this ``model.fit`` call's index) ends its epoch.
+
+    Nothing stops or checkpoints between an epoch's last batch and the epoch's end:
+    Keras validates and calls every ``on_epoch_end`` (History, EarlyStopping,
+    ReduceLROnPlateau, ModelCheckpoint, det_sdk's records) after it, and a checkpoint
+    taken before them would resume past an epoch whose end never happened. Such a
+    stop or save is taken at the epoch's end instead. Unknown when Keras does not know
+    the epoch's length (a dataset of unknown cardinality): False.
+    """
+    steps = callback.params.get("steps") if callback.params else None
+    return steps is not None and batch + 1 >= steps
+
+
 class BatchPeriodCheckpoint(PeriodicCheckpoint):
     """Save a checkpoint every ``period.batches`` batches (a hook on every batch, which
-    an epoch period does without).
+    an epoch period does without). A save due at an epoch's last batch is taken at
+    that epoch's end (:func:`last_batch_of_epoch`).
 
     >>> cb = BatchPeriodCheckpoint(Length(batches=50), Position(0, 0, 0), save=lambda: None)
     """
 
+    def __init__(self, period: Length, position: Position, save: Callable[[], Any]) -> None:
+        super().__init__(period, position, save)
+        self._due_at_epoch_end = False
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.position.steps_completed % self.period.batches == 0:
+            if last_batch_of_epoch(self, batch):
+                self._due_at_epoch_end = True
+            else:
+                self.save()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._due_at_epoch_end:
+            self._due_at_epoch_end = False
             self.save()
 
 
@@ -532,7 +581,7 @@ class StopOnSignal(_Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._batches += 1
-        if self._batches % self.every == 0:
+        if self._batches % self.every == 0 and not last_batch_of_epoch(self, batch):
             self._check()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:

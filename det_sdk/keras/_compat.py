@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "average_in_place",
     "averaging_optimizer",
     "backing_variable",
+    "distinct_random_state",
     "fresh_buffer_updates",
     "is_averaging",
+    "is_numeric_variable",
     "keras",
     "layers_of",
     "lookup_layers",
@@ -49,6 +52,8 @@ __all__ = [
     "metrics_in_order",
     "model_optimizer",
     "model_variables",
+    "moving_statistics",
+    "optimizer_built",
     "optimizer_trains_only",
     "optimizer_variables",
     "read_variables",
@@ -56,6 +61,7 @@ __all__ = [
     "rng_variables",
     "set_history_model",
     "set_seeds",
+    "trace_train_step",
     "turn_off_xla",
     "variable_name",
 ]
@@ -98,26 +104,67 @@ OPTIMIZER_TYPES: tuple[type, ...] = (
 # --- seeds and random state -------------------------------------------------------------
 
 
-def set_seeds(seed: int, rank: int = 0) -> None:
-    """Seed this process's random state: per process where it must differ, shared where not.
+def set_seeds(seed: int) -> None:
+    """Seed this process's random state: the same ``seed`` on every process.
 
-    Python, NumPy and Keras's own seed generators get ``seed + rank``: each process
-    draws its own dropout masks and noise (layers take their seeds from Python's
-    RNG on both majors), as different samples would. TensorFlow's global seed gets
-    ``seed`` on every process: ``tf.data`` ops seeded by it (``shuffle()``, also
-    ``shuffle(seed=...)``, whose op seed combines with it) give the same order on
-    every process, so a dataset shuffled before ``wrap_data`` shards into disjoint parts.
+    Python, NumPy, TensorFlow and Keras's own seeds are the run's seed everywhere, as
+    on one process: a script that shuffles, splits or augments its data with
+    ``np.random`` / ``random`` before ``wrap_data`` (the keras-io habit) prepares the
+    same arrays on every rank, so their shards are disjoint parts of one data set.
+    ``tf.data`` ops seeded by the global seed (``shuffle()``, also
+    ``shuffle(seed=...)``) likewise give the same order on every process.
+
+    Layers take their seeds from Python's RNG when they are made, so every rank's
+    dropout would draw the same masks for different samples:
+    :func:`distinct_random_state` (at a fit's start, several processes) folds the
+    rank into each layer's random state instead.
 
     On Keras 2 this also makes layers draw through ``tf.random.Generator`` objects,
     whose state is a variable that checkpoints can save (Keras 3 layers always keep
     theirs in ``SeedGenerator`` variables).
 
-    >>> set_seeds(7, rank=1)
+    >>> set_seeds(7)
     """
-    keras.utils.set_random_seed((seed + rank) % 2**31)
+    keras.utils.set_random_seed(seed % 2**31)
     tf.random.set_seed(seed)
     if not _K3:
         keras.backend.experimental.enable_tf_random_generator()
+
+
+# A large odd constant (the golden ratio's 32 bits): rank r's seeds are r steps of it
+# away from rank 0's, far from the small offsets a counter reaches.
+_RANK_STRIDE = 0x9E3779B9
+
+
+def distinct_random_state(variables: Sequence[Any], rank: int) -> None:
+    """Give rank ``rank`` random state of its own in ``variables`` (:func:`rng_variables`;
+    rank 0's are left as they are).
+
+    Every rank built its layers from the same Python seed, so their seed generators
+    start equal; dropout on two shards would draw the same masks. The rank is folded
+    into each generator's seed (Keras 3 ``SeedGenerator``: its seed word;
+    ``tf.random.Generator``: its key), which keeps each rank's draws its own and
+    reproducible. Call once per variable (a restored checkpoint replaces the state
+    with the rank's own saved one).
+
+    >>> gen = tf.random.Generator.from_seed(1)
+    >>> before = gen.state.numpy().copy()
+    >>> distinct_random_state([gen.state], rank=1)
+    >>> bool((gen.state.numpy() != before).any())
+    True
+    """
+    if rank == 0:
+        return
+    for var in variables:
+        state = var.numpy()
+        # Keras 3's SeedGenerator state is (seed, counter); a tf.random.Generator's
+        # Philox state is (counter, counter, key): the seed word is first, the key last.
+        at = 0 if state.shape == (2,) else state.shape[0] - 1
+        word = np.asarray(state[at]).astype(np.uint64)
+        folded = (int(word) + rank * _RANK_STRIDE) % (2 ** (8 * state.dtype.itemsize))
+        state = state.copy()
+        state[at] = np.array(folded, dtype=np.uint64).astype(state.dtype)
+        var.assign(state)
 
 
 def implements_call(model: Any) -> bool:
@@ -142,6 +189,47 @@ def overrides_test_step(model: Any) -> bool:
     """Whether ``model``'s class defines its own ``test_step`` (which may return values
     that are not metrics)."""
     return type(model).test_step is not keras.Model.test_step
+
+
+def moving_statistics(model: Any) -> list[Any]:
+    """The variables ``model``'s normalization layers update as they train, outside any
+    optimizer: ``BatchNormalization``'s moving mean and variance (its non-trainable
+    weights; Keras 2's ``SyncBatchNormalization`` is a subclass)."""
+    found: list[Any] = []
+    for layer in layers_of(model):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            found += [v for v in layer.non_trainable_weights if _is_variable(v)]
+    return found
+
+
+def overrides_train_step(model: Any) -> bool:
+    """Whether ``model``'s class defines its own ``train_step`` (which may build layers
+    and optimizers on first use)."""
+    return type(model).train_step is not keras.Model.train_step
+
+
+def optimizer_built(opt: Any) -> bool:
+    """Whether ``opt`` has its variables (built for the variables it trains)."""
+    if _K3:
+        return bool(opt.built)
+    if isinstance(opt, keras.optimizers.legacy.Optimizer):
+        return bool(opt.weights)
+    return bool(getattr(opt, "_built", False))
+
+
+def trace_train_step(model: Any, batch: Any) -> None:
+    """Create every variable ``model.train_step`` makes on first use, without a step.
+
+    Keras (TensorFlow backend) builds such state when it traces its train function: a
+    model whose ``train_step`` calls layers that were never built (no ``call()``), or
+    applies optimizers that were never used (a GAN's two). Tracing ``train_step`` on
+    one batch does the same: layers and optimizers create their variables, each
+    optimizer for exactly the variables it updates, and nothing runs (no weight,
+    optimizer or random state changes). Then those variables can be restored from a
+    checkpoint and broadcast before the first step.
+    """
+    step = tf.function(model.train_step, jit_compile=False)
+    step.get_concrete_function(tf.nest.map_structure(tf.convert_to_tensor, batch))
 
 
 def overrides_compile(model: Any) -> bool:
@@ -194,6 +282,14 @@ def _keras_rng_variables(layer: Any) -> list[Any]:
 
 def _is_variable(v: Any) -> bool:
     return isinstance(v, tf.Variable) or (_K3 and isinstance(v, keras.Variable))
+
+
+def is_numeric_variable(v: Any) -> bool:
+    """A variable of numbers (not a lookup layer's strings), which a sum can fingerprint."""
+    if not _is_variable(v):
+        return False
+    dtype = tf.as_dtype(backing_variable(v).dtype)
+    return dtype.is_floating or dtype.is_integer or dtype.is_bool
 
 
 def model_variables(model: Any) -> list[Any]:

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from det_sdk.distributed import DistributedContext
 from det_sdk.engine.policy import TrainingPolicy
+from det_sdk.engine.signals import MASTER_STOP
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
@@ -191,6 +192,8 @@ class KerasContext:
         pos = self._loop.position
         where = f"epoch {pos.epoch}, batch {pos.batch}" if pos else "the start"
         if self.distributed.is_chief:
+            if stop.reason == MASTER_STOP:
+                self.session.acknowledge_preemption()  # a stop to resume, not the end
             saved = f"checkpoint {stop.uuid} saved" if stop.uuid else "no checkpoint saved"
             hint = self.session.resume_hint() if hasattr(self.session, "resume_hint") else ""
             print(f"det_sdk: stopped by {stop.reason} at {where}; {saved}. {hint}".rstrip(),

@@ -44,7 +44,7 @@ from det_sdk.core._distributed import TFWorkers
 from det_sdk.distributed import HorovodProcesses
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position
-from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.engine.signals import MASTER_STOP, catch_stop_signals
 from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
@@ -204,7 +204,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
 
     @property
     def stopped(self) -> str | None:
-        """Why the last fit stopped early (``"preempted by the master"``, ``"SIGTERM"``)."""
+        """Why the last fit stopped early (``MASTER_STOP``, ``"SIGTERM"``)."""
         return self._stopped
 
     @property
@@ -278,8 +278,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
                        RecordHistory(self._history)]
         if self._split is not None:  # the whole batch's metrics, and a check the ranks agree
             self._hooks[1:1] = [_AggregateTraining(self._dist),
-                                _InSync(lambda e: self._loop.check_in_sync(
-                                    model, f"after epoch {e + 1}"))]
+                                _InSync(lambda e: self._in_sync(model, e))]
         if self._checkpoint_epochs:
             self._hooks.append(PeriodicCheckpoint(Length(epochs=self._checkpoint_epochs),
                                                   self._position, self._save))
@@ -315,7 +314,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if self._target is not None and self._reached(self._target):
             self._complete(logs or {})
         preempted = self._core.preempt.should_preempt()  # a collective: every rank the same
-        reason = self._signal_received() or ("preempted by the master" if preempted else None)
+        reason = self._signal_received() or (MASTER_STOP if preempted else None)
         if self._dist.size > 1:  # a signal may reach one process only
             reasons = [r for r in self._dist.allgather(reason) if r]
             reason = reasons[0] if reasons else None
@@ -376,6 +375,11 @@ class _AggregateTraining(AggregateMetrics):
     """The epoch's training metrics from every process's metric state summed (exact for
     every built-in metric, as ``context.fit``'s). Validation is not split: each process
     evaluates all of it and holds the whole data's metrics already."""
+
+    def _in_sync(self, model: Any, epoch: int) -> None:
+        # BatchNormalization's statistics: the ranks' mean, then the guard compares all
+        self._loop.average_moving_statistics(model)
+        self._loop.check_in_sync(model, f"after epoch {epoch + 1}")
 
     def on_test_end(self, logs: Any = None) -> None:
         pass

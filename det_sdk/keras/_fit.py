@@ -1,4 +1,4 @@
-"""``context.fit``: Keras's ``model.fit`` with validation required, resumption, and records.
+"""``context.fit``: Keras's ``model.fit`` with resumption and records.
 
 One call trains from where the run's latest checkpoint left off to the end of the
 training length: the script's ``epochs`` off the cluster; on it, the searcher's
@@ -24,11 +24,12 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.engine.position import Position
-from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.engine.signals import MASTER_STOP, catch_stop_signals
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
+    AverageMovingStatistics,
     AverageStepOutputs,
     CheckInSync,
     MetricsReporter,
@@ -74,6 +75,7 @@ _ORDER = (
     "track",        # position first: every other hook reads it
     "random",       # one warning about random draws no checkpoint holds (first step)
     "padding",      # a padding step's metric updates undone before anyone reads them
+    "moving_stats",  # BatchNormalization's statistics averaged before validation and the guard
     "sync",         # the divergence guard, before anyone records a diverged state
     "average",      # epoch metrics become all processes' data's before anyone reads them
     "outputs",      # a custom test_step's non-metric values: mean over batches, all ranks
@@ -127,6 +129,27 @@ def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:
     return sample
 
 
+def _sample_batch(kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """One batch of the training data as ``train_step`` receives it (to create what a
+    custom ``train_step`` builds on first use)."""
+
+    def sample() -> Any:
+        x = kwargs.get("x")
+        if _data.is_array_data(x):
+            rows = max(1, min(int(kwargs.get("batch_size") or 32), _data.num_rows(x)))
+            parts = [_data.slice_rows(_data.full_data(p), 0, rows)
+                     for p in (x, kwargs.get("y"), kwargs.get("sample_weight")) if p is not None]
+            return parts[0] if len(parts) == 1 else tuple(parts)
+        if isinstance(x, _compat.SequenceBase):
+            return x[0]
+        if isinstance(x, tf.data.Dataset):
+            return next(iter(x.take(1)))
+        raise UsageError("context.fit: cannot build the model from this input; build it first "
+                         "(give the first layer an input shape, or call model.build)")
+
+    return sample
+
+
 def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
             stage: Stage) -> FitOutcome:
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
@@ -147,7 +170,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
                     "padded": _inputs.padded_rows(dist, kwargs)}
     first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
                                                dataset_padding)
-    loop.prepare(model, _sample_input(kwargs, policy.seed))
+    loop.prepare(model, _sample_input(kwargs, policy.seed), _sample_batch(kwargs))
 
     # On the cluster the searcher sets the length of the searched stage, one operation at
     # a time; `epochs` is the script's own (off the cluster, the other stages, or when the
@@ -203,7 +226,10 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
         hooks["random"] = WarnUnsavedRandomness(log)
     hooks["outputs"] = AverageStepOutputs(dist, _inputs.validation_rows(kwargs))
     if dist.size > 1:
-        hooks["sync"] = CheckInSync(lambda where: loop.check_in_sync(model, where), position)
+        hooks["moving_stats"] = AverageMovingStatistics(
+            lambda: loop.average_moving_statistics(model))
+        hooks["sync"] = CheckInSync(
+            lambda where, state: loop.check_in_sync(model, where, state), position)
         hooks["average"] = AggregateMetrics(dist)
         if first_padding is not None:
             hooks["padding"] = UndoPaddingMetrics(first_padding, position)
@@ -288,7 +314,7 @@ def _stop_requests(loop: TrainingLoop) -> Iterator[Callable[[], str | None]]:
     """A cheap ``should_stop()``: a stop signal received, or the master's preemption."""
     with catch_stop_signals() as stop_signal:
         def should_stop() -> str | None:
-            return stop_signal() or ("preempted by the master"
+            return stop_signal() or (MASTER_STOP
                                      if loop.session.should_preempt() else None)
 
         yield should_stop
@@ -354,6 +380,12 @@ def _complete_operation(
     searcher stops keeps it, and a promoted one that crashes resumes from here.
     """
     dist, session = loop.distributed, loop.session
+    if kwargs.get("validation_data") is None:
+        raise UsageError(
+            f"context.fit: the searcher decides by the validation metric "
+            f"{loop.policy.searcher_metric!r}, and this fit has no validation data; pass "
+            "validation_data=(x_val, y_val), x_val=/y_val= or validation_split=<fraction> "
+            "to the fit the searcher sets the length of")
     if reporter.last_validation_steps != position.steps_completed:
         reporter.last_validation = _validate_now(loop, model, kwargs)
         reporter.last_validation_steps = position.steps_completed

@@ -34,14 +34,15 @@ __all__ = ["init"]
 _DEFAULT_CHECKPOINT_PERIOD = Length(epochs=1)
 
 
-def _set_seeds(seed: int, rank: int) -> None:
-    # Each process draws its own random numbers (dropout masks differ per shard,
-    # like per sample; weights start equal anyway because fit broadcasts rank 0's),
-    # but TF's global seed is the same everywhere: a tf.data pipeline shuffled
-    # before wrap_data must give every process the same order, or its shards
-    # overlap. Layers keep their random state in variables that checkpoints save,
-    # so a resumed run draws the masks an uninterrupted one would have.
-    _compat.set_seeds(seed, rank)
+def _set_seeds(seed: int) -> None:
+    # The same seed on every process, as on one: a script's own data preparation
+    # (np.random.permutation, validation_split, a tf.data shuffle before wrap_data)
+    # gives every rank the same arrays, so the shards are disjoint parts of one data
+    # set. Dropout masks still differ per shard: the fit folds each rank into its
+    # layers' random state (TrainingLoop.prepare). Layers keep that state in
+    # variables that checkpoints save, so a resumed run draws what an uninterrupted
+    # one would have.
+    _compat.set_seeds(seed)
 
 
 _EXIT_CODES = {signal.SIGTERM: 0, signal.SIGINT: 130}
@@ -141,7 +142,7 @@ def init(
     period = _requested_period(checkpoint_period)
     run = open_run(_distributed(), config=config, hparams=hparams, runs_dir=runs_dir,
                    resume=resume, seed=seed)
-    _set_seeds(run.seed, run.distributed.rank)
+    _set_seeds(run.seed)
     return _keras_context(run, period, searched_stage)
 
 

@@ -193,7 +193,11 @@ def steps_per_epoch(dist: DistributedContext, kwargs: dict[str, Any]) -> int | N
 
 
 def fold_validation_data(kwargs: dict[str, Any]) -> None:
-    """Fold the proposal's ``x_val``/``y_val`` into ``validation_data``; require some."""
+    """Fold the proposal's ``x_val``/``y_val`` into ``validation_data``.
+
+    Validation data is optional, as in ``model.fit``: a fit without it trains and
+    records training metrics; what needs a validation metric (a searcher's
+    operations, the best checkpoint) says so where it needs it."""
     x_val, y_val = kwargs.pop("x_val", None), kwargs.pop("y_val", None)
     if x_val is not None or y_val is not None:
         if kwargs.get("validation_data") is not None:
@@ -202,11 +206,6 @@ def fold_validation_data(kwargs: dict[str, Any]) -> None:
         if x_val is None:
             raise UsageError("context.fit: y_val was given without x_val")
         kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
-    if kwargs.get("validation_data") is None and not kwargs.get("validation_split"):
-        raise UsageError(
-            "context.fit requires validation data: pass validation_data=(x_val, y_val), "
-            "x_val=/y_val=, or validation_split=<fraction>"
-        )
 
 
 def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
@@ -297,8 +296,11 @@ def call_inputs(
 
 
 def validation_period(configured: Length | None, kwargs: dict[str, Any]) -> Length | None:
-    """The config's ``min_validation_period``, else Keras's ``validation_freq`` (an int)."""
+    """The config's ``min_validation_period``, else Keras's ``validation_freq`` (an int);
+    None without validation data (nothing to validate: no extra stops mid-epoch)."""
     freq = kwargs.pop("validation_freq", None)
+    if kwargs.get("validation_data") is None:
+        return None
     if configured is not None:
         return configured
     if freq is None or freq == 1:

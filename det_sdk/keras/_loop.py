@@ -62,7 +62,8 @@ class TrainingLoop:
         # later fit in the same process trains its model afresh.
         self.resume_uuid: str | None = session.latest_checkpoint
         self.position: Position | None = None  # where the latest fit got to
-        self._fingerprints: dict[int, Any] = {}  # id(model) -> compiled fingerprint fn
+        # (id(model), with non-trainable state) -> compiled fingerprint fn
+        self._fingerprints: dict[tuple[int, bool], Any] = {}
         # Where the state of the fit under way lives: found at its first save rather
         # than at every one (walking the layers costs more than reading the state)
         self._layout: _checkpoint.StateLayout | None = None
@@ -70,6 +71,8 @@ class TrainingLoop:
         # The searcher's protocol, spoken as det.core speaks it (one length at a time;
         # off the cluster no length: the script's epochs)
         self.searcher = SearcherContext(session, distributed)
+        # Random-state variables already given this rank's own seeds (once each)
+        self._distinct_rng: set[int] = set()
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -104,15 +107,24 @@ class TrainingLoop:
 
     # --- before training ------------------------------------------------------------------
 
-    def prepare(self, model: tf.keras.Model, sample_input: Any) -> None:
+    def prepare(self, model: tf.keras.Model, sample_input: Any,
+                sample_batch: Any = None) -> None:
         """Checks and set-up before a ``fit``: what Horovod needs to train correctly.
 
         ``sample_input()`` returns one batch of inputs, used to build a model that
-        was defined without an input shape (its variables must exist before rank
-        0's can be broadcast).
+        was defined without an input shape; ``sample_batch()`` one batch as
+        ``train_step`` receives it, used to create what a custom ``train_step`` makes
+        on first use. Every variable must exist before a checkpoint is restored into
+        it and before rank 0's are broadcast.
         """
-        if not model.built:
-            self._build(model, sample_input)
+        if not model.built and _compat.implements_call(model):
+            model(sample_input(), training=False)
+        if sample_batch is not None and self._made_in_first_step(model):
+            _compat.trace_train_step(model, sample_batch())
+        if self.distributed.size > 1:
+            fresh = [v for v in _compat.rng_variables(model) if id(v) not in self._distinct_rng]
+            _compat.distinct_random_state(fresh, self.distributed.rank)
+            self._distinct_rng.update(id(v) for v in fresh)
         for opt in self.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
         # A new fit: the model may have changed since the last. The first read of a
@@ -153,25 +165,14 @@ class TrainingLoop:
             log.warning("det_sdk: XLA (jit_compile) turned off: Horovod's collectives have no "
                         "XLA kernels. Training with several processes runs without XLA.")
 
-    def _build(self, model: tf.keras.Model, sample_input: Any) -> None:
-        """Build ``model`` as Keras's ``fit`` would: call it on a batch when it has a
-        ``call()``. A model whose own ``train_step`` does the work needs none (a VAE
-        calling its encoder and decoder): Keras leaves it unbuilt and creates any
-        missing variables in the first step; det_sdk does the same on one process.
-        With several processes every variable must exist before rank 0's are
-        broadcast, so its layers must be built (they usually are: models given
-        input shapes)."""
-        if _compat.implements_call(model):
-            model(sample_input(), training=False)
-            return
-        unbuilt = [layer.name for layer in _compat.layers_of(model)[1:] if not layer.built]
-        if unbuilt and self.distributed.size > 1:
-            raise UsageError(
-                f"context.fit: {type(model).__name__} has no call() (its train_step does the "
-                f"work), so det_sdk cannot build it on a batch, and its layers {unbuilt[:5]} "
-                f"have no weights yet; with {self.distributed.size} processes every weight "
-                "must exist before rank 0's are broadcast. Give those layers' models an "
-                "input shape (keras.Input) or build them (layer.build(shape)) before fit")
+    def _made_in_first_step(self, model: tf.keras.Model) -> bool:
+        """Whether ``model``'s own ``train_step`` would create variables in its first step:
+        layers it calls that are not built yet (a model with no ``call()``), or wrapped
+        optimizers never used (a GAN builds its two in its first step)."""
+        if not _compat.overrides_train_step(model):
+            return False
+        return (any(not layer.built for layer in _compat.layers_of(model)[1:])
+                or any(not _compat.optimizer_built(o) for o in self._optimizers))
 
     # --- resume, restore, broadcast -------------------------------------------------------
 
@@ -224,23 +225,48 @@ class TrainingLoop:
 
     # --- the divergence guard -------------------------------------------------------------
 
-    def check_in_sync(self, model: tf.keras.Model, where: str) -> None:
-        """Stop with :class:`DivergenceError` if the processes' trainable weights differ.
+    def average_moving_statistics(self, model: tf.keras.Model) -> None:
+        """Make every process's ``BatchNormalization`` moving statistics their mean.
 
-        One small allgather of a float64 sum per variable. Every process runs it at
-        the same point and sees the same gathered values, so all raise together.
+        Each process normalizes its batches by their own statistics (as Horovod's
+        plain ``DistributedOptimizer`` and Determined do; synchronised batch norm
+        would cost a collective per layer per step), so each one's moving mean and
+        variance follow its shard. Called before each validation, at each epoch's end
+        and before each checkpoint: validation, the guard and checkpoints then see
+        one set of statistics, the mean over shards (float64; the mean of equal
+        values is that value, so a repeat changes nothing). One small allgather.
+        """
+        stats = _compat.moving_statistics(model) if self.distributed.size > 1 else []
+        if not stats:
+            return
+        every = self.distributed.allgather([v.numpy() for v in stats])
+        for i, var in enumerate(stats):
+            mean = np.mean([np.asarray(mine[i], np.float64) for mine in every], axis=0)
+            var.assign(mean.astype(np.asarray(every[0][i]).dtype))
+
+    def check_in_sync(self, model: tf.keras.Model, where: str, state: bool = True) -> None:
+        """Stop with :class:`DivergenceError` if the processes' weights differ.
+
+        Trainable weights always; with ``state`` the non-trainable ones too (moving
+        statistics, once :meth:`average_moving_statistics` made them agree). One small
+        allgather of a float64 sum per variable. Every process runs it at the same
+        point and sees the same gathered values, so all raise together.
         """
         if self.distributed.size == 1:
             return
-        fn = self._fingerprints.get(id(model))
+        key = (id(model), state)
+        fn = self._fingerprints.get(key)
         if fn is None:
             variables = list(model.trainable_weights)
+            if state:
+                variables += [v for v in model.non_trainable_weights
+                              if _compat.is_numeric_variable(v)]
 
             @tf.function(autograph=False, jit_compile=False)
             def fingerprint() -> tf.Tensor:
                 return tf.stack([tf.reduce_sum(tf.cast(v, tf.float64)) for v in variables])
 
-            fn = self._fingerprints[id(model)] = (fingerprint, variables)
+            fn = self._fingerprints[key] = (fingerprint, variables)
         fingerprint, variables = fn
         if not variables:
             return
@@ -273,6 +299,7 @@ class TrainingLoop:
         caller's to the metadata (JSON-able; they may not replace the loop's own).
         """
         layout = self._state_layout(model)
+        self.average_moving_statistics(model)  # the state a resumed run starts from on all
         rng_states = None  # one process: its own, read with the rest
         if self.distributed.size > 1:  # each process's own RNG state goes into rank 0's file
             rng_states = self.distributed.allgather([t.numpy() for t in layout.read()[1]])

@@ -489,6 +489,15 @@ def create_app(master: Master) -> FastAPI:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
 
+    @app.post("/api/v1/allocations/{alloc_id}/signals/ack_preemption")
+    def ack_preemption(alloc_id: str, p: Principal = Depends(principal)) -> dict[str, bool]:
+        """The task stops because it was asked to (Determined's acknowledgement): its exit
+        with 0 is then a stop, not the end of its training."""
+        if p.kind == "task" and (p.allocation or {}).get("id") != alloc_id:
+            raise HTTPException(403, "this task's token cannot acknowledge another allocation")
+        master.acknowledge_preemption(alloc_id)
+        return {"acknowledged": True}
+
     # --- jobs -----------------------------------------------------------------------------
 
     @app.post("/api/v1/jobs", status_code=201)

@@ -422,6 +422,14 @@ class Master:
                                or self.search.wants_stop(t["id"], t)))
         return False
 
+    def acknowledge_preemption(self, alloc_id: str) -> None:
+        """The task stops because it was asked to: its exit with 0 is a stop (it resumes
+        on activate), whatever the searcher had recorded (a fit after the searched one)."""
+        if self.store.allocation(alloc_id) is None:
+            raise NotFound(f"no allocation {alloc_id!r}")
+        with self.lifecycle.lock:
+            self.store.update_allocation(alloc_id, preempt_acked=1)
+
     # --- storage of uploads -----------------------------------------------------------------
 
     def _store_archive(self, kind: str, data: bytes) -> Path:

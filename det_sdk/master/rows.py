@@ -74,6 +74,7 @@ class AllocationRow(TypedDict):
     rm_id: str | None  # the resource manager's own id of the task (a Slurm job id)
     queue_reason: str | None  # why it still waits in the resource manager's queue
     kill_after: float | None  # a kill's deadline: forced then, by whichever master runs
+    preempt_acked: int  # the task acknowledged a stop request: its exit 0 is a stop
 
 
 class MetricsRow(TypedDict):

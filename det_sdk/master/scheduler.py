@@ -196,7 +196,10 @@ class Scheduler:
         if t is None:
             return
         cfg = self.config_of(trial_id)
-        event = exit_event(code, self.search.finished(t), t["restarts"], cfg.max_restarts)
+        # A task that acknowledged a stop request stopped: not finished, whatever the
+        # searcher recorded (a pause in a fit after the searched one)
+        finished = self.search.finished(t) and not (alloc and alloc.get("preempt_acked"))
+        event = exit_event(code, finished, t["restarts"], cfg.max_restarts)
         fields = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
             # the first failing rank's own exception, then the log's tail (bounded)

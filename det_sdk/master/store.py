@@ -91,7 +91,10 @@ _ADDED_COLUMNS = {
                "searcher_done INTEGER NOT NULL DEFAULT 0"),
     # det_sdk.master.resources: the resource manager's id of the task (a Slurm job id),
     # why it waits in that manager's queue, and when a kill turns into a forced stop
-    "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL"),
+    "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL",
+                    # the task said it stops because it was asked to (a pause), not because
+                    # its training ended: its exit with 0 is a stop (Determined's ack)
+                    "preempt_acked INTEGER NOT NULL DEFAULT 0"),
     # det_sdk.stages: the stage of the script that saved it (NULL: the default stage), and
     # whether that stage is the searched one (NULL: yes, as before stages)
     "checkpoints": ("stage TEXT", "searched INTEGER"),

@@ -190,7 +190,7 @@ def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
     ckpts = _checkpoints(cluster, trial["id"])
     assert [(c["epoch"], c["batch"], c["steps_completed"]) for c in ckpts] == [
         (1, 0, steps)]  # an epoch boundary, before the end of training
-    assert "stopped by preempted by the master at epoch 1, batch 0" in cluster.det(
+    assert "stopped by the master (pause or kill) at epoch 1, batch 0" in cluster.det(
         "trial", "logs", str(trial["id"])).stdout
 
     assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0

@@ -209,19 +209,6 @@ def _no_checkpoint(context) -> bool:
     return context.session.storage.list() == [] and not (run_dir / "checkpoints.jsonl").exists()
 
 
-def test_fit_without_validation_data(ctx):
-    model = _model()
-    before = [w.copy() for w in model.get_weights()]
-    x, y = ctx.wrap_data(*_data())
-    with pytest.raises(ValueError, match="requires validation data"):
-        ctx.fit(model, x=x, y=y, epochs=1, verbose=0)
-    for b, a in zip(before, model.get_weights()):
-        np.testing.assert_array_equal(b, a)
-    assert model.optimizer.iterations.numpy() == 0
-    assert _no_checkpoint(ctx)
-    assert ctx.session.read_metrics() == []
-
-
 def test_fit_with_validation_data_and_x_val(ctx):
     x, y = _data()
     with pytest.raises(ValueError, match="either validation_data or x_val/y_val, not both"):

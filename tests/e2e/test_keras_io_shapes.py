@@ -1,0 +1,76 @@
+"""Issue 36: Keras scripts as keras-io writes them, on ``horovodrun -np 2`` against one process.
+
+The shapes are tests/scripts/keras_io_shapes.py's. Before issue 36: a script shuffling with
+``np.random.permutation`` before ``wrap_data`` gave each rank half of a different array
+(overlapping shards, no error), each rank's BatchNormalization statistics drifted apart,
+and a model building its layers in ``train_step`` was refused on two processes.
+
+This module's other half, one process in-process: tests/integration/test_keras_io_shapes.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.support import SCRIPTS, run_python
+
+SCRIPT = SCRIPTS / "keras_io_shapes.py"
+pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+
+
+def _run(tmp: Path, name: str, processes: int, shapes: str, **env: str):
+    out = tmp / f"{name}.json"
+    full = {"SHAPES": shapes, "SHAPES_OUT": str(out), "DET_RUNS_DIR": str(tmp / name), **env}
+    proc = (horovodrun(SCRIPT, full, timeout=300) if processes > 1
+            else run_python(SCRIPT, full, timeout=300))
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    tmp = tmp_path_factory.mktemp("shapes")
+    runs = []
+    for n in (1, 2):
+        proc, out = _run(tmp, f"n{n}", n, "shuffled,nocall,gan")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+        runs.append(out)
+    return runs[0], runs[1]
+
+
+def test_data_shuffled_with_numpy_before_wrap_data_is_sharded_disjointly(one_and_two) -> None:
+    one, two = one_and_two
+    assert two["size"] == 2
+    ids = two["shuffled"]["ids"]
+    assert sorted(ids[0] + ids[1]) == list(range(96))  # every row once: no overlap, none lost
+    # the rows one process trains on (the first 75 % of the same shuffled array)
+    assert sorted(one["shuffled"]["ids"][0]) == sorted(ids[0] + ids[1])
+
+
+def test_batch_normalization_statistics_agree_across_ranks(one_and_two) -> None:
+    _, two = one_and_two
+    every = two["shuffled"]["moving_every"]
+    for a, b in zip(every[0], every[1]):
+        np.testing.assert_array_equal(a, b)  # averaged: one set of statistics
+    for mean_or_var in every[0]:
+        assert np.isfinite(mean_or_var).all()
+
+
+def test_a_model_building_its_layers_in_train_step_trains_on_two_as_on_one(one_and_two) -> None:
+    one, two = one_and_two
+    for a, b in zip(one["nocall"]["weights"], two["nocall"]["weights"]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+    for a, b in zip(one["gan"]["state"], two["gan"]["state"]):  # both optimizers averaged
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+
+
+def test_arrays_that_differ_between_ranks_are_refused_naming_the_fix(tmp_path: Path) -> None:
+    proc, out = _run(tmp_path, "unseeded", 2, "shuffled", SHAPES_UNSEEDED="1")
+    assert proc.returncode != 0 and out is None
+    text = proc.stdout + proc.stderr
+    assert "wrap_data: x differs between the 2 processes" in text
+    assert "seeded generator" in text
