@@ -22,7 +22,7 @@ from det_sdk.keras import _compat
 from tests.support import SCRIPTS
 
 sys.path.insert(0, str(SCRIPTS))
-import keras_io_shapes as shapes  # noqa: E402
+import keras_io_shapes as shapes
 
 keras = _compat.keras
 
@@ -113,10 +113,9 @@ def test_a_stop_on_an_epochs_last_batch_resumes_with_that_epochs_end(tmp_path: P
     whole, hist, _, _ = _classifier_fit(det.keras.init(runs_dir=tmp_path / "w", seed=9),
                                         tmp_path, [])
     runs = tmp_path / "s"
-    seen_before: list[int] = []
     with pytest.raises(SystemExit):  # epoch 1 has 4 batches: stopped on its last
         ctx = det.keras.init(runs_dir=runs, seed=9)
-        _, _, seen_before, best = _classifier_fit(ctx, tmp_path / "s", [shapes.StopOnBatch(1, 3)])
+        _classifier_fit(ctx, tmp_path / "s", [shapes.StopOnBatch(1, 3)])
     ctx = det.keras.init(runs_dir=runs, resume=1)
     checkpoint = ctx.session.read_checkpoints()[-1]
     assert (checkpoint["epoch"], checkpoint["batch"]) == (2, 0)  # after the epoch's end

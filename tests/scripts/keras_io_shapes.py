@@ -108,8 +108,9 @@ def fit_gan(context: Any, epochs: int = 3, callbacks: Any = ()) -> tuple[GAN, An
     gan = GAN()
     gan.compile(d_optimizer=context.wrap_optimizer(keras.optimizers.Adam(0.01)),
                 g_optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.05, momentum=0.9)))
-    hist = context.fit(gan, context.wrap_data(x), batch_size=context.distributed.shard_batch_size(16),
-                       epochs=epochs, verbose=0, callbacks=list(callbacks))
+    bs = context.distributed.shard_batch_size(16)
+    hist = context.fit(gan, context.wrap_data(x), batch_size=bs, epochs=epochs, verbose=0,
+                       callbacks=list(callbacks))
     return gan, hist
 
 
