@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -217,7 +218,7 @@ def optimizer_built(opt: Any) -> bool:
     return bool(getattr(opt, "_built", False))
 
 
-def trace_train_step(model: Any, batch: Any) -> None:
+def trace_train_step(model: Any, batch: Any) -> bool:
     """Create every variable ``model.train_step`` makes on first use, without a step.
 
     Keras (TensorFlow backend) builds such state when it traces its train function: a
@@ -227,9 +228,19 @@ def trace_train_step(model: Any, batch: Any) -> None:
     optimizer for exactly the variables it updates, and nothing runs (no weight,
     optimizer or random state changes). Then those variables can be restored from a
     checkpoint and broadcast before the first step.
+
+    Returns False when ``train_step`` cannot be traced (a model compiled with
+    ``run_eagerly=True`` whose step reads values with ``.numpy()``): its variables are
+    then made in its first step, as Keras makes them.
     """
     step = tf.function(model.train_step, jit_compile=False)
-    step.get_concrete_function(tf.nest.map_structure(tf.convert_to_tensor, batch))
+    try:
+        step.get_concrete_function(tf.nest.map_structure(tf.convert_to_tensor, batch))
+    except Exception as err:  # the user's step, traced: whatever it raises
+        logging.getLogger("det_sdk.keras").debug(
+            "det_sdk: train_step not traced ahead of the first step: %s", err)
+        return False
+    return True
 
 
 def overrides_compile(model: Any) -> bool:

@@ -102,6 +102,44 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
         ("fit", "validation"), ("student", "validation"), ("baseline", "validation")}
 
 
+def test_a_pause_in_a_fit_after_the_searched_one_pauses_and_activate_finishes_it(
+        cluster) -> None:
+    """Issue 36: the searcher's work is done (the student) when the baseline is paused; the
+    trial acknowledges the stop, so its exit is a pause (it ended COMPLETED with the
+    baseline cut short before); activated, it finishes the baseline."""
+    config = cluster.write_config(
+        "stages-pause", searcher={"name": "single", "metric": "val_loss",
+                                  "max_length": {"epochs": 1}},
+        data={"teacher_epochs": 1, "baseline_epochs": 40, "baseline_epoch_sleep": 0.25},
+        resources={"slots_per_trial": 1})
+    exp_id = create(cluster, config, Path(__file__).parents[1] / "stages_model")
+    with cluster.http() as http:
+        def trial():
+            exp = http.get(f"/api/v1/experiments/{exp_id}").json()
+            return exp["trials"][0] if exp["trials"] else None
+
+        def in_baseline():
+            t = trial()
+            rows = http.get("/api/v1/checkpoints", params={"trial_id": t["id"]}).json() \
+                if t else {"checkpoints": []}
+            return any(c["stage"] == "baseline" for c in rows["checkpoints"])
+
+        wait_until("a baseline checkpoint", in_baseline, timeout=300, every=0.5)
+        assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+        t = wait_until("the trial to stop", lambda: (t := trial())["state"] in (
+            "PAUSED", "COMPLETED", "ERROR") and t, timeout=120, every=0.5)
+        assert t["state"] == "PAUSED", t
+        logs = cluster.det("trial", "logs", str(t["id"])).stdout
+        assert "stopped by the master (pause or kill)" in logs
+        assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
+        t = wait_until("the trial to end", lambda: (t := trial())["state"] in (
+            "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
+        assert t["state"] == "COMPLETED"
+        info = http.get(f"/api/v1/trials/{t['id']}").json()
+        stages = {s["name"]: (s["epoch"], s["state"]) for s in info["stages"]}
+        assert stages["baseline"] == (40, "COMPLETED")  # finished, not cut short
+
+
 def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
     """`horovodrun -np 2`: SIGTERM to rank 0 in the student stage stops both processes;
     DET_RESUME restores the teacher (both ranks), resumes the student and trains the

@@ -1,9 +1,11 @@
 """Several fits in one trial (det_sdk.stages): a teacher (the default stage ``fit``), a
 student trained on its outputs (``student``: the searched stage, named in init), then a
 baseline (``baseline``). data.teacher_epochs / data.baseline_epochs: their lengths;
-data.crash_in_student_at_epoch: exit 3 at that student epoch's end, once per trial."""
+data.crash_in_student_at_epoch: exit 3 at that student epoch's end, once per trial;
+data.baseline_epoch_sleep: seconds each baseline epoch ends with (time to pause in it)."""
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,11 @@ class CrashOnce(tf.keras.callbacks.Callback):
             os._exit(3)
 
 
+class Slow(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(float(data.get("baseline_epoch_sleep", 0)))
+
+
 teacher, student, baseline = model(16), model(4), model(4)
 context.fit(teacher, xs, ys, batch_size=16, epochs=data["teacher_epochs"],
             validation_data=(xv, yv), verbose=0)
@@ -42,4 +49,4 @@ soft = context.predict(teacher, xs, verbose=0)
 context.fit(student, xs, soft, batch_size=16, epochs=100, validation_data=(xv, yv),
             verbose=0, callbacks=[CrashOnce()], stage="student")
 context.fit(baseline, xs, ys, batch_size=16, epochs=data["baseline_epochs"],
-            validation_data=(xv, yv), verbose=0, stage="baseline")
+            validation_data=(xv, yv), verbose=0, stage="baseline", callbacks=[Slow()])
