@@ -141,3 +141,25 @@ def test_the_rank_is_folded_into_layers_random_state_and_data_seeds_are_shared()
     first = np.random.permutation(10)
     _compat.set_seeds(4)
     np.testing.assert_array_equal(first, np.random.permutation(10))
+
+
+def test_relative_callback_files_kept_with_the_trial_stay_reachable_by_their_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from det_sdk.keras._callback_state import keep_files_with_trial
+
+    work, kept = tmp_path / "work", tmp_path / "trial_files"
+    work.mkdir()
+    (work / "taken").mkdir()  # a folder of the uploaded model directory: left as it is
+    monkeypatch.chdir(work)
+    callbacks = [keras.callbacks.ModelCheckpoint("best_model.keras"),
+                 keras.callbacks.CSVLogger("logs/train.csv"),
+                 keras.callbacks.CSVLogger("taken/other.csv")]
+    moved = keep_files_with_trial(callbacks, kept, announce=False)
+    assert callbacks[0].filepath == str(kept / "best_model.keras") and len(moved) == 3
+    Path(callbacks[0].filepath).write_text("model")
+    Path(callbacks[1].filename).write_text("epoch,loss\n")
+    # the script's own relative paths read the kept files (load_model("best_model.keras"))
+    assert Path("best_model.keras").read_text() == "model"
+    assert Path("logs/train.csv").read_text() == "epoch,loss\n"
+    assert not Path("taken").is_symlink()
+    keep_files_with_trial(callbacks[:1], kept, announce=False)  # a relaunch: links exist
