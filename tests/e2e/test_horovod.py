@@ -46,7 +46,7 @@ def test_two_processes_shard_the_data(report: dict) -> None:
 
 
 def test_weights_start_apart_and_end_identical(report: dict) -> None:
-    # each rank draws its own initial weights; fit broadcasts rank 0's
+    # the script makes rank 1's initial weights differ; fit broadcasts rank 0's
     a, b = report["initial_checksums"]
     assert a != b
     for kind in ("numpy", "sequence", "dataset", "lazy"):  # lazy: Sequential, no input shape
