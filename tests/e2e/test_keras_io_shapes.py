@@ -74,3 +74,17 @@ def test_arrays_that_differ_between_ranks_are_refused_naming_the_fix(tmp_path: P
     text = proc.stdout + proc.stderr
     assert "wrap_data: x differs between the 2 processes" in text
     assert "seeded generator" in text
+
+
+def test_a_gan_stopped_on_an_epochs_last_batch_resumes_both_optimizers_on_two(
+        tmp_path: Path) -> None:
+    proc, whole = _run(tmp_path, "whole", 2, "gan")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    proc, out = _run(tmp_path, "stopped", 2, "gan", SHAPES_STOP="1,3")
+    assert proc.returncode == 0 and out is None, proc.stderr[-4000:]
+    assert "stopped by SIGTERM at epoch 2, batch 0" in proc.stderr  # after epoch 1's end
+    proc, resumed = _run(tmp_path, "stopped", 2, "gan", DET_RESUME="latest")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    assert resumed["gan"]["d_loss"] == whole["gan"]["d_loss"]
+    for a, b in zip(whole["gan"]["state"], resumed["gan"]["state"]):
+        np.testing.assert_array_equal(a, b)  # weights and both optimizers' slots

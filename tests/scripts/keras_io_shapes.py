@@ -13,7 +13,8 @@ Each function is one habit of those scripts, run through ``context.fit``:
 
 Imported by the in-process tests; run as a script (one process or ``horovodrun -np 2``)
 with ``SHAPES`` (comma-separated: shuffled, nocall, gan) and ``SHAPES_OUT`` (rank 0 writes
-JSON there); ``SHAPES_UNSEEDED=1`` shuffles with an unseeded generator instead.
+JSON there); ``SHAPES_UNSEEDED=1`` shuffles with an unseeded generator instead;
+``SHAPES_STOP=epoch,batch`` stops the GAN there (SIGTERM to rank 0).
 Written against the public Keras API only: Keras 2 and Keras 3.
 """
 
@@ -219,7 +220,10 @@ def main() -> None:
             out["nocall"] = {"weights": [w.tolist() for w in model.get_weights()],
                              "loss": [float(v) for v in hist.history["loss"]]}
         elif shape == "gan":
-            gan, hist = fit_gan(context)
+            stop = os.environ.get("SHAPES_STOP")  # "epoch,batch": SIGTERM to rank 0 there
+            at = [int(v) for v in stop.split(",")] if stop else None
+            callbacks = [StopOnBatch(*at)] if at and context.distributed.is_chief else []
+            gan, hist = fit_gan(context, callbacks=callbacks)
             out["gan"] = {"state": [a.tolist() for a in gan_state(gan)],
                           "d_loss": [float(v) for v in hist.history["d_loss"]]}
     if context.distributed.is_chief:
