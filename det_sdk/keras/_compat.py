@@ -62,6 +62,7 @@ __all__ = [
     "rng_variables",
     "set_history_model",
     "set_seeds",
+    "shared_state_variables",
     "trace_train_step",
     "turn_off_xla",
     "variable_name",
@@ -201,6 +202,19 @@ def moving_statistics(model: Any) -> list[Any]:
         if isinstance(layer, keras.layers.BatchNormalization):
             found += [v for v in layer.non_trainable_weights if _is_variable(v)]
     return found
+
+
+def shared_state_variables(model: Any) -> list[Any]:
+    """``model``'s non-trainable numeric weights that every process must hold alike
+    (moving statistics once averaged, preprocessing statistics): not its metrics'
+    totals and counts, which are each process's own (Keras 2 lists a metric kept on
+    a model among its weights)."""
+    own = {id(v) for v in metric_variables(model)}
+    for layer in layers_of(model):
+        if isinstance(layer, keras.metrics.Metric):
+            own.update(id(v) for v in layer.variables)
+    return [v for v in model.non_trainable_weights
+            if is_numeric_variable(v) and id(v) not in own]
 
 
 def overrides_train_step(model: Any) -> bool:

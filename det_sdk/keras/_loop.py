@@ -259,8 +259,7 @@ class TrainingLoop:
         if fn is None:
             variables = list(model.trainable_weights)
             if state:
-                variables += [v for v in model.non_trainable_weights
-                              if _compat.is_numeric_variable(v)]
+                variables += _compat.shared_state_variables(model)
 
             @tf.function(autograph=False, jit_compile=False)
             def fingerprint() -> tf.Tensor:
@@ -278,7 +277,7 @@ class TrainingLoop:
         name = _compat.variable_name(variables[int(differs[0])])
         raise DivergenceError(
             f"det_sdk: {where}, the {self.distributed.size} processes hold different weights "
-            f"({differs.size} of {len(variables)} trainable variables differ, first {name!r}); "
+            f"({differs.size} of {len(variables)} variables differ, first {name!r}); "
             "training would go on silently wrong. Likely causes: the model was compiled "
             "with an optimizer not wrapped by context.wrap_optimizer (also a string like "
             "optimizer='adam'), or a custom train_step or loop changes weights without the "
