@@ -298,6 +298,8 @@ class CheckpointInfo(_Model):
     created: float
     path: str | None = None
     stage: str | None = None  # None: the default stage
+    #: why it failed verification on restore (never restored again); None: intact
+    damaged: str | None = None
 
 
 class RungResult(_Model):
@@ -327,6 +329,8 @@ class TrialInfo(_Model):
     best_metric: Metric | None = None
     latest_checkpoint: str | None = None
     last_error: str | None = None
+    #: what became of its checkpoints that failed verification on restore (a line each)
+    checkpoint_note: str | None = None
     bracket: int = 0
     searcher_length: SearcherLength | None = None  # what the searcher has it train to now
     rungs: list[RungResult] = Field(default_factory=list)

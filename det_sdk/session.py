@@ -515,7 +515,8 @@ class MasterSession(Session):
             return []
         rows = _retry(lambda: self.client.checkpoints(int(self.trial_id)))  # newest first
         return [{k: r[k] for k in ("uuid", "stage") if r.get(k) is not None}
-                for r in sorted(rows, key=lambda r: r["created"])]
+                for r in sorted(rows, key=lambda r: r["created"])
+                if not r.get("damaged")]  # failed verification on restore: never again
 
     def report_progress(self, fraction: float) -> None:
         # the trial's progress is its searched stage's (det_sdk.stages); the others have

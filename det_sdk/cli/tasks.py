@@ -210,6 +210,8 @@ def experiment_describe(args: Namespace) -> int:
     if footer:
         print(footer)
     for t in exp["trials"]:
+        if t.get("checkpoint_note"):
+            print(f"\ntrial {t['id']}: {t['checkpoint_note']}")
         if t["last_error"]:
             print(f"\ntrial {t['id']}: {t['last_error']}")
     return 0
@@ -309,6 +311,8 @@ def trial_describe(args: Namespace) -> int:
                     rows))
         if not args.all and len(metrics) >= METRICS_LIMIT:
             print(f"showing the first {len(metrics)} metric reports; --all for everything")
+    if t.get("checkpoint_note"):
+        print(f"\n{t['checkpoint_note']}")
     if t["last_error"]:
         print(f"\n{t['last_error']}")
     return 0
@@ -339,7 +343,8 @@ def checkpoint_list(args: Namespace) -> int:
         print_json(rows)
         return 0
     print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
-                [[c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c["size"],
+                [[c["uuid"] + (" (damaged)" if c.get("damaged") else ""), c["trial_id"],
+                  c["steps_completed"], c["epoch"], c["size"],
                   " ".join(f"{k}={_num(v)}" for k, v in c["metrics"].items())] for c in rows]))
     footer = page_footer(len(rows), total, "checkpoints")
     if footer:

@@ -277,7 +277,7 @@ class Master:
                                          "latest_checkpoint": None, "searched": False})
             firsts[name] = min(firsts.get(name, c["created"]), c["created"])
             latest = s.get("_created", -1.0)
-            if c["created"] >= latest:
+            if c["created"] >= latest and not c.get("damaged"):  # never resumed from
                 s["latest_checkpoint"], s["_created"] = c["uuid"], c["created"]
             s["searched"] = s["searched"] or c["searched"] is None or bool(c["searched"])
         ordered = sorted(stages.values(), key=lambda s: firsts[s["name"]])
@@ -300,7 +300,7 @@ class Master:
                    queued: dict[int, str] | None = None) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
-                "last_error", "bracket")
+                "last_error", "bracket", "checkpoint_note")
         info = {k: t[k] for k in keys}
         reason = (self.queued_trials() if queued is None else queued).get(t["id"])
         if reason and t["state"] == TrialState.RUNNING.value:

@@ -28,7 +28,7 @@ from det_sdk.master.lifecycle import (
 )
 from det_sdk.master.resources import ResourceManager, task_env
 from det_sdk.master.root_cause import TAIL_LINES as LOG_TAIL_LINES
-from det_sdk.master.root_cause import failure_note, last_error
+from det_sdk.master.root_cause import failure_note, last_error, read_tail, root_cause
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.search import Search
 from det_sdk.master.store import Store
@@ -196,6 +196,11 @@ class Scheduler:
         if t is None:
             return
         cfg = self.config_of(trial_id)
+        if code != 0:  # a damaged checkpoint is never restored from twice
+            failure = root_cause(alloc, read_tail(self.logs_path("trials", trial_id)))
+            note = self.checkpoints.damaged_on_restore(trial_id, failure)
+            if note:
+                self._append_log("trials", trial_id, f"det_sdk: trial {trial_id}: {note}\n")
         event = exit_event(code, self.search.finished(t), t["restarts"], cfg.max_restarts)
         fields = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
