@@ -52,3 +52,24 @@ def test_a_damaged_checkpoint_is_marked_and_the_trial_falls_back(
     assert note in logs and f"resumes from checkpoint {intact['uuid']}" in logs
     assert note in cluster.det("trial", "describe", str(trial["id"])).stdout
     assert note in cluster.det("experiment", "describe", str(exp)).stdout
+
+
+@pytest.mark.parametrize("how", ["many", "refused"])
+def test_metrics_the_master_cannot_store_fail_the_trial(
+        cluster: Cluster, model: Path, how: str) -> None:
+    """Over the limit: refused in the script before sending. Refused by the master (a
+    step past 2**53): the trial fails with the master's reason, not a warning."""
+    config = model / f"metrics-{how}.yaml"
+    config.write_text((model / "metrics.yaml").read_text().replace(
+        "metrics.py many", f"metrics.py {how}"))
+    exp = create(cluster, config, model)
+    (trial,) = _finished(cluster, exp)["trials"]
+    assert trial["state"] == "ERROR", trial
+    if how == "many":
+        assert "MetricsLimitError: a training metrics report has 1001 metrics; the master " \
+               "stores at most 1000" in trial["last_error"]
+        assert "trained on" not in trial["last_error"]
+    else:
+        assert "ReportRefusedError: the master refused a metrics report as invalid " \
+               "(HTTP 400)" in trial["last_error"], trial["last_error"]
+        assert "steps_completed" in trial["last_error"]
