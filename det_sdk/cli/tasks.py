@@ -352,18 +352,37 @@ def checkpoint_list(args: Namespace) -> int:
     return 0
 
 
-def checkpoint_download(args: Namespace) -> int:
+def _extract(data: bytes, directory: str) -> Path:
     import io
     import tarfile
 
-    data = _client(args).download_checkpoint(args.uuid)
-    dest = Path(args.dir)
+    dest = Path(directory)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tar.extractall(dest, **kwargs)
+    return dest
+
+
+def checkpoint_download(args: Namespace) -> int:
+    dest = _extract(_client(args).download_checkpoint(args.uuid), args.dir)
     print(f"checkpoint {args.uuid} -> {dest}")
     return 0
+
+
+def _files_download(args: Namespace, kind: str) -> int:
+    """The files a trial or job wrote into its working directory (kept when it ended)."""
+    dest = _extract(_client(args).download_files(kind, args.id), args.dir)
+    print(f"{kind[:-1]} {args.id} files -> {dest}")
+    return 0
+
+
+def trial_download(args: Namespace) -> int:
+    return _files_download(args, "trials")
+
+
+def job_download(args: Namespace) -> int:
+    return _files_download(args, "jobs")
 
 
 # --- jobs -------------------------------------------------------------------------------------
@@ -400,6 +419,8 @@ def job_logs(args: Namespace) -> int:
     return _print_logs(args, "jobs")
 
 
+_FILES_DIR = ("dir", {"help": "where to put the files"})
+
 COMMANDS = {
     "experiment": {
         "create": (experiment_create, "submit an experiment: CONFIG DIR",
@@ -422,6 +443,8 @@ COMMANDS = {
                                           "help": "every metric report (default: the first "
                                                   f"{METRICS_LIMIT})"})]),
         "logs": (trial_logs, "a trial's logs", [("id",), ("--follow",)]),
+        "download": (trial_download, "copy the files the trial wrote into its working "
+                     "directory into DIR (kept when it ended)", [("id",), _FILES_DIR]),
     },
     "checkpoint": {
         "list": (checkpoint_list, "the newest checkpoints (of one trial with --trial)",
@@ -433,5 +456,7 @@ COMMANDS = {
                 [("config",), ("model_dir",), ("--follow",)]),
         "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
+        "download": (job_download, "copy the files the job wrote into its working "
+                     "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },
 }

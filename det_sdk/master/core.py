@@ -153,7 +153,9 @@ class Master:
     # --- cleanup --------------------------------------------------------------------------
 
     def _trial_ended(self, t: TrialRow) -> None:
-        """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes."""
+        """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes, the
+        files it wrote there kept."""
+        self.scheduler.keep_files("trials", t["id"])
         shutil.rmtree(self.tasks_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
 
     def _experiment_ended(self, exp: ExperimentRow) -> None:
@@ -376,6 +378,9 @@ class Master:
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.scheduler.logs_path(kind, task_id)
+
+    def files_path(self, kind: str, task_id: int) -> Path:
+        return self.scheduler.files_path(kind, task_id)
 
     # --- jobs -----------------------------------------------------------------------------
 

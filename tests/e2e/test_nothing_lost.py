@@ -73,3 +73,22 @@ def test_metrics_the_master_cannot_store_fail_the_trial(
         assert "ReportRefusedError: the master refused a metrics report as invalid " \
                "(HTTP 400)" in trial["last_error"], trial["last_error"]
         assert "steps_completed" in trial["last_error"]
+
+
+def test_files_a_job_writes_outlive_it(cluster: Cluster, model: Path, tmp_path: Path) -> None:
+    """predictions_path: predictions.npy (relative) is found after `det job run` ends."""
+    out = cluster.det("job", "run", str(model / "job.yaml"), str(model), "--follow",
+                      timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    job_id = int(out.stdout.split("Created job ")[1].split()[0])
+    got = cluster.det("job", "download", str(job_id), str(tmp_path / "out"))
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "out" / "predictions.txt").read_text() == "7 2 1\n"
+    assert (tmp_path / "out" / "samples" / "epoch_1.txt").is_file()
+    # only what the job wrote: not the uploaded directory's own files
+    assert not (tmp_path / "out" / "job.py").exists()
+    assert not (cluster.data_dir / "jobs" / str(job_id) / "workdir").exists()
+    with cluster.http() as http:
+        resp = http.get(f"/api/v1/jobs/{job_id}/files")
+        assert resp.status_code == 200 and resp.headers["content-type"] == "application/gzip"
+        assert http.get("/api/v1/trials/1/files").status_code == 404  # wrote nothing
