@@ -101,16 +101,16 @@ def _num(v: Any) -> str:
 
 
 def _pack(directory: str) -> bytes:
-    from det_sdk.master.archive import MAX_ARCHIVE_BYTES, pack
+    from det_sdk.master.archive import ArchiveTooLargeError, pack
 
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(f"model directory {directory!r} does not exist or is not a directory")
-    data = pack(d)
-    if len(data) > MAX_ARCHIVE_BYTES:
-        raise UsageError(f"{directory} packs to {len(data)} bytes, over the master's limit of "
-                         f"{MAX_ARCHIVE_BYTES}; leave data sets out of the model directory")
-    return data
+    try:  # stops as soon as a limit is passed: bounded memory and time
+        return pack(d)
+    except ArchiveTooLargeError as err:
+        raise UsageError(f"{directory} {err}, over the master's limit of {err.limit}; leave "
+                         "data sets out of the model directory") from None
 
 
 def _follow(client: Any, kind: str, task_id: int, done: Any) -> str:

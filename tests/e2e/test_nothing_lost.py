@@ -92,3 +92,16 @@ def test_files_a_job_writes_outlive_it(cluster: Cluster, model: Path, tmp_path: 
         resp = http.get(f"/api/v1/jobs/{job_id}/files")
         assert resp.status_code == 200 and resp.headers["content-type"] == "application/gzip"
         assert http.get("/api/v1/trials/1/files").status_code == 404  # wrote nothing
+
+
+def test_create_refuses_a_huge_directory_while_packing(cluster: Cluster, model: Path,
+                                                       tmp_path: Path) -> None:
+    """A 16 GiB model directory: refused in seconds, naming the limit, nothing uploaded."""
+    big = tmp_path / "big"
+    shutil.copytree(model, big)
+    with open(big / "data.bin", "wb") as f:
+        f.truncate(16 << 30)  # sparse
+    out = cluster.det("experiment", "create", str(big / "damaged.yaml"), str(big), timeout=60)
+    assert out.returncode != 0
+    assert "over the master's limit of 536870912" in out.stderr, out.stderr
+    assert "leave data sets out of the model directory" in out.stderr
