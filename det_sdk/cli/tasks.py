@@ -7,7 +7,7 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from det_sdk.cli.render import page_footer, print_json, progress_bar, table
+from det_sdk.cli.render import escape, page_footer, print_json, progress_bar, table
 from det_sdk.errors import UsageError
 
 # `det --help` imports this module for COMMANDS: what a command needs beyond it (tarfile,
@@ -139,7 +139,7 @@ def experiment_create(args: Namespace) -> int:
                                        progress_bar("uploading model directory"))
     exp_id = created["id"]
     for warning in created["warnings"]:  # stderr: --json output stays parseable
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {escape(warning, multiline=True)}", file=sys.stderr)
     if args.json:
         print_json({"id": exp_id})
     else:
@@ -202,7 +202,7 @@ def experiment_describe(args: Namespace) -> int:
         print_json(exp)
         return 0
     searcher = (exp["config"].get("searcher") or {})
-    print(f"Experiment {exp['id']} {exp['name'] or ''}: {exp['state']}, "
+    print(f"Experiment {exp['id']} {escape(exp['name'] or '')}: {exp['state']}, "
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
     print(table(_TRIAL_HEADERS, _trial_rows(exp["trials"])))
@@ -211,9 +211,9 @@ def experiment_describe(args: Namespace) -> int:
         print(footer)
     for t in exp["trials"]:
         if t.get("checkpoint_note"):
-            print(f"\ntrial {t['id']}: {t['checkpoint_note']}")
+            print(f"\ntrial {t['id']}: {escape(t['checkpoint_note'], multiline=True)}")
         if t["last_error"]:
-            print(f"\ntrial {t['id']}: {t['last_error']}")
+            print(f"\ntrial {t['id']}: {escape(t['last_error'], multiline=True)}")
     return 0
 
 
@@ -241,7 +241,7 @@ def _print_trial_errors(client: Any, exp_id: int, limit: int = 3) -> None:
     """The root cause of each failed trial (its last_error's first paragraph), to stderr."""
     failed = [t for t in client.trials(exp_id) if t["state"] == "ERROR" and t["last_error"]]
     for t in failed[:limit]:
-        lead = t["last_error"].split("\n\n", 1)[0]
+        lead = escape(t["last_error"].split("\n\n", 1)[0], multiline=True)
         print(f"trial {t['id']}: {lead}\n  (det trial describe {t['id']} for the rest)",
               file=sys.stderr)
     if len(failed) > limit:
@@ -312,9 +312,9 @@ def trial_describe(args: Namespace) -> int:
         if not args.all and len(metrics) >= METRICS_LIMIT:
             print(f"showing the first {len(metrics)} metric reports; --all for everything")
     if t.get("checkpoint_note"):
-        print(f"\n{t['checkpoint_note']}")
+        print(f"\n{escape(t['checkpoint_note'], multiline=True)}")
     if t["last_error"]:
-        print(f"\n{t['last_error']}")
+        print(f"\n{escape(t['last_error'], multiline=True)}")
     return 0
 
 

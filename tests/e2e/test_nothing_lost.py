@@ -105,3 +105,22 @@ def test_create_refuses_a_huge_directory_while_packing(cluster: Cluster, model: 
     assert out.returncode != 0
     assert "over the master's limit of 536870912" in out.stderr, out.stderr
     assert "leave data sets out of the model directory" in out.stderr
+
+
+def test_control_characters_from_the_master_are_printed_escaped(
+        cluster: Cluster, model: Path) -> None:
+    """A name with terminal escapes (set the title, clear the screen, ring) prints inert."""
+    import yaml
+
+    evil = "evil\x1b]0;pwned\x07\x1b[2J\x9b"
+    config = model / "evil.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": evil, "entrypoint": "python3 job.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "x", "max_length": 1}}))
+    exp = create(cluster, config, model)
+    assert describe(cluster, exp)["name"] == evil  # stored as given; --json escapes it
+    for args in (("experiment", "list"), ("experiment", "describe", str(exp))):
+        out = cluster.det(*args)
+        assert out.returncode == 0, out.stderr
+        assert not any(c in out.stdout for c in "\x1b\x07\x9b"), repr(out.stdout)
+        assert r"evil\x1b]0;pwned\x07\x1b[2J\x9b" in out.stdout
