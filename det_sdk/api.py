@@ -23,7 +23,13 @@ from pydantic import (
 )
 
 from det_sdk.errors import UsageError
-from det_sdk.wire import decode_metric, encode_metric, to_wire
+from det_sdk.wire import (
+    MAX_METRIC_NAME_CHARS,
+    MAX_METRICS_PER_REPORT,
+    decode_metric,
+    encode_metric,
+    to_wire,
+)
 
 __all__ = [
     "DEFAULT_METRICS_LIMIT",
@@ -152,6 +158,8 @@ Metric = Annotated[
                               {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]}),
 ]
 Number = Annotated[float, BeforeValidator(_no_bool)]
+# A reported metric's name (det_sdk.wire.check_metrics checks it in the training process)
+MetricName = Annotated[str, Field(min_length=1, max_length=MAX_METRIC_NAME_CHARS)]
 # An untyped value (a config's, a hyperparameter's): answered with its non-finite floats in
 # the wire form, whichever path serialises it (model_dump(mode="json") keeps them floats)
 JsonValue = Annotated[Any, PlainSerializer(to_wire, when_used="json")]
@@ -214,7 +222,7 @@ class MetricsReport(_Model):
     group: MetricGroup
     steps_completed: Count
     epoch: Count = 0
-    metrics: dict[str, Metric] = Field(max_length=1000)
+    metrics: dict[MetricName, Metric] = Field(max_length=MAX_METRICS_PER_REPORT)
     #: the stage of the script that reports (det_sdk.stages; steps count from 0 in each);
     #: None: the default stage, as a report before stages
     stage: str | None = Field(default=None, pattern=STAGE_PATTERN)
@@ -252,7 +260,8 @@ class CheckpointReport(_Model):
     epoch: Count
     batch: Count = 0
     size: Count = 0
-    metrics: dict[str, Metric] = Field(default_factory=dict, max_length=1000)
+    metrics: dict[MetricName, Metric] = Field(default_factory=dict,
+                                              max_length=MAX_METRICS_PER_REPORT)
     stage: str | None = Field(default=None, pattern=STAGE_PATTERN)  # None: the default stage
     searched: StrictBool = True  # of the searched stage: ranks for the trial's "best"
 
@@ -298,6 +307,8 @@ class CheckpointInfo(_Model):
     created: float
     path: str | None = None
     stage: str | None = None  # None: the default stage
+    #: why it failed verification on restore (never restored again); None: intact
+    damaged: str | None = None
 
 
 class RungResult(_Model):
@@ -327,6 +338,8 @@ class TrialInfo(_Model):
     best_metric: Metric | None = None
     latest_checkpoint: str | None = None
     last_error: str | None = None
+    #: what became of its checkpoints that failed verification on restore (a line each)
+    checkpoint_note: str | None = None
     bracket: int = 0
     searcher_length: SearcherLength | None = None  # what the searcher has it train to now
     rungs: list[RungResult] = Field(default_factory=list)

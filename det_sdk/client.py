@@ -297,6 +297,11 @@ class MasterClient:
     def download_checkpoint(self, uuid: str) -> bytes:
         return self.request("GET", f"/api/v1/checkpoints/{uuid}/download")
 
+    def download_files(self, kind: str, task_id: int) -> bytes:
+        """The files trial or job ``task_id`` (``kind``: ``"trials"`` or ``"jobs"``) wrote
+        into its working directory, kept when it ended, as a .tar.gz."""
+        return self.request("GET", f"/api/v1/{kind}/{task_id}/files")
+
     # --- what a running task reports ----------------------------------------------------------
 
     def report_metrics(self, trial_id: int, body: dict[str, Any]) -> None:

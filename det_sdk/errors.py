@@ -16,8 +16,8 @@ True
 from __future__ import annotations
 
 __all__ = ["ArgumentTypeError", "CheckpointCorruptError", "CheckpointMismatchError",
-           "CheckpointWriteError", "DetSdkError", "DivergenceError", "MissingExtraError",
-           "StateError", "UsageError"]
+           "CheckpointWriteError", "DetSdkError", "DivergenceError", "MetricsLimitError",
+           "MissingExtraError", "ReportRefusedError", "StateError", "UsageError"]
 
 
 class DetSdkError(Exception):
@@ -51,6 +51,17 @@ class CheckpointWriteError(DetSdkError, OSError, RuntimeError):
 
 class CheckpointMismatchError(DetSdkError, ValueError):
     """A checkpoint that cannot go into this model or this Keras (another major version)."""
+
+
+class MetricsLimitError(DetSdkError, ValueError):
+    """A metrics report over the master's limits (too many keys, a name too long), raised
+    in the training process before anything is sent: the message names the group, the
+    metric and the limit (``det_sdk.wire.check_metrics``)."""
+
+
+class ReportRefusedError(DetSdkError, RuntimeError):
+    """The master refused a report as invalid (HTTP 400 or 413): what it carried would be
+    lost, so the trial fails with the master's reason instead of training on."""
 
 
 class DivergenceError(DetSdkError, RuntimeError):

@@ -30,6 +30,7 @@ import logging
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ from typing import Any, Literal
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
-from det_sdk.errors import DetSdkError, StateError
+from det_sdk.errors import DetSdkError, ReportRefusedError, StateError
 from det_sdk.stages import (
     DEFAULT_STAGE,
     forget_after,
@@ -54,7 +55,7 @@ from det_sdk.storage import (
     best_first,
     check_uuid,
 )
-from det_sdk.wire import decode_metrics
+from det_sdk.wire import check_metrics, decode_metrics
 from det_sdk.wire import dumps as wire_dumps
 
 __all__ = [
@@ -228,6 +229,7 @@ class LocalSession(Session):
     ) -> None:
         if self._metrics_file is None:
             raise StateError("this process opened the run read-only; rank 0 reports")
+        check_metrics(group, metrics)  # the master's limits: what runs here runs there
         row = {
             "group": group,
             **record_fields(self.stage),
@@ -479,10 +481,11 @@ class MasterSession(Session):
         self._preempt = threading.Event()
         self._closed = threading.Event()
         self._failures = 0
+        self._refused: ReportRefusedError | None = None  # a report the master refused
         if writer:
             threading.Thread(target=self._deliver, daemon=True, name="det-reports").start()
             # The script may end right after fit: deliver what is queued before exit.
-            atexit.register(self.close)
+            atexit.register(self._close_at_exit)
             if info.task_type == "TRIAL":
                 threading.Thread(target=self._watch_preemption, daemon=True,
                                  name="det-preemption").start()
@@ -492,6 +495,8 @@ class MasterSession(Session):
     def report_metrics(
         self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
     ) -> None:
+        check_metrics(group, metrics)
+        self._raise_refused()
         if self.trial_id is None:
             return  # a generic job has no trial to report to
         body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
@@ -499,6 +504,8 @@ class MasterSession(Session):
         self._queue.put(("metrics", body))
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+        check_metrics("checkpoint", metadata.get("metrics") or {})
+        self._raise_refused()
         body = {"uuid": uuid, "trial_id": self.trial_id,
                 **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
                    if k in metadata},
@@ -519,7 +526,8 @@ class MasterSession(Session):
             return []
         rows = _retry(lambda: self.client.checkpoints(int(self.trial_id)))  # newest first
         return [{k: r[k] for k in ("uuid", "stage") if r.get(k) is not None}
-                for r in sorted(rows, key=lambda r: r["created"])]
+                for r in sorted(rows, key=lambda r: r["created"])
+                if not r.get("damaged")]  # failed verification on restore: never again
 
     def report_progress(self, fraction: float) -> None:
         # the trial's progress is its searched stage's (det_sdk.stages); the others have
@@ -560,7 +568,13 @@ class MasterSession(Session):
                 self._send(kind, body)
                 return
             except MasterError as err:
-                if err.status < 500:  # refused: retrying cannot help
+                if err.status in _INVALID_REPORT:  # what it carries cannot be stored
+                    log.error("det_sdk: master refused a %s report: %s", kind, err)
+                    self._refused = self._refused or ReportRefusedError(
+                        f"the master refused a {kind} report as invalid (HTTP {err.status}): "
+                        f"{err}; the trial fails rather than train on without its records")
+                    return
+                if err.status < 500:  # the trial's state or the token: retrying cannot help
                     log.warning("det_sdk: master refused a %s report: %s", kind, err)
                     return
                 server_errors += 1
@@ -650,7 +664,8 @@ class MasterSession(Session):
         )
 
     def close(self, timeout: float = 120.0) -> None:
-        """Deliver what is queued (for up to ``timeout`` seconds), then stop."""
+        """Deliver what is queued (for up to ``timeout`` seconds), then stop; raise
+        :class:`~det_sdk.errors.ReportRefusedError` if the master refused a report."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -661,12 +676,32 @@ class MasterSession(Session):
                 while self._queue.unfinished_tasks and time.monotonic() < deadline:
                     done.wait(deadline - time.monotonic())
             self._queue.put(None)
+        self._raise_refused()
+
+    def _raise_refused(self) -> None:
+        """Raise, in the training thread, the refusal the report thread met (once)."""
+        refused, self._refused = self._refused, None
+        if refused is not None:
+            raise refused
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit (a script that never closed its context): an exception
+        raised here would be printed and the exit status stay 0, so a refused report
+        ends the process with status 1 itself."""
+        try:
+            self.close()
+        except ReportRefusedError as err:
+            print(f"det_sdk.errors.ReportRefusedError: {err}", file=sys.stderr, flush=True)
+            os._exit(1)
 
 
 # Retries (about 10 minutes) for the calls a trial cannot go on without.
 _WAIT_FOR_MASTER = 64
 # A report the master keeps failing with 5xx is dropped after this many tries.
 _SERVER_ERROR_RETRIES = 5
+# Answers that say the report itself cannot be stored (invalid, too large): the trial fails.
+# Others (401, 403, 404, 409) are about the trial's state or the token, not the report.
+_INVALID_REPORT = (400, 413, 422)
 
 
 def _wire_metrics(metrics: Mapping[str, Any]) -> dict[str, float | str]:

@@ -20,10 +20,43 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from det_sdk.errors import UsageError
+from det_sdk.errors import MetricsLimitError, UsageError
 
-__all__ = ["decode_metric", "decode_metrics", "dumps", "encode_metric", "is_rankable",
+__all__ = ["MAX_METRICS_PER_REPORT", "MAX_METRIC_NAME_CHARS", "check_metrics",
+           "decode_metric", "decode_metrics", "dumps", "encode_metric", "is_rankable",
            "metric_rank", "replace_non_finite", "to_wire"]
+
+# What one metrics report may hold (det_sdk.api.MetricsReport refuses more; a report
+# within both limits also stays well under the master's 1 MiB body limit).
+MAX_METRICS_PER_REPORT = 1000
+MAX_METRIC_NAME_CHARS = 256
+
+
+def check_metrics(group: str, metrics: Any) -> None:
+    """Raise :class:`~det_sdk.errors.MetricsLimitError` unless ``metrics`` (one report of
+    ``group``) is within what the master stores: at most :data:`MAX_METRICS_PER_REPORT`
+    names, each 1 to :data:`MAX_METRIC_NAME_CHARS` characters. Checked in the training
+    process before the report is queued, so the script stops where it reported.
+
+    >>> check_metrics("training", {"loss": 0.5})
+    >>> try:
+    ...     check_metrics("training", {str(i): 0.0 for i in range(1001)})
+    ... except MetricsLimitError as err:
+    ...     print(str(err)[:69])
+    a training metrics report has 1001 metrics; the master stores at most
+    """
+    if len(metrics) > MAX_METRICS_PER_REPORT:
+        raise MetricsLimitError(
+            f"a {group} metrics report has {len(metrics)} metrics; the master stores at most "
+            f"{MAX_METRICS_PER_REPORT} per report (det_sdk.wire.MAX_METRICS_PER_REPORT): "
+            "report fewer (aggregate per-class values, or log the rest to TensorBoard)")
+    for key in metrics:
+        name = str(key)
+        if not 1 <= len(name) <= MAX_METRIC_NAME_CHARS:
+            shown = name if len(name) <= 60 else f"{name[:60]}..."
+            raise MetricsLimitError(
+                f"{group} metric {shown!r}: a metric name is 1 to {MAX_METRIC_NAME_CHARS} "
+                f"characters (det_sdk.wire.MAX_METRIC_NAME_CHARS), this one has {len(name)}")
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 

@@ -39,7 +39,9 @@ batch_size = context.config_data["batch_size"]
 # the rows come back in their original order
 predictions = context.predict(model, data, batch_size=batch_size, verbose=0)
 
-# you'll want to upload your predictions to somewhere persistent
+# you'll want to upload your predictions to somewhere persistent. A relative path lands
+# in the job's working directory: on the cluster the master keeps the files a job writes
+# there when it ends (`det job download JOB_ID DIR` fetches them)
 if context.distributed.is_chief:
     out = context.config_data.get("predictions_path", "predictions.npy")
     np.save(out, predictions)

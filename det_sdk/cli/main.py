@@ -190,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # what det_sdk refuses (ConfigError, UsageError, MasterError, MasterUnreachable...)
         # or a file it cannot read or write: the message says it all. Anything else (a
         # KeyError, a TypeError) is a bug and shows as one, with its traceback.
-        print(f"det: error: {err}", file=sys.stderr)
+        from det_sdk.cli.render import escape
+
+        # a master's message may echo a name or a config value: printed inert
+        print(f"det: error: {escape(err, multiline=True)}", file=sys.stderr)
         return 1
 
 

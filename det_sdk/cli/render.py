@@ -9,7 +9,26 @@ TYPE_CHECKING = False  # typing and json are imported when used, not for `det --
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["page_footer", "print_json", "progress_bar", "table"]
+__all__ = ["escape", "page_footer", "print_json", "progress_bar", "table"]
+
+# C0 controls, DEL and C1 controls: what a terminal acts on (ESC starts colour, title and
+# cursor sequences; BEL rings; CR overwrites the line)
+_CONTROL = {*range(0x20), 0x7F, *range(0x80, 0xA0)}
+_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROL}
+_MULTILINE = {c: v for c, v in _ESCAPES.items() if c not in (0x0A, 0x09)}
+
+
+def escape(text: object, multiline: bool = False) -> str:
+    r"""``text`` as the CLI prints what the master holds (names, errors, metric names):
+    control characters written out visibly (``\x1b``), so that a name cannot drive the
+    terminal; ``multiline`` keeps newlines and tabs (an error's traceback).
+
+    >>> print(escape("exp\x1b[31mred\x07"))
+    exp\x1b[31mred\x07
+    >>> escape("a\nb\tc", multiline=True) == "a\nb\tc", escape("a\nb")
+    (True, 'a\\x0ab')
+    """
+    return str(text).translate(_MULTILINE if multiline else _ESCAPES)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -19,7 +38,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     ID  STATE
     1   RUNNING
     """
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    cells = [[("" if c is None else escape(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
               for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]

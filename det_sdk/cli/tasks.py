@@ -7,7 +7,7 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from det_sdk.cli.render import page_footer, print_json, progress_bar, table
+from det_sdk.cli.render import escape, page_footer, print_json, progress_bar, table
 from det_sdk.errors import UsageError
 
 # `det --help` imports this module for COMMANDS: what a command needs beyond it (tarfile,
@@ -101,16 +101,16 @@ def _num(v: Any) -> str:
 
 
 def _pack(directory: str) -> bytes:
-    from det_sdk.master.archive import MAX_ARCHIVE_BYTES, pack
+    from det_sdk.master.archive import ArchiveTooLargeError, pack
 
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(f"model directory {directory!r} does not exist or is not a directory")
-    data = pack(d)
-    if len(data) > MAX_ARCHIVE_BYTES:
-        raise UsageError(f"{directory} packs to {len(data)} bytes, over the master's limit of "
-                         f"{MAX_ARCHIVE_BYTES}; leave data sets out of the model directory")
-    return data
+    try:  # stops as soon as a limit is passed: bounded memory and time
+        return pack(d)
+    except ArchiveTooLargeError as err:
+        raise UsageError(f"{directory} {err}, over the master's limit of {err.limit}; leave "
+                         "data sets out of the model directory") from None
 
 
 def _follow(client: Any, kind: str, task_id: int, done: Any) -> str:
@@ -139,7 +139,7 @@ def experiment_create(args: Namespace) -> int:
                                        progress_bar("uploading model directory"))
     exp_id = created["id"]
     for warning in created["warnings"]:  # stderr: --json output stays parseable
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {escape(warning, multiline=True)}", file=sys.stderr)
     if args.json:
         print_json({"id": exp_id})
     else:
@@ -202,7 +202,7 @@ def experiment_describe(args: Namespace) -> int:
         print_json(exp)
         return 0
     searcher = (exp["config"].get("searcher") or {})
-    print(f"Experiment {exp['id']} {exp['name'] or ''}: {exp['state']}, "
+    print(f"Experiment {exp['id']} {escape(exp['name'] or '')}: {exp['state']}, "
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
     print(table(_TRIAL_HEADERS, _trial_rows(exp["trials"])))
@@ -210,8 +210,10 @@ def experiment_describe(args: Namespace) -> int:
     if footer:
         print(footer)
     for t in exp["trials"]:
+        if t.get("checkpoint_note"):
+            print(f"\ntrial {t['id']}: {escape(t['checkpoint_note'], multiline=True)}")
         if t["last_error"]:
-            print(f"\ntrial {t['id']}: {t['last_error']}")
+            print(f"\ntrial {t['id']}: {escape(t['last_error'], multiline=True)}")
     return 0
 
 
@@ -239,7 +241,7 @@ def _print_trial_errors(client: Any, exp_id: int, limit: int = 3) -> None:
     """The root cause of each failed trial (its last_error's first paragraph), to stderr."""
     failed = [t for t in client.trials(exp_id) if t["state"] == "ERROR" and t["last_error"]]
     for t in failed[:limit]:
-        lead = t["last_error"].split("\n\n", 1)[0]
+        lead = escape(t["last_error"].split("\n\n", 1)[0], multiline=True)
         print(f"trial {t['id']}: {lead}\n  (det trial describe {t['id']} for the rest)",
               file=sys.stderr)
     if len(failed) > limit:
@@ -309,8 +311,10 @@ def trial_describe(args: Namespace) -> int:
                     rows))
         if not args.all and len(metrics) >= METRICS_LIMIT:
             print(f"showing the first {len(metrics)} metric reports; --all for everything")
+    if t.get("checkpoint_note"):
+        print(f"\n{escape(t['checkpoint_note'], multiline=True)}")
     if t["last_error"]:
-        print(f"\n{t['last_error']}")
+        print(f"\n{escape(t['last_error'], multiline=True)}")
     return 0
 
 
@@ -339,7 +343,8 @@ def checkpoint_list(args: Namespace) -> int:
         print_json(rows)
         return 0
     print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
-                [[c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c["size"],
+                [[c["uuid"] + (" (damaged)" if c.get("damaged") else ""), c["trial_id"],
+                  c["steps_completed"], c["epoch"], c["size"],
                   " ".join(f"{k}={_num(v)}" for k, v in c["metrics"].items())] for c in rows]))
     footer = page_footer(len(rows), total, "checkpoints")
     if footer:
@@ -347,18 +352,37 @@ def checkpoint_list(args: Namespace) -> int:
     return 0
 
 
-def checkpoint_download(args: Namespace) -> int:
+def _extract(data: bytes, directory: str) -> Path:
     import io
     import tarfile
 
-    data = _client(args).download_checkpoint(args.uuid)
-    dest = Path(args.dir)
+    dest = Path(directory)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tar.extractall(dest, **kwargs)
+    return dest
+
+
+def checkpoint_download(args: Namespace) -> int:
+    dest = _extract(_client(args).download_checkpoint(args.uuid), args.dir)
     print(f"checkpoint {args.uuid} -> {dest}")
     return 0
+
+
+def _files_download(args: Namespace, kind: str) -> int:
+    """The files a trial or job wrote into its working directory (kept when it ended)."""
+    dest = _extract(_client(args).download_files(kind, args.id), args.dir)
+    print(f"{kind[:-1]} {args.id} files -> {dest}")
+    return 0
+
+
+def trial_download(args: Namespace) -> int:
+    return _files_download(args, "trials")
+
+
+def job_download(args: Namespace) -> int:
+    return _files_download(args, "jobs")
 
 
 # --- jobs -------------------------------------------------------------------------------------
@@ -395,6 +419,8 @@ def job_logs(args: Namespace) -> int:
     return _print_logs(args, "jobs")
 
 
+_FILES_DIR = ("dir", {"help": "where to put the files"})
+
 COMMANDS = {
     "experiment": {
         "create": (experiment_create, "submit an experiment: CONFIG DIR",
@@ -417,6 +443,8 @@ COMMANDS = {
                                           "help": "every metric report (default: the first "
                                                   f"{METRICS_LIMIT})"})]),
         "logs": (trial_logs, "a trial's logs", [("id",), ("--follow",)]),
+        "download": (trial_download, "copy the files the trial wrote into its working "
+                     "directory into DIR (kept when it ended)", [("id",), _FILES_DIR]),
     },
     "checkpoint": {
         "list": (checkpoint_list, "the newest checkpoints (of one trial with --trial)",
@@ -428,5 +456,7 @@ COMMANDS = {
                 [("config",), ("model_dir",), ("--follow",)]),
         "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
+        "download": (job_download, "copy the files the job wrote into its working "
+                     "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },
 }

@@ -440,7 +440,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
             f"checkpoint {path} has format version {meta.get('format_version')!r}; "
             f"this det_sdk reads versions {', '.join(map(str, READABLE_VERSIONS))}"
         )
-    if meta["format_version"] >= 2:
+    if _must_verify(path, meta):
         _verify(path, "metadata.json", (path / "metadata.json").read_bytes())
     major = meta.get("keras_major", 2)  # checkpoints from before Keras 3 support: Keras 2
     if major != _compat.KERAS_MAJOR:
@@ -481,7 +481,7 @@ def _read_json(path: Path, verify: bool = False) -> Any:
 
 
 def _read_arrays(path: Path, verify: bool = True) -> dict[str, list[np.ndarray]]:
-    verify = verify and _format(path) >= 2
+    verify = verify and _must_verify(path)
     index = _read_json(path / "state.json", verify=verify)
     try:
         entries = index["arrays"]
@@ -534,9 +534,22 @@ def _as_tensor(arr: np.ndarray) -> Any:
         return arr
 
 
-def _format(path: Path) -> int:
-    meta = _read_json(path / "metadata.json")
-    return int(meta.get("format_version", 1)) if isinstance(meta, dict) else 1
+def _must_verify(path: Path, meta: Any = None) -> bool:
+    """Whether checkpoint ``path``'s files are checked against ``checksums.json``.
+
+    Always, but for a genuine format-1 checkpoint: it has neither ``checksums.json`` nor
+    ``keras_major`` (both came with format 2). What the metadata claims cannot switch
+    the check off: a directory with ``checksums.json`` is verified whatever its
+    ``format_version`` says, and a format-2 one (or one naming its Keras major, which
+    only the format-2 writer does) without it is incomplete.
+    """
+    if (path / CHECKSUMS).exists():
+        return True
+    if meta is None:
+        meta = _read_json(path / "metadata.json")
+    if not isinstance(meta, dict):
+        return True
+    return meta.get("format_version", 1) != 1 or "keras_major" in meta
 
 
 def _assign(
@@ -635,7 +648,7 @@ def load_weights(path: Path, model: Any) -> dict[str, Any]:
 def load_model(path: Path, custom_objects: Mapping[str, Any] | None = None) -> Any:
     """A compiled Keras model (architecture, weights, optimizer state) from a checkpoint."""
     read_metadata(path)
-    spec = _read_json(path / "model.json", verify=_format(path) >= 2)
+    spec = _read_json(path / "model.json", verify=_must_verify(path))
     if spec.get("model_config") is None:
         only = spec.get("weights_only") or {}
         raise WeightsOnlyCheckpointError(

@@ -85,6 +85,11 @@ UPLOAD_BODY_BYTES = 4 * (MAX_ARCHIVE_BYTES // 3 + 1) + SMALL_BODY_BYTES
 _UPLOAD_ROUTES = {("POST", "/api/v1/experiments"), ("POST", "/api/v1/jobs")}
 
 _ERROR = {"model": api.ErrorBody}
+_ENDED = ("COMPLETED", "CANCELED", "ERROR")
+_FILES_DOC: dict[int | str, dict[str, Any]] = {200: {
+    "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+    "description": "the files a task created or changed in its working directory, as a "
+                   ".tar.gz (det_sdk.master.task_files)"}}
 # Documented on every route (FastAPI adds 422, which this API answers as 400).
 RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {**_ERROR, "description": "invalid request; `detail` names the field"},
@@ -519,6 +524,26 @@ def create_app(master: Master) -> FastAPI:
                  p: Principal = Depends(user)) -> dict[str, Any]:
         master.job(job_id)
         return _read_log(master.logs_path("jobs", job_id), offset)
+
+    def _task_files(kind: str, task_id: int, state: str) -> Response:
+        path = master.files_path(kind, task_id)
+        if not path.is_dir():
+            what = kind[:-1]
+            raise HTTPException(404, f"{what} {task_id} kept no files: it wrote none into its "
+                                     f"working directory" + ("" if state in _ENDED else
+                                     f", or has not ended ({state}): they are kept when it "
+                                     "ends"))
+        return _tar_gz_response(path)
+
+    @app.get("/api/v1/jobs/{job_id}/files", response_class=Response, responses=_FILES_DOC)
+    def job_files(job_id: Id, p: Principal = Depends(user)) -> Response:
+        """The files the job wrote into its working directory, kept when it ended."""
+        return _task_files("jobs", job_id, master.job(job_id)["state"])
+
+    @app.get("/api/v1/trials/{trial_id}/files", response_class=Response, responses=_FILES_DOC)
+    def trial_files(trial_id: Id, p: Principal = Depends(user)) -> Response:
+        """The files the trial wrote into its working directory, kept when it ended."""
+        return _task_files("trials", trial_id, master.trial(trial_id)["state"])
 
     # The web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12.
     from det_sdk.master.ui import ui_router

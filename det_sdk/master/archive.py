@@ -20,11 +20,14 @@ import io
 import os
 import posixpath
 import tarfile
+import tempfile
 from pathlib import Path
+from typing import IO, Any
 
 from det_sdk.errors import DetSdkError
 
-__all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "check_archive", "unpack"]
+__all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "ArchiveTooLargeError",
+           "check_archive", "pack", "unpack"]
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # compressed, as uploaded
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
@@ -34,6 +37,14 @@ MAX_DEPTH = 64  # directory levels of a member's path
 
 class ArchiveError(DetSdkError, ValueError):
     """An uploaded model directory that the master refuses."""
+
+
+class ArchiveTooLargeError(ArchiveError):
+    """A directory whose archive would pass a size limit: packing stopped there."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 def _escapes(name: str) -> bool:
@@ -106,13 +117,46 @@ def unpack(data: bytes, dest: Path) -> None:
     os.chmod(dest, 0o755)
 
 
-def pack(directory: Path) -> bytes:
-    """A .tar.gz of ``directory``'s contents (paths relative to it)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(directory.rglob("*")):
-            rel = path.relative_to(directory)
-            if any(part in (".git", "__pycache__", ".venv", "det-runs") for part in rel.parts):
-                continue
-            tar.add(path, arcname=str(rel), recursive=False)
-    return buf.getvalue()
+class _Bounded(io.RawIOBase):
+    """A write-only file that passes bytes on to ``out`` until ``limit`` is passed."""
+
+    def __init__(self, out: IO[bytes], limit: int) -> None:
+        self.out, self.limit, self.written = out, limit, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.written += len(b)
+        if self.written > self.limit:
+            raise ArchiveTooLargeError(f"packs to over {self.limit} bytes", self.limit)
+        return self.out.write(b)
+
+
+def pack(directory: Path, max_bytes: int = MAX_ARCHIVE_BYTES,
+         max_unpacked: int = MAX_UNPACKED_BYTES) -> bytes:
+    """A .tar.gz of ``directory``'s contents (paths relative to it; ``.git``,
+    ``__pycache__``, ``.venv`` and ``det-runs`` left out).
+
+    Written to a temporary file, not memory, and stopped with
+    :class:`ArchiveTooLargeError` as soon as the archive passes ``max_bytes`` or its
+    files ``max_unpacked`` (the master's limits; a file's size is checked before it is
+    read): a directory of a GB costs neither a GB of memory nor the time to compress it.
+    """
+    with tempfile.TemporaryFile() as spool:
+        bounded = _Bounded(spool, max_bytes)
+        total = 0
+        with tarfile.open(fileobj=bounded, mode="w:gz") as tar:  # type: ignore[call-overload]
+            for path in sorted(directory.rglob("*")):
+                rel = path.relative_to(directory)
+                if any(part in (".git", "__pycache__", ".venv", "det-runs")
+                       for part in rel.parts):
+                    continue
+                if path.is_file() and not path.is_symlink():
+                    total += path.stat().st_size
+                    if total > max_unpacked:
+                        raise ArchiveTooLargeError(
+                            f"holds over {max_unpacked} bytes of files (at {rel})", max_unpacked)
+                tar.add(path, arcname=str(rel), recursive=False)
+        spool.seek(0)
+        return spool.read()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.config import ExperimentConfig
+from det_sdk.failure import Failure
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.rows import CheckpointRow
@@ -43,6 +44,8 @@ log = logging.getLogger("det_sdk.master.checkpoints")
 # Only directories named like the uuids det_sdk.storage writes are ever swept: a
 # host_path shared with other files loses nothing else.
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID_IN_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_NOTE_LINES = 5
 
 
 def _searched(row: CheckpointRow) -> bool:
@@ -99,9 +102,51 @@ class Checkpoints:
             self._apply_retention(trial_id)
 
     def _latest(self, trial_id: int) -> str | None:
-        """The trial's newest checkpoint (stages count steps from 0 each: by time)."""
-        rows = self.store.checkpoints(trial_id)
+        """The trial's newest intact checkpoint (stages count steps from 0 each: by time)."""
+        rows = self.intact(trial_id)
         return max(rows, key=lambda r: r["created"])["uuid"] if rows else None
+
+    def intact(self, trial_id: int) -> list[CheckpointRow]:
+        """The trial's checkpoints that no restore found damaged: those it may resume from."""
+        return [r for r in self.store.checkpoints(trial_id) if not r.get("damaged")]
+
+    # --- damaged checkpoints ----------------------------------------------------------------
+
+    def damaged_on_restore(self, trial_id: int, failure: Failure | None) -> str | None:
+        """Mark the trial's checkpoint that ``failure`` (its task's root cause) found
+        damaged, and point the trial at its newest intact one; the note to log, or None.
+
+        A process that restores a checkpoint whose files fail verification raises
+        :class:`~det_sdk.errors.CheckpointCorruptError` naming the checkpoint's
+        directory (``<storage>/<uuid>``); the rank's failure record carries it here.
+        Only the trial's own intact checkpoints named in the message are marked: a
+        damaged checkpoint is never handed to the trial again, so a restart resumes
+        from the one before it (or from the start when none is left), not from the
+        same damaged one until ``max_restarts`` runs out.
+        """
+        if failure is None or not failure.type.endswith("CheckpointCorruptError"):
+            return None
+        named = set(_UUID_IN_TEXT.findall(failure.message))
+        hit = [r["uuid"] for r in self.intact(trial_id) if r["uuid"] in named]
+        if not hit:
+            return None
+        reason = failure.message.strip().splitlines()[0][:500]
+        with self.lifecycle.lock:
+            for uuid in hit:
+                self.store.mark_checkpoint_damaged(uuid, reason)
+            latest = self._latest(trial_id)
+            self.store.update_trial(trial_id, latest_checkpoint=latest)
+        then = (f"a restart resumes from checkpoint {latest}, the newest intact one"
+                if latest else "no intact checkpoint is left: a restart begins from the start")
+        note = (f"checkpoint {', '.join(hit)} failed verification on restore ({reason}); "
+                f"marked damaged, never restored again; {then}")
+        t = self.store.trial(trial_id)
+        before = (t or {}).get("checkpoint_note") or ""
+        # bounded: one line per damaged checkpoint, the latest few
+        lines = [*before.splitlines(), note][-_NOTE_LINES:]
+        self.store.update_trial(trial_id, checkpoint_note="\n".join(lines))
+        log.warning("trial %d: %s", trial_id, note)
+        return note
 
     def _apply_retention(self, trial_id: int) -> None:
         """Delete the trial's checkpoints (files, then records) the policy no longer keeps.
@@ -116,13 +161,14 @@ class Checkpoints:
         cfg = self.config_of(trial_id)
         policy = cfg.checkpoint_storage
         metric, smaller = cfg.searcher_metric
-        rows = self.store.checkpoints(trial_id)
+        # damaged ones neither count as kept latest/best nor go: kept for inspection
+        rows = self.intact(trial_id)
         keep = kept_per_stage(rows, policy.save_trial_latest, policy.save_trial_best,
                               metric, smaller)
         if policy.save_experiment_best:
             t = self.store.trial(trial_id)
             everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
-                        for c in self.store.checkpoints(other["id"]) if _searched(c)]
+                        for c in self.intact(other["id"]) if _searched(c)]
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         base = self.directory(cfg)
@@ -173,7 +219,7 @@ class Checkpoints:
             "experiment_id": t["experiment_id"] if t else None,
             "steps_completed": c["steps"], "epoch": c["epoch"], "batch": c["batch"],
             "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
-            "stage": c.get("stage"),
+            "stage": c.get("stage"), "damaged": c.get("damaged"),
         }
 
     def of_trial(self, trial_id: int, best: bool, stage: str | None = None) -> dict[str, Any]:
@@ -181,7 +227,7 @@ class Checkpoints:
         values rank last, :func:`det_sdk.wire.metric_rank`: a trial whose every
         checkpoint holds NaN still has a "best", its first); of ``stage`` when given
         (det_sdk.stages), else the latest of any stage and the best of the searched one."""
-        rows = self.store.checkpoints(trial_id)
+        rows = self.intact(trial_id)
         if stage is not None:
             rows = [r for r in rows if stage_of(r) == stage]
         if not rows:

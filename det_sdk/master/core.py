@@ -153,7 +153,9 @@ class Master:
     # --- cleanup --------------------------------------------------------------------------
 
     def _trial_ended(self, t: TrialRow) -> None:
-        """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes."""
+        """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes, the
+        files it wrote there kept."""
+        self.scheduler.keep_files("trials", t["id"])
         shutil.rmtree(self.tasks_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
 
     def _experiment_ended(self, exp: ExperimentRow) -> None:
@@ -277,7 +279,7 @@ class Master:
                                          "latest_checkpoint": None, "searched": False})
             firsts[name] = min(firsts.get(name, c["created"]), c["created"])
             latest = s.get("_created", -1.0)
-            if c["created"] >= latest:
+            if c["created"] >= latest and not c.get("damaged"):  # never resumed from
                 s["latest_checkpoint"], s["_created"] = c["uuid"], c["created"]
             s["searched"] = s["searched"] or c["searched"] is None or bool(c["searched"])
         ordered = sorted(stages.values(), key=lambda s: firsts[s["name"]])
@@ -300,7 +302,7 @@ class Master:
                    queued: dict[int, str] | None = None) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
-                "last_error", "bracket")
+                "last_error", "bracket", "checkpoint_note")
         info = {k: t[k] for k in keys}
         reason = (self.queued_trials() if queued is None else queued).get(t["id"])
         if reason and t["state"] == TrialState.RUNNING.value:
@@ -376,6 +378,9 @@ class Master:
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.scheduler.logs_path(kind, task_id)
+
+    def files_path(self, kind: str, task_id: int) -> Path:
+        return self.scheduler.files_path(kind, task_id)
 
     # --- jobs -----------------------------------------------------------------------------
 

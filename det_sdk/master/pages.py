@@ -126,6 +126,7 @@ def _trial_infos(master: Any, trials: list[TrialRow],
             steps_completed=t["steps_completed"], epoch=t["epoch"], progress=t["progress"],
             best_metric=t["best_metric"], latest_checkpoint=t["latest_checkpoint"],
             last_error=t["last_error"], bracket=t["bracket"], searcher_length=op,
+            checkpoint_note=t.get("checkpoint_note"),
             rungs=rungs.get(t["id"], [])))
     return out
 
@@ -199,6 +200,7 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],
+            damaged=c.get("damaged"),
             path=str(base / c["uuid"]) if c["experiment_id"] is not None else None))
     return api.CheckpointPage(checkpoints=out, total=total,
                               next_cursor=_next("checkpoints", rows, limit, "seq"))

@@ -44,6 +44,7 @@ class TrialRow(TypedDict):
     bracket: int
     target: int | None  # the length it trains to now (ASHA rung), else max_length
     searcher_done: int
+    checkpoint_note: str | None  # what became of its damaged checkpoints
 
 
 class JobRow(TypedDict):
@@ -97,6 +98,7 @@ class CheckpointRow(TypedDict):
     created: float
     stage: str | None  # det_sdk.stages: None is the default stage
     searched: int | None  # 0: a stage the searcher does not measure; None: yes
+    damaged: str | None  # why it failed verification on restore; None: intact
 
 
 # --- what the paged views read (Store.*_page): a few columns, with aggregates -------------

@@ -28,10 +28,11 @@ from det_sdk.master.lifecycle import (
 )
 from det_sdk.master.resources import ResourceManager, task_env
 from det_sdk.master.root_cause import TAIL_LINES as LOG_TAIL_LINES
-from det_sdk.master.root_cause import failure_note, last_error
+from det_sdk.master.root_cause import failure_note, last_error, read_tail, root_cause
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.search import Search
 from det_sdk.master.store import Store
+from det_sdk.master.task_files import keep_task_files
 
 __all__ = ["LOG_TAIL_LINES", "Scheduler"]
 
@@ -60,6 +61,21 @@ class Scheduler:
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.data_dir / kind / str(task_id) / "logs.txt"
+
+    def files_path(self, kind: str, task_id: int) -> Path:
+        """Where the files a trial or job wrote into its working directory are kept."""
+        return self.data_dir / kind / str(task_id) / "files"
+
+    def keep_files(self, kind: str, task_id: int) -> None:
+        """Before a task's working directory goes: keep what the task wrote there
+        (det_sdk.master.task_files); a log line when some of it did not fit."""
+        try:
+            note = keep_task_files(self.data_dir / kind / str(task_id) / "workdir",
+                                   self.files_path(kind, task_id))
+        except OSError as err:
+            note = f"the files it wrote could not be kept: {err}"
+        if note:
+            self._append_log(kind, task_id, f"det_sdk: {note}\n")
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -196,6 +212,11 @@ class Scheduler:
         if t is None:
             return
         cfg = self.config_of(trial_id)
+        if code != 0:  # a damaged checkpoint is never restored from twice
+            failure = root_cause(alloc, read_tail(self.logs_path("trials", trial_id)))
+            note = self.checkpoints.damaged_on_restore(trial_id, failure)
+            if note:
+                self._append_log("trials", trial_id, f"det_sdk: trial {trial_id}: {note}\n")
         # A task that acknowledged a stop request stopped: not finished, whatever the
         # searcher recorded (a pause in a fit after the searched one)
         finished = self.search.finished(t) and not (alloc and alloc.get("preempt_acked"))
@@ -218,7 +239,9 @@ class Scheduler:
         self.checkpoints.sweep_unrecorded(sorted(bases))
 
     def _job_ended(self, job: JobRow) -> None:
-        """A job's directory and upload go when it ends; its log stays."""
+        """A job's directory and upload go when it ends; its log and the files it wrote
+        into the directory stay."""
+        self.keep_files("jobs", job["id"])
         shutil.rmtree(self.data_dir / "jobs" / str(job["id"]) / "workdir", ignore_errors=True)
         Path(job["archive"]).unlink(missing_ok=True)
 

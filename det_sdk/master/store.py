@@ -88,7 +88,9 @@ CREATE TABLE IF NOT EXISTS ui_sessions (
 # Columns added after a table was first released: added to older databases on open.
 _ADDED_COLUMNS = {
     "trials": ("bracket INTEGER NOT NULL DEFAULT 0", "target INTEGER",
-               "searcher_done INTEGER NOT NULL DEFAULT 0"),
+               "searcher_done INTEGER NOT NULL DEFAULT 0",
+               # what became of its damaged checkpoints (det_sdk.master.checkpoints)
+               "checkpoint_note TEXT"),
     # det_sdk.master.resources: the resource manager's id of the task (a Slurm job id),
     # why it waits in that manager's queue, and when a kill turns into a forced stop
     "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL",
@@ -97,7 +99,9 @@ _ADDED_COLUMNS = {
                     "preempt_acked INTEGER NOT NULL DEFAULT 0"),
     # det_sdk.stages: the stage of the script that saved it (NULL: the default stage), and
     # whether that stage is the searched one (NULL: yes, as before stages)
-    "checkpoints": ("stage TEXT", "searched INTEGER"),
+    "checkpoints": ("stage TEXT", "searched INTEGER",
+                    # why it failed verification on restore; NULL: intact as far as known
+                    "damaged TEXT"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 
@@ -538,6 +542,9 @@ class Store:
             return self._all("SELECT * FROM checkpoints ORDER BY trial_id, steps")
         return self._all("SELECT * FROM checkpoints WHERE trial_id = ? ORDER BY steps, created",
                          trial_id)
+
+    def mark_checkpoint_damaged(self, uuid: str, reason: str) -> None:
+        self._exec("UPDATE checkpoints SET damaged = ? WHERE uuid = ?", reason, uuid)
 
     def delete_checkpoint(self, uuid: str) -> None:
         self._exec("DELETE FROM checkpoints WHERE uuid = ?", uuid)

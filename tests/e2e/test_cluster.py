@@ -71,7 +71,8 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     # batch inference on the trained trial, as a generic job on 2 Horovod processes
     job = {"entrypoint_script": "python3 batch_inference.py", "resources": {"slots": 2},
            "data": {"trial_id": trial["id"], "batch_size": 32,
-                    "predictions_path": str(cluster.root / "preds.npy")},
+                    # relative, as examples/batch_inference.yaml: kept with the job's files
+                    "predictions_path": "predictions.npy"},
            # Determined's per-device form: det_sdk's slots are CPUs, `cpu` applies
            "environment": {"environment_variables": {"cpu": [f"MNIST_NPZ={mnist_npz}"],
                                                      "cuda": ["MNIST_NPZ=/nowhere"]}}}
@@ -79,7 +80,10 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     job_path.write_text(yaml.safe_dump(job))
     out = cluster.det("job", "run", str(job_path), str(REPO / "examples"), "--follow")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    preds = np.load(cluster.root / "preds.npy")
+    job_id = out.stdout.split("Created job ")[1].split()[0]
+    got = cluster.det("job", "download", job_id, str(cluster.root / "job-files"))
+    assert got.returncode == 0, got.stderr
+    preds = np.load(cluster.root / "job-files" / "predictions.npy")
 
     from det_sdk.keras._checkpoint import load_model
 

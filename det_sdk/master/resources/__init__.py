@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from det_sdk.env import outside
 from det_sdk.errors import UsageError
 from det_sdk.master.archive import unpack
+from det_sdk.master.task_files import mark_unpacked
 
 if TYPE_CHECKING:
     from det_sdk.master.rows import AllocationRow
@@ -202,6 +203,7 @@ class ResourceManager:
         alloc_id = f"{task_type.lower()}-{task_id}-{uuidlib.uuid4().hex[:8]}"
         if not workdir.exists():
             unpack(Path(archive).read_bytes(), workdir)
+            mark_unpacked(workdir)  # files changed after this are the task's (kept)
         return alloc_id, secrets.token_urlsafe(24)
 
     def adopt(self, alloc: AllocationRow) -> None:
