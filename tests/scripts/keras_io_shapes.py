@@ -217,7 +217,9 @@ def main() -> None:
             out["shuffled"] = shuffled(context, unseeded=os.environ.get("SHAPES_UNSEEDED") == "1")
         elif shape == "nocall":
             model, hist = fit_nocall(context)
-            out["nocall"] = {"weights": [w.tolist() for w in model.get_weights()],
+            # trainable ones: Keras 2 lists the loss tracker's total and count among the
+            # weights (each process's own)
+            out["nocall"] = {"weights": [w.numpy().tolist() for w in model.trainable_weights],
                              "loss": [float(v) for v in hist.history["loss"]]}
         elif shape == "gan":
             stop = os.environ.get("SHAPES_STOP")  # "epoch,batch": SIGTERM to rank 0 there
