@@ -395,6 +395,8 @@ def job_logs(args: Namespace) -> int:
     return _print_logs(args, "jobs")
 
 
+from det_sdk.cli.model_cmd import COMMANDS as _MODEL_COMMANDS  # noqa: E402
+
 COMMANDS = {
     "experiment": {
         "create": (experiment_create, "submit an experiment: CONFIG DIR",
@@ -429,4 +431,5 @@ COMMANDS = {
         "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
     },
+    "model": _MODEL_COMMANDS,  # the master's model registry: det_sdk.cli.model_cmd
 }

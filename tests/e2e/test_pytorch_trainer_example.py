@@ -101,3 +101,103 @@ def test_two_slots_pause_and_activate_is_bit_equal(cluster: Cluster, example: Pa
     (n1, a), (n2, b) = _final_weights(cluster, full["id"]), _final_weights(cluster, paused["id"])
     assert n1 == n2 == 20
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+SHIM_CHECK = '''
+import det_sdk.pytorch
+import determined.core
+from determined.experimental import client
+from determined.pytorch import DataLoader, samplers
+import determined.pytorch.samplers as samplers_again
+from determined import keras  # noqa: F401  (resolved lazily: no TensorFlow yet)
+
+assert DataLoader is det_sdk.pytorch.DataLoader and samplers is samplers_again
+assert callable(determined.core.init) and callable(client.get_experiment)
+try:
+    import determined.common.api  # noqa: F401
+except ImportError as err:
+    assert "docs/determined-compat.md" in str(err), err
+    print("SHIM-OK", type(err).__name__)
+'''
+
+
+def test_determined_names_import_in_a_trial_and_the_example_runs_unrenamed(
+        cluster: Cluster, example: Path, tmp_path: Path) -> None:
+    """The master's `determined` shim: Determined's module paths, and the example with its
+    imports left as Determined's (`import determined as det`, `from determined import
+    pytorch`)."""
+    ctx = tmp_path / "ctx"
+    shutil.copytree(example, ctx)
+    script = (example / "train.py").read_text()
+    unrenamed = script.replace("import det_sdk as det", "import determined as det").replace(
+        "from det_sdk import pytorch", "from determined import pytorch")
+    assert unrenamed != script and "det_sdk" not in unrenamed.split('"""', 2)[2]
+    (ctx / "train.py").write_text(unrenamed)
+    (ctx / "shim_check.py").write_text(SHIM_CHECK)
+    cfg = yaml.safe_load((example / "const.yaml").read_text())
+    cfg["entrypoint"] = "python3 shim_check.py && python3 train.py --batches 4"
+    (tmp_path / "shim.yaml").write_text(yaml.safe_dump(cfg))
+    exp = create(cluster, tmp_path / "shim.yaml", ctx)
+    trial = _completed(cluster, exp)
+    logs = cluster.det("trial", "logs", str(trial["id"])).stdout
+    assert "SHIM-OK NotInDetSdk" in logs, logs[-3000:]
+    assert trial["steps_completed"] == 4
+
+
+FRESH_PROCESS = '''
+import json, sys
+import torch
+from det_sdk.experimental import client
+from det_sdk import pytorch
+from train import Digits
+
+client.login(master=sys.argv[1])  # DET_MASTER is set too: login(master=) wins
+exp = client.get_experiment(int(sys.argv[2]))
+assert exp.wait(interval=0.2).value == "COMPLETED"
+trials = exp.list_trials()
+val = {t.id: [m.metrics["validation_loss"]
+              for m in client.iter_trials_metrics([t.id], group="validation")] for t in trials}
+best = exp.top_checkpoint()
+assert best.uuid == exp.list_checkpoints(max_results=1)[0].uuid
+model = client.create_model("digits", description="the best of a grid")
+version = model.register_version(best.uuid)
+again = client.get_model("digits").get_version(1)
+path = again.checkpoint.download(sys.argv[3])
+trial = client.get_trial(best.trial_id)
+loaded = pytorch.load_trial_from_checkpoint_path(path, trial_class=Digits,
+                                                 trial_kwargs={"hparams": trial.hparams})
+state = torch.load(path + "/state_dict.pth", weights_only=True)["models_state_dict"][0]
+same = all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
+print(json.dumps({"version": version.model_version, "uuid": again.checkpoint_uuid,
+                  "best_uuid": best.uuid, "best_trial": best.trial_id, "val": val,
+                  "same": same, "steps": best.metadata["steps_completed"],
+                  "versions": [v.model_version for v in model.get_versions()]}))
+'''
+
+
+def test_client_finds_the_best_checkpoint_registers_downloads_and_loads_it(
+        cluster: Cluster, example: Path, tmp_path: Path) -> None:
+    """Train a grid of 2 on the master; from a fresh process, Determined's Python SDK finds
+    the best checkpoint, registers it as version 1, downloads and loads it."""
+    cfg = yaml.safe_load((example / "const.yaml").read_text())
+    cfg["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.001, 1.0]}
+    cfg["searcher"] = {"name": "grid", "metric": "validation_loss", "smaller_is_better": True}
+    cfg["entrypoint"] = "python3 train.py --batches 10"
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(cfg))
+    exp = create(cluster, tmp_path / "grid.yaml", example)
+    (example / "fresh.py").write_text(FRESH_PROCESS)
+    out = subprocess.run([sys.executable, "fresh.py", cluster.url, str(exp),
+                          str(tmp_path / "dl")], cwd=example, env={
+                              **cluster.env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["version"] == 1 and got["versions"] == [1] and got["same"]
+    assert got["uuid"] == got["best_uuid"] and got["steps"] == 10
+    final = {int(t): v[-1] for t, v in got["val"].items()}
+    assert len(final) == 2 and got["best_trial"] == min(final, key=final.get)
+    listed = cluster.det("model", "describe", "digits", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [v["checkpoint_uuid"] for v in json.loads(listed.stdout)["versions"]] == \
+        [got["best_uuid"]]
+    assert "digits" in cluster.det("model", "list").stdout
