@@ -15,14 +15,14 @@ __all__ = ["models_router"]
 
 class CreateModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str
-    description: str = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(max_length=128)
+    description: str = Field(default="", max_length=10_000)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=1000)
 
 
 class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    checkpoint_uuid: str
+    checkpoint_uuid: str = Field(max_length=64)
 
 
 def models_router(master: Any, user: Any) -> APIRouter:

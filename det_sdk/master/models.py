@@ -54,19 +54,24 @@ class ModelRegistry:
         if not NAME.match(name or ""):
             raise InvalidRequest(f"model name {name!r}: expected letters, digits, '.', '_' "
                                  f"or '-' (1-128, starting with a letter or digit)")
+        try:  # what JSON (and so the answers) can carry: no NaN, no infinity
+            meta = json.dumps(metadata or {}, allow_nan=False)
+        except ValueError as err:
+            raise InvalidRequest(f"model metadata: {err}") from None
         with self.store.tx() as db:
             if db.execute("SELECT 1 FROM models WHERE name = ?", (name,)).fetchone():
                 raise Conflict(f"model {name!r} already exists")
             db.execute("INSERT INTO models (name, description, metadata, created) "
                        "VALUES (?, ?, ?, ?)",
-                       (name, description or "", json.dumps(metadata or {}), time.time()))
+                       (name, description or "", meta, time.time()))
         return self.get(name)
 
     def get(self, ident: str | int) -> dict[str, Any]:
         """A model by name, or by id (an all-digit identifier that names no model)."""
         with self.store.tx() as db:
             row = db.execute("SELECT * FROM models WHERE name = ?", (str(ident),)).fetchone()
-            if row is None and str(ident).isdigit():
+            # an id SQLite can hold (a longer string of digits names no model)
+            if row is None and str(ident).isdigit() and int(ident) < 2**63:
                 row = db.execute("SELECT * FROM models WHERE id = ?", (int(ident),)).fetchone()
         if row is None:
             raise NotFound(f"no model {ident!r}")
