@@ -145,15 +145,17 @@ def test_determined_names_import_in_a_trial_and_the_example_runs_unrenamed(
 
 
 FRESH_PROCESS = '''
-import json, sys
+import json, sys, time
 import torch
 from det_sdk.experimental import client
 from det_sdk import pytorch
 from train import Digits
 
 client.login(master=sys.argv[1])  # DET_MASTER is set too: login(master=) wins
-exp = client.get_experiment(int(sys.argv[2]))
-assert exp.wait(interval=0.2).value == "COMPLETED"
+created = client.create_experiment(sys.argv[2], ".")
+assert created.wait(interval=0.2).value == "COMPLETED"
+exp = client.get_experiment(created.id)
+assert created.id in [e.id for e in client.list_experiments()]
 trials = exp.list_trials()
 val = {t.id: [m.metrics["validation_loss"]
               for m in client.iter_trials_metrics([t.id], group="validation")] for t in trials}
@@ -168,6 +170,15 @@ loaded = pytorch.load_trial_from_checkpoint_path(path, trial_class=Digits,
                                                  trial_kwargs={"hparams": trial.hparams})
 state = torch.load(path + "/state_dict.pth", weights_only=True)["models_state_dict"][0]
 same = all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
+# pause, activate and kill an experiment the client created
+other = client.create_experiment(sys.argv[2], ".")
+other.pause()
+while other.state.value != "PAUSED":
+    time.sleep(0.2)
+    other.reload()
+other.activate()
+other.kill()
+assert other.wait(interval=0.2).value == "CANCELED"
 print(json.dumps({"version": version.model_version, "uuid": again.checkpoint_uuid,
                   "best_uuid": best.uuid, "best_trial": best.trial_id, "val": val,
                   "same": same, "steps": best.metadata["steps_completed"],
@@ -177,16 +188,16 @@ print(json.dumps({"version": version.model_version, "uuid": again.checkpoint_uui
 
 def test_client_finds_the_best_checkpoint_registers_downloads_and_loads_it(
         cluster: Cluster, example: Path, tmp_path: Path) -> None:
-    """Train a grid of 2 on the master; from a fresh process, Determined's Python SDK finds
-    the best checkpoint, registers it as version 1, downloads and loads it."""
+    """From a fresh process, Determined's Python SDK creates a grid of 2 on the master,
+    waits, finds the best checkpoint, registers it as version 1, downloads and loads it;
+    then pauses, activates and kills another experiment."""
     cfg = yaml.safe_load((example / "const.yaml").read_text())
     cfg["hyperparameters"]["learning_rate"] = {"type": "categorical", "vals": [0.001, 1.0]}
     cfg["searcher"] = {"name": "grid", "metric": "validation_loss", "smaller_is_better": True}
     cfg["entrypoint"] = "python3 train.py --batches 10"
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(cfg))
-    exp = create(cluster, tmp_path / "grid.yaml", example)
     (example / "fresh.py").write_text(FRESH_PROCESS)
-    out = subprocess.run([sys.executable, "fresh.py", cluster.url, str(exp),
+    out = subprocess.run([sys.executable, "fresh.py", cluster.url, str(tmp_path / "grid.yaml"),
                           str(tmp_path / "dl")], cwd=example, env={
                               **cluster.env, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=600)
