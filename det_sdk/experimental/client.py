@@ -53,8 +53,9 @@ class Determined:
                  cert_name: str | None = None, noverify: bool = False) -> None:
         from det_sdk.cli.main import DEFAULT_MASTER
         from det_sdk.client import MasterClient, load_token, master_url
+        from det_sdk.env import setting
 
-        url = master_url(master or os.environ.get("DET_MASTER") or DEFAULT_MASTER)
+        url = master_url(master or setting("DET_MASTER") or DEFAULT_MASTER)
         token = load_token(url)
         if token is None:
             raise ClientError(f"no token for {url}: start it with `det master up`, or set "
