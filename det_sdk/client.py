@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,23 @@ __all__ = [
     "master_url",
     "save_token",
 ]
+
+
+def quiet_http_loggers() -> None:
+    """httpx logs every request at INFO ("HTTP Request: GET ... 200 OK"): a script that
+    sets INFO logging (Determined's tutorials do) would get one line per metric report
+    and preemption poll in its trial log. Quieted to WARNING unless the user set a level
+    on those loggers themselves (NOTSET: nobody did); no other logger is touched.
+
+    >>> quiet_http_loggers(); logging.getLogger("httpx").getEffectiveLevel() >= logging.WARNING
+    True
+    """
+    for name in ("httpx", "httpcore"):
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+quiet_http_loggers()
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 # the largest pages the master serves (det_sdk.api; repeated here so that the client

@@ -12,6 +12,7 @@ det_sdk 0.1.0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -183,9 +184,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.command != "runs":  # local runs never talk to a master
             args.master = master_url(args.master)  # Determined's host:port: http://host:port
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `det ... | head -1`: the reader is gone. Quiet, as Unix tools are (they die of
+        # SIGPIPE: 128 + 13); stdout goes to /dev/null so that Python's flush at exit
+        # does not fail on the closed pipe again
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (DetSdkError, OSError) as err:
         # what det_sdk refuses (ConfigError, UsageError, MasterError, MasterUnreachable...)
         # or a file it cannot read or write: the message says it all. Anything else (a

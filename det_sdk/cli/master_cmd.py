@@ -16,7 +16,7 @@ from pathlib import Path
 
 from det_sdk.env import setting
 
-__all__ = ["default_data_dir", "master_down", "master_status", "master_up"]
+__all__ = ["data_dir_of", "default_data_dir", "master_down", "master_status", "master_up"]
 
 
 def default_data_dir() -> Path:
@@ -31,6 +31,39 @@ def _private_file(path: Path, append: bool = False) -> int:
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
     os.fchmod(fd, 0o600)  # a file an earlier version made 0644
     return fd
+
+
+def _index_path() -> Path:
+    """``url -> data directory`` of the masters ``det master up`` started, beside the saved
+    tokens: how ``status`` and ``down`` find a master's directory from ``DET_MASTER``."""
+    creds = setting("DET_CREDENTIALS")
+    return (Path(creds).parent if creds else Path.home() / ".det") / "masters.json"
+
+
+def _index() -> dict[str, str]:
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(_index_path().read_text())
+        if isinstance(known, dict):
+            return {str(k): str(v) for k, v in known.items()}
+    return {}
+
+
+def _remember(url: str, data_dir: Path) -> None:
+    from det_sdk.atomic import write_atomic
+
+    path = _index_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(path, json.dumps({**_index(), url: str(data_dir)}, indent=1) + "\n",
+                 mode=0o600)
+
+
+def data_dir_of(args: Namespace) -> Path:
+    """The master's data directory: ``--data-dir``; else the one ``det master up`` started
+    the master at ``-m`` / ``DET_MASTER`` with; else the default (``DET_MASTER_DIR``)."""
+    if args.data_dir:
+        return Path(args.data_dir)
+    known = _index().get(getattr(args, "master", ""))
+    return Path(known) if known else default_data_dir()
 
 
 def _pid(data_dir: Path) -> int | None:
@@ -108,6 +141,7 @@ def master_up(args: Namespace) -> int:
             return 1
         time.sleep(0.2)
     save_token(url, (data_dir / "user.token").read_text().strip())
+    _remember(url, data_dir)
     capacity = f"{args.slots} slots"
     with contextlib.suppress(OSError, ValueError, KeyError):
         capacity = json.loads((data_dir / "master.json").read_text())["capacity"]
@@ -122,7 +156,7 @@ def master_down(args: Namespace) -> int:
 
     from det_sdk.storage import pid_alive
 
-    data_dir = Path(args.data_dir or default_data_dir())
+    data_dir = data_dir_of(args)
     pid = _pid(data_dir)
     if pid is None:
         print(f"det: no master runs from {data_dir}", file=sys.stderr)
@@ -143,7 +177,7 @@ def master_down(args: Namespace) -> int:
 
 
 def master_status(args: Namespace) -> int:
-    data_dir = Path(args.data_dir or default_data_dir())
+    data_dir = data_dir_of(args)
     pid = _pid(data_dir)
     info = {}
     with contextlib.suppress(OSError, json.JSONDecodeError):

@@ -419,6 +419,8 @@ def job_logs(args: Namespace) -> int:
     return _print_logs(args, "jobs")
 
 
+from det_sdk.cli.model_cmd import COMMANDS as _MODEL_COMMANDS  # noqa: E402
+
 _FILES_DIR = ("dir", {"help": "where to put the files"})
 
 COMMANDS = {
@@ -459,4 +461,5 @@ COMMANDS = {
         "download": (job_download, "copy the files the job wrote into its working "
                      "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },
+    "model": _MODEL_COMMANDS,  # the master's model registry: det_sdk.cli.model_cmd
 }

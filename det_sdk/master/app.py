@@ -551,6 +551,9 @@ def create_app(master: Master) -> FastAPI:
 
     sessions = Sessions(master.store)
     app.include_router(ui_router(master, sessions))
+    from det_sdk.master.model_routes import models_router  # the model registry (issue 38)
+
+    app.include_router(models_router(master, user))
 
     # --- the API's own description: for the user (token, or signed in to the UI) --------
 

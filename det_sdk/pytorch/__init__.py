@@ -28,8 +28,10 @@ Imports torch, never TensorFlow::
         pytorch.Trainer(MyTrial(context), context).fit(max_length=pytorch.Epoch(2))
 """
 
-from det_sdk.pytorch._data import DataLoader
+from det_sdk.pytorch import samplers
+from det_sdk.pytorch._data import DataLoader, TorchData
 from det_sdk.pytorch._distributed import TorchDistributed
+from det_sdk.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from det_sdk.pytorch._trainer import Trainer, TrainerError, init, load_state
 from det_sdk.pytorch._trial import (
     Batch,
@@ -44,6 +46,7 @@ from det_sdk.pytorch._trial import (
     reset_parameters,
 )
 
-__all__ = ["Batch", "DataLoader", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
-           "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TorchDistributed", "Trainer",
-           "TrainerError", "TrialContext", "init", "load_state", "reset_parameters"]
+__all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
+           "MetricReducer", "PyTorchCallback", "PyTorchTrial", "PyTorchTrialContext", "Reducer",
+           "TorchData", "TorchDistributed", "Trainer", "TrainerError", "TrialContext", "init",
+           "load_state", "load_trial_from_checkpoint_path", "reset_parameters", "samplers"]

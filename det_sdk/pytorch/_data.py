@@ -11,13 +11,20 @@ shuffled: never the global RNG, so a resumed run sees exactly the batches it wou
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import torch
 
 import numpy as np
 
 from det_sdk.errors import DetSdkError
 
-__all__ = ["DataLoader", "ShardedBatches"]
+__all__ = ["DataLoader", "ShardedBatches", "TorchData"]
+
+#: Determined's annotation for a batch: a tensor, a sequence of them, or a dict of them
+#: (a string form, so that this module needs no torch to import)
+TorchData = Union[dict[str, "torch.Tensor"], Sequence["torch.Tensor"], "torch.Tensor"]
 
 
 class DataLoader:

@@ -162,6 +162,20 @@ def _sha256(path: os.PathLike[str] | str) -> str:
     return h.hexdigest()
 
 
+def _trial_spec(trial: Any) -> str:
+    """``module:QualName`` of the trial's class (``__main__`` when defined in the script)."""
+    cls = type(trial)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _jsonable(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-representable part of ``obj`` (hyperparameters are, from configs)."""
+    try:
+        return json.loads(json.dumps(dict(obj)))
+    except (TypeError, ValueError):
+        return {k: v for k, v in obj.items() if isinstance(v, (str, int, float, bool))}
+
+
 def load_state(path: os.PathLike[str] | str) -> dict[str, Any]:
     """A checkpoint directory's state (``weights_only=True``), its checksum verified."""
     from pathlib import Path
@@ -212,7 +226,10 @@ class Trainer:
             val, "build_validation_data_loader")
         #: the metrics of the last validation ({} before the first)
         self.last_validation: dict[str, Any] = {}
-        if self._train_loader.batch_size != context.get_per_slot_batch_size():
+        # global_batch_size is optional (Determined's Trainer scripts size their loaders
+        # themselves): compare only when the trial declares one
+        if "global_batch_size" in context.get_hparams() and \
+                self._train_loader.batch_size != context.get_per_slot_batch_size():
             log.warning("det_sdk.pytorch: the training DataLoader's batch_size %d is not "
                         "context.get_per_slot_batch_size() (%d)", self._train_loader.batch_size,
                         context.get_per_slot_batch_size())
@@ -517,7 +534,10 @@ class Trainer:
                     "batch": self.batches_trained, "framework": f"torch-{torch.__version__}",
                     "format": "det_sdk.pytorch", "ranks": self.dist.size,
                     "metrics": {k: v for k, v in metrics.items()
-                                if isinstance(v, (int, float))}, "created": time.time()}
+                                if isinstance(v, (int, float))}, "created": time.time(),
+                    # what load_trial_from_checkpoint_path needs to rebuild the trial
+                    "trial_cls_spec": _trial_spec(self.trial),
+                    "hparams": _jsonable(self.context.get_hparams())}
         store = self.core.checkpoint
 
         def write() -> None:

@@ -473,6 +473,26 @@ def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> No
     page.context.close()
 
 
+def test_models_page_lists_each_model_with_its_versions(browser: Any, cluster: Cluster,
+                                                          asha: int) -> None:
+    """The model registry's page (issue 38): a model registered from the best trial's
+    checkpoint shows that checkpoint and links its trial."""
+    best = min(describe(cluster, asha)["trials"], key=lambda t: t["best_metric"])
+    api = httpx.Client(base_url=cluster.url, timeout=30,
+                       headers={"Authorization": f"Bearer {cluster.token}"})
+    (ckpt,) = api.get(f"/api/v1/trials/{best['id']}/checkpoints",
+                      params={"best": "true"}).json()
+    assert cluster.det("model", "create", "ui-model", "--description", "the best").returncode == 0
+    assert cluster.det("model", "register-version", "ui-model", ckpt["uuid"]).returncode == 0
+    page = _page(browser, cluster, "#/models")
+    row = page.wait_for_selector("#models tr[data-model='ui-model']")
+    text = row.text_content()
+    assert "the best" in text and ckpt["uuid"] in text
+    assert page.get_attribute("#models tr[data-model='ui-model'] a[href^='#/trials/']",
+                              "href") == f"#/trials/{best['id']}"
+    page.context.close()
+
+
 # --- TensorBoard --------------------------------------------------------------------------------
 
 

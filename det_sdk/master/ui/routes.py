@@ -369,6 +369,11 @@ def ui_router(master: Any, sessions: Sessions | None = None) -> APIRouter:
         user(request)
         return _json(request, views.jobs(limit, cursor))
 
+    @router.get("/ui/api/models")
+    def models(request: Request) -> Response:
+        user(request)
+        return _json(request, views.models())
+
     @router.get("/ui/api/jobs/{job_id}")
     def job(job_id: int, request: Request) -> Response:
         user(request)

@@ -222,6 +222,22 @@ class Views:
         return {k: j[k] for k in ("id", "name", "state", "config", "exit_code", "created",
                                   "ended")}
 
+    def models(self) -> list[dict[str, Any]]:
+        """The model registry (det_sdk.master.models): each model with its versions, each
+        version with its checkpoint's trial and batches."""
+        from det_sdk.master.models import ModelRegistry
+
+        registry = ModelRegistry(self.master.store)
+        out = []
+        for m in registry.list():
+            versions = []
+            for v in registry.versions(m["name"]):
+                ckpt = self.master.store.checkpoint(v["checkpoint_uuid"]) or {}
+                versions.append({**v, "trial_id": ckpt.get("trial_id"),
+                                 "steps": ckpt.get("steps")})
+            out.append({**m, "versions": versions})
+        return out
+
     # --- TensorBoard ------------------------------------------------------------------------
 
     def tensorboard_dirs(self, exp_ids: list[int]) -> list[dict[str, Any]]:

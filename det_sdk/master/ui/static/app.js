@@ -8,6 +8,7 @@ import * as experiments from "./pages/experiments.js";
 import * as experiment from "./pages/experiment.js";
 import * as trial from "./pages/trial.js";
 import * as jobs from "./pages/jobs.js";
+import * as models from "./pages/models.js";
 import { api, esc, POLL_MS } from "./util.js";
 
 const ROUTES = [
@@ -16,6 +17,7 @@ const ROUTES = [
   [/^#\/trials\/(\d+)$/, trial.render, "experiments"],
   [/^#\/jobs$/, jobs.renderList, "jobs"],
   [/^#\/jobs\/(\d+)$/, jobs.renderJob, "jobs"],
+  [/^#\/models$/, models.render, "models"],
 ];
 
 let current = null;

@@ -1,0 +1,77 @@
+"""``det model create/list/describe/register-version``: the master's model registry
+(det_sdk.master.models), as Determined's ``det model`` commands."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+from typing import Any
+
+from det_sdk.cli.render import print_json, table
+
+__all__ = ["COMMANDS"]
+
+
+def _client(args: Namespace) -> Any:
+    from det_sdk.cli.tasks import _client as client
+
+    return client(args)
+
+
+def model_create(args: Namespace) -> int:
+    metadata = json.loads(args.metadata) if args.metadata else {}
+    row = _client(args).request("POST", "/api/v1/models", json={
+        "name": args.name, "description": args.description or "", "metadata": metadata})
+    if args.json:
+        print_json(row)
+    else:
+        print(f"Created model {row['name']} (id {row['id']})")
+    return 0
+
+
+def model_list(args: Namespace) -> int:
+    rows = _client(args).request("GET", "/api/v1/models")["models"]
+    if args.json:
+        print_json(rows)
+        return 0
+    print(table(["ID", "NAME", "VERSIONS", "DESCRIPTION"],
+                [[m["id"], m["name"], m["num_versions"], m["description"]] for m in rows]))
+    return 0
+
+
+def model_describe(args: Namespace) -> int:
+    client = _client(args)
+    model = client.request("GET", f"/api/v1/models/{args.name}")
+    versions = client.request("GET", f"/api/v1/models/{args.name}/versions")["versions"]
+    if args.json:
+        print_json({**model, "versions": versions})
+        return 0
+    print(f"model {model['name']} (id {model['id']}): {model['description']}")
+    if model["metadata"]:
+        print(f"  metadata: {json.dumps(model['metadata'])}")
+    print(table(["VERSION", "CHECKPOINT"], [[v["version"], v["checkpoint_uuid"]]
+                                            for v in versions]))
+    return 0
+
+
+def model_register_version(args: Namespace) -> int:
+    row = _client(args).request("POST", f"/api/v1/models/{args.name}/versions",
+                                json={"checkpoint_uuid": args.uuid})
+    if args.json:
+        print_json(row)
+    else:
+        print(f"Registered checkpoint {args.uuid} as version {row['version']} of "
+              f"{row['model_name']}")
+    return 0
+
+
+_NAME = ("name", {"help": "the model's name"})
+COMMANDS = {
+    "create": (model_create, "create a model in the registry",
+               [_NAME, ("--description", {"default": "", "help": "what the model is"}),
+                ("--metadata", {"help": "a JSON object kept with the model"})]),
+    "list": (model_list, "the registry's models", []),
+    "describe": (model_describe, "a model and its versions", [_NAME]),
+    "register-version": (model_register_version, "register a checkpoint as the model's "
+                         "next version", [_NAME, ("uuid",)]),
+}

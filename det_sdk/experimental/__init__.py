@@ -1,0 +1,23 @@
+"""Determined 0.38's ``determined.experimental``: its Python SDK (``client``) over
+det_sdk's master.
+
+>>> from det_sdk.experimental import client
+>>> callable(client.get_experiment)
+True
+"""
+
+from det_sdk.experimental import client
+from det_sdk.experimental.client import (
+    Checkpoint,
+    Determined,
+    Experiment,
+    ExperimentState,
+    Model,
+    ModelVersion,
+    OrderBy,
+    Trial,
+    TrialMetrics,
+)
+
+__all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "Model",
+           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]

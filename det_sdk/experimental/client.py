@@ -1,0 +1,231 @@
+"""Determined 0.38's Python SDK (``determined.experimental.client``) over det_sdk's master.
+
+Log in once (``DET_MASTER`` / ``det -m``'s address and the token ``det master up`` saved,
+or ``DET_USER_TOKEN``), then the module's functions act on that master::
+
+    from det_sdk.experimental import client
+
+    client.login(master="127.0.0.1:8080")
+    exp = client.create_experiment("const.yaml", ".")
+    exp.wait()
+    best = exp.top_checkpoint()
+    model = client.create_model("mnist")
+    model.register_version(best.uuid)
+    path = client.get_model("mnist").get_version(1).checkpoint.download("ckpt")
+
+Not provided (det_sdk has no users, workspaces, projects or OAuth): ``create_user``,
+``whoami``, workspaces, ``list_oauth_clients`` raise :class:`ClientError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from det_sdk.experimental._models import Model, ModelVersion
+from det_sdk.experimental._objects import (
+    Checkpoint,
+    ClientError,
+    Experiment,
+    ExperimentState,
+    OrderBy,
+    Trial,
+    TrialMetrics,
+)
+
+__all__ = ["Checkpoint", "ClientError", "Determined", "Experiment", "ExperimentState", "Model",
+           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "create_experiment",
+           "create_model", "get_checkpoint", "get_experiment", "get_model", "get_trial",
+           "iter_trials_metrics", "list_experiments", "list_models", "login"]
+
+
+class Determined:
+    """A connection to one master (Determined's ``Determined`` object): what the module
+    functions use after :func:`login`.
+
+    >>> # d = Determined("127.0.0.1:8080"); d.get_experiment(1).wait()
+    """
+
+    def __init__(self, master: str | None = None, user: str | None = None,
+                 password: str | None = None, cert_path: str | None = None,
+                 cert_name: str | None = None, noverify: bool = False) -> None:
+        from det_sdk.cli.main import DEFAULT_MASTER
+        from det_sdk.client import MasterClient, load_token, master_url
+        from det_sdk.env import setting
+
+        url = master_url(master or setting("DET_MASTER") or DEFAULT_MASTER)
+        token = load_token(url)
+        if token is None:
+            raise ClientError(f"no token for {url}: start it with `det master up`, or set "
+                              "DET_USER_TOKEN (det_sdk has no users to log in as)")
+        self._session = MasterClient(url, token)
+
+    # experiments
+    def create_experiment(self, config: str | Path | dict[str, Any],
+                          model_dir: str | None = None, includes: Iterable[Any] | None = None,
+                          project_id: int | None = None, template: str | None = None
+                          ) -> Experiment:
+        """Submit an experiment: ``config`` (a YAML path or a dict) with ``model_dir``
+        uploaded as its context (as ``det experiment create``)."""
+        from det_sdk.cli.tasks import _pack, _read_config
+
+        if isinstance(config, dict):
+            import tempfile
+
+            import yaml
+
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                yaml.safe_dump(config, f)
+            try:
+                parsed = _read_config(f.name, "experiment")
+            finally:
+                os.unlink(f.name)
+        else:
+            parsed = _read_config(str(config), "experiment")
+        if model_dir is None:
+            raise ClientError("create_experiment: model_dir is required (the directory the "
+                              "entrypoint runs in)")
+        exp_id = self._session.create_experiment(parsed, _pack(model_dir))
+        return Experiment(self._session, exp_id)
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        return Experiment(self._session, experiment_id)
+
+    def list_experiments(self, sort_by: Any = None, order_by: OrderBy | None = None,
+                         experiment_ids: list[int] | None = None, labels: Any = None,
+                         users: Any = None, states: list[ExperimentState] | None = None,
+                         name: str | None = None, project_id: int | None = None
+                         ) -> list[Experiment]:
+        """Experiments, oldest first (``order_by=OrderBy.DESC``: newest first), filtered
+        by ids, states and name."""
+        rows = sorted(self._session.experiments(), key=lambda r: r["id"])
+        want = {s.value if isinstance(s, ExperimentState) else str(s) for s in states or []}
+        rows = [r for r in rows if (experiment_ids is None or r["id"] in experiment_ids)
+                and (not want or r["state"] in want) and (name is None or r["name"] == name)]
+        if order_by == OrderBy.DESC:
+            rows = rows[::-1]
+        return [Experiment(self._session, r["id"]) for r in rows]
+
+    # trials and checkpoints
+    def get_trial(self, trial_id: int) -> Trial:
+        return Trial(self._session, trial_id)
+
+    def iter_trials_metrics(self, trial_ids: list[int], group: str,
+                            limit: int | None = None) -> Iterator[TrialMetrics]:
+        """The reports of ``group`` of every trial in ``trial_ids``, trial by trial."""
+        n = 0
+        for trial_id in trial_ids:
+            for m in Trial(self._session, trial_id).iter_metrics(group):
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                yield m
+
+    stream_trials_metrics = iter_trials_metrics
+
+    def get_checkpoint(self, uuid: str) -> Checkpoint:
+        return Checkpoint(self._session, self._session.checkpoint(uuid))
+
+    # the model registry
+    def create_model(self, name: str, description: str | None = "",
+                     metadata: dict[str, Any] | None = None) -> Model:
+        row = self._session.request("POST", "/api/v1/models", json={
+            "name": name, "description": description or "", "metadata": metadata or {}})
+        return Model(self._session, row)
+
+    def get_model(self, identifier: str | int) -> Model:
+        return Model(self._session, self._session.request("GET",
+                                                          f"/api/v1/models/{identifier}"))
+
+    def get_model_by_id(self, model_id: int) -> Model:
+        return self.get_model(model_id)
+
+    def list_models(self, sort_by: Any = None, order_by: OrderBy = OrderBy.ASC,
+                    name: str | None = None, description: str | None = None,
+                    model_id: int | None = None, **_: Any) -> list[Model]:
+        rows = self._session.request("GET", "/api/v1/models")["models"]
+        rows = [r for r in rows if (name is None or r["name"] == name)
+                and (model_id is None or r["id"] == model_id)
+                and (description is None or description in r["description"])]
+        if order_by == OrderBy.DESC:
+            rows = rows[::-1]
+        return [Model(self._session, r) for r in rows]
+
+    get_models = list_models
+
+
+_client: Determined | None = None
+
+
+def login(master: str | None = None, user: str | None = None, password: str | None = None,
+          cert_path: str | None = None, cert_name: str | None = None,
+          noverify: bool = False) -> Determined:
+    """Connect the module's functions to ``master`` (default ``DET_MASTER``); ``user`` and
+    ``password`` are accepted and unused (det_sdk's master has one user, its token)."""
+    global _client
+    _client = Determined(master, user, password, cert_path, cert_name, noverify)
+    return _client
+
+
+def _the() -> Determined:
+    # Determined logs in on first use with the defaults: so does this
+    return _client if _client is not None else login()
+
+
+def create_experiment(config: str | Path | dict[str, Any], model_dir: str | None = None,
+                      includes: Iterable[Any] | None = None, project_id: int | None = None,
+                      template: str | None = None) -> Experiment:
+    return _the().create_experiment(config, model_dir, includes, project_id, template)
+
+
+def get_experiment(experiment_id: int) -> Experiment:
+    return _the().get_experiment(experiment_id)
+
+
+def list_experiments(sort_by: Any = None, order_by: OrderBy | None = None,
+                     experiment_ids: list[int] | None = None, labels: Any = None,
+                     users: Any = None, states: list[ExperimentState] | None = None,
+                     name: str | None = None, project_id: int | None = None
+                     ) -> list[Experiment]:
+    return _the().list_experiments(sort_by, order_by, experiment_ids, labels, users, states,
+                                   name, project_id)
+
+
+def get_trial(trial_id: int) -> Trial:
+    return _the().get_trial(trial_id)
+
+
+def iter_trials_metrics(trial_ids: list[int], group: str,
+                        limit: int | None = None) -> Iterator[TrialMetrics]:
+    return _the().iter_trials_metrics(trial_ids, group, limit)
+
+
+stream_trials_metrics = iter_trials_metrics
+
+
+def get_checkpoint(uuid: str) -> Checkpoint:
+    return _the().get_checkpoint(uuid)
+
+
+def create_model(name: str, description: str | None = "",
+                 metadata: dict[str, Any] | None = None) -> Model:
+    return _the().create_model(name, description, metadata)
+
+
+def get_model(identifier: str | int) -> Model:
+    return _the().get_model(identifier)
+
+
+def get_model_by_id(model_id: int) -> Model:
+    return _the().get_model_by_id(model_id)
+
+
+def list_models(sort_by: Any = None, order_by: OrderBy = OrderBy.ASC, name: str | None = None,
+                description: str | None = None, model_id: int | None = None,
+                **kwargs: Any) -> list[Model]:
+    return _the().list_models(sort_by, order_by, name, description, model_id, **kwargs)
+
+
+get_models = list_models

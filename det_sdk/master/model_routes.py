@@ -1,0 +1,61 @@
+"""The model registry's routes (``/api/v1/models``): det_sdk.master.models behind the
+user token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from det_sdk.master.models import ModelRegistry
+
+__all__ = ["models_router"]
+
+
+class CreateModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=128)
+    description: str = Field(default="", max_length=10_000)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=1000)
+
+
+class RegisterVersion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    checkpoint_uuid: str = Field(max_length=64)
+
+
+def models_router(master: Any, user: Any) -> APIRouter:
+    """``/api/v1/models`` over ``master``'s store; ``user``: the dependency that admits
+    the user's token (tasks may not register models).
+
+    >>> # app.include_router(models_router(master, user))
+    """
+    registry = ModelRegistry(master.store)
+    router = APIRouter(prefix="/api/v1/models", dependencies=[Depends(user)])
+
+    @router.post("")
+    def create_model(body: CreateModel) -> dict[str, Any]:
+        return registry.create(body.name, body.description, body.metadata)
+
+    @router.get("")
+    def list_models() -> dict[str, Any]:
+        return {"models": registry.list()}
+
+    @router.get("/{ident}")
+    def get_model(ident: str) -> dict[str, Any]:
+        return registry.get(ident)
+
+    @router.post("/{ident}/versions")
+    def register_version(ident: str, body: RegisterVersion) -> dict[str, Any]:
+        return registry.register(ident, body.checkpoint_uuid)
+
+    @router.get("/{ident}/versions")
+    def list_versions(ident: str) -> dict[str, Any]:
+        return {"versions": registry.versions(ident)}
+
+    @router.get("/{ident}/versions/{version}")
+    def get_version(ident: str, version: int) -> dict[str, Any]:
+        return registry.version(ident, version)
+
+    return router
