@@ -162,6 +162,7 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     dist, session, policy = loop.distributed, loop.session, loop.policy
     _inputs.fold_validation_data(kwargs)
     _inputs.split_arrays(dist, kwargs)
+    _inputs.default_batch_size(dist, kwargs)  # Keras's 32 rows a step, over all processes
     # Data as each process takes it: the same number of steps everywhere (padded with
     # weight-0 rows or batches), validation shared out, class weights in the pipeline.
     _inputs.local_validation(dist, kwargs)

@@ -60,9 +60,13 @@ def _stop_cleanly_before_fit(session: LocalSession) -> None:
 
     def handler(signum: int, frame: Any) -> None:
         removed = session.discard_if_empty()
-        what = f"run {session.run_id} removed (nothing trained)" if removed else "exiting"
-        print(f"det_sdk: stopped by {signal.Signals(signum).name} before training; {what}.",
-              file=sys.stderr, flush=True)
+        name = signal.Signals(signum).name
+        if removed:
+            said = f"before training; run {session.run_id} removed (nothing trained)"
+        else:  # between or after fits: what the fits trained is in their checkpoints
+            said = (f"outside a fit; its checkpoints are kept (DET_RESUME=latest continues "
+                    f"run {session.run_id})")
+        print(f"det_sdk: stopped by {name} {said}.", file=sys.stderr, flush=True)
         raise SystemExit(_EXIT_CODES[signum])
 
     for signum in _EXIT_CODES:

@@ -24,6 +24,7 @@ __all__ = [
     "batch_rows",
     "call_inputs",
     "check_same_steps",
+    "default_batch_size",
     "even_out_dataset",
     "first_padding_step",
     "fold_validation_data",
@@ -206,6 +207,27 @@ def fold_validation_data(kwargs: dict[str, Any]) -> None:
         if x_val is None:
             raise UsageError("context.fit: y_val was given without x_val")
         kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
+
+
+def default_batch_size(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+    """Numpy data without ``batch_size``: Keras's 32 rows a step, *over all processes*.
+
+    Keras batches numpy input by 32 when no ``batch_size`` is given; a script written for
+    one process means 32 rows a step. Each of N processes takes 32 / N of them, so the
+    step is the one one process trains; 32 rows that do not split evenly are refused,
+    naming the fix.
+
+    >>> kw = {"x": np.zeros((8, 1))}; default_batch_size(SingleProcess(), kw); kw["batch_size"]
+    32
+    """
+    if kwargs.get("batch_size") is not None or not _data.is_array_data(kwargs.get("x")):
+        return
+    if 32 % dist.size:
+        raise UsageError(
+            f"context.fit: no batch_size given, and Keras's default of 32 rows a step does "
+            f"not split evenly over {dist.size} processes; pass batch_size="
+            "context.distributed.shard_batch_size(<global batch size>)")
+    kwargs["batch_size"] = 32 // dist.size
 
 
 def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ def one_and_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     tmp = tmp_path_factory.mktemp("shapes")
     runs = []
     for n in (1, 2):
-        proc, out = _run(tmp, f"n{n}", n, "shuffled,nocall,gan")
+        proc, out = _run(tmp, f"n{n}", n, "shuffled,nocall,gan,addloss")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
         runs.append(out)
     return runs[0], runs[1]
@@ -65,6 +65,12 @@ def test_a_model_building_its_layers_in_train_step_trains_on_two_as_on_one(one_a
     for a, b in zip(one["nocall"]["weights"], two["nocall"]["weights"]):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
     for a, b in zip(one["gan"]["state"], two["gan"]["state"]):  # both optimizers averaged
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+
+
+def test_without_batch_size_two_processes_step_by_keras_32_rows_in_all(one_and_two) -> None:
+    one, two = one_and_two  # 16 rows each on 2: the steps of one process's 32
+    for a, b in zip(one["addloss"]["weights"], two["addloss"]["weights"]):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
 
 

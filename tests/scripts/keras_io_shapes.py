@@ -12,7 +12,7 @@ Each function is one habit of those scripts, run through ``context.fit``:
 * ``classifier``: EarlyStopping + ReduceLROnPlateau + ModelCheckpoint.
 
 Imported by the in-process tests; run as a script (one process or ``horovodrun -np 2``)
-with ``SHAPES`` (comma-separated: shuffled, nocall, gan) and ``SHAPES_OUT`` (rank 0 writes
+with ``SHAPES`` (comma-separated: shuffled, nocall, gan, addloss) and ``SHAPES_OUT`` (rank 0 writes
 JSON there); ``SHAPES_UNSEEDED=1`` shuffles with an unseeded generator instead;
 ``SHAPES_STOP=epoch,batch`` stops the GAN there (SIGTERM to rank 0).
 Written against the public Keras API only: Keras 2 and Keras 3.
@@ -228,6 +228,12 @@ def main() -> None:
             gan, hist = fit_gan(context, callbacks=callbacks)
             out["gan"] = {"state": [a.tolist() for a in gan_state(gan)],
                           "d_loss": [float(v) for v in hist.history["d_loss"]]}
+        elif shape == "addloss":  # no batch_size, no targets, no validation: as keras-io
+            model = add_loss_model()
+            model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)))
+            context.fit(model, context.wrap_data(add_loss_data()), epochs=2, shuffle=False,
+                        verbose=0)
+            out["addloss"] = {"weights": [w.tolist() for w in model.get_weights()]}
     if context.distributed.is_chief:
         with open(os.environ["SHAPES_OUT"], "w") as f:
             json.dump(out, f)
