@@ -28,7 +28,7 @@ run was killed.
 >>> store = PartStore(d)
 >>> store.begin({"kind": "arrays", "rows": 5, "digest": "x"}, {"model": "m"})
 >>> for i, rows in enumerate([np.arange(3.0), np.arange(3.0, 5.0)]):
-...     store.write_part(i, rows)
+...     _ = store.write_part(i, rows)
 >>> store.finish(parts=2)["rows"]
 5
 >>> load_predictions(d)
