@@ -171,10 +171,12 @@ def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
 
 
 def _model_fingerprint(model: Any) -> dict[str, Any]:
+    """The model's class and a digest of its weights' values (not their names, which
+    depend on what else the script built before it)."""
     h = xxhash.xxh3_64()
     for v in model.weights:
         a = np.ascontiguousarray(np.asarray(v))
-        h.update(f"{v.name}{a.dtype.str}{a.shape}".encode())
+        h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.view(np.uint8).reshape(-1).data)
     return {"class": type(model).__name__, "weights": h.hexdigest()}
 

@@ -60,12 +60,21 @@ def _kill_after(out: Path, parts: int, env: dict[str, str], np_: int) -> int:
     return len(list(out.glob("part-*.json")))
 
 
+KINDS = ("arrays", "wrapped", "derived", "sequence", "dataset", "multi")
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+def references(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every data kind's predictions by one uninterrupted process."""
     d = tmp_path_factory.mktemp("reference")
-    proc = run_python(SCRIPT, _env(d / "out", "arrays", d / "runs"))
+    proc = run_python(SCRIPT, _env(d / "out", ",".join(KINDS), d / "runs"))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return det_sdk.load_predictions(d / "out")
+    return {kind: det_sdk.load_predictions(d / "out" / kind) for kind in KINDS}
+
+
+@pytest.fixture(scope="module")
+def reference(references: dict) -> np.ndarray:
+    return references["arrays"]
 
 
 def _interrupt_three_times(tmp_path: Path, kind: str, np_: int) -> tuple[list[int], str]:
@@ -105,3 +114,22 @@ def test_two_processes_killed_three_times_resume_a_dataset_in_order(
     # parts carry the global positions, so the rows come back in the input's order
     killed_at, _ = _interrupt_three_times(tmp_path, "dataset", 2)
     _check_exactly_once(tmp_path / "out", reference, killed_at)
+
+
+@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+def test_two_processes_write_every_data_kind_in_the_input_order(
+        tmp_path: Path, references: dict) -> None:
+    proc = subprocess.run(
+        _command(2), cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                    **_env(tmp_path / "out", ",".join(KINDS), tmp_path / "runs")))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for kind in KINDS:
+        got, expected = det_sdk.load_predictions(tmp_path / "out" / kind), references[kind]
+        if kind == "multi":
+            assert sorted(got) == ["ids", "score"]
+            assert all(got[k].tobytes() == expected[k].tobytes() for k in expected), kind
+            assert np.array_equal(np.round(got["ids"][:, 0]), np.arange(ROWS))
+        else:
+            assert got.tobytes() == expected.tobytes(), kind  # bit-equal, order included
+            assert np.array_equal(np.round(got[:, 0]), np.arange(ROWS)), kind

@@ -1,7 +1,8 @@
 """A streamed ``context.predict(..., output=)``, run by tests/e2e/test_predict_stream.py.
 
 Alone or under ``horovodrun``. Environment: ``PRED_OUT`` (the output directory),
-``PRED_KIND`` (arrays | wrapped | sequence | dataset | multi), ``PRED_ROWS``,
+``PRED_KIND`` (arrays | wrapped | derived | sequence | dataset | multi; several, comma
+separated: each into ``PRED_OUT/<kind>``), ``PRED_ROWS``,
 ``PRED_BATCH``, ``PRED_SLEEP`` (seconds per batch: time for a test to kill the process
 while it predicts). The model's weights are drawn from a fixed seed, so every run
 (and every process) predicts the same values.
@@ -26,24 +27,15 @@ x = rng.normal(size=(rows, 4)).astype("float32")
 x[:, 0] = np.arange(rows) / 1000  # the row's id, recoverable from the predictions
 
 inp = tf.keras.Input((4,))
-hidden = tf.keras.layers.Dense(8, activation="tanh")(inp)
-if kind == "multi":
-    model = tf.keras.Model(inp, {"score": tf.keras.layers.Dense(1)(hidden),
-                                 "ids": tf.keras.layers.Lambda(lambda t: t[:, :1] * 1000)(inp)})
-else:
-    model = tf.keras.Model(inp, tf.keras.layers.Concatenate()(
-        [tf.keras.layers.Lambda(lambda t: t[:, :1] * 1000)(inp), tf.keras.layers.Dense(3)(hidden)]))
-w = np.random.default_rng(1)
-model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
 
-if sleep:
-    predict_on_batch = model.predict_on_batch
 
-    def slow(inputs):
-        time.sleep(sleep)
-        return predict_on_batch(inputs)
-
-    model.predict_on_batch = slow
+def make_model(multi: bool):
+    hidden = tf.keras.layers.Dense(8, activation="tanh")(inp)
+    ids = tf.keras.layers.Lambda(lambda t: t[:, :1] * 1000)(inp)
+    if multi:
+        return tf.keras.Model(inp, {"score": tf.keras.layers.Dense(1)(hidden), "ids": ids})
+    scores = tf.keras.layers.Dense(3)(hidden)
+    return tf.keras.Model(inp, tf.keras.layers.Concatenate()([ids, scores]))
 
 
 class Batches(tf.keras.utils.Sequence):
@@ -54,14 +46,32 @@ class Batches(tf.keras.utils.Sequence):
         return x[i * batch:(i + 1) * batch]
 
 
-if kind == "sequence":
-    data = Batches()
-elif kind == "dataset":
-    data = context.wrap_data(tf.data.Dataset.from_tensor_slices(x).batch(batch))
-elif kind == "wrapped":
-    data = context.wrap_data(x)
-else:
-    data = x
-out = context.predict(model, data, output=os.environ["PRED_OUT"], batch_size=batch)
-print("RESULT", out.rows, out.parts, out.resumed, flush=True)
+def data_of(kind):
+    if kind == "sequence":
+        return Batches()
+    if kind == "dataset":
+        return context.wrap_data(tf.data.Dataset.from_tensor_slices(x).batch(batch))
+    if kind == "wrapped":
+        return context.wrap_data(x)
+    if kind == "derived":  # each process's own rows (arithmetic on wrapped views)
+        return context.wrap_data(x) * 1
+    return x
+
+
+kinds = kind.split(",")
+for k in kinds:
+    model = make_model(k == "multi")
+    w = np.random.default_rng(1)
+    model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
+    if sleep:
+        predict_on_batch = model.predict_on_batch
+
+        def slow(inputs, predict_on_batch=predict_on_batch):
+            time.sleep(sleep)
+            return predict_on_batch(inputs)
+
+        model.predict_on_batch = slow
+    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
+    out = context.predict(model, data_of(k), output=out_dir, batch_size=batch)
+    print("RESULT", out.rows, out.parts, out.resumed, flush=True)
 context.close()
