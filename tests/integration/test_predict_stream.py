@@ -123,3 +123,20 @@ def test_a_model_whose_outputs_change_shape_is_refused(setup, tmp_path: Path) ->
 
     with pytest.raises(PredictionsCorruptError, match="batch 1's outputs are 0: float32\\(4,\\)"):
         ctx.predict(ragged, TwoShapes(), output=tmp_path, verbose=0)
+
+
+def test_a_relative_output_resolves_under_the_storage_on_the_cluster(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from det_sdk.keras._predict import resolve_output
+
+    monkeypatch.chdir(tmp_path)
+    local = SimpleNamespace()  # a local session: no kept files, no cluster info
+    assert resolve_output(local, "preds") == tmp_path / "preds"
+    assert resolve_output(local, "/abs/preds") == Path("/abs/preds")
+    trial = SimpleNamespace(files_dir=Path("/store/trial_files/4/trial_7"))
+    assert resolve_output(trial, "preds") == Path("/store/trial_files/4/trial_7/preds")
+    job = SimpleNamespace(files_dir=None, info=SimpleNamespace(
+        allocation_id="a1b2", config={"checkpoint_storage": {"host_path": "/store"}}))
+    assert resolve_output(job, "preds") == Path("/store/job_files/a1b2/preds")
