@@ -187,6 +187,11 @@ class PartStore:
                     f"predict: the input's length changed since {where} was started: "
                     f"{old[size]} {size} then, {fingerprint[size]} now; predict into a new "
                     "directory (or remove it) to start over")
+        if old.get("batch_size") != fingerprint.get("batch_size"):
+            raise PredictionsMismatchError(
+                f"predict: {where} was started with batch_size={old.get('batch_size')} "
+                f"(its parts are batches), now {fingerprint.get('batch_size')}: give "
+                f"batch_size={old.get('batch_size')} to continue it, or another output=")
         if dict(old) != dict(fingerprint):
             raise PredictionsMismatchError(
                 f"predict: {where} holds the predictions of another input (fingerprint "

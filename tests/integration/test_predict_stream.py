@@ -81,12 +81,16 @@ class FailsAt:
         return self.model.predict_on_batch(x)
 
 
+def _failing(model, n: int) -> FailsAt:
+    """``model`` failing at batch ``n``, under its class's name (the same model for the
+    output directory's fingerprint: class and weights)."""
+    return type(type(model).__name__, (FailsAt,), {})(model, n)
+
+
 def test_a_failure_leaves_valid_parts_that_a_rerun_completes(setup, tmp_path: Path) -> None:
     ctx, x, model, _ = setup
-    failing = FailsAt(model, 4)
-    failing.__class__.__name__ = type(model).__name__  # the same model, for the fingerprint
     with pytest.raises(OSError, match="went away"):
-        ctx.predict(failing, x, output=tmp_path, batch_size=BATCH, verbose=0)
+        ctx.predict(_failing(model, 4), x, output=tmp_path, batch_size=BATCH, verbose=0)
     assert len(list(tmp_path.glob("part-*.json"))) == 4
     out = ctx.predict(model, x, output=tmp_path, batch_size=BATCH, verbose=0)
     assert (out.rows, out.resumed) == (ROWS, 4)
@@ -104,6 +108,8 @@ def test_another_input_or_model_is_refused(setup, tmp_path: Path) -> None:
     other = tf.keras.models.clone_model(model)  # same architecture, other weights
     with pytest.raises(PredictionsMismatchError, match=f"{tmp_path}.*another model"):
         ctx.predict(other, x, output=tmp_path, batch_size=BATCH, verbose=0)
+    with pytest.raises(PredictionsMismatchError, match="batch_size=10 to continue"):
+        ctx.predict(model, x, output=tmp_path, batch_size=20, verbose=0)
     with pytest.raises(UsageError, match="steps"):
         ctx.predict(model, x, output=tmp_path, steps=3)
 
@@ -140,3 +146,15 @@ def test_a_relative_output_resolves_under_the_storage_on_the_cluster(tmp_path: P
     job = SimpleNamespace(files_dir=None, info=SimpleNamespace(
         allocation_id="a1b2", config={"checkpoint_storage": {"host_path": "/store"}}))
     assert resolve_output(job, "preds") == Path("/store/job_files/a1b2/preds")
+
+
+def test_a_dataset_of_unknown_length_streams_and_resumes(setup, tmp_path: Path) -> None:
+    ctx, x, model, _ = setup
+    ds = tf.data.Dataset.from_tensor_slices(x).filter(lambda r: True).batch(BATCH)
+    assert int(ds.cardinality()) < 0  # unknown: the parts are counted as they are read
+    with pytest.raises(OSError, match="went away"):
+        ctx.predict(_failing(model, 4), ds, output=tmp_path, batch_size=BATCH, verbose=0)
+    out = ctx.predict(model, ds, output=tmp_path, batch_size=BATCH, verbose=0)
+    assert (out.rows, out.parts, out.resumed) == (ROWS, 11, 4)
+    assert np.array_equal(det.load_predictions(tmp_path),
+                          model.predict(x, batch_size=BATCH, verbose=0))
