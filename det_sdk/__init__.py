@@ -36,10 +36,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 
     from det_sdk import core, errors, keras, pytorch
     from det_sdk.info import ClusterInfo, get_cluster_info
+    from det_sdk.predictions import load_predictions
     from det_sdk.pytorch import TrialContext
 
 __all__ = ["LOG_FORMAT", "ClusterInfo", "TrialContext", "__version__", "core", "errors",
-           "get_cluster_info", "keras", "pytorch"]
+           "get_cluster_info", "keras", "load_predictions", "pytorch"]
 
 # name -> module that defines it; loaded on first access so that the import of
 # det_sdk stays free of TensorFlow (keras) and of pydantic (info) until used.
@@ -52,6 +53,8 @@ _LAZY = {
     "errors": ("det_sdk.errors", None),  # det.errors.DetSdkError, as Determined's det.errors
     "ClusterInfo": ("det_sdk.info", "ClusterInfo"),
     "get_cluster_info": ("det_sdk.info", "get_cluster_info"),
+    # streamed context.predict(..., output=DIR)'s rows, in the input's order (numpy only)
+    "load_predictions": ("det_sdk.predictions", "load_predictions"),
 }
 
 

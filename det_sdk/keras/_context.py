@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -245,7 +246,8 @@ class KerasContext:
         return values[0] if len(values) == 1 else values
 
     def predict(
-        self, model: Any, x: Any, *, all_ranks: bool = True, **kwargs: Any
+        self, model: Any, x: Any, *, all_ranks: bool = True,
+        output: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> Any:
         """``model.predict`` across processes: the predictions for the rows of ``x``.
 
@@ -255,11 +257,22 @@ class KerasContext:
         (``all_ranks=False``: on rank 0 only; the others get ``None``). For a
         ``tf.data.Dataset`` sharded with ``wrap_data`` the rows come back rank by rank.
 
+        ``output="DIR"`` streams instead (docs/batch-inference.md): each process writes
+        its batches' predictions to part files in ``DIR`` as it goes (memory flat in the
+        number of rows), in the input's order for every data kind; a rerun into the same
+        ``DIR`` skips the parts already written. Returns a ``StreamedPredictions``
+        summary; read the rows with ``det_sdk.load_predictions(DIR)``.
+
         Example::
 
             predictions = context.predict(model, context.wrap_data(x))
+            context.predict(model, x, output="predictions", batch_size=4096)
         """
         dist = self.distributed
+        if output is not None:  # streamed to part files (det_sdk.keras._predict)
+            from det_sdk.keras._predict import predict_to
+
+            return predict_to(dist, self.session, model, x, output, **kwargs)
         if dist.size == 1:
             return model.predict(x, **kwargs)
         x, _, _, rows, _ = _data.local_part(dist, x)

@@ -1,0 +1,302 @@
+"""``context.predict(model, data, output=DIR)``: predictions streamed to part files.
+
+Each process predicts its share of the input's *global batches* one at a time
+(``model.predict_on_batch``) and a writer thread writes each batch's predictions as
+the part named by its global index (det_sdk.predictions), so memory holds a few
+batches whatever the number of rows, and the disk writes overlap the next batches'
+predictions. Global batch ``b`` is, by data kind:
+
+- numpy (full, or wrapped by ``wrap_data``): rows ``[b*batch_size, (b+1)*batch_size)``
+  of the full arrays; process ``r`` predicts the batches ``b % size == r``;
+- numpy that is each process's own (derived from wrapped views): the processes' rows
+  one after the other in rank order, each cut into batches;
+- a ``keras.utils.Sequence`` (whole or wrapped): its batch ``b``, dealt out as above;
+- a ``tf.data.Dataset``: its element ``b``. A dataset wrapped by ``wrap_data``
+  (``ds.shard(size, rank)``, found in its pipeline) gives process ``r`` its elements
+  ``i*size + r``; a whole dataset is sharded so here.
+
+A rerun into the same directory skips the batches whose parts are complete.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import xxhash
+
+from det_sdk.distributed import DistributedContext
+from det_sdk.errors import ArgumentTypeError, StateError, UsageError
+from det_sdk.keras import _compat, _data
+from det_sdk.predictions import PartStore, PredictionsMismatchError, digest_arrays
+from det_sdk.session import Session
+
+__all__ = ["StreamedPredictions", "predict_to", "resolve_output"]
+
+_ACCEPTED = {"batch_size", "verbose"}
+
+
+@dataclass(frozen=True)
+class StreamedPredictions:
+    """What a streamed ``context.predict`` returns (on every process)."""
+
+    path: Path  #: the output directory (read it with det_sdk.load_predictions)
+    rows: int  #: rows predicted in all, this run's and earlier runs'
+    parts: int  #: part files (global batches)
+    resumed: int  #: parts an earlier run had written, kept as they were
+
+
+def resolve_output(session: Session, output: str | os.PathLike[str]) -> Path:
+    """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
+    files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
+    ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
+    locally."""
+    path = Path(output).expanduser()
+    if path.is_absolute():
+        return path
+    files_dir = getattr(session, "files_dir", None)
+    if files_dir is not None:
+        return Path(files_dir) / path
+    info = getattr(session, "info", None)
+    host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
+        "host_path") if info is not None else None
+    if host_path:
+        return Path(host_path) / "job_files" / str(info.allocation_id) / path
+    return Path.cwd() / path
+
+
+# --- the input's global batches ------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """This process's global batches and how to get their inputs."""
+
+    fingerprint: dict[str, Any]
+    total: int | None  # global batches, when known before predicting
+    mine: list[int] | None  # this process's global batch indices (None: a dataset's, unsized)
+    fetch: Callable[[int], Any] | None  # global index -> model input (arrays, Sequence)
+    dataset: Any = None  # tf.data: this process's elements, in order
+
+
+def _unpack_x(batch: Any) -> Any:
+    """The inputs of a batch given as ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, w)``."""
+    if isinstance(batch, list):
+        batch = tuple(batch)
+    if isinstance(batch, tuple) and len(batch) in (1, 2, 3):
+        return batch[0]
+    return batch
+
+
+def _leaves(struct: Any) -> list[np.ndarray]:
+    return [np.asarray(a) for a in tf.nest.flatten(struct)]
+
+
+def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
+    rank, size = dist.rank, dist.size
+    if _data.is_array_data(x):
+        if size > 1 and _data.is_per_process(x):
+            return _per_process_plan(dist, x, batch_size)
+        full = _data.full_data(x)
+        n = _data.num_rows(full)
+        total = math.ceil(n / batch_size)
+        fp = {"kind": "arrays", "rows": n, "batch_size": batch_size,
+              "digest": digest_arrays(_leaves(full)) if dist.is_chief else None}
+        return _Plan(fp, total, list(range(rank, total, size)),
+                     lambda b: _data.slice_rows(full, b * batch_size, (b + 1) * batch_size))
+    if isinstance(x, _compat.SequenceBase):
+        full = x.full if isinstance(x, _data.ShardedSequence) else x
+        total = len(full)
+        fp = {"kind": "sequence", "batches": total,
+              "digest": digest_arrays(_leaves(_unpack_x(full[0])))
+              if dist.is_chief and total else None}
+        return _Plan(fp, total, list(range(rank, total, size)),
+                     lambda b: _unpack_x(full[b]))
+    if isinstance(x, tf.data.Dataset):
+        return _dataset_plan(dist, x)
+    raise ArgumentTypeError(
+        "context.predict: with output=, x must be numpy arrays (or lists/dicts of them), a "
+        f"keras.utils.Sequence or a tf.data.Dataset; got {type(x).__name__}")
+
+
+def _per_process_plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
+    """Each process's own rows, placed after the lower ranks' rows."""
+    n = _data.num_rows(x)
+    counts = dist.allgather((n, digest_arrays(_leaves(x))))
+    batches = [math.ceil(c / batch_size) for c, _ in counts]
+    first = sum(batches[:dist.rank])
+    fp = {"kind": "arrays-per-process", "rows": sum(c for c, _ in counts),
+          "batch_size": batch_size,
+          "digest": xxhash.xxh3_64("".join(d for _, d in counts).encode()).hexdigest()}
+    return _Plan(fp, sum(batches), list(range(first, first + batches[dist.rank])),
+                 lambda b: _data.slice_rows(x, (b - first) * batch_size,
+                                            (b - first + 1) * batch_size))
+
+
+def _find_shard(ds: Any, size: int, rank: int) -> bool:
+    """True when ``ds``'s pipeline has ``shard(size, rank)`` in it (``wrap_data``'s)."""
+    seen = 0
+    while ds is not None and seen < 100:
+        if hasattr(ds, "_num_shards") and hasattr(ds, "_index"):
+            try:
+                return int(ds._num_shards) == size and int(ds._index) == rank
+            except (TypeError, ValueError):
+                return False
+        ds, seen = getattr(ds, "_input_dataset", None), seen + 1
+    return False
+
+
+def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
+    size = dist.size
+    if size > 1 and not _find_shard(ds, size, dist.rank):
+        ds = ds.shard(size, dist.rank)  # the whole dataset: element i*size + rank is ours
+    local = int(ds.cardinality())
+    counts = dist.allgather(local if local >= 0 else None)
+    total = sum(counts) if all(c is not None for c in counts) else None
+    first = next(iter(ds.take(1)), None) if dist.is_chief else None
+    fp = {"kind": "dataset", "batches": total,
+          "digest": digest_arrays(_leaves(_unpack_x(first))) if first is not None else None}
+    mine = list(range(dist.rank, total, size)) if total is not None else None
+    return _Plan(fp, total, mine, None, dataset=ds)
+
+
+def _model_fingerprint(model: Any) -> dict[str, Any]:
+    """The model's class and a digest of its weights' values (not their names, which
+    depend on what else the script built before it)."""
+    h = xxhash.xxh3_64()
+    for v in model.weights:
+        a = np.ascontiguousarray(np.asarray(v))
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1).data)
+    return {"class": type(model).__name__, "weights": h.hexdigest()}
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Writes parts on a thread, a bounded number of batches behind the predictions."""
+
+    def __init__(self, store: PartStore, depth: int = 2) -> None:
+        self.store = store
+        self.rows = 0
+        self.error: BaseException | None = None
+        self._q: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="det-predict-write")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._q.get()) is not None:
+            if self.error is None:
+                try:
+                    self.rows += self.store.write_part(*item)
+                except BaseException as err:  # re-raised on the main thread
+                    self.error = err
+
+    def put(self, index: int, outputs: Any) -> None:
+        if self.error is not None:
+            raise self.error
+        self._q.put((index, outputs))
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _dataset_batches(plan: _Plan, dist: DistributedContext,
+                     done: set[int]) -> Iterator[tuple[int, Any]]:
+    """(global index, inputs) of this process's dataset elements not done yet; the done
+    prefix is skipped without being read."""
+    rank, size = dist.rank, dist.size
+    skip = 0
+    while skip * size + rank in done:
+        skip += 1
+    for i, element in enumerate(plan.dataset.skip(skip), start=skip):
+        b = i * size + rank
+        if b not in done:
+            yield b, _unpack_x(element)
+
+
+def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
+               output: str | os.PathLike[str], **kwargs: Any) -> StreamedPredictions:
+    """Stream ``model``'s predictions for ``x`` into ``output`` (see the module doc)."""
+    unknown = set(kwargs) - _ACCEPTED
+    if unknown:
+        raise UsageError(f"context.predict: with output=, only {sorted(_ACCEPTED)} are "
+                         f"accepted besides model and x; got {sorted(unknown)}")
+    batch_size = kwargs.get("batch_size") or 32
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ArgumentTypeError(f"context.predict: batch_size must be a positive int, got "
+                                f"{batch_size!r}")
+    verbose = kwargs.get("verbose", "auto")
+    path = resolve_output(session, output)
+    plan = _plan(dist, x, batch_size)
+    store = PartStore(path)
+    problem = None
+    if dist.is_chief:
+        try:
+            store.begin(plan.fingerprint, _model_fingerprint(model))
+        except PredictionsMismatchError as err:
+            problem = str(err)
+    problem = dist.broadcast(problem)  # every process stops alike, none waits for others
+    if problem is not None:
+        raise PredictionsMismatchError(problem)
+
+    done: set[int]
+    if plan.mine is not None:
+        done = store.complete_parts(plan.mine)
+    else:  # an unsized dataset: this process's parts, found by their names
+        done = store.complete_parts(
+            int(p.name[5:14]) for p in path.glob("part-*.json")
+            if int(p.name[5:14]) % dist.size == dist.rank)
+    started, count, failure = time.monotonic(), 0, None
+    writer = _Writer(store)
+    try:
+        if plan.dataset is not None:
+            batches: Iterator[tuple[int, Any]] = _dataset_batches(plan, dist, done)
+        else:
+            assert plan.mine is not None and plan.fetch is not None
+            batches = ((b, plan.fetch(b)) for b in plan.mine if b not in done)
+        for b, inputs in batches:
+            writer.put(b, model.predict_on_batch(inputs))
+            count += 1
+    except BaseException as err:
+        failure = err
+    try:
+        writer.close()
+    except BaseException as err:
+        failure = failure or err
+    # every process ends here, failed or not, so that none waits on a dead one
+    local = (plan.mine is not None and len(plan.mine)) or count + len(done)
+    results = dist.allgather((repr(failure) if failure else None, local, len(done)))
+    if failure is not None:
+        raise failure
+    failed = [(r, e) for r, (e, _, _) in enumerate(results) if e]
+    if failed:
+        raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
+                         f"the parts written in {path} stay valid: run again to finish them")
+    total = plan.total if plan.total is not None else sum(r[1] for r in results)
+    resumed = sum(r[2] for r in results)
+    summary = None
+    if dist.is_chief:
+        manifest = store.finish(total)
+        summary = manifest["rows"]
+        if verbose:
+            took = time.monotonic() - started
+            print(f"det_sdk: predictions: {manifest['rows']} rows in {total} parts in {path} "
+                  f"({count} written by this process in {took:.1f} s, {resumed} kept from "
+                  "an earlier run)", file=sys.stderr, flush=True)
+    rows = dist.broadcast(summary)
+    return StreamedPredictions(path=path, rows=rows, parts=total, resumed=resumed)

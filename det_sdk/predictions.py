@@ -1,0 +1,401 @@
+"""Streamed predictions on disk: ordered part files, a manifest, exactly once across reruns.
+
+``context.predict(model, data, output=DIR)`` (det_sdk.keras) writes its predictions here
+batch by batch instead of holding them in memory. This module is the framework-neutral
+half (no TensorFlow, no torch): the layout of ``DIR``, the atomic part writes, the
+checks that a rerun continues *the same* job, and :func:`load_predictions`.
+
+Layout of an output directory::
+
+    manifest.json            what the job is (input fingerprint, model, output structure);
+                             "complete": true plus every part's rows once finished
+    part-000000000.npy       global batch 0's predictions (one output: .npy; several: .npz)
+    part-000000000.json      its sidecar: rows, bytes, an xxh3 digest of its values
+    ...
+
+A part is named by its *global batch index*: the input's batches are numbered in the
+input's order and dealt out to the processes, so concatenating the parts by index gives
+the predictions in the input's order, however many processes wrote them. A part is
+written to a temporary name, fsynced and renamed, then its sidecar likewise: a part
+with a sidecar that verifies is complete; anything else (a temporary file, a part
+without its sidecar, a part whose bytes do not match) is written again. Progress is
+therefore the set of complete parts: a rerun with the same ``DIR`` skips them and
+writes the others, so every row is in the output exactly once, whenever the previous
+run was killed.
+
+>>> import numpy as np, tempfile
+>>> d = tempfile.mkdtemp()
+>>> store = PartStore(d)
+>>> store.begin({"kind": "arrays", "rows": 5, "digest": "x"}, {"model": "m"})
+>>> for i, rows in enumerate([np.arange(3.0), np.arange(3.0, 5.0)]):
+...     _ = store.write_part(i, rows)
+>>> store.finish(parts=2)["rows"]
+5
+>>> load_predictions(d)
+array([0., 1., 2., 3., 4.])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from det_sdk.atomic import fsync_path, write_atomic
+from det_sdk.errors import DetSdkError
+
+__all__ = ["PartStore", "PredictionsCorruptError", "PredictionsIncompleteError",
+           "PredictionsMismatchError", "flatten_outputs", "load_predictions", "part_stem"]
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+_PART = re.compile(r"^part-(\d{9})\.(npy|npz|json)$")
+
+
+class PredictionsMismatchError(DetSdkError, ValueError):
+    """The output directory holds another job's predictions (another input or model)."""
+
+
+class PredictionsIncompleteError(DetSdkError, RuntimeError):
+    """The output directory's predictions are not all written yet."""
+
+
+class PredictionsCorruptError(DetSdkError, RuntimeError):
+    """A part's bytes do not match its sidecar, or a model's outputs changed shape."""
+
+
+def part_stem(index: int) -> str:
+    """The file name (without extension) of global batch ``index``.
+
+    >>> part_stem(123)
+    'part-000000123'
+    """
+    return f"part-{index:09d}"
+
+
+# --- output structure --------------------------------------------------------------------
+
+
+def flatten_outputs(outputs: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """A model's outputs for one batch as (structure, leaves): one array, a list/tuple or
+    a dict of arrays (one level, as Keras models return them).
+
+    >>> s, leaves = flatten_outputs({"a": np.zeros((2, 3)), "b": np.ones(2, np.int32)})
+    >>> s["kind"], [leaf["name"] for leaf in s["leaves"]], s["leaves"][0]["shape"]
+    ('dict', ['a', 'b'], [3])
+    """
+    if isinstance(outputs, Mapping):
+        kind, names, arrays = "dict", [str(k) for k in outputs], list(outputs.values())
+    elif isinstance(outputs, (list, tuple)):
+        kind = "list" if isinstance(outputs, list) else "tuple"
+        names, arrays = [str(i) for i in range(len(outputs))], list(outputs)
+    else:
+        kind, names, arrays = "array", ["0"], [outputs]
+    leaves = [np.ascontiguousarray(np.asarray(a)) for a in arrays]
+    if not leaves or any(a.ndim == 0 for a in leaves):
+        raise PredictionsCorruptError("predict: the model's outputs must be arrays with a batch "
+                                      "dimension (one array, a list or a dict of them)")
+    if len({len(a) for a in leaves}) != 1:
+        raise PredictionsCorruptError("predict: the model's outputs have different numbers of "
+                                      f"rows in one batch: {[len(a) for a in leaves]}")
+    structure = {"kind": kind, "leaves": [
+        {"name": n, "dtype": a.dtype.str, "shape": list(a.shape[1:])}
+        for n, a in zip(names, leaves)]}
+    return structure, leaves
+
+
+def _digest(leaves: Iterable[np.ndarray]) -> str:
+    h = xxhash.xxh3_64()
+    for a in leaves:
+        h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data)
+    return h.hexdigest()
+
+
+def digest_arrays(arrays: Iterable[np.ndarray]) -> str:
+    """A content digest of arrays (dtype, shape, values), for an input's fingerprint.
+
+    >>> digest_arrays([np.arange(3)]) == digest_arrays([np.arange(3)])
+    True
+    """
+    h = xxhash.xxh3_64()
+    for a in arrays:
+        a = np.asarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        # in blocks of rows: a memory-mapped input is read once, never copied whole
+        step = max(1, (64 << 20) // max(1, a[:1].nbytes))
+        for start in range(0, max(len(a), 1) if a.ndim else 1, step):
+            block = np.ascontiguousarray(a[start:start + step] if a.ndim else a)
+            h.update(block.view(np.uint8).reshape(-1).data)
+    return h.hexdigest()
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+class PartStore:
+    """One output directory: what each process of a streamed predict writes through.
+
+    :meth:`begin` (every process; the chief's checks decide) makes the directory ours or
+    refuses it; :meth:`complete_parts` says which global batches need no work;
+    :meth:`write_part` writes one; the chief's :meth:`finish` writes the final manifest.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._structure: dict[str, Any] | None = None
+
+    # the chief, before any process writes
+    def begin(self, fingerprint: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+        """Create the directory and its manifest, or check that its manifest is this job's
+        (same input fingerprint and model); sweep temporary files a killed run left."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        manifest = self.read_manifest()
+        if manifest is None:
+            stray = [p.name for p in self.path.iterdir() if _PART.match(p.name)]
+            if stray:
+                raise PredictionsMismatchError(
+                    f"predict: output directory {self.path} holds part files ({stray[0]}, ...) "
+                    "but no manifest.json: not this job's; give another output= or remove them")
+            write_atomic(self.path / MANIFEST, _dumps({
+                "format": FORMAT, "complete": False, "fingerprint": dict(fingerprint),
+                "model": dict(model)}))
+        else:
+            self._check_same_job(manifest, fingerprint, model)
+            self._structure = manifest.get("structure")
+        for p in self.path.iterdir():  # a killed writer's temporary files
+            if p.name.startswith(".part-") and p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+
+    def _check_same_job(self, manifest: Mapping[str, Any], fingerprint: Mapping[str, Any],
+                        model: Mapping[str, Any]) -> None:
+        old = manifest.get("fingerprint") or {}
+        where = f"output directory {self.path}"
+        if manifest.get("format") != FORMAT:
+            raise PredictionsMismatchError(f"predict: {where} has a manifest of another format "
+                                           f"({manifest.get('format')!r}, expected {FORMAT})")
+        for size in ("rows", "batches"):
+            if old.get(size) is not None and fingerprint.get(size) is not None \
+                    and old[size] != fingerprint[size]:
+                raise PredictionsMismatchError(
+                    f"predict: the input's length changed since {where} was started: "
+                    f"{old[size]} {size} then, {fingerprint[size]} now; predict into a new "
+                    "directory (or remove it) to start over")
+        if old.get("batch_size") != fingerprint.get("batch_size"):
+            raise PredictionsMismatchError(
+                f"predict: {where} was started with batch_size={old.get('batch_size')} "
+                f"(its parts are batches), now {fingerprint.get('batch_size')}: give "
+                f"batch_size={old.get('batch_size')} to continue it, or another output=")
+        if dict(old) != dict(fingerprint):
+            raise PredictionsMismatchError(
+                f"predict: {where} holds the predictions of another input (fingerprint "
+                f"{old} there, {dict(fingerprint)} now); give another output= or remove it")
+        if dict(manifest.get("model") or {}) != dict(model):
+            raise PredictionsMismatchError(
+                f"predict: {where} holds the predictions of another model "
+                f"({manifest.get('model')} there, {dict(model)} now); give another output= or "
+                "remove it")
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None where there is none yet."""
+        try:
+            return json.loads((self.path / MANIFEST).read_text())
+        except FileNotFoundError:
+            return None
+
+    def structure(self) -> dict[str, Any] | None:
+        """The output structure the parts written so far have (None before the first)."""
+        if self._structure is None:
+            for p in sorted(self.path.glob("part-*.json")):
+                self._structure = json.loads(p.read_text())["structure"]
+                break
+        return self._structure
+
+    # every process
+    def complete_parts(self, indices: Iterable[int], *, verify: bool = True) -> set[int]:
+        """Those of ``indices`` whose part is complete (its sidecar exists, its bytes match).
+        A part that does not verify is removed, to be written again."""
+        done = set()
+        for i in indices:
+            if self._is_complete(i, verify):
+                done.add(i)
+        return done
+
+    def _is_complete(self, index: int, verify: bool) -> bool:
+        stem = part_stem(index)
+        try:
+            meta = json.loads((self.path / f"{stem}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        data = self.path / meta["file"]
+        try:
+            ok = data.stat().st_size == meta["bytes"]
+            if ok and verify:
+                ok = _digest(_read_leaves(data)) == meta["xxh3"]
+        except (OSError, ValueError):
+            ok = False
+        if not ok:  # a damaged part: written again
+            (self.path / f"{stem}.json").unlink(missing_ok=True)
+            data.unlink(missing_ok=True)
+        return ok
+
+    def write_part(self, index: int, outputs: Any) -> int:
+        """Write global batch ``index``'s predictions (atomically: complete or absent).
+        Returns its number of rows."""
+        structure, leaves = flatten_outputs(outputs)
+        known = self.structure()
+        if known is None:
+            self._structure = structure
+        elif known != structure:
+            raise PredictionsCorruptError(
+                f"predict: batch {index}'s outputs are {_describe(structure)}, the earlier "
+                f"batches' {_describe(known)} (in {self.path}): a model must predict the same "
+                "structure, dtypes and per-row shapes for every batch")
+        stem = part_stem(index)
+        name = f"{stem}.npy" if structure["kind"] == "array" else f"{stem}.npz"
+        size = _write_leaves(self.path / name, structure, leaves)
+        write_atomic(self.path / f"{stem}.json", _dumps({
+            "index": index, "file": name, "rows": len(leaves[0]), "bytes": size,
+            "xxh3": _digest(leaves), "structure": structure}))
+        return len(leaves[0])
+
+    # the chief, after every process wrote its parts
+    def finish(self, parts: int) -> dict[str, Any]:
+        """Write the final manifest over parts ``0 .. parts-1`` (all must be complete):
+        which rows each part holds, the output structure and the total rows."""
+        manifest = self.read_manifest() or {}
+        table, start = [], 0
+        for i in range(parts):
+            try:
+                meta = json.loads((self.path / f"{part_stem(i)}.json").read_text())
+            except FileNotFoundError:
+                raise PredictionsIncompleteError(
+                    f"predict: part {i} of {parts} is missing in {self.path}") from None
+            table.append({"index": i, "file": meta["file"], "start": start,
+                          "rows": meta["rows"], "bytes": meta["bytes"], "xxh3": meta["xxh3"]})
+            start += meta["rows"]
+            manifest.setdefault("structure", meta["structure"])
+        manifest.update({"complete": True, "rows": start, "parts": table})
+        manifest.setdefault("structure", None)  # no rows at all: nothing to describe
+        write_atomic(self.path / MANIFEST, _dumps(manifest))
+        return manifest
+
+
+def _describe(structure: Mapping[str, Any]) -> str:
+    return ", ".join(f"{leaf['name']}: {np.dtype(leaf['dtype']).name}{tuple(leaf['shape'])}"
+                     for leaf in structure["leaves"])
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)
+
+
+def _write_leaves(target: Path, structure: Mapping[str, Any], leaves: list[np.ndarray]) -> int:
+    """Write a part file atomically (temporary name, fsync, rename); returns its size."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            if structure["kind"] == "array":
+                np.lib.format.write_array(f, leaves[0], allow_pickle=False)
+            else:  # uncompressed: np.savez's members are .npy files, read back in place
+                names = [leaf["name"] for leaf in structure["leaves"]]
+                np.savez(f, **dict(zip(names, leaves)))
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(target.parent)
+    return size
+
+
+def _read_leaves(path: Path, mmap: bool = False) -> list[np.ndarray]:
+    if path.suffix == ".npy":
+        return [np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)]
+    with np.load(path, allow_pickle=False) as z:
+        return [z[k] for k in z.files]
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
+    """The predictions a streamed ``context.predict(..., output=path)`` wrote, in the
+    input's order: one array, or a list/tuple/dict of arrays as the model returns them.
+
+    ``mmap=True`` returns memory-mapped arrays, for outputs larger than memory: on the
+    first such read the parts are copied, in order, into one ``combined-<output>.npy``
+    per output in the directory (a plain ``.npy`` any tool opens; later reads map it
+    at once). Without it the arrays are read into memory, each part once.
+
+    Raises :class:`PredictionsIncompleteError` while parts are missing (the job has
+    not finished: rerun it to complete them).
+
+    Example::
+
+        preds = det_sdk.load_predictions("predictions")           # numpy array
+        big = det_sdk.load_predictions("predictions", mmap=True)  # np.memmap
+    """
+    root = Path(path)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise PredictionsIncompleteError(
+            f"load_predictions: {root} has no manifest.json: not a predictions directory "
+            "(context.predict(..., output=DIR) writes one)") from None
+    if not manifest.get("complete"):
+        raise PredictionsIncompleteError(
+            f"load_predictions: the predictions in {root} are not complete: the job stopped "
+            "before its end; run it again with the same output= to finish them")
+    structure = manifest["structure"]
+    if structure is None:
+        return np.empty((0,))
+    total = manifest["rows"]
+    outs = []
+    for k, leaf in enumerate(structure["leaves"]):
+        shape, dtype = (total, *leaf["shape"]), np.dtype(leaf["dtype"])
+        if mmap:
+            outs.append(_combined(root, manifest, k, shape, dtype))
+            continue
+        out = np.empty(shape, dtype)
+        for part in manifest["parts"]:
+            out[part["start"]:part["start"] + part["rows"]] = _read_leaves(
+                root / part["file"], mmap=True)[k]
+        outs.append(out)
+    names = [leaf["name"] for leaf in structure["leaves"]]
+    kind = structure["kind"]
+    if kind == "array":
+        return outs[0]
+    if kind == "dict":
+        return dict(zip(names, outs))
+    return outs if kind == "list" else tuple(outs)
+
+
+def _combined(root: Path, manifest: Mapping[str, Any], k: int, shape: tuple[int, ...],
+              dtype: np.dtype) -> np.ndarray:
+    """Output ``k`` as one memory-mapped ``.npy``, made from the parts on first use."""
+    name = manifest["structure"]["leaves"][k]["name"]
+    target = root / f"combined-{name}.npy"
+    if not target.exists():
+        tmp = root / f".combined-{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        try:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            for part in manifest["parts"]:
+                out[part["start"]:part["start"] + part["rows"]] = _read_leaves(
+                    root / part["file"], mmap=True)[k]
+            out.flush()
+            del out
+            fsync_path(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return np.load(target, mmap_mode="r")

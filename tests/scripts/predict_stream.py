@@ -1,0 +1,77 @@
+"""A streamed ``context.predict(..., output=)``, run by tests/e2e/test_predict_stream.py.
+
+Alone or under ``horovodrun``. Environment: ``PRED_OUT`` (the output directory),
+``PRED_KIND`` (arrays | wrapped | derived | sequence | dataset | multi; several, comma
+separated: each into ``PRED_OUT/<kind>``), ``PRED_ROWS``,
+``PRED_BATCH``, ``PRED_SLEEP`` (seconds per batch: time for a test to kill the process
+while it predicts). The model's weights are drawn from a fixed seed, so every run
+(and every process) predicts the same values.
+"""
+
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import det_sdk as det
+
+context = det.keras.init()
+kind = os.environ.get("PRED_KIND", "arrays")
+rows = int(os.environ.get("PRED_ROWS", "1000"))
+batch = int(os.environ.get("PRED_BATCH", "16"))
+sleep = float(os.environ.get("PRED_SLEEP", "0"))
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(rows, 4)).astype("float32")
+x[:, 0] = np.arange(rows) / 1000  # the row's id, recoverable from the predictions
+
+inp = tf.keras.Input((4,))
+
+
+def make_model(multi: bool):
+    hidden = tf.keras.layers.Dense(8, activation="tanh")(inp)
+    ids = tf.keras.layers.Lambda(lambda t: t[:, :1] * 1000)(inp)
+    if multi:
+        return tf.keras.Model(inp, {"score": tf.keras.layers.Dense(1)(hidden), "ids": ids})
+    scores = tf.keras.layers.Dense(3)(hidden)
+    return tf.keras.Model(inp, tf.keras.layers.Concatenate()([ids, scores]))
+
+
+class Batches(tf.keras.utils.Sequence):
+    def __len__(self):
+        return -(-rows // batch)
+
+    def __getitem__(self, i):
+        return x[i * batch:(i + 1) * batch]
+
+
+def data_of(kind):
+    if kind == "sequence":
+        return Batches()
+    if kind == "dataset":
+        return context.wrap_data(tf.data.Dataset.from_tensor_slices(x).batch(batch))
+    if kind == "wrapped":
+        return context.wrap_data(x)
+    if kind == "derived":  # each process's own rows (arithmetic on wrapped views)
+        return context.wrap_data(x) * 1
+    return x
+
+
+kinds = kind.split(",")
+for k in kinds:
+    model = make_model(k == "multi")
+    w = np.random.default_rng(1)
+    model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
+    if sleep:
+        predict_on_batch = model.predict_on_batch
+
+        def slow(inputs, predict_on_batch=predict_on_batch):
+            time.sleep(sleep)
+            return predict_on_batch(inputs)
+
+        model.predict_on_batch = slow
+    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
+    out = context.predict(model, data_of(k), output=out_dir, batch_size=batch)
+    print("RESULT", out.rows, out.parts, out.resumed, flush=True)
+context.close()

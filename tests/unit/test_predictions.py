@@ -1,0 +1,137 @@
+"""det_sdk.predictions: the part files, manifest and checks of a streamed predict (no
+framework: the Keras loop's tests are tests/integration/test_predict_stream.py and, with
+real processes killed, tests/e2e/test_predict_stream.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import det_sdk
+from det_sdk.errors import DetSdkError
+from det_sdk.predictions import (
+    PartStore,
+    PredictionsCorruptError,
+    PredictionsIncompleteError,
+    PredictionsMismatchError,
+    load_predictions,
+    part_stem,
+)
+
+FP = {"kind": "arrays", "rows": 10, "batch_size": 4, "digest": "abc"}
+MODEL = {"class": "Functional", "weights": "123"}
+
+
+def _batches() -> list[np.ndarray]:
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    return [x[0:4], x[4:8], x[8:10]]
+
+
+def _write(path: Path, order: list[int], fp: dict = FP) -> PartStore:
+    store = PartStore(path)
+    store.begin(fp, MODEL)
+    batches = _batches()
+    for i in order:
+        store.write_part(i, batches[i])
+    return store
+
+
+def test_parts_written_out_of_order_come_back_in_the_input_order(tmp_path: Path) -> None:
+    store = _write(tmp_path, [2, 0, 1])
+    manifest = store.finish(parts=3)
+    assert [(p["start"], p["rows"]) for p in manifest["parts"]] == [(0, 4), (4, 4), (8, 2)]
+    assert manifest["rows"] == 10 and manifest["complete"]
+    expected = np.arange(40, dtype=np.float32).reshape(10, 4)
+    got = det_sdk.load_predictions(tmp_path)
+    assert got.dtype == np.float32 and np.array_equal(got, expected)
+    mapped = load_predictions(tmp_path, mmap=True)
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, expected)
+    assert (tmp_path / "combined-0.npy").exists()
+    assert np.array_equal(load_predictions(tmp_path, mmap=True), expected)  # reuses it
+
+
+def test_several_outputs_keep_their_names_and_kinds(tmp_path: Path) -> None:
+    store = PartStore(tmp_path)
+    store.begin(FP, MODEL)
+    for i, (a, b) in enumerate([(0, 3), (3, 5)]):
+        store.write_part(i, {"score": np.arange(a, b, dtype=np.float64)[:, None],
+                             "label": np.arange(a, b, dtype=np.int32)})
+    assert (tmp_path / f"{part_stem(1)}.npz").exists()
+    store.finish(parts=2)
+    got = load_predictions(tmp_path)
+    assert list(got) == ["score", "label"]
+    assert got["score"].shape == (5, 1) and got["label"].dtype == np.int32
+    assert np.array_equal(got["label"], np.arange(5))
+    assert np.array_equal(load_predictions(tmp_path, mmap=True)["score"], got["score"])
+
+
+def test_complete_parts_verify_and_damaged_ones_are_written_again(tmp_path: Path) -> None:
+    _write(tmp_path, [0, 1, 2])
+    (tmp_path / f"{part_stem(2)}.json").unlink()  # killed between the part and its sidecar
+    data = tmp_path / f"{part_stem(1)}.npy"
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0xFF  # same size, other bytes
+    data.write_bytes(bytes(raw))
+    again = PartStore(tmp_path)
+    again.begin(FP, MODEL)
+    assert again.complete_parts(range(3)) == {0}
+    assert not data.exists()  # removed, to be written again
+    with pytest.raises(PredictionsIncompleteError, match="part 1 of 3 is missing"):
+        again.finish(parts=3)
+    with pytest.raises(PredictionsIncompleteError, match="not complete"):
+        load_predictions(tmp_path)
+
+
+def test_begin_sweeps_a_killed_writers_temporary_files(tmp_path: Path) -> None:
+    _write(tmp_path, [0])
+    tmp = tmp_path / f".{part_stem(1)}.npy.123-abcd.tmp"
+    tmp.write_bytes(b"half")
+    PartStore(tmp_path).begin(FP, MODEL)
+    assert not tmp.exists() and (tmp_path / f"{part_stem(0)}.npy").exists()
+
+
+@pytest.mark.parametrize("fp, model, message", [
+    ({**FP, "rows": 11}, MODEL, "input's length changed .* 10 rows then, 11 now"),
+    ({**FP, "digest": "other"}, MODEL, "another input"),
+    (FP, {**MODEL, "weights": "456"}, "another model"),
+])
+def test_another_jobs_directory_is_refused_naming_it(tmp_path: Path, fp: dict, model: dict,
+                                                      message: str) -> None:
+    _write(tmp_path, [0])
+    with pytest.raises(PredictionsMismatchError, match=message) as err:
+        PartStore(tmp_path).begin(fp, model)
+    assert str(tmp_path) in str(err.value) and isinstance(err.value, DetSdkError)
+
+
+def test_parts_without_a_manifest_are_refused(tmp_path: Path) -> None:
+    _write(tmp_path, [0])
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(PredictionsMismatchError, match=r"no manifest\.json"):
+        PartStore(tmp_path).begin(FP, MODEL)
+
+
+def test_a_batch_of_another_shape_is_refused(tmp_path: Path) -> None:
+    store = _write(tmp_path, [0])
+    with pytest.raises(PredictionsCorruptError, match="batch 1's outputs are 0: float32\\(5,\\)"):
+        store.write_part(1, np.zeros((4, 5), np.float32))
+    later = PartStore(tmp_path)  # a rerun knows the structure from the parts on disk
+    later.begin(FP, MODEL)
+    with pytest.raises(PredictionsCorruptError):
+        later.write_part(1, np.zeros((4, 4), np.float64))
+
+
+def test_the_manifest_names_rows_structure_and_fingerprint(tmp_path: Path) -> None:
+    _write(tmp_path, [0, 1, 2]).finish(parts=3)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["fingerprint"] == FP and manifest["model"] == MODEL
+    assert manifest["structure"] == {"kind": "array", "leaves": [
+        {"name": "0", "dtype": "<f4", "shape": [4]}]}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_not_a_predictions_directory(tmp_path: Path) -> None:
+    with pytest.raises(PredictionsIncompleteError, match=r"no manifest\.json"):
+        load_predictions(tmp_path)
