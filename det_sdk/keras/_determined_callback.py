@@ -306,6 +306,11 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
     def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
         self._each("on_test_batch_end", batch, logs)
 
+    def _in_sync(self, model: Any, epoch: int) -> None:
+        # BatchNormalization's statistics: the ranks' mean, then the guard compares all
+        self._loop.average_moving_statistics(model)
+        self._loop.check_in_sync(model, f"after epoch {epoch + 1}")
+
     def on_test_end(self, logs: Any = None) -> None:
         self._each("on_test_end", logs)
 
@@ -375,11 +380,6 @@ class _AggregateTraining(AggregateMetrics):
     """The epoch's training metrics from every process's metric state summed (exact for
     every built-in metric, as ``context.fit``'s). Validation is not split: each process
     evaluates all of it and holds the whole data's metrics already."""
-
-    def _in_sync(self, model: Any, epoch: int) -> None:
-        # BatchNormalization's statistics: the ranks' mean, then the guard compares all
-        self._loop.average_moving_statistics(model)
-        self._loop.check_in_sync(model, f"after epoch {epoch + 1}")
 
     def on_test_end(self, logs: Any = None) -> None:
         pass
