@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The master's own states, one class for both (Determined's names are the same words)
+from det_sdk.api import ExperimentState
 from det_sdk.errors import DetSdkError
 
 __all__ = ["Checkpoint", "ClientError", "Experiment", "ExperimentState", "OrderBy", "Trial",
@@ -31,18 +33,6 @@ class OrderBy(enum.Enum):
     DESC = "DESC"
     ASCENDING = "ASC"
     DESCENDING = "DESC"
-
-
-class ExperimentState(enum.Enum):
-    """Determined's experiment states that det_sdk's master has (``STATE_`` names too)."""
-
-    ACTIVE = "ACTIVE"
-    STOPPING_PAUSED = "STOPPING_PAUSED"
-    PAUSED = "PAUSED"
-    STOPPING_CANCELED = "STOPPING_CANCELED"
-    CANCELED = "CANCELED"
-    COMPLETED = "COMPLETED"
-    ERROR = "ERROR"
 
 
 TERMINAL = {ExperimentState.CANCELED, ExperimentState.COMPLETED, ExperimentState.ERROR}
@@ -191,11 +181,7 @@ class Trial:
     def top_checkpoint(self, sort_by: str | None = None,
                        smaller_is_better: bool | None = None) -> Checkpoint:
         """The best checkpoint by ``sort_by`` (default: the searcher metric)."""
-        order = self._order(sort_by, smaller_is_better)
-        best = self.list_checkpoints(sort_by=sort_by, order_by=order, max_results=1)
-        if not best:
-            raise ClientError(f"trial {self.id} has no checkpoint")
-        return best[0]
+        return _top(self, f"trial {self.id}", sort_by, smaller_is_better)
 
     def kill(self) -> None:
         raise ClientError("det_sdk's master kills experiments, not single trials: "
@@ -287,14 +273,21 @@ class Experiment:
 
     def top_checkpoint(self, sort_by: str | None = None,
                        smaller_is_better: bool | None = None) -> Checkpoint:
-        order = self._order(sort_by, smaller_is_better)
-        best = self.list_checkpoints(sort_by=sort_by, order_by=order, max_results=1)
-        if not best:
-            raise ClientError(f"experiment {self.id} has no checkpoint")
-        return best[0]
+        """The best checkpoint of all its trials by ``sort_by`` (default: the searcher
+        metric)."""
+        return _top(self, f"experiment {self.id}", sort_by, smaller_is_better)
 
     def top_n_checkpoints(self, limit: int, sort_by: str | None = None,
                           smaller_is_better: bool | None = None) -> list[Checkpoint]:
         order = self._order(sort_by, smaller_is_better)
         return self.list_checkpoints(sort_by=sort_by, order_by=order, max_results=limit)
 
+
+def _top(owner: Any, what: str, sort_by: str | None,
+         smaller_is_better: bool | None) -> Checkpoint:
+    """``owner``'s (a Trial's or an Experiment's) best checkpoint by ``sort_by``."""
+    order = owner._order(sort_by, smaller_is_better)
+    best = owner.list_checkpoints(sort_by=sort_by, order_by=order, max_results=1)
+    if not best:
+        raise ClientError(f"{what} has no checkpoint")
+    return best[0]
