@@ -32,6 +32,7 @@ from det_sdk.config import ExperimentConfig
 from det_sdk.failure import Failure
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
+from det_sdk.master.models import registered_checkpoints
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
 from det_sdk.stages import kept_per_stage, stage_of
@@ -154,7 +155,8 @@ class Checkpoints:
         Kept: the ``save_trial_latest`` newest (never fewer than one: a paused or
         restarting trial resumes from it), the ``save_trial_best`` best by the
         searcher metric, and any among the experiment's ``save_experiment_best``
-        (ranked by :func:`det_sdk.wire.metric_rank`: NaN and infinities last).
+        (ranked by :func:`det_sdk.wire.metric_rank`: NaN and infinities last), and
+        every checkpoint a model version of the registry points at.
         Latest and best are kept per stage of the script (det_sdk.stages): a finished
         stage's final checkpoint, which a restart restores the stage from, stays.
         """
@@ -171,6 +173,7 @@ class Checkpoints:
                         for c in self.intact(other["id"]) if _searched(c)]
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
+        keep |= registered_checkpoints(self.store)  # a model version's checkpoint stays
         base = self.directory(cfg)
         for r in rows:
             if r["uuid"] not in keep:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from typing import Any
 
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 
-__all__ = ["ModelRegistry"]
+__all__ = ["ModelRegistry", "registered_checkpoints"]
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS models (
@@ -29,6 +30,17 @@ _TABLES = (
 
 #: a model's name: what a URL path and a shell take without quoting
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def registered_checkpoints(store: Any) -> set[str]:
+    """The uuids of every checkpoint a model version points at (retention keeps them, as
+    Determined does); empty before the registry's tables exist."""
+    try:
+        with store.tx() as db:
+            rows = db.execute("SELECT DISTINCT checkpoint_uuid FROM model_versions").fetchall()
+    except sqlite3.OperationalError:  # no such table: no model was ever registered here
+        return set()
+    return {r[0] for r in rows}
 
 
 class ModelRegistry:
