@@ -28,7 +28,7 @@ Imports torch, never TensorFlow::
         pytorch.Trainer(MyTrial(context), context).fit(max_length=pytorch.Epoch(2))
 """
 
-from det_sdk.pytorch import samplers
+from det_sdk.pytorch import experimental, samplers
 from det_sdk.pytorch._data import DataLoader, TorchData
 from det_sdk.pytorch._distributed import TorchDistributed
 from det_sdk.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
@@ -48,5 +48,6 @@ from det_sdk.pytorch._trial import (
 
 __all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
            "MetricReducer", "PyTorchCallback", "PyTorchTrial", "PyTorchTrialContext", "Reducer",
-           "TorchData", "TorchDistributed", "Trainer", "TrainerError", "TrialContext", "init",
+           "TorchData", "TorchDistributed", "Trainer", "TrainerError", "TrialContext", "experimental",
+           "init",
            "load_state", "load_trial_from_checkpoint_path", "reset_parameters", "samplers"]

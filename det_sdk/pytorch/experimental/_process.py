@@ -1,0 +1,284 @@
+"""``torch_batch_process``: shard, process, checkpoint progress, resume, stop when asked.
+
+The dataset's batches (``batch_size`` rows each, in the dataset's order) are the
+*global batches* ``0 .. n-1``; process ``r`` of ``size`` takes every ``size``-th one
+(``r, r+size, r+2*size, ...``), as Determined's sampler deals them. Every process runs
+the same number of steps (the last ones may have no batch), so that they checkpoint
+together: after step ``s`` every global batch below ``(s+1)*size`` is done. Progress is
+that count, ``global_batches_done``, a prefix of the global batches; a resumed run
+(same or another number of processes) takes the batches from there.
+
+A checkpoint: every process calls ``on_checkpoint_start``; all meet; the chief stores a
+progress checkpoint (through ``core_context.checkpoint``) and then moves the files
+staged under ``upload_path()`` into the output directory (:mod:`._outputs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid as uuidlib
+from collections.abc import Sized
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.errors import DetSdkError
+from det_sdk.pytorch.experimental._context import TorchBatchProcessor, TorchBatchProcessorContext
+from det_sdk.pytorch.experimental._outputs import OutputDir
+
+if TYPE_CHECKING:
+    from det_sdk.core import Context
+
+__all__ = ["BatchProcessError", "torch_batch_process"]
+
+log = logging.getLogger("det_sdk.pytorch")
+
+KEY = "torch_batch_process"  # the progress record's key in a checkpoint's metadata
+
+
+class BatchProcessError(DetSdkError, ValueError):
+    """torch_batch_process was given arguments or a resume it cannot honour."""
+
+
+def torch_batch_process(
+    batch_processor_cls: type[TorchBatchProcessor],
+    dataset: Any,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    checkpoint_interval: int = 5,
+    dataloader_kwargs: dict[str, Any] | None = None,
+    distributed_context: Any = None,
+) -> None:
+    """Run ``batch_processor_cls`` over ``dataset``, sharded, checkpointed and resumable.
+
+    ``dataset``: a sized map-style dataset (``__len__`` and ``__getitem__``);
+    ``batch_size`` rows per batch (default 1, or ``dataloader_kwargs["batch_size"]``);
+    ``max_batches``: at most this many batches per process (over all runs of the task);
+    ``checkpoint_interval``: progress is checkpointed every this many batches per
+    process; ``dataloader_kwargs``: for ``torch.utils.data.DataLoader`` (``num_workers``,
+    ``collate_fn``, ...; no ``shuffle``, ``sampler`` or ``batch_sampler``);
+    ``distributed_context``: the ranks (default: torchrun's or horovodrun's, else one).
+
+    >>> torch_batch_process(MyProcessor, dataset, batch_size=64)  # doctest: +SKIP
+    """
+    from det_sdk import core
+
+    batch_size, kwargs = _check_args(dataset, batch_size, max_batches, checkpoint_interval,
+                                     dataloader_kwargs, batch_processor_cls)
+    dist = distributed_context if distributed_context is not None else _default_distributed()
+    with core.init(distributed=dist) as core_context:
+        _Run(core_context, batch_processor_cls, dataset, batch_size, max_batches,
+             checkpoint_interval, kwargs).run()
+
+
+def _check_args(dataset: Any, batch_size: int | None, max_batches: int | None,
+                checkpoint_interval: int, dataloader_kwargs: dict[str, Any] | None,
+                cls: Any) -> tuple[int, dict[str, Any]]:
+    if not (isinstance(cls, type) and issubclass(cls, TorchBatchProcessor)):
+        raise BatchProcessError("torch_batch_process: batch_processor_cls must be a "
+                                f"TorchBatchProcessor subclass, got {cls!r}")
+    if not isinstance(dataset, Sized):
+        raise BatchProcessError("torch_batch_process: dataset must be sized (implement "
+                                f"__len__ and __getitem__), got {type(dataset).__name__}")
+    kwargs = dict(dataloader_kwargs or {})
+    if kwargs.get("shuffle"):
+        raise BatchProcessError("torch_batch_process: dataloader_kwargs 'shuffle' must be "
+                                "false: batches are dealt in the dataset's order so that "
+                                "progress can be checkpointed")
+    kwargs.pop("shuffle", None)
+    for name in ("sampler", "batch_sampler"):
+        if name in kwargs:
+            raise BatchProcessError(f"torch_batch_process: remove dataloader_kwargs {name!r}: "
+                                    "torch_batch_process deals the batches itself")
+    if "batch_size" in kwargs:
+        if batch_size is not None:
+            raise BatchProcessError("torch_batch_process: batch_size is given both as an "
+                                    "argument and in dataloader_kwargs; give one")
+        batch_size = kwargs.pop("batch_size")
+    batch_size = 1 if batch_size is None else batch_size
+    for name, value in (("batch_size", batch_size), ("checkpoint_interval", checkpoint_interval),
+                        ("max_batches", 1 if max_batches is None else max_batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BatchProcessError(f"torch_batch_process: {name} must be an int >= 1, "
+                                    f"got {value!r}")
+    return batch_size, kwargs
+
+
+def _default_distributed() -> Any:
+    from det_sdk.pytorch._trainer import _distributed
+
+    return _distributed()
+
+
+def _device(core_context: Context) -> Any:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(core_context.distributed.get_local_rank()))
+    return torch.device("cpu")
+
+
+def _output_root(core_context: Context, name: str) -> Path:
+    """Where this task keeps files: the trial's kept files on the cluster, the job's
+    files in a job, the run directory locally (docs/batch-inference.md)."""
+    session = core_context._session
+    files_dir = getattr(session, "files_dir", None)
+    if files_dir is not None:
+        return Path(files_dir) / KEY / name
+    run_dir = getattr(session, "run_dir", None)
+    if run_dir is not None:
+        return Path(run_dir).resolve() / KEY / name
+    info = getattr(session, "info", None)
+    storage = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {})
+    if storage.get("host_path"):
+        return Path(storage["host_path"]) / "job_files" / str(info.allocation_id) / KEY / name
+    return Path.cwd().resolve() / KEY / name
+
+
+class _Run:
+    """One run of torch_batch_process on this process."""
+
+    def __init__(self, core_context: Context, cls: type[TorchBatchProcessor], dataset: Any,
+                 batch_size: int, max_batches: int | None, interval: int,
+                 kwargs: dict[str, Any]) -> None:
+        self.core = core_context
+        self.dist = core_context.distributed
+        self.rank, self.size = int(self.dist.rank), int(self.dist.size)
+        self.cls, self.dataset, self.batch_size = cls, dataset, batch_size
+        self.interval, self.kwargs = interval, kwargs
+        self.rows = len(dataset)
+        total = math.ceil(self.rows / batch_size)
+        # max_batches is per process, as in Determined: size * max_batches global batches
+        self.limit = total if max_batches is None else min(total, max_batches * self.size)
+        self.seq = 0  # progress checkpoints committed (the last one's number)
+        self.done = 0  # global batches done (a prefix)
+        self.using: list[str] = []
+        self.started = time.monotonic()
+
+    # -- resuming ------------------------------------------------------------------------
+    def _resume(self) -> tuple[dict[str, Any] | None, Path]:
+        latest = self.core.info.latest_checkpoint
+        record: dict[str, Any] | None = None
+        if latest is not None:
+            meta = self.core.checkpoint.get_metadata(latest)
+            record = meta.get(KEY)
+            if record is None:
+                raise BatchProcessError(
+                    f"torch_batch_process: checkpoint {latest} (this task's latest) is not a "
+                    "torch_batch_process progress checkpoint; start a new run")
+            if (record["rows"], record["batch_size"]) != (self.rows, self.batch_size):
+                raise BatchProcessError(
+                    "torch_batch_process: cannot resume: the checkpointed run had "
+                    f"{record['rows']} rows in batches of {record['batch_size']}, this one has "
+                    f"{self.rows} rows in batches of {self.batch_size}")
+            root = Path(record["output_path"])
+        else:
+            name = self.dist.broadcast(str(uuidlib.uuid4()) if self.dist.is_chief else None)
+            root = _output_root(self.core, name)
+        return record, root
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> None:
+        record, root = self._resume()
+        outputs = OutputDir(root)
+        if record is not None:
+            self.seq, self.done = int(record["seq"]), int(record["global_batches_done"])
+            self.using = list(record.get("using_checkpoints") or [])
+            if self.dist.is_chief:
+                outputs.recover(committed=self.seq)  # finish or drop what was staged
+            self.dist.barrier()
+            if record.get("finished"):
+                log.info("torch_batch_process: this run finished already (%d batches); "
+                         "outputs in %s", self.done, root)
+                return
+            log.info("torch_batch_process: resuming after %d of %d global batches",
+                     self.done, self.limit)
+        self.context = TorchBatchProcessorContext(self.core, outputs, _device(self.core))
+        self.context._seq = self.seq + 1
+        self.context._using = self.using
+        processor = self.cls(context=self.context)
+        with catch_stop_signals() as stop_signal:
+            stopped = self._batches(processor, stop_signal)
+        if stopped:
+            self._report_reducers()
+            return
+        processor.on_finish()
+        self._checkpoint(finished=True)
+        self._report_reducers()
+        if self.dist.is_chief:
+            self.context._outputs.finish()
+        if self.dist.is_chief and self.context._use_default_storage:
+            log.info("torch_batch_process: files stored with upload_path() are in %s",
+                     outputs.root)
+
+    def _batches(self, processor: TorchBatchProcessor, stop_signal: Any) -> bool:
+        """Process this rank's batches from ``self.done`` on; True when asked to stop."""
+        done0 = self.done
+        start_step = done0 // self.size
+        steps = math.ceil((self.limit - done0) / self.size) if self.limit > done0 else 0
+        it = iter(self._loader(list(range(done0 + self.rank, self.limit, self.size))))
+        for k in range(steps):
+            g = done0 + self.rank + k * self.size  # this rank's global batch of step k
+            if g < self.limit:
+                processor.process_batch(batch=next(it), batch_idx=g // self.size)
+            last = k == steps - 1
+            if (start_step + k + 1) % self.interval == 0 or last:
+                processor.on_checkpoint_start()
+                # after step k every rank is past it: the global batches below this are done
+                done = min(self.limit, done0 + (k + 1) * self.size)
+                stop = self._checkpoint(done=done, stop_here=bool(stop_signal()))
+                if stop and not last:
+                    log.info("torch_batch_process: stopped after %d of %d global batches "
+                             "(progress checkpointed; it resumes from there)", self.done,
+                             self.limit)
+                    return True
+        return False
+
+    def _loader(self, indices: list[int]) -> Any:
+        import torch.utils.data
+
+        batches = [list(range(g * self.batch_size, min(self.rows, (g + 1) * self.batch_size)))
+                   for g in indices]
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=batches, **self.kwargs)
+
+    def _checkpoint(self, done: int | None = None, stop_here: bool = False,
+                    finished: bool = False) -> bool:
+        """Meet, store progress, commit the staged files; whether to stop (on every rank)."""
+        flags = self.dist.allgather(stop_here)  # also: every rank's files are staged
+        if done is not None:
+            self.done = done
+        seq = self.seq + 1
+        if self.dist.is_chief:
+            self._store(seq, finished)
+            self.context._outputs.commit(seq)
+            self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
+        self.seq = seq
+        self.context._seq = seq + 1
+        preempt = self.core.preempt.should_preempt() if not finished else False
+        return bool(preempt or any(flags))
+
+    def _store(self, seq: int, finished: bool) -> None:
+        per_rank = math.ceil(self.done / self.size)
+        record = {"seq": seq, "global_batches_done": self.done, "global_batches": self.limit,
+                  "rows": self.rows, "batch_size": self.batch_size, "processes": self.size,
+                  "output_path": str(self.context._outputs.root), "finished": finished,
+                  "using_checkpoints": list(self.context._using)}
+        meta = {"steps_completed": per_rank, KEY: record,
+                "default_output_uuid": self.context._outputs.root.name}
+        with self.core.checkpoint.store_path(meta) as (path, _uuid):
+            (path / "batch_completed.json").write_text(
+                '{"batch_completed": %d}' % per_rank)
+
+    def _report_reducers(self) -> None:
+        reducers = self.context._reducers
+        if not reducers:
+            return
+        mine = {name: r.per_slot_reduce() for name, r in reducers.items()}
+        gathered = self.dist.allgather(mine)
+        if self.dist.is_chief:
+            metrics = {name: r.cross_slot_reduce([g[name] for g in gathered])
+                       for name, r in reducers.items()}
+            self.core.train.report_validation_metrics(
+                steps_completed=math.ceil(self.done / self.size), metrics=metrics)
