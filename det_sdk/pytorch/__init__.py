@@ -48,6 +48,6 @@ from det_sdk.pytorch._trial import (
 
 __all__ = ["Batch", "CheckpointLoadContext", "DataLoader", "Epoch", "LRScheduler",
            "MetricReducer", "PyTorchCallback", "PyTorchTrial", "PyTorchTrialContext", "Reducer",
-           "TorchData", "TorchDistributed", "Trainer", "TrainerError", "TrialContext", "experimental",
-           "init",
-           "load_state", "load_trial_from_checkpoint_path", "reset_parameters", "samplers"]
+           "TorchData", "TorchDistributed", "Trainer", "TrainerError", "TrialContext",
+           "experimental", "init", "load_state", "load_trial_from_checkpoint_path",
+           "reset_parameters", "samplers"]

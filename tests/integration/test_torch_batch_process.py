@@ -65,7 +65,7 @@ class Crash(rows.Predict):
     AT = 7
     crashed = False
 
-    def process_batch(self, batch, batch_idx) -> None:  # noqa: ANN001
+    def process_batch(self, batch, batch_idx) -> None:
         if batch_idx == self.AT and not type(self).crashed:
             type(self).crashed = True
             raise RuntimeError("interrupted")
@@ -76,7 +76,7 @@ class Flushing(Crash):
     """Writes its outputs at every batch (under upload_path), then crashes at ``AT``: the
     files of the batches after the last checkpoint are staged, never kept."""
 
-    def process_batch(self, batch, batch_idx) -> None:  # noqa: ANN001
+    def process_batch(self, batch, batch_idx) -> None:
         super().process_batch(batch, batch_idx)
         self.on_checkpoint_start()
 
@@ -113,7 +113,7 @@ def test_max_batches_dataloader_kwargs_and_a_resume_of_another_dataset(
         def __init__(self, context: experimental.TorchBatchProcessorContext) -> None:
             assert context.get_distributed_size() == 1 and context.get_distributed_rank() == 0
 
-        def process_batch(self, batch, batch_idx) -> None:  # noqa: ANN001
+        def process_batch(self, batch, batch_idx) -> None:
             seen.append((batch_idx, batch[1]))
 
     experimental.torch_batch_process(

@@ -46,7 +46,7 @@ class Predict(experimental.TorchBatchProcessor):
         self.log = os.environ.get("TBP_LOG")
         self.sleep = float(os.environ.get("TBP_SLEEP", "0"))
 
-    def process_batch(self, batch, batch_idx) -> None:  # noqa: ANN001 (Determined's signature)
+    def process_batch(self, batch, batch_idx) -> None:
         x, ids = batch
         with torch.no_grad():
             pred = self.model(self.context.to_device(x)).cpu().numpy()

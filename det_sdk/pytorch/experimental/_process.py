@@ -15,6 +15,7 @@ staged under ``upload_path()`` into the output directory (:mod:`._outputs`).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -268,8 +269,8 @@ class _Run:
         meta = {"steps_completed": per_rank, KEY: record,
                 "default_output_uuid": self.context._outputs.root.name}
         with self.core.checkpoint.store_path(meta) as (path, _uuid):
-            (path / "batch_completed.json").write_text(
-                '{"batch_completed": %d}' % per_rank)
+            # Determined's file, for scripts that read it
+            (path / "batch_completed.json").write_text(json.dumps({"batch_completed": per_rank}))
 
     def _report_reducers(self) -> None:
         reducers = self.context._reducers
