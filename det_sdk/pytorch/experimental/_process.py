@@ -231,9 +231,11 @@ class _Run:
                 done = min(self.limit, done0 + (k + 1) * self.size)
                 stop = self._checkpoint(done=done, stop_here=bool(stop_signal()))
                 if stop and not last:
-                    log.info("torch_batch_process: stopped after %d of %d global batches "
-                             "(progress checkpointed; it resumes from there)", self.done,
-                             self.limit)
+                    # a warning: the run is not done, and says how it goes on
+                    log.warning("torch_batch_process: stopped after %d of %d global batches "
+                                "(progress checkpointed: activated, or run again locally "
+                                "with DET_RESUME=latest, it goes on from there)", self.done,
+                                self.limit)
                     return True
         return False
 
