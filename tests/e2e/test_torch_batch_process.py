@@ -141,3 +141,21 @@ def test_on_two_slots_paused_and_activated_keeps_every_row_once(tmp_path: Path,
     assert max(c["steps_completed"] for c in ckpts) == ROWS // BATCH // 2
     (root,) = cluster.root.rglob(f"trial_files/{exp}/trial_{trial['id']}/torch_batch_process/*")
     _check_outputs(root)
+
+
+def test_a_job_on_two_slots_keeps_its_outputs_with_the_job(tmp_path: Path,
+                                                           cluster: Cluster) -> None:
+    """`det job run`: no checkpoints for jobs; progress is a file beside the outputs."""
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({
+        "entrypoint_script": "python3 rows.py", "resources": {"slots": 2},
+        "environment": {"environment_variables": [f"TBP_ROWS={ROWS}", f"TBP_BATCH={BATCH}"]}}))
+    out = cluster.det("job", "run", str(job), str(HERE), "--follow", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    job_id = out.stdout.split("Created job ")[1].split()[0]
+    got = cluster.det("job", "download", job_id, str(tmp_path / "files"))
+    assert got.returncode == 0, got.stderr
+    (root,) = (tmp_path / "files" / "torch_batch_process").iterdir()
+    progress = json.loads((root / "progress.json").read_text())["torch_batch_process"]
+    assert (progress["global_batches_done"], progress["finished"]) == (ROWS // BATCH, True)
+    _check_outputs(root)

@@ -153,3 +153,34 @@ def test_determined_names_resolve_to_det_sdk() -> None:
         sys.path.remove(compat)
     assert mod.torch_batch_process is experimental.torch_batch_process
     assert mod.TorchBatchProcessor is experimental.TorchBatchProcessor
+
+
+def test_reducers_metrics_and_the_checkpoints_a_task_uses_are_kept(runs: Path) -> None:
+    from det_sdk.pytorch import MetricReducer
+
+    class Count(MetricReducer):
+        def reset(self) -> None:
+            self.n = 0
+
+        def per_slot_reduce(self) -> int:
+            return self.n
+
+        def cross_slot_reduce(self, per_slot: list) -> int:
+            return sum(per_slot)
+
+    class Counting(experimental.TorchBatchProcessor):
+        def __init__(self, context: experimental.TorchBatchProcessorContext) -> None:
+            self.context = context
+            self.count = context.wrap_reducer(Count(), name="rows")
+            context.report_task_using_checkpoint("0f2b8c1e-0000-4000-8000-000000000001")
+
+        def process_batch(self, batch, batch_idx) -> None:
+            self.count.n += len(batch[1])
+            self.context.report_metrics("training", batch_idx + 1, {"rows": float(self.count.n)})
+
+    experimental.torch_batch_process(Counting, rows.Rows(23), batch_size=5)
+    records = [json.loads(line) for line in (runs / "1" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("group") == "validation" and r["metrics"] == {"rows": 23} for r in records)
+    assert [r["metrics"]["rows"] for r in records if r.get("group") == "training"][-1] == 23
+    assert _latest_meta(runs)["torch_batch_process"]["using_checkpoints"] == [
+        "0f2b8c1e-0000-4000-8000-000000000001"]

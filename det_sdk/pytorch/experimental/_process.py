@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 import uuid as uuidlib
 from collections.abc import Sized
@@ -256,7 +257,8 @@ class _Run:
         if self.dist.is_chief:
             self._store(seq, finished)
             self.context._outputs.commit(seq)
-            self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
+            if getattr(self.core._session, "trial_id", None) is not None:
+                self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
         self.seq = seq
         self.context._seq = seq + 1
         preempt = self.core.preempt.should_preempt() if not finished else False
@@ -270,6 +272,15 @@ class _Run:
                   "using_checkpoints": list(self.context._using)}
         meta = {"steps_completed": per_rank, KEY: record,
                 "default_output_uuid": self.context._outputs.root.name}
+        if getattr(self.core._session, "trial_id", None) is None:
+            # a generic job (`det job run`): the master keeps no checkpoints for jobs (nor
+            # restarts them); the progress record is a file beside the outputs
+            root = self.context._outputs.root
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = root / ".progress.json.tmp"
+            tmp.write_text(json.dumps(meta))
+            os.replace(tmp, root / "progress.json")
+            return
         with self.core.checkpoint.store_path(meta) as (path, _uuid):
             # Determined's file, for scripts that read it
             (path / "batch_completed.json").write_text(json.dumps({"batch_completed": per_rank}))
