@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import time
 import uuid as uuidlib
 from collections.abc import Sized
 from pathlib import Path
@@ -157,7 +156,6 @@ class _Run:
         self.seq = 0  # progress checkpoints committed (the last one's number)
         self.done = 0  # global batches done (a prefix)
         self.using: list[str] = []
-        self.started = time.monotonic()
 
     # -- resuming ------------------------------------------------------------------------
     def _resume(self) -> tuple[dict[str, Any] | None, Path]:
