@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 from argparse import Namespace
-from typing import Any
 
 from det_sdk.cli.render import print_json, table
+
+# `det --help` builds this command table: typing (4 ms) only for the type checker
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["COMMANDS"]
 
