@@ -35,3 +35,15 @@ def run_python(
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines file (metrics.jsonl, checkpoints.jsonl, ...)."""
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_arrays_equal(a: list[Any], b: list[Any]) -> None:
+    """Two lists of arrays (weights, optimizer slots) equal bit for bit, pair by pair.
+
+    >>> assert_arrays_equal([[1.0, 2.0]], [[1.0, 2.0]])
+    """
+    import numpy as np  # only the tests that compare arrays pay for it
+
+    assert len(a) == len(b), (len(a), len(b))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)

@@ -23,18 +23,12 @@ import tensorflow as tf
 import det_sdk as det
 from det_sdk.keras import _compat
 from det_sdk.keras._checkpoint import WeightsOnlyCheckpointError
-from tests.support import SCRIPTS
+from tests.support import SCRIPTS, assert_arrays_equal
 
 sys.path.insert(0, str(SCRIPTS))
 import custom_models as cm
 
 keras = _compat.keras
-
-
-def _weights_equal(a: list, b: list) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_vae_without_call_config_or_targets_checkpoints_by_weights_and_resumes_exactly(
@@ -51,7 +45,7 @@ def test_vae_without_call_config_or_targets_checkpoints_by_weights_and_resumes_e
     assert stop.value.code == 0
     ctx = det.keras.init(runs_dir=runs, resume=1)
     resumed, _ = cm.fit_vae(ctx)
-    _weights_equal(whole.get_weights(), resumed.get_weights())  # the noise resumed too
+    assert_arrays_equal(whole.get_weights(), resumed.get_weights())  # the noise resumed too
 
     # The checkpoint holds the weights and says why it holds no architecture.
     path = ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
@@ -63,7 +57,7 @@ def test_vae_without_call_config_or_targets_checkpoints_by_weights_and_resumes_e
     fresh = cm.make_vae()
     fresh.compile(optimizer=keras.optimizers.Adam(0.01))
     assert ctx.load_checkpoint_model(trial_id=1, model=fresh) is fresh
-    _weights_equal(fresh.get_weights(), resumed.get_weights())
+    assert_arrays_equal(fresh.get_weights(), resumed.get_weights())
     assert int(fresh.optimizer.iterations.numpy()) == int(
         resumed.optimizer.iterations.numpy())  # the optimizer's state came with them
 
@@ -84,7 +78,7 @@ def test_distiller_reloads_with_its_own_compile_and_its_outputs_are_whole_data_m
     assert "Distiller overrides compile()" in caplog.text
     latest = ctx.load_checkpoint_model(checkpoint_uuid=ctx.session.latest_checkpoint,
                                        custom_objects={"Distiller": cm.Distiller})
-    _weights_equal(latest.student.get_weights(), trained.student.get_weights())
+    assert_arrays_equal(latest.student.get_weights(), trained.student.get_weights())
     assert int(latest.optimizer.iterations.numpy()) == 18  # 3 epochs of 6 steps, restored
 
     # The user compiles it with their own arguments; test_step's plain tensor

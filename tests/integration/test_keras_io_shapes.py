@@ -19,18 +19,12 @@ import tensorflow as tf
 
 import det_sdk as det
 from det_sdk.keras import _compat
-from tests.support import SCRIPTS
+from tests.support import SCRIPTS, assert_arrays_equal
 
 sys.path.insert(0, str(SCRIPTS))
 import keras_io_shapes as shapes
 
 keras = _compat.keras
-
-
-def _equal(a: list, b: list) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_a_gan_resumes_both_optimizers_it_builds_in_its_first_step(tmp_path: Path) -> None:
@@ -46,7 +40,7 @@ def test_a_gan_resumes_both_optimizers_it_builds_in_its_first_step(tmp_path: Pat
     ctx = det.keras.init(runs_dir=runs, resume=1)
     resumed, hist2 = shapes.fit_gan(ctx)
     # weights AND both optimizers' slots (Adam's moments, SGD's momentum) as uninterrupted
-    _equal(shapes.gan_state(whole), shapes.gan_state(resumed))
+    assert_arrays_equal(shapes.gan_state(whole), shapes.gan_state(resumed))
     assert hist2.history["d_loss"] == hist.history["d_loss"]
     assert int(resumed.d_optimizer.iterations.numpy()) == 3 * 4
 
@@ -58,7 +52,7 @@ def test_a_model_that_builds_its_layers_in_train_step_trains_as_model_fit(
     plain, plain_hist = shapes.fit_nocall(None)
     ctx = det.keras.init(runs_dir=tmp_path / "a", seed=5)  # seeds Python/NumPy/TF with 5 too
     ours, hist = shapes.fit_nocall(ctx)
-    _equal(plain.get_weights(), ours.get_weights())
+    assert_arrays_equal(plain.get_weights(), ours.get_weights())
     assert hist.history["loss"] == plain_hist.history["loss"]
 
     # stopped mid-epoch, resumed from its checkpoint: the same weights again
@@ -66,7 +60,7 @@ def test_a_model_that_builds_its_layers_in_train_step_trains_as_model_fit(
         shapes.fit_nocall(det.keras.init(runs_dir=tmp_path / "b", seed=5),
                           callbacks=[shapes.StopOnBatch(0, 2)])
     resumed, _ = shapes.fit_nocall(det.keras.init(runs_dir=tmp_path / "b", resume=1))
-    _equal(plain.get_weights(), resumed.get_weights())
+    assert_arrays_equal(plain.get_weights(), resumed.get_weights())
 
 
 def test_a_fit_without_validation_data_trains_a_layer_that_adds_its_own_loss(
@@ -82,7 +76,7 @@ def test_a_fit_without_validation_data_trains_a_layer_that_adds_its_own_loss(
     data = shapes.add_loss_data()
     plain_hist = plain.fit(data, batch_size=16, epochs=2, shuffle=False, verbose=0)
     hist = ctx.fit(ours, ctx.wrap_data(data), batch_size=16, epochs=2, shuffle=False, verbose=0)
-    _equal(plain.get_weights(), ours.get_weights())
+    assert_arrays_equal(plain.get_weights(), ours.get_weights())
     np.testing.assert_allclose(hist.history["loss"], plain_hist.history["loss"], rtol=1e-6)
     groups = {row["group"] for row in ctx.session.read_metrics()}
     assert groups == {"training"}  # recorded, with no validation row
@@ -122,7 +116,7 @@ def test_a_stop_on_an_epochs_last_batch_resumes_with_that_epochs_end(tmp_path: P
     resumed, hist2, seen_after, _ = _classifier_fit(ctx, tmp_path / "s", [])
     assert seen_after == [2, 3]  # epoch 1's end ran before the stop, not skipped
     assert hist2.history == hist.history  # val_loss, lr of ReduceLROnPlateau, every epoch
-    _equal(whole.get_weights(), resumed.get_weights())
+    assert_arrays_equal(whole.get_weights(), resumed.get_weights())
     epochs = [r["epoch"] for r in ctx.session.read_metrics() if r["group"] == "validation"]
     assert epochs == [1, 2, 3, 4]  # one validation record per epoch, none lost
 
@@ -133,7 +127,7 @@ def test_the_rank_is_folded_into_layers_random_state_and_data_seeds_are_shared()
     assert keras_rng
     before = [v.numpy().copy() for v in keras_rng]
     _compat.distinct_random_state(keras_rng, rank=0)
-    _equal(before, [v.numpy() for v in keras_rng])  # rank 0 keeps its state
+    assert_arrays_equal(before, [v.numpy() for v in keras_rng])  # rank 0 keeps its state
     _compat.distinct_random_state(keras_rng, rank=1)
     assert any((b != v.numpy()).any() for b, v in zip(before, keras_rng))
 
