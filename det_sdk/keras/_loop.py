@@ -171,8 +171,12 @@ class TrainingLoop:
         optimizers never used (a GAN builds its two in its first step)."""
         if not _compat.overrides_train_step(model):
             return False
+        # the model's own compiled optimizer is built below for all its trainable
+        # variables (as before; a reloaded checkpoint expects that)
+        own = _compat.model_optimizer(model)
         return (any(not layer.built for layer in _compat.layers_of(model)[1:])
-                or any(not _compat.optimizer_built(o) for o in self._optimizers))
+                or any(not _compat.optimizer_built(o) for o in self._optimizers
+                       if o is not own))
 
     # --- resume, restore, broadcast -------------------------------------------------------
 
