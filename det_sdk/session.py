@@ -597,6 +597,10 @@ class MasterSession(Session):
         while not self._closed.is_set() and not self._preempt.is_set():
             try:
                 if self.client.preemption(self.info.allocation_id, timeout_seconds=20):
+                    # In the trial's log: why a healthy trial is about to stop.
+                    print("det_sdk: the master asks this trial to stop (a pause or a "
+                          "preemption): it checkpoints and exits at its next stopping point",
+                          file=sys.stderr, flush=True)
                     self._preempt.set()
             except Exception:
                 time.sleep(1.0)  # master away: keep training, ask again
