@@ -1,7 +1,8 @@
 """``context.predict(model, data, output=DIR)``: predictions streamed to part files.
 
 Each process predicts its share of the input's *global batches* one at a time
-(``model.predict_on_batch``) and a writer thread writes each batch's predictions as
+(``_compat.predict_batches``: what ``model.predict`` computes for that batch) and a
+writer thread writes each batch's predictions as
 the part named by its global index (det_sdk.predictions), so memory holds a few
 batches whatever the number of rows, and the disk writes overlap the next batches'
 predictions. Global batch ``b`` is, by data kind:
@@ -269,8 +270,8 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
         else:
             assert plan.mine is not None and plan.fetch is not None
             batches = ((b, plan.fetch(b)) for b in plan.mine if b not in done)
-        for b, inputs in batches:
-            writer.put(b, model.predict_on_batch(inputs))
+        for b, outputs in _compat.predict_batches(model, batches):
+            writer.put(b, outputs)
             count += 1
     except BaseException as err:
         failure = err
