@@ -435,6 +435,21 @@ class Master:
         with self.lifecycle.lock:
             self.store.update_allocation(alloc_id, preempt_acked=1)
 
+    # --- what the HTTP layer asks (det_sdk.master.routes): reads by name, so no route -------
+    # --- reaches into the store ----------------------------------------------------------
+
+    def is_user_token(self, token: str) -> bool:
+        """Whether ``token`` is a user token (from ``det master up``)."""
+        return self.store.is_user_token(token)
+
+    def allocation_by_token(self, token: str) -> AllocationRow | None:
+        """The allocation whose task holds ``token``, with its state; None: no task's."""
+        return self.store.allocation_by_token(token)
+
+    def experiment_state(self, exp_id: int) -> str:
+        """The experiment's state now (NotFound if there is no such experiment)."""
+        return self._experiment(exp_id)["state"]
+
     # --- storage of uploads -----------------------------------------------------------------
 
     def _store_archive(self, kind: str, data: bytes) -> Path:
