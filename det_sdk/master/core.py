@@ -1,7 +1,7 @@
 """The master, apart from HTTP: one object that holds the pieces and answers the API.
 
-Each concern has its module; ``Master`` wires them together and is what ``app.py``
-(and the web UI) call:
+Each concern has its module; ``Master`` wires them together and is what the HTTP
+routes (``det_sdk.master.routes``, the web UI's included) call:
 
 - ``lifecycle``: the states of experiments, trials and jobs and the one table of
   their transitions (every state change goes through it);
@@ -12,8 +12,8 @@ Each concern has its module; ``Master`` wires them together and is what ``app.py
   tasks (``det_sdk.master.resources``: local processes or Slurm jobs, chosen once
   at start; nothing above it knows which).
 
-Errors are the domain errors of ``det_sdk.master.errors``; ``app.py`` maps them to
-HTTP statuses. What is cleaned up, and when: a trial's working directory when it
+Errors are the domain errors of ``det_sdk.master.errors``; ``routes.errors`` maps them
+to HTTP statuses. What is cleaned up, and when: a trial's working directory when it
 ends (COMPLETED, CANCELED, ERROR); an experiment's uploaded model directory when
 the experiment ends; a job's working directory and upload when it ends; uploads of
 nothing live and unrecorded checkpoint directories at start-up and whenever no
@@ -434,6 +434,21 @@ class Master:
             raise NotFound(f"no allocation {alloc_id!r}")
         with self.lifecycle.lock:
             self.store.update_allocation(alloc_id, preempt_acked=1)
+
+    # --- what the HTTP layer asks (det_sdk.master.routes): reads by name, so no route -------
+    # --- reaches into the store ----------------------------------------------------------
+
+    def is_user_token(self, token: str) -> bool:
+        """Whether ``token`` is a user token (from ``det master up``)."""
+        return self.store.is_user_token(token)
+
+    def allocation_by_token(self, token: str) -> AllocationRow | None:
+        """The allocation whose task holds ``token``, with its state; None: no task's."""
+        return self.store.allocation_by_token(token)
+
+    def experiment_state(self, exp_id: int) -> str:
+        """The experiment's state now (NotFound if there is no such experiment)."""
+        return self._experiment(exp_id)["state"]
 
     # --- storage of uploads -----------------------------------------------------------------
 
