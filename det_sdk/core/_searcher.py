@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from det_sdk.config import Length
 from det_sdk.distributed import DistributedContext
-from det_sdk.errors import StateError
+from det_sdk.errors import StateError, UsageError
 from det_sdk.session import Session
 
 __all__ = ["SearcherContext", "SearcherOperation"]
@@ -108,6 +109,23 @@ class SearcherContext:
         nxt = self._session.complete_operation(length, searcher_metric) \
             if self._dist.is_chief else None
         return self._dist.broadcast(nxt) if self._dist.size > 1 else nxt
+
+    def complete_from(self, length: Length, metrics: Mapping[str, Any], name: str, *,
+                      among: str, hint: str) -> Length | None:
+        """:meth:`complete` with the searcher's metric ``name`` taken from ``metrics`` (the
+        chief's value counts). Every process holds the same metric names (averaged
+        metrics), so a missing one is refused on all of them alike, none left waiting:
+        a UsageError naming ``searcher.metric``, what it is ``among`` and the ``hint``.
+
+        >>> from det_sdk.distributed import SingleProcess
+        >>> SearcherContext(Session(), SingleProcess()).complete_from(
+        ...     Length(epochs=1), {"val_loss": 0.5}, "val_loss", among="", hint="") is None
+        True
+        """
+        if name not in metrics:
+            raise UsageError(f"searcher.metric: {name!r} is not among {among} "
+                             f"({', '.join(sorted(metrics)) or 'none'}); {hint}")
+        return self.complete(length, float(metrics[name]) if self._dist.is_chief else None)
 
     def operations(self) -> Iterator[SearcherOperation]:
         """Each operation until the searcher says stop; the chief reports each completed.

@@ -339,16 +339,9 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._save()
         self._loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
         assert self._target is not None
-        metric = None
-        if self._dist.is_chief:
-            name = self._core.searcher_metric[0]
-            if name not in logs:
-                raise UsageError(
-                    f"searcher.metric: {name!r} is not among this epoch's metrics "
-                    f"({', '.join(sorted(logs)) or 'none'}); pass validation_data to fit "
-                    "or name one of them in the experiment config")
-            metric = float(logs[name])
-        self._target = self._core.searcher.complete(self._target, metric)
+        self._target = self._core.searcher.complete_from(
+            self._target, logs, self._core.searcher_metric[0], among="this epoch's metrics",
+            hint="pass validation_data to fit or name one of them in the experiment config")
         if self._target is None:
             self._searcher_done = True
             self.model.stop_training = True

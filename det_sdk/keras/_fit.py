@@ -50,7 +50,7 @@ from det_sdk.keras._plan import plan_calls
 from det_sdk.keras._saver import Saver
 from det_sdk.stages import Stage, StageMismatchError
 
-__all__ = ["FitOutcome", "callbacks_in_order", "run_fit"]
+__all__ = ["FitOutcome", "FitRun", "callbacks_in_order", "history_from", "run_fit"]
 
 log = logging.getLogger("det_sdk.keras")
 
@@ -154,117 +154,178 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
             stage: Stage) -> FitOutcome:
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
     (det_sdk.stages: where it resumes, whether the searcher's length applies)."""
-    if not isinstance(model, _compat.keras.Model):
-        raise ArgumentTypeError("context.fit: model must be a keras.Model, got "
-                                f"{type(model).__name__}")
-    if _compat.model_optimizer(model) is None:
-        raise UsageError("context.fit: compile the model first (model.compile(optimizer=...))")
-    dist, session, policy = loop.distributed, loop.session, loop.policy
-    _inputs.fold_validation_data(kwargs)
-    _inputs.split_arrays(dist, kwargs)
-    _inputs.default_batch_size(dist, kwargs)  # Keras's 32 rows a step, over all processes
-    # Data as each process takes it: the same number of steps everywhere (padded with
-    # weight-0 rows or batches), validation shared out, class weights in the pipeline.
-    _inputs.local_validation(dist, kwargs)
-    dataset_padding = _inputs.even_out_dataset(dist, kwargs)
-    data_options = {"class_weight": _inputs.take_class_weight(kwargs),
-                    "padded": _inputs.padded_rows(dist, kwargs)}
-    first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
-                                               dataset_padding)
-    loop.prepare(model, _sample_input(kwargs, policy.seed), _sample_batch(kwargs))
+    return FitRun(loop, model, kwargs, stage).run()
 
-    # On the cluster the searcher sets the length of the searched stage, one operation at
-    # a time; `epochs` is the script's own (off the cluster, the other stages, or when the
-    # experiment gives no length).
-    searched = stage.searched
-    operation = loop.searcher.current_length() if searched else None
-    script_epochs = int(kwargs.pop("epochs", 1))
-    steps = _inputs.steps_per_epoch(dist, kwargs)
-    period = _inputs.validation_period(policy.validation_period, kwargs)
-    initial_epoch = int(kwargs.pop("initial_epoch", 0))
-    resume, uuid, past = _stage_resume(loop, stage)
-    position = resume or Position(initial_epoch, 0, 0)
-    loop.position = position
-    if uuid is not None:
-        _restore(loop, model, uuid, stage)
-    loop.broadcast(model)  # rank 0's state everywhere before the first step
-    if stage.finished:
-        return _restored_stage(loop, model, stage, position, past)
 
-    # Callbacks that write files run on rank 0 only (README: "Many processes").
-    given_callbacks = list(kwargs.pop("callbacks", None) or [])
-    # On the cluster, relative files of ModelCheckpoint/CSVLogger go to the trial's folder
-    _callback_state.keep_files_with_trial(given_callbacks, getattr(session, "files_dir", None),
-                                          announce=dist.is_chief)
-    user_callbacks = chief_only_callbacks(given_callbacks, dist)
-    # Their state is saved with each checkpoint and restored from rank 0's on all ranks.
-    callback_states = _callback_state.CallbackStates(given_callbacks, user_callbacks)
-    if uuid is not None:
-        callback_states.restore(dist.broadcast(
-            _callback_state.saved_state(session.checkpoint_path(uuid)) if dist.is_chief
-            else None))
-    if dist.size > 1 and not dist.is_chief:
-        kwargs["verbose"] = 0  # one progress bar, rank 0's
-    reporter = MetricsReporter(
-        session, position, dist, publish=dist.is_chief, report_every=policy.report_every,
-        total_steps=_inputs.length_in_steps(
-            (policy.max_length if searched else None) or operation
-            or Length(epochs=script_epochs), steps),
-    )
-    trainer = _Trainer(loop, model, kwargs, position, steps, period, past, data_options)
-    save = Saver(loop, model, position, reporter, trainer.history, callback_states,
-                 stage=stage.name)
-    x = kwargs.get("x")
-    hooks: dict[str, Any] = {
-        "track": TrackPosition(position),
-        "reporter": reporter,
-        "history": RecordHistory(trainer.history),
-        "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
-        "states_in": callback_states.before_user(),
-        "states": callback_states,
-    }
-    if dist.is_chief:
-        hooks["random"] = WarnUnsavedRandomness(log)
-    hooks["outputs"] = AverageStepOutputs(dist, _inputs.validation_rows(kwargs))
-    if dist.size > 1:
-        hooks["moving_stats"] = AverageMovingStatistics(
-            lambda: loop.average_moving_statistics(model))
-        hooks["sync"] = CheckInSync(
-            lambda where, state: loop.check_in_sync(model, where, state), position)
-        hooks["average"] = AggregateMetrics(dist)
-        if first_padding is not None:
-            hooks["padding"] = UndoPaddingMetrics(first_padding, position)
-    if dist.is_chief and session.tensorboard_dir is not None:
-        hooks["tensorboard"] = TensorBoardScalars(session.tensorboard_dir, position)
-    if policy.checkpoint_period is not None:
-        hooks["checkpoint"] = periodic_checkpoint(policy.checkpoint_period, position, save)
+class FitRun:
+    """One ``context.fit``, and every decision it makes, in the order it makes them:
+    the data as each process takes it, the lengths (the script's epochs or the
+    searcher's operations), where it resumes, det_sdk's callbacks around the user's,
+    then training to each target, completing each searcher operation, and the last
+    checkpoint. ``run_fit`` is ``FitRun(...).run()``."""
 
-    outcome = FitOutcome(trainer.history, position=position)
-    with _stop_requests(loop) as should_stop:
-        hooks["stopper"] = StopOnSignal(
-            should_stop, save if policy.checkpoint_period else lambda: None, dist,
-            every=1 if dist.size == 1 else STOP_CHECK_EVERY,
+    def __init__(self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
+                 stage: Stage) -> None:
+        if not isinstance(model, _compat.keras.Model):
+            raise ArgumentTypeError("context.fit: model must be a keras.Model, got "
+                                    f"{type(model).__name__}")
+        if _compat.model_optimizer(model) is None:
+            raise UsageError("context.fit: compile the model first "
+                             "(model.compile(optimizer=...))")
+        self.loop, self.model, self.kwargs, self.stage = loop, model, kwargs, stage
+        self.dist, self.session, self.policy = loop.distributed, loop.session, loop.policy
+        self.position = Position(0, 0, 0)  # where it starts: set by _resume
+
+    def run(self) -> FitOutcome:
+        data_options, first_padding = self._shape_inputs()
+        self.loop.prepare(self.model, _sample_input(self.kwargs, self.policy.seed),
+                          _sample_batch(self.kwargs))
+        operation, script_epochs, steps, period = self._lengths()
+        uuid, past = self._resume()
+        if self.stage.finished:
+            return _restored_stage(self.loop, self.model, self.stage, self.position, past)
+        user_callbacks, callback_states = self._user_callbacks(uuid)
+        searched = self.stage.searched
+        reporter = MetricsReporter(
+            self.session, self.position, self.dist, publish=self.dist.is_chief,
+            report_every=self.policy.report_every,
+            total_steps=_inputs.length_in_steps(
+                (self.policy.max_length if searched else None) or operation
+                or Length(epochs=script_epochs), steps),
         )
-        trainer.callbacks = lambda extra: callbacks_in_order({**hooks, **extra}, user_callbacks)
-        try:
-            # one searcher operation after another (off the cluster: the script's epochs)
-            target = operation or Length(epochs=script_epochs)
-            while trainer.train_to(target) and operation is not None:
-                operation = _complete_operation(loop, model, kwargs, operation, position,
-                                                reporter, save)
-                if operation is None:
-                    break  # the searcher says stop
-                target = operation
-        except Preempted as stop:
-            outcome.stopped = stop
-        except BaseException:
-            _finish_writes_quietly(loop)  # the write in flight completes; the error wins
-            raise
-    if outcome.stopped is None and policy.checkpoint_period is not None and trainer.trained:
-        save()
-    loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
-    _compat.set_history_model(trainer.history, model)
-    return outcome
+        trainer = _Trainer(self.loop, self.model, self.kwargs, self.position, steps, period,
+                           past, data_options)
+        save = Saver(self.loop, self.model, self.position, reporter, trainer.history,
+                     callback_states, stage=self.stage.name)
+        hooks = self._hooks(reporter, trainer, callback_states, first_padding, save)
+        outcome = self._train(trainer, hooks, user_callbacks, operation, script_epochs,
+                              reporter, save)
+        if outcome.stopped is None and self.policy.checkpoint_period is not None \
+                and trainer.trained:
+            save()
+        self.loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
+        _compat.set_history_model(trainer.history, self.model)
+        return outcome
+
+    def _shape_inputs(self) -> tuple[dict[str, Any], Any]:
+        """The data as each process takes it: the same number of steps everywhere (padded
+        with weight-0 rows or batches), validation shared out, class weights in the
+        pipeline. Returns the options each model.fit call's inputs are cut with, and the
+        first step that holds padding (its metric updates are undone)."""
+        dist, kwargs = self.dist, self.kwargs
+        _inputs.fold_validation_data(kwargs)
+        _inputs.split_arrays(dist, kwargs)
+        _inputs.default_batch_size(dist, kwargs)  # Keras's 32 rows a step, over all processes
+        _inputs.local_validation(dist, kwargs)
+        dataset_padding = _inputs.even_out_dataset(dist, kwargs)
+        data_options = {"class_weight": _inputs.take_class_weight(kwargs),
+                        "padded": _inputs.padded_rows(dist, kwargs)}
+        first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
+                                                   dataset_padding)
+        return data_options, first_padding
+
+    def _lengths(self) -> tuple[Length | None, int, int | None, Length | None]:
+        """(the searcher's current operation, the script's epochs, steps per epoch, the
+        validation period). On the cluster the searcher sets the length of the searched
+        stage, one operation at a time; ``epochs`` is the script's own (off the cluster,
+        the other stages, or when the experiment gives no length)."""
+        operation = self.loop.searcher.current_length() if self.stage.searched else None
+        script_epochs = int(self.kwargs.pop("epochs", 1))
+        steps = _inputs.steps_per_epoch(self.dist, self.kwargs)
+        period = _inputs.validation_period(self.policy.validation_period, self.kwargs)
+        return operation, script_epochs, steps, period
+
+    def _resume(self) -> tuple[str | None, dict[str, Any] | None]:
+        """Where this stage starts (its own latest checkpoint, or the script's
+        ``initial_epoch``), restored, and rank 0's state on every process."""
+        initial_epoch = int(self.kwargs.pop("initial_epoch", 0))
+        resume, uuid, past = _stage_resume(self.loop, self.stage)
+        self.position = resume or Position(initial_epoch, 0, 0)
+        self.loop.position = self.position
+        if uuid is not None:
+            _restore(self.loop, self.model, uuid, self.stage)
+        self.loop.broadcast(self.model)  # rank 0's state everywhere before the first step
+        return uuid, past
+
+    def _user_callbacks(self, uuid: str | None
+                        ) -> tuple[list[Callback], _callback_state.CallbackStates]:
+        """The script's callbacks as they run here: those that write files on rank 0
+        only (README: "Many processes"), relative files kept with the trial on the
+        cluster, and their state saved with each checkpoint (restored from rank 0's)."""
+        dist, session = self.dist, self.session
+        given = list(self.kwargs.pop("callbacks", None) or [])
+        _callback_state.keep_files_with_trial(given, getattr(session, "files_dir", None),
+                                              announce=dist.is_chief)
+        user_callbacks = chief_only_callbacks(given, dist)
+        states = _callback_state.CallbackStates(given, user_callbacks)
+        if uuid is not None:
+            states.restore(dist.broadcast(
+                _callback_state.saved_state(session.checkpoint_path(uuid)) if dist.is_chief
+                else None))
+        if dist.size > 1 and not dist.is_chief:
+            self.kwargs["verbose"] = 0  # one progress bar, rank 0's
+        return user_callbacks, states
+
+    def _hooks(self, reporter: MetricsReporter, trainer: _Trainer,
+               states: _callback_state.CallbackStates, first_padding: Any,
+               save: Saver) -> dict[str, Any]:
+        """det_sdk's callbacks by their place in ``_ORDER`` (the stopper comes in
+        ``_train``, with the stop requests it reads)."""
+        dist, model, loop, position = self.dist, self.model, self.loop, self.position
+        x = self.kwargs.get("x")
+        hooks: dict[str, Any] = {
+            "track": TrackPosition(position),
+            "reporter": reporter,
+            "history": RecordHistory(trainer.history),
+            "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
+            "states_in": states.before_user(),
+            "states": states,
+            "outputs": AverageStepOutputs(dist, _inputs.validation_rows(self.kwargs)),
+        }
+        if dist.is_chief:
+            hooks["random"] = WarnUnsavedRandomness(log)
+        if dist.size > 1:
+            hooks["moving_stats"] = AverageMovingStatistics(
+                lambda: loop.average_moving_statistics(model))
+            hooks["sync"] = CheckInSync(
+                lambda where, state: loop.check_in_sync(model, where, state), position)
+            hooks["average"] = AggregateMetrics(dist)
+            if first_padding is not None:
+                hooks["padding"] = UndoPaddingMetrics(first_padding, position)
+        if dist.is_chief and self.session.tensorboard_dir is not None:
+            hooks["tensorboard"] = TensorBoardScalars(self.session.tensorboard_dir, position)
+        if self.policy.checkpoint_period is not None:
+            hooks["checkpoint"] = periodic_checkpoint(self.policy.checkpoint_period, position,
+                                                      save)
+        return hooks
+
+    def _train(self, trainer: _Trainer, hooks: dict[str, Any], user_callbacks: list[Callback],
+               operation: Length | None, script_epochs: int, reporter: MetricsReporter,
+               save: Saver) -> FitOutcome:
+        """One searcher operation after another (off the cluster: the script's epochs),
+        until the searcher says stop, a callback ends training, or a stop is asked for."""
+        outcome = FitOutcome(trainer.history, position=self.position)
+        with _stop_requests(self.loop) as should_stop:
+            hooks["stopper"] = StopOnSignal(
+                should_stop, save if self.policy.checkpoint_period else lambda: None,
+                self.dist, every=1 if self.dist.size == 1 else STOP_CHECK_EVERY,
+            )
+            trainer.callbacks = lambda extra: callbacks_in_order({**hooks, **extra},
+                                                                 user_callbacks)
+            try:
+                target = operation or Length(epochs=script_epochs)
+                while trainer.train_to(target) and operation is not None:
+                    operation = _complete_operation(self.loop, self.model, self.kwargs,
+                                                    operation, self.position, reporter, save)
+                    if operation is None:
+                        break  # the searcher says stop
+                    target = operation
+            except Preempted as stop:
+                outcome.stopped = stop
+            except BaseException:
+                _finish_writes_quietly(self.loop)  # the write in flight completes; the error wins
+                raise
+        return outcome
 
 
 def _stage_resume(loop: TrainingLoop, stage: Stage
@@ -290,17 +351,27 @@ def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage) -> None:
 def _restored_stage(loop: TrainingLoop, model: Any, stage: Stage, position: Position,
                     past: dict[str, Any] | None) -> FitOutcome:
     """A stage the resumed run had finished: its model restored, nothing trained."""
-    history = _compat.keras.callbacks.History()
-    past = past or {}
-    history.history = {k: list(v) for k, v in past.get("history", {}).items()}
-    history.epoch = list(past.get("epoch", []))
-    history.params = {}
+    history = history_from(past)
     _compat.set_history_model(history, model)
     if loop.distributed.is_chief:
         log.warning("det_sdk: stage %r was finished before the resume: its model restored from "
                     "checkpoint %s (epoch %d, batch %d), not trained again", stage.name,
                     stage.resume_uuid, position.epoch, position.batch)
     return FitOutcome(history, position=position)
+
+
+def history_from(past: dict[str, Any] | None) -> Any:
+    """A Keras History holding what a checkpoint's ``past`` recorded (empty: a fresh one).
+
+    >>> history_from({"history": {"loss": [0.5]}, "epoch": [0]}).history
+    {'loss': [0.5]}
+    """
+    history = _compat.keras.callbacks.History()
+    past = past or {}
+    history.history = {k: list(v) for k, v in past.get("history", {}).items()}
+    history.epoch = list(past.get("epoch", []))
+    history.params = {}
+    return history
 
 
 def _finish_writes_quietly(loop: TrainingLoop) -> None:
@@ -335,11 +406,7 @@ class _Trainer:
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
         # The whole run's History: what the checkpoint resumed from had recorded,
         # then every epoch end of this fit (RecordHistory appends them).
-        self.history = _compat.keras.callbacks.History()
-        past = past or {}
-        self.history.history = {k: list(v) for k, v in past.get("history", {}).items()}
-        self.history.epoch = list(past.get("epoch", []))
-        self.history.params = {}
+        self.history = history_from(past)
         self.trained = False
 
     def train_to(self, target: Length) -> bool:
@@ -396,17 +463,9 @@ def _complete_operation(
     if loop.policy.checkpoint_period is not None:
         save()
         loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
-    metric = None
-    if dist.is_chief:
-        name = loop.policy.searcher_metric
-        if name not in reporter.last_validation:
-            raise UsageError(
-                f"searcher.metric: {name!r} is not among the validation metrics "
-                f"({', '.join(sorted(reporter.last_validation)) or 'none'}); name one of "
-                "them in the experiment config"
-            )
-        metric = reporter.last_validation[name]
-    return loop.searcher.complete(operation, metric)
+    return loop.searcher.complete_from(
+        operation, reporter.last_validation, loop.policy.searcher_metric,
+        among="the validation metrics", hint="name one of them in the experiment config")
 
 
 def _validate_now(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> dict[str, float]:
