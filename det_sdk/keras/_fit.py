@@ -167,10 +167,10 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
     # weight-0 rows or batches), validation shared out, class weights in the pipeline.
     _inputs.local_validation(dist, kwargs)
     dataset_padding = _inputs.even_out_dataset(dist, kwargs)
-    data_options = {"class_weight": _inputs.take_class_weight(kwargs),
-                    "padded": _inputs.padded_rows(dist, kwargs)}
-    first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
-                                               dataset_padding)
+    class_weight = _inputs.take_class_weight(kwargs)
+    padded = _inputs.padded_rows(dist, kwargs)
+    data_options: dict[str, Any] = {"class_weight": class_weight, "padded": padded}
+    first_padding = _inputs.first_padding_step(dist, kwargs, padded, dataset_padding)
     loop.prepare(model, _sample_input(kwargs, policy.seed), _sample_batch(kwargs))
 
     # On the cluster the searcher sets the length of the searched stage, one operation at
