@@ -38,7 +38,7 @@ import errno
 import os
 import shutil
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -70,7 +70,14 @@ def _byte_view(buf: Any) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def read_exactly(src: int | BinaryIO, buf: Any, offset: int | None = None,
+class SupportsReadinto(Protocol):
+    """A binary file object read_exactly fills a buffer from (``io.BufferedReader``,
+    ``io.FileIO``, a socket's ``makefile("rb")``); ``None``: non-blocking, nothing yet."""
+
+    def readinto(self, buffer: Any, /) -> int | None: ...
+
+
+def read_exactly(src: int | SupportsReadinto, buf: Any, offset: int | None = None,
                  what: str = "file") -> None:
     """Fill ``buf`` (a writable bytes-like object: memoryview, bytearray, numpy array)
     from ``src`` (a file descriptor or a binary file opened for reading), looping until
@@ -100,6 +107,7 @@ def read_exactly(src: int | BinaryIO, buf: Any, offset: int | None = None,
         raise ArgumentTypeError("read_exactly: offset needs a file descriptor, not a file object")
     while got < expected:
         rest = view[got:]
+        n: int | None
         if isinstance(src, int) and offset is not None:
             n = os.preadv(src, [rest], offset + got)
         elif isinstance(src, int):
@@ -187,7 +195,7 @@ class ArrayFileWriter:
 
     def add(self, arr: np.ndarray) -> int:
         """Append ``arr``'s bytes (C-contiguous); the offset they start at."""
-        data = memoryview(arr.reshape(-1).view(np.uint8))  # a byte view, empty arrays too
+        data = arr.reshape(-1).view(np.uint8).data  # a byte view, empty arrays too
         addr = arr.ctypes.data
         if self._direct_flag and len(data) >= MIN_DIRECT:
             self._open_direct()

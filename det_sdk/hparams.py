@@ -54,7 +54,7 @@ def _known(keys: Iterator[str] | Mapping[str, Any]) -> str:
     return ", ".join(sorted(str(k) for k in keys)) or "(none)"
 
 
-class HParamGroup(dict):  # type: ignore[type-arg]
+class HParamGroup(dict):
     """A nested group of hyperparameter values: a ``dict`` that cannot be changed.
 
     It is a real ``dict`` (``json.dumps``, ``**group`` and ``isinstance(.., dict)``
@@ -84,8 +84,8 @@ class HParamGroup(dict):  # type: ignore[type-arg]
         raise ReadOnlyHParamsError(f"hyperparameters are read-only ({self._path}); "
                                    "change a copy: dict(...)")
 
-    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
 
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
@@ -98,7 +98,7 @@ class HParamGroup(dict):  # type: ignore[type-arg]
 
     def to_dict(self) -> dict[str, Any]:
         """A plain (nested, changeable) copy."""
-        return _thaw(self)  # type: ignore[no-any-return]
+        return _thaw(self)
 
 
 def _freeze(value: Any, path: str) -> Any:

@@ -38,7 +38,7 @@ No TensorFlow here: the bookkeeping is the engine's, whatever trains the model.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,7 +243,7 @@ class RunStages:
                 "or name its stages (context.fit(..., stage='name')) as the run did")
 
 
-def forget_after(records: list[dict[str, Any]], checkpoints: list[Mapping[str, Any]]
+def forget_after(records: list[dict[str, Any]], checkpoints: Sequence[Mapping[str, Any]]
                  ) -> list[dict[str, Any]]:
     """The metrics records a resumed run keeps: those its checkpoints cover.
 

@@ -23,10 +23,10 @@ import os
 import shutil
 import threading
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from det_sdk.atomic import fsync_path
 from det_sdk.env import task_owner
@@ -150,8 +150,10 @@ def check_uuid(uuid: str) -> None:
         raise UsageError(f"not a checkpoint uuid: {uuid!r}")
 
 
-def best_first(rows: list[dict[str, Any]], metric: str,
-               smaller_is_better: bool) -> list[dict[str, Any]]:
+_Record = TypeVar("_Record", bound=Mapping[str, Any])  # a plain dict, or a store's typed row
+
+
+def best_first(rows: Iterable[_Record], metric: str, smaller_is_better: bool) -> list[_Record]:
     """Checkpoint records that hold ``metric``, best first (for "best" and retention).
 
     Ranked by :func:`det_sdk.wire.metric_rank`: a non-finite value (NaN, +/-Infinity:

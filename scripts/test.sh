@@ -38,6 +38,7 @@ esac
 bash scripts/setup.sh --stack "$STACK"
 "$VENV/bin/ruff" check det_sdk tests scripts examples harness
 PYTHONPATH="$PWD" "$VENV/bin/lint-imports"  # the layers of docs/design.md: pyproject.toml's contracts
+"$VENV/bin/mypy"   # the types of det_sdk ([tool.mypy] in pyproject.toml)
 # The suite must not depend on a cluster or a resume left in the caller's shell.
 unset DET_ALLOCATION_ID DET_RESUME DET_CONFIG DET_RUNS_DIR DET_MASTER
 export TF_CPP_MIN_LOG_LEVEL=2

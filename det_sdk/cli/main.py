@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 import det_sdk
 from det_sdk.env import setting
@@ -85,7 +86,8 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
         verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
         for verb, (func, help_text, arguments) in verbs.items():
             v = verbs_sub.add_parser(verb, help=help_text, aliases=VERB_ALIASES.get(verb, []))
-            for name, *options in arguments:
+            # cast: tasks.COMMANDS mixes tuple lengths, so its type is inferred as object
+            for name, *options in cast("list[tuple[Any, ...]]", arguments):
                 if options:  # argparse options given with the command (--all, --limit)
                     v.add_argument(name, **options[0])
                 elif name == "--follow":

@@ -61,6 +61,7 @@ class TrainContext:
         if epoch is not None:
             self._epoch = int(epoch)
         if self._dist.is_chief:
+            # group: a str checked above to be one of the MetricGroup literals
             self._session.report_metrics(group, steps_completed, self._epoch,  # type: ignore[arg-type]
                                          metrics)
 

@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from det_sdk.config import (
     ConfigError,
@@ -186,7 +186,7 @@ def _open_local(dist: DistributedContext, runs: Path, target: str | None,
             session = LocalSession.create(runs, **new_run)
         dist.broadcast(session.run_id)
         return session
-    run_id = dist.broadcast(None)
+    run_id = cast(int, dist.broadcast(None))  # rank 0's (what the others send is ignored)
     return LocalSession.reopen(runs, run_id, writer=False)
 
 

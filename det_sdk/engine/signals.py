@@ -42,7 +42,7 @@ def catch_stop_signals() -> Iterator[Callable[[], str | None]]:
     def handler(signum: int, frame: Any) -> None:
         if received and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        received.append(_SIGNAL_NAMES[signum])
+        received.append(_SIGNAL_NAMES[signal.Signals(signum)])
 
     previous = {s: signal.signal(s, handler) for s in _SIGNAL_NAMES}
     try:

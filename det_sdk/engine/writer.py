@@ -102,7 +102,7 @@ class CheckpointWriter:
                 error = err
             # drop the snapshot now: kept until the next job, it would hold a copy of
             # the whole training state for nothing
-            write = None  # type: ignore[assignment]
+            del write
             with self._ready:
                 self._error, self._running = error, False
                 self._ready.notify_all()

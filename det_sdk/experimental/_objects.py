@@ -106,7 +106,7 @@ class Checkpoint:
         dest.mkdir(parents=True, exist_ok=True)
         data = self._session.download_checkpoint(self.uuid)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            kwargs: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(dest, **kwargs)
         return str(dest)
 

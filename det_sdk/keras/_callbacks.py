@@ -503,7 +503,7 @@ class BatchPeriodCheckpoint(PeriodicCheckpoint):
         self._due_at_epoch_end = False
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.position.steps_completed % self.period.batches == 0:
+        if self.position.steps_completed % self.period.value == 0:  # value: the batches
             if last_batch_of_epoch(self, batch):
                 self._due_at_epoch_end = True
             else:
@@ -590,7 +590,8 @@ class StopOnSignal(_Callback):
 
 def split_logs(logs: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
     """Keras epoch logs -> (training metrics, validation metrics)."""
-    train, val = {}, {}
+    train: dict[str, float] = {}
+    val: dict[str, float] = {}
     for k, v in logs.items():
         try:
             value = float(v)

@@ -95,7 +95,7 @@ MULTI_WORKER_FIT = KERAS_MAJOR < 3
 _K3 = KERAS_MAJOR >= 3
 
 #: The base class of ``keras.utils.Sequence`` (``PyDataset`` on Keras 3).
-SequenceBase: type = keras.utils.Sequence
+SequenceBase = keras.utils.Sequence
 
 OPTIMIZER_TYPES: tuple[type, ...] = (
     (keras.optimizers.Optimizer,)
@@ -546,21 +546,24 @@ class _AveragingMixin:
     if _K3:
 
         def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-            return super().apply(self._det_average(_shared(list(grads))), trainable_variables)
+            # a mixin: apply is the optimizer class's, after this one in the MRO
+            return super().apply(  # type: ignore[misc]
+                self._det_average(_shared(list(grads))), trainable_variables)
 
     else:
 
         def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
             pairs = list(grads_and_vars)
             grads = self._det_average(_shared([g for g, _ in pairs]))
-            return super().apply_gradients(
+            # a mixin: apply_gradients is the optimizer class's, after this one in the MRO
+            return super().apply_gradients(  # type: ignore[misc]
                 list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
 
 
-_averaging_classes: dict[type, type] = {}
+_averaging_classes: dict[type, type[Any]] = {}
 
 
-def _averaging_class(base: type) -> type:
+def _averaging_class(base: type) -> type[Any]:
     cls = _averaging_classes.get(base)
     if cls is None:
         # The same name as the user's class: Keras's own serialization and any

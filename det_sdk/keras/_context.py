@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import tensorflow as tf
 
@@ -181,8 +181,8 @@ class KerasContext:
         """The run's stages: which its checkpoints reached (rank 0's records, everywhere)."""
         if self._stages is None:
             dist = self.distributed
-            records = dist.broadcast(self.session.stage_checkpoints() if dist.is_chief
-                                     else None)
+            records = cast("list[dict[str, Any]]", dist.broadcast(  # rank 0's, never None
+                self.session.stage_checkpoints() if dist.is_chief else None))
             self._stages = RunStages(
                 [{k: r[k] for k in ("uuid", "stage") if k in r} for r in records],
                 searched=self._searched_stage)
@@ -377,6 +377,7 @@ class KerasContext:
             return checkpoint_uuid
         if stage is not None:
             check_stage_name(stage)
+        # trial_id is not None: exactly one of it and checkpoint_uuid is (checked above)
         return self.session.checkpoint_for_trial(trial_id, best=best,  # type: ignore[arg-type]
                                                  stage=stage)
 

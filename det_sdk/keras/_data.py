@@ -99,7 +99,8 @@ def _leaves(struct: Any) -> list[Any]:
 
 def _map(fn: Any, struct: Any) -> Any:
     if isinstance(struct, Mapping):
-        return type(struct)({k: _map(fn, v) for k, v in struct.items()})
+        mapping_type: Any = type(struct)  # the caller's own kind of mapping
+        return mapping_type({k: _map(fn, v) for k, v in struct.items()})
     if isinstance(struct, (list, tuple)):
         return type(struct)(_map(fn, v) for v in struct)
     return fn(struct)
@@ -107,7 +108,8 @@ def _map(fn: Any, struct: Any) -> Any:
 
 def _lists_as_tuples(struct: Any) -> Any:
     if isinstance(struct, Mapping):
-        return type(struct)({k: _lists_as_tuples(v) for k, v in struct.items()})
+        mapping_type: Any = type(struct)  # the caller's own kind of mapping
+        return mapping_type({k: _lists_as_tuples(v) for k, v in struct.items()})
     if isinstance(struct, (list, tuple)):
         return tuple(_lists_as_tuples(v) for v in struct)
     return struct
@@ -182,7 +184,7 @@ def _digest(a: np.ndarray) -> str:
     if a.dtype.hasobject:  # strings, ragged rows: their text (object bytes are pointers)
         h.update("\x00".join(map(repr, a.ravel().tolist())).encode())
     else:
-        h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+        h.update(np.ascontiguousarray(a).data.cast("B"))
     return h.hexdigest()
 
 
@@ -249,9 +251,10 @@ def is_wrapped(struct: Any) -> bool:
 def _shard_geometry(struct: Any) -> tuple[int, int] | None:
     """(rank, size) the arrays were wrapped for, or None if they were not wrapped."""
     shards = [getattr(a, "det_shard", None) for a in _leaves(struct)]
-    if not all(shards):
+    first = shards[0] if shards else None  # an empty list or dict holds no array
+    if first is None or not all(shards):
         return None
-    return shards[0].rank, shards[0].size
+    return first.rank, first.size
 
 
 # The pipeline's functions have no control flow on tensor values: converting them

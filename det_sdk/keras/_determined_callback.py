@@ -286,7 +286,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
             cb.set_model(model)
             cb.set_params(self.params)
         if self._target is not None and self._target.unit == "epochs" \
-                and self._target.epochs > epochs:
+                and self._target.value > epochs:
             log.warning("det_sdk: the searcher asks for %d epochs but model.fit(epochs=%d) "
                         "stops before; give fit at least searcher.max_length epochs",
                         self._target.epochs, epochs)

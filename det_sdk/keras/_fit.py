@@ -218,10 +218,10 @@ class FitRun:
         _inputs.default_batch_size(dist, kwargs)  # Keras's 32 rows a step, over all processes
         _inputs.local_validation(dist, kwargs)
         dataset_padding = _inputs.even_out_dataset(dist, kwargs)
-        data_options = {"class_weight": _inputs.take_class_weight(kwargs),
-                        "padded": _inputs.padded_rows(dist, kwargs)}
-        first_padding = _inputs.first_padding_step(dist, kwargs, data_options["padded"],
-                                                   dataset_padding)
+        class_weight = _inputs.take_class_weight(kwargs)
+        padded = _inputs.padded_rows(dist, kwargs)
+        data_options: dict[str, Any] = {"class_weight": class_weight, "padded": padded}
+        first_padding = _inputs.first_padding_step(dist, kwargs, padded, dataset_padding)
         return data_options, first_padding
 
     def _lengths(self) -> tuple[Length | None, int, int | None, Length | None]:

@@ -67,7 +67,7 @@ def _stop_cleanly_before_fit(session: LocalSession) -> None:
             said = (f"outside a fit; its checkpoints are kept (DET_RESUME=latest continues "
                     f"run {session.run_id})")
         print(f"det_sdk: stopped by {name} {said}.", file=sys.stderr, flush=True)
-        raise SystemExit(_EXIT_CODES[signum])
+        raise SystemExit(_EXIT_CODES[signal.Signals(signum)])
 
     for signum in _EXIT_CODES:
         signal.signal(signum, handler)
@@ -103,7 +103,7 @@ def _place_process(dist: DistributedContext) -> None:
 def init(
     *,
     hparams: Mapping[str, Any] | None = None,
-    config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | Mapping[str, Any] | ExperimentConfig | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
     resume: bool | int | str | None = None,
     seed: int | None = None,
@@ -116,7 +116,7 @@ def init(
 
     - ``hparams``: default hyperparameter values; constants of the config override
       them, and searched ones in the config need a value here.
-    - ``config``: an experiment config (YAML path or mapping); ``DET_CONFIG`` names
+    - ``config``: an experiment config (YAML path, mapping or parsed); ``DET_CONFIG`` names
       one when not given. Its ``data`` section is ``context.config_data``; its
       ``environment.environment_variables`` are set in ``os.environ`` here, except
       those the shell already set (the shell wins). TensorFlow has started by then:

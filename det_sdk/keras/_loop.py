@@ -16,7 +16,7 @@ import logging
 import time
 import uuid as uuidlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -218,9 +218,9 @@ class TrainingLoop:
         self.distributed.broadcast_variables([_compat.backing_variable(v) for v in variables])
         lookups = _compat.lookup_layers(model)
         if lookups and self.distributed.size > 1:
-            vocabularies = self.distributed.broadcast(
+            vocabularies = cast("list[Any]", self.distributed.broadcast(  # rank 0's, never None
                 [_checkpoint.vocabulary(layer) for layer in lookups]
-                if self.distributed.is_chief else None)
+                if self.distributed.is_chief else None))
             if not self.distributed.is_chief:
                 for layer, vocab in zip(lookups, vocabularies):
                     _checkpoint.set_vocabulary(layer, vocab)

@@ -98,7 +98,8 @@ def _plan_by_epochs(
     if target.epochs is None:
         raise UsageError("context.fit: a length in batches needs input of known length (numpy, a "
                          "Sequence, a finite tf.data.Dataset or steps_per_epoch)")
-    if period is not None and period.epochs is None:
+    every = 1 if period is None else period.epochs  # validate every `every` epochs
+    if every is None:
         raise UsageError("context.fit: min_validation_period in batches needs input of known "
                          "length (numpy, a Sequence, a finite tf.data.Dataset or steps_per_epoch)")
     if batch:
@@ -106,7 +107,6 @@ def _plan_by_epochs(
                          "mid-epoch; pass steps_per_epoch")
     if epoch >= target.epochs:
         return []
-    every = period.epochs if period is not None else 1
     validate = [k for k in range(epoch + 1, target.epochs + 1)
-                if k % every == 0 or k == target.epochs]  # type: ignore[operator]
+                if k % every == 0 or k == target.epochs]
     return [FitCall(epoch, target.epochs, 0, None, validate)]

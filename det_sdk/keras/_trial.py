@@ -38,7 +38,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -52,6 +52,7 @@ from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._context import KerasContext
 from det_sdk.keras._init import init
+from det_sdk.session import LocalSession
 
 __all__ = [
     "InMemorySequence",
@@ -75,7 +76,7 @@ class TrialLoadError(DetSdkError, ImportError):
 # --- data kinds -----------------------------------------------------------------------------
 
 
-class InMemorySequence(_compat.SequenceBase):  # type: ignore[misc, valid-type]
+class InMemorySequence(_compat.SequenceBase):
     """Numpy data in memory as a ``keras.utils.Sequence`` of ``batch_size`` rows.
 
     ``data`` is an array, a list of arrays or a dict of arrays (multi-input models);
@@ -167,7 +168,7 @@ class SequenceAdapter:
         self.max_queue_size = max_queue_size
 
 
-class TFKerasTensorBoard(_compat.keras.callbacks.TensorBoard):  # type: ignore[misc, name-defined]
+class TFKerasTensorBoard(_compat.keras.callbacks.TensorBoard):
     """Keras's TensorBoard callback, writing where det_sdk keeps the trial's TensorBoard.
 
     Return it from ``keras_callbacks``; its ``log_dir`` is set when the trial runs:
@@ -556,7 +557,8 @@ def run_trial(
                               "a TFKerasTrial (how long to train), e.g. max_length: {epochs: 1}")
         # A trial has no script of its own to give `epochs`: the config is its length,
         # trained to once, as the cluster's single searcher would.
-        context.session.length = length
+        # off the cluster the session is always a LocalSession
+        cast(LocalSession, context.session).length = length
     trial_context = TFKerasTrialContext(context, cfg)
     trial_context.get_global_batch_size()  # a clear error before any user code runs
     trial = trial_class(trial_context)
@@ -694,7 +696,7 @@ def _wrap_arrays(context: KerasContext, x: Any, y: Any, sw: Any) -> tuple[Any, A
     if sw is None:
         x, y = context.wrap_data(x, y)
         return x, y, None
-    return context.wrap_data(x, y, sw)  # type: ignore[no-any-return]
+    return context.wrap_data(x, y, sw)
 
 
 def _validation_data(data: Any, context: TFKerasTrialContext, where: str,

@@ -112,7 +112,7 @@ def unpack(data: bytes, dest: Path) -> None:
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         # The "data" filter re-checks what check_archive did (Python >= 3.11.4).
-        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        kwargs: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tar.extractall(dest, **kwargs)  # members checked above
     os.chmod(dest, 0o755)
 
@@ -146,7 +146,7 @@ def pack(directory: Path, max_bytes: int = MAX_ARCHIVE_BYTES,
     with tempfile.TemporaryFile() as spool:
         bounded = _Bounded(spool, max_bytes)
         total = 0
-        with tarfile.open(fileobj=bounded, mode="w:gz") as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=bounded, mode="w:gz") as tar:
             for path in sorted(directory.rglob("*")):
                 rel = path.relative_to(directory)
                 if any(part in (".git", "__pycache__", ".venv", "det-runs")

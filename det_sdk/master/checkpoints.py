@@ -21,6 +21,7 @@ deleted by a master.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 import shutil
@@ -142,7 +143,7 @@ class Checkpoints:
         note = (f"checkpoint {', '.join(hit)} failed verification on restore ({reason}); "
                 f"marked damaged, never restored again; {then}")
         t = self.store.trial(trial_id)
-        before = (t or {}).get("checkpoint_note") or ""
+        before = (t["checkpoint_note"] if t else None) or ""
         # bounded: one line per damaged checkpoint, the latest few
         lines = [*before.splitlines(), note][-_NOTE_LINES:]
         self.store.update_trial(trial_id, checkpoint_note="\n".join(lines))
@@ -168,7 +169,7 @@ class Checkpoints:
         keep = kept_per_stage(rows, policy.save_trial_latest, policy.save_trial_best,
                               metric, smaller)
         if policy.save_experiment_best:
-            t = self.store.trial(trial_id)
+            t = self.store.trial(trial_id)  # not None: the trial is reporting a checkpoint
             everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
                         for c in self.intact(other["id"]) if _searched(c)]
             ranked = best_first(everyone, metric, smaller)
@@ -241,7 +242,7 @@ class Checkpoints:
         metric, smaller = self.config_of(trial_id).searcher_metric
         # the searched stage's: the model the searcher measured (det_sdk.stages)
         candidates = rows if stage is not None else [r for r in rows if _searched(r)]
-        ranked = [self._out(r) for r in  # type: ignore[arg-type]
+        ranked = [self._out(r) for r in
                   best_first(candidates, metric, smaller)]
         if not ranked:
             raise NotFound(f"no checkpoint of trial {trial_id} has {metric!r}")
@@ -249,7 +250,8 @@ class Checkpoints:
 
     # --- sweeping -----------------------------------------------------------------------
 
-    def sweep_unrecorded(self, bases: Iterable[Path]) -> list[Path]:
+    # builtins.list: in this class `list` is the method above
+    def sweep_unrecorded(self, bases: Iterable[Path]) -> builtins.list[Path]:
         """Delete checkpoint directories under ``bases`` that this master's trials
         wrote and no record names.
 

@@ -7,6 +7,7 @@ store knows nothing of it. Versions count from 1 per model.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import sqlite3
@@ -108,7 +109,8 @@ class ModelRegistry:
                        (model["id"], last + 1, checkpoint_uuid, time.time()))
         return self.version(ident, last + 1)
 
-    def versions(self, ident: str | int) -> list[dict[str, Any]]:
+    # builtins.list: in this class `list` is the method above
+    def versions(self, ident: str | int) -> builtins.list[dict[str, Any]]:
         """Every version of the model, oldest first."""
         model = self.get(ident)
         with self.store.tx() as db:

@@ -23,7 +23,7 @@ import base64
 import binascii
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from det_sdk import api
 from det_sdk.errors import DetSdkError
@@ -115,19 +115,20 @@ def _trial_infos(master: Any, trials: list[TrialRow],
     queued = master.queued_trials()  # waiting in the resource manager's queue (Slurm)
     for t in trials:
         # as Search.operation: the trial's rung target (ASHA), else the searcher's length
-        op = None if length is None else {
-            "unit": length.unit,
-            "length": t["target"] if t["target"] is not None else length.value}
+        op = None if length is None else api.SearcherLength(
+            unit=length.unit,
+            length=t["target"] if t["target"] is not None else length.value)
         out.append(api.TrialInfo(
             id=t["id"], experiment_id=t["experiment_id"],
-            state="QUEUED" if t["id"] in queued and t["state"] == "RUNNING" else t["state"],
+            state=api.TrialState.QUEUED if t["id"] in queued and t["state"] == "RUNNING"
+            else api.TrialState(t["state"]),
             queue_reason=queued.get(t["id"]) if t["state"] == "RUNNING" else None,
             hparams=t["hparams"], seed=t["seed"], restarts=t["restarts"],
             steps_completed=t["steps_completed"], epoch=t["epoch"], progress=t["progress"],
             best_metric=t["best_metric"], latest_checkpoint=t["latest_checkpoint"],
             last_error=t["last_error"], bracket=t["bracket"], searcher_length=op,
             checkpoint_note=t.get("checkpoint_note"),
-            rungs=rungs.get(t["id"], [])))
+            rungs=[api.RungResult(**r) for r in rungs.get(t["id"], [])]))
     return out
 
 
@@ -232,7 +233,9 @@ def metrics_page(master: Any, trial_id: int, group: str | None, after_steps: int
     page = rows[:limit]
     if len(rows) > limit:
         page += [r for r in rows[limit:] if r["steps"] == page[-1]["steps"]]
-    return [api.MetricsRow(group=split_group(m["grp"])[0], steps_completed=m["steps"],
+    # cast: a stored group's first part is one of api.MetricGroup (stages.stored_group)
+    return [api.MetricsRow(group=cast(api.MetricGroup, split_group(m["grp"])[0]),
+                           steps_completed=m["steps"],
                            epoch=m["epoch"], metrics=m["metrics"],
                            stage=None if stage in (None, DEFAULT_STAGE) else stage)
             for m in page]

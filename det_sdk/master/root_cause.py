@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def read_tail(path: str | Path, max_bytes: int = TAIL_BYTES) -> str:
     return data.decode(errors="replace")
 
 
-def root_cause(alloc: dict[str, Any] | None, log_text: str) -> Failure | None:
+def root_cause(alloc: Mapping[str, Any] | None, log_text: str) -> Failure | None:
     """The failure that ended the task: its ranks' earliest record, else the log's."""
     if alloc and alloc.get("workdir"):
         found = earliest(read_records(record_dir(alloc["workdir"], alloc["id"])))
@@ -70,7 +71,7 @@ def root_cause(alloc: dict[str, Any] | None, log_text: str) -> Failure | None:
     return failure_from_log(log_text, cwd)
 
 
-def last_error(alloc: dict[str, Any] | None, log_path: str | Path, code: int,
+def last_error(alloc: Mapping[str, Any] | None, log_path: str | Path, code: int,
                restarts: int | None = None) -> str:
     """The text a failed task records: root cause, exit status, the log's last lines."""
     text = read_tail(log_path)
@@ -91,7 +92,7 @@ def _clip_line(line: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def failure_note(alloc: dict[str, Any] | None, log_path: str | Path, code: int) -> str:
+def failure_note(alloc: Mapping[str, Any] | None, log_path: str | Path, code: int) -> str:
     """One short paragraph for the end of a failed job's log (jobs have no
     ``last_error``): how it ended, then the root cause with the user's frame."""
     failure = root_cause(alloc, read_tail(log_path))

@@ -38,7 +38,7 @@ def planned_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         raise InvalidRequest(f"invalid experiment config: {err}") from None
     return [
         {"hparams": hp, "seed": (seed + i) % 2**31, "bracket": b,
-         "target": (rung_lengths(config, b) or [None])[0]}
+         "target": next(iter(rung_lengths(config, b)), None)}
         for i, (hp, b) in enumerate(zip(trial_hparams, brackets(config, len(trial_hparams))))
     ]
 
@@ -138,7 +138,8 @@ class Search:
                 t = self._trial(trial_id)
                 if t["searcher_done"]:
                     return True
-                target = t["target"]
+                # promoted: record_rung set the next rung's length
+                target = t["target"] if t["target"] is not None else ladder[rung + 1]
         return False
 
     def complete(self, trial_id: int, unit: str, length: int,
@@ -164,6 +165,7 @@ class Search:
                 self.store.update_trial(trial_id, searcher_done=1)
                 return self.operation(trial_id)
             rung = ladder.index(target)
+            # cfg.searcher is set (max_length is its) and, with rungs, ASHA's (divisor)
             if math.isnan(metric):  # ranks last (SQLite would keep NaN as NULL)
                 metric = math.inf if cfg.searcher.smaller_is_better else -math.inf  # type: ignore[union-attr]
             if self.store.rung_result(trial_id, rung) is None:

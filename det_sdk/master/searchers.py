@@ -126,6 +126,7 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
         return [hp_nest(zip(paths, combo)) for combo in itertools.product(*points)]
     if name in ("random", "adaptive_asha"):
         rng = random.Random(seed)
+        # these names are a RandomSearcher's or an AdaptiveASHASearcher's: both have max_trials
         n = config.searcher.max_trials  # type: ignore[union-attr]
         return [hp_nest((p, _random_point(v, rng)) for p, v in leaves) for _ in range(n)]
     raise UsageError(f"unknown searcher {name!r}")

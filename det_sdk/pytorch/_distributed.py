@@ -165,10 +165,10 @@ class TorchDistributed(CoreDistributedContext):
             rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
             local_size = int(env.get("HOROVOD_LOCAL_SIZE", size))
             cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
-            addr, port = _rendezvous_via_horovod(env, rank, cross_size == 1, timeout)
+            hvd_addr, hvd_port = _rendezvous_via_horovod(env, rank, cross_size == 1, timeout)
             return cls(rank=rank, size=size, local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
                        local_size=local_size, cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)),
-                       cross_size=cross_size, master_addr=addr, master_port=port,
+                       cross_size=cross_size, master_addr=hvd_addr, master_port=hvd_port,
                        timeout_s=timeout, chief_ip=chief_ip)
         raise DistributedSetupError(
             "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE or "

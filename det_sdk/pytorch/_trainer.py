@@ -202,6 +202,12 @@ class _SeedShape:
 class Trainer:
     """Trains a :class:`PyTorchTrial` with its context (Determined 0.38's ``Trainer``)."""
 
+    # when the ranks next agree on a stop, and the batch time since the last check
+    # (_stop_requested; set before the first batch of each fit)
+    _next_check: int
+    _check_n: int
+    _check_time: float
+
     def __init__(self, trial: Any, context: PyTorchTrialContext) -> None:
         if not isinstance(context, PyTorchTrialContext):
             raise TrainerError(f"Trainer: context must be det_sdk.pytorch's "

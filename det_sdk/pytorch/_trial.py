@@ -31,7 +31,7 @@ class Batch:
         return f"{type(self).__name__}({self.value})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.value == self.value
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.value))
@@ -155,6 +155,8 @@ class PyTorchTrialContext:
         self.reducers: dict[str, MetricReducer] = {}
         self._steps: dict[int, int] = {}
         self._script_fit_done = False
+        self._batch_in_epoch = 0  # where the Trainer is (is_epoch_start/is_epoch_end)
+        self._epoch_end = False
         if torch.cuda.is_available():
             self.device = torch.device("cuda", self.distributed.local_rank)
         else:
@@ -277,10 +279,10 @@ class PyTorchTrialContext:
         return data
 
     def is_epoch_start(self) -> bool:
-        return bool(getattr(self, "_batch_in_epoch", 0) == 0)
+        return self._batch_in_epoch == 0
 
     def is_epoch_end(self) -> bool:
-        return bool(getattr(self, "_epoch_end", False))
+        return self._epoch_end
 
 
     # -- the script-style API, parallel to det.keras.init()'s (det_sdk.pytorch._script)

@@ -157,6 +157,27 @@ def test_trainer_trains_checkpoints_tensors_only_and_validates_per_sample(
         pytorch.load_state(path)
 
 
+class _EpochEdgesTrial(_Trial):
+    """Records what the context says of each batch's place in its epoch."""
+
+    def train_batch(self, batch: tuple, epoch_idx: int, batch_idx: int) -> dict:
+        self.edges.append((batch_idx, self.context.is_epoch_start(), self.context.is_epoch_end()))
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+def test_context_says_which_batch_starts_and_ends_an_epoch(npz: Path, tmp_path: Path) -> None:
+    with np.load(npz) as f:
+        data = {k: f[k] for k in f.files}
+    with pytorch.init(hparams={"global_batch_size": 40}, runs_dir=tmp_path, seed=3) as ctx:
+        trial = _EpochEdgesTrial(ctx, data)
+        trial.edges = []
+        # before training: at an epoch's start, not its end
+        assert (ctx.is_epoch_start(), ctx.is_epoch_end()) == (True, False)
+        pytorch.Trainer(trial, ctx).fit(max_length=pytorch.Epoch(2))
+    # 400 rows / 40 a batch: 10 batches an epoch (batch_idx: within the epoch)
+    assert trial.edges == [(i % 10, i % 10 == 0, i % 10 == 9) for i in range(20)]
+
+
 class _InterruptedTrial(_Trial):
     """Sends this process a Ctrl-C (SIGINT) during batch 3, as a user at the terminal."""
 

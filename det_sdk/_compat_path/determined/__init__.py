@@ -22,6 +22,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import types
 
 import det_sdk as _det_sdk
 from det_sdk.errors import DetSdkError
@@ -51,7 +52,7 @@ class _SameModule(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> object:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         return importlib.import_module(self.target)
 
     def exec_module(self, module: object) -> None:

@@ -209,8 +209,9 @@ class ResourceManager:
     def adopt(self, alloc: AllocationRow) -> None:
         """Watch a task started by an earlier master process (after a restart), and carry
         out the forced stop that master recorded for it, if any."""
-        if alloc.get("kill_after") is not None:
-            self._schedule_force(alloc["id"], float(alloc["kill_after"]))
+        kill_after = alloc.get("kill_after")
+        if kill_after is not None:
+            self._schedule_force(alloc["id"], float(kill_after))
         self._watch(alloc)
 
     def kill(self, alloc: AllocationRow | dict[str, Any],

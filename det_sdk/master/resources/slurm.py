@@ -309,9 +309,9 @@ class SlurmManager(ResourceManager):
         jobs: dict[str, tuple[str, str]] = {}
         by_name: dict[str, str] = {}
         for line in listing.splitlines():
-            job_id, state, reason, name = [*line.split("|", 3), "", "", ""][:4]
-            jobs[job_id] = (state, reason)
-            by_name[name] = job_id
+            listed_id, state, reason, name = [*line.split("|", 3), "", "", ""][:4]
+            jobs[listed_id] = (state, reason)
+            by_name[name] = listed_id
         for alloc in allocs:
             job_id = alloc["rm_id"]
             if job_id is None:
@@ -386,9 +386,10 @@ class SlurmManager(ResourceManager):
             return False
         if state in _WAITING or state in _ACTIVE:
             return False
-        if alloc.get("workdir"):
+        workdir = alloc.get("workdir")
+        if workdir:
             with contextlib.suppress(FileExistsError, OSError):  # the job's own word wins
-                fd = os.open(exit_file(alloc["workdir"], alloc["id"]),
+                fd = os.open(exit_file(workdir, alloc["id"]),
                              os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 os.write(fd, b"0\n")
                 os.close(fd)

@@ -88,7 +88,7 @@ def horovod_plan(hosts: list[tuple[str, int]]) -> list[Slot]:
     [('a', 0, 0, 0, 2), ('a', 1, 1, 0, 1), ('b', 2, 0, 1, 2)]
     """
     size = sum(n for _, n in hosts)
-    slots = []
+    slots: list[Slot] = []
     for host_index, (host, n) in enumerate(hosts):
         for local in range(n):
             # the hosts that have a rank with this local rank, and this one's place among them

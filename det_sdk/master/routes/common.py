@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -72,7 +72,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 @dataclass
 class Principal:
     kind: str  # "user" | "task"
-    allocation: dict[str, Any] | None = None
+    allocation: Mapping[str, Any] | None = None  # a task's: its AllocationRow
 
 
 def authenticate(master: Master, header: str) -> Principal:

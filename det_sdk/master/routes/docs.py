@@ -41,7 +41,7 @@ def docs_router(app: FastAPI, master: Master, sessions: Sessions) -> APIRouter:
     def docs(request: Request) -> Response:
         reader(request)
         page = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} API")
-        csp = docs_csp(page.body.decode())
+        csp = docs_csp(bytes(page.body).decode())
         return Response(page.body, media_type="text/html",
                         headers={"Content-Security-Policy": csp, "Cache-Control": "no-store"})
 
