@@ -129,7 +129,7 @@ class DistributedContext(ABC):
         mine = self.allgather_local(obj)
         return mine if self.local_rank == 0 else None
 
-    def broadcast_local(self, obj: T | None = None) -> T:
+    def broadcast_local(self, obj: T | None = None) -> T | None:
         """This node's local rank 0's ``obj`` on every process of the node.
 
         >>> SingleProcess().broadcast_local({"k": 1})

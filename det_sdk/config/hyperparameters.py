@@ -113,7 +113,7 @@ Hyperparameter = TypeAliasType(  # type: ignore[misc]
         Annotated[ConstHP, Tag("const")] | Annotated[IntHP, Tag("int")]
         | Annotated[DoubleHP, Tag("double")] | Annotated[LogHP, Tag("log")]
         | Annotated[CategoricalHP, Tag("categorical")]
-        | Annotated[dict[str, "Hyperparameter"], Tag(_GROUP)],
+        | Annotated[dict[str, "Hyperparameter"], Tag(_GROUP)],  # type: ignore[misc]
         Discriminator(_hp_kind),
     ],
 )

@@ -103,7 +103,7 @@ class AdaptiveASHASearcher(_SearcherBase):
     @property
     def budget(self) -> int:
         """The longest a trial trains: ``max_time``, else ``max_length``'s value."""
-        return self.max_time if self.max_time is not None else self.max_length.value  # type: ignore[union-attr,return-value]
+        return self.max_time if self.max_time is not None else self.max_length.value  # type: ignore[union-attr]
 
 
 Searcher = Annotated[

@@ -55,7 +55,9 @@ def resolve_host_path(raw: Mapping[str, Any], config_dir: str | os.PathLike[str]
     ({'checkpoint_storage': {'host_path': '/exp/ckpts'}}, '/exp/ckpts')
     """
     storage = raw.get("checkpoint_storage")
-    path = storage.get("host_path") if isinstance(storage, Mapping) else None
+    if not isinstance(storage, Mapping):
+        return dict(raw), None
+    path = storage.get("host_path")
     if not isinstance(path, str) or not path or os.path.isabs(path):
         return dict(raw), None
     resolved = os.path.normpath(os.path.join(os.path.abspath(config_dir),

@@ -74,13 +74,13 @@ class _Loader(yaml.SafeLoader):
         node.value = [pair for sub in reversed(merged) for pair in sub] + own
 
     def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
-        value = self.construct_scalar(node)  # type: ignore[no-untyped-call]
+        value = self.construct_scalar(node)
         if value.lower() not in ("true", "false"):
             raise ConfigError(f"{value!r} is not a boolean (true or false)")
         return bool(value.lower() == "true")
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        value = self.construct_scalar(node)  # type: ignore[no-untyped-call]
+        value = self.construct_scalar(node)
         digits = value.lstrip("+-")
         sign = -1 if value.startswith("-") else 1
         try:
@@ -91,7 +91,7 @@ class _Loader(yaml.SafeLoader):
             raise ConfigError(f"{value!r} is not an integer") from None
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        value = self.construct_scalar(node)  # type: ignore[no-untyped-call]
+        value = self.construct_scalar(node)
         special = value.lower().lstrip("+-")
         if special in (".inf", ".nan"):
             return (-1.0 if value.startswith("-") else 1.0) * float(special[1:])
@@ -140,7 +140,7 @@ def _check_json_nodes(loader: _Loader, node: yaml.Node, path: str = "", depth: i
             f"expected text, a number, a boolean, null, a list or a mapping ({how})")
     if isinstance(node, yaml.ScalarNode):
         try:  # an explicit !!int, !!float or !!bool that its text does not match
-            loader.construct_object(node)  # type: ignore[no-untyped-call]
+            loader.construct_object(node)
         except ConfigError as err:
             raise ConfigError(f"{_where(node.start_mark)}: {field}: {err}") from None
     elif isinstance(node, yaml.SequenceNode):
@@ -160,7 +160,7 @@ def _check_json_nodes(loader: _Loader, node: yaml.Node, path: str = "", depth: i
                                   seen)
                 continue
             _check_json_nodes(loader, key, field, depth + 1, seen)  # its tag
-            name = loader.construct_object(key)  # type: ignore[no-untyped-call]
+            name = loader.construct_object(key)
             where = f"{path}.{name}" if path else str(name)
             if name in keys:
                 raise ConfigError(
@@ -217,11 +217,11 @@ def load_yaml_text(text: str, source: str = "config") -> Any:
     """
     loader = _Loader(text)
     try:
-        node = loader.get_single_node()  # type: ignore[no-untyped-call]
+        node = loader.get_single_node()
         if node is None:
             return None
         _check_json_nodes(loader, node)
-        data = loader.construct_document(node)  # type: ignore[no-untyped-call]
+        data = loader.construct_document(node)
         size = _expanded_size(data)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
@@ -231,7 +231,7 @@ def load_yaml_text(text: str, source: str = "config") -> Any:
     except yaml.YAMLError as err:
         raise ConfigError(f"{source} is not valid YAML: {err}") from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     if size > MAX_YAML_VALUES:
         raise ConfigError(f"{source}: its aliases expand to {size} values, over the limit of "
                           f"{MAX_YAML_VALUES} (an alias bomb?)")

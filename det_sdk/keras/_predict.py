@@ -71,7 +71,7 @@ def resolve_output(session: Session, output: str | os.PathLike[str]) -> Path:
     info = getattr(session, "info", None)
     host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
         "host_path") if info is not None else None
-    if host_path:
+    if host_path and info is not None:
         return Path(host_path) / "job_files" / str(info.allocation_id) / path
     return Path.cwd() / path
 
@@ -162,8 +162,9 @@ def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
     if size > 1 and not _find_shard(ds, size, dist.rank):
         ds = ds.shard(size, dist.rank)  # the whole dataset: element i*size + rank is ours
     local = int(ds.cardinality())
-    counts = dist.allgather(local if local >= 0 else None)
-    total = sum(counts) if all(c is not None for c in counts) else None
+    counts: list[int | None] = dist.allgather(local if local >= 0 else None)
+    known = [c for c in counts if c is not None]
+    total = sum(known) if len(known) == len(counts) else None
     first = next(iter(ds.take(1)), None) if dist.is_chief else None
     fp = {"kind": "dataset", "batches": total,
           "digest": digest_arrays(_leaves(_unpack_x(first))) if first is not None else None}
@@ -300,4 +301,5 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
                   f"({count} written by this process in {took:.1f} s, {resumed} kept from "
                   "an earlier run)", file=sys.stderr, flush=True)
     rows = dist.broadcast(summary)
+    assert rows is not None  # the chief's count, on every process
     return StreamedPredictions(path=path, rows=rows, parts=total, resumed=resumed)

@@ -20,6 +20,7 @@ OpenAPI document.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query
@@ -121,6 +122,6 @@ def _jobs_routes(app: FastAPI, master: Master, user: Any) -> None:
         return _task_files("jobs", job_id, master.job(job_id)["state"])
 
 
-def _job_info(j: dict[str, Any]) -> api.JobInfo:
+def _job_info(j: Mapping[str, Any]) -> api.JobInfo:
     return api.JobInfo(id=j["id"], name=j["name"], state=j["state"], config=j["config"],
                        created=j["created"], exit_code=j["exit_code"])
