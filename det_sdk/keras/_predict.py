@@ -229,6 +229,89 @@ def _dataset_batches(plan: _Plan, dist: DistributedContext,
             yield b, _unpack_x(element)
 
 
+def _steps(plan: _Plan, dist: DistributedContext,
+           done: set[int]) -> Iterator[tuple[int, int | None, Any]]:
+    """(step, global index or None, inputs) for this process: step ``i`` is its ``i``-th
+    global batch (None: done already, or past its last). With a known number of batches
+    every process walks the same steps, so that they can meet at the same ones (a stop
+    asked by the master); an unsized dataset's steps are its elements'."""
+    rank, size = dist.rank, dist.size
+    if plan.dataset is not None:
+        batches = _dataset_batches(plan, dist, done)
+        if plan.total is None:
+            for b, inputs in batches:
+                yield (b - rank) // size, b, inputs
+            return
+        pending = next(batches, None)
+        for i in range(math.ceil(plan.total / size)):
+            if pending is not None and (pending[0] - rank) // size == i:
+                yield i, pending[0], pending[1]
+                pending = next(batches, None)
+            else:
+                yield i, None, None
+        return
+    assert plan.mine is not None and plan.fetch is not None
+    steps = math.ceil(plan.total / size) if plan.total is not None and \
+        plan.fingerprint["kind"] != "arrays-per-process" else len(plan.mine)
+    for i in range(steps):
+        b = plan.mine[i] if i < len(plan.mine) else None
+        if b is None or b in done:
+            yield i, None, None
+        else:
+            yield i, b, plan.fetch(b)
+
+
+class _Progress:
+    """Where the job is, for the master (``det job describe``), and whether to stop.
+
+    A stop asked by the master (``det job pause`` / ``kill``) is taken between batches:
+    the parts written so far are the progress, and a run into the same output resumes
+    after them. One process checks the chief's flag every batch; N processes meet every
+    ``SYNC_STEPS`` steps (a collective: all take the same decision)."""
+
+    SYNC_STEPS = 10
+    REPORT_SECONDS = 1.0
+
+    def __init__(self, dist: DistributedContext, session: Session, plan: _Plan,
+                 batch_size: int, path: Path, done: int) -> None:
+        self.dist, self.session, self.plan, self.path = dist, session, plan, path
+        rows = plan.fingerprint.get("rows")
+        self.rows = int(rows) if rows is not None else None  # arrays: exact
+        self.batch_rows = batch_size  # a Sequence's or dataset's: its first batch's rows
+        self.parts = done  # all processes' parts done (as of the last meeting)
+        self.last = 0.0
+        # the collective needs a known number of steps on every process
+        self.sync = dist.size == 1 or plan.total is not None
+
+    def rows_of(self, parts: int) -> tuple[int, int | None]:
+        if self.rows is not None:
+            return min(self.rows, parts * self.batch_rows), self.rows
+        total = None if self.plan.total is None else self.plan.total * self.batch_rows
+        done = parts * self.batch_rows
+        return (min(done, total) if total is not None else done), total
+
+    def report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.dist.is_chief and (force or now - self.last >= self.REPORT_SECONDS):
+            self.last = now
+            done, total = self.rows_of(self.parts)
+            self.session.report_rows(done, total, str(self.path))
+
+    def step(self, i: int, local_parts: int) -> bool:
+        """After step ``i``: report (now and then); True on every process when to stop."""
+        if self.dist.size == 1:
+            self.parts = local_parts
+            self.report()
+            return self.session.should_preempt()
+        if not self.sync or (i + 1) % self.SYNC_STEPS:
+            return False
+        gathered = self.dist.allgather((self.session.should_preempt()
+                                        if self.dist.is_chief else False, local_parts))
+        self.parts = sum(p for _, p in gathered)
+        self.report()
+        return bool(gathered[0][0])
+
+
 def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
                output: str | os.PathLike[str], **kwargs: Any) -> StreamedPredictions:
     """Stream ``model``'s predictions for ``x`` into ``output`` (see the module doc)."""
@@ -261,17 +344,22 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
         done = store.complete_parts(
             int(p.name[5:14]) for p in path.glob("part-*.json")
             if int(p.name[5:14]) % dist.size == dist.rank)
-    started, count, failure = time.monotonic(), 0, None
+    started, count, failure, stopped = time.monotonic(), 0, None, False
+    progress = _Progress(dist, session, plan, batch_size, path,
+                         sum(dist.allgather(len(done))) if dist.size > 1 else len(done))
+    progress.report(force=True)
     writer = _Writer(store)
     try:
-        if plan.dataset is not None:
-            batches: Iterator[tuple[int, Any]] = _dataset_batches(plan, dist, done)
-        else:
-            assert plan.mine is not None and plan.fetch is not None
-            batches = ((b, plan.fetch(b)) for b in plan.mine if b not in done)
-        for b, inputs in batches:
-            writer.put(b, model.predict_on_batch(inputs))
-            count += 1
+        for i, b, inputs in _steps(plan, dist, done):
+            if b is not None:
+                outputs = model.predict_on_batch(inputs)
+                if count == 0 and progress.rows is None:
+                    progress.batch_rows = _batch_rows(outputs, batch_size)
+                writer.put(b, outputs)
+                count += 1
+            if progress.step(i, len(done) + count):
+                stopped = True
+                break
     except BaseException as err:
         failure = err
     try:
@@ -287,6 +375,8 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     if failed:
         raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
                          f"the parts written in {path} stay valid: run again to finish them")
+    if stopped:
+        _stop(dist, session, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)
     resumed = sum(r[2] for r in results)
     summary = None
@@ -299,4 +389,29 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
                   f"({count} written by this process in {took:.1f} s, {resumed} kept from "
                   "an earlier run)", file=sys.stderr, flush=True)
     rows = dist.broadcast(summary)
+    if dist.is_chief:
+        session.report_rows(rows, rows, str(path))
     return StreamedPredictions(path=path, rows=rows, parts=total, resumed=resumed)
+
+
+def _batch_rows(outputs: Any, default: int) -> int:
+    leaves = tf.nest.flatten(outputs)
+    shape = getattr(leaves[0], "shape", None) if leaves else None
+    return int(shape[0]) if shape is not None and len(shape) and shape[0] else default
+
+
+def _stop(dist: DistributedContext, session: Session, progress: _Progress, path: Path,
+          count: int) -> None:
+    """The master asked the job to stop: every part written is complete (the writer has
+    closed), which is the progress a resumed run starts from; the process exits 0 (a
+    stop the master resumes on activate, not the end)."""
+    if dist.is_chief:
+        progress.report(force=True)
+        session.acknowledge_preemption()
+        done, total = progress.rows_of(progress.parts)
+        of = f" of {total}" if total is not None else ""
+        print(f"det_sdk: stopped by the master after {done}{of} rows ({count} parts written "
+              f"by this process) in {path}; activated, the job resumes from there",
+              file=sys.stderr, flush=True)
+    session.close()
+    raise SystemExit(0)

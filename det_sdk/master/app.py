@@ -55,7 +55,6 @@ from det_sdk.master.pages import (
     checkpoint_page,
     experiment_detail,
     experiment_page,
-    job_page,
     metrics_page,
     trial_page,
 )
@@ -503,28 +502,6 @@ def create_app(master: Master) -> FastAPI:
         master.acknowledge_preemption(alloc_id)
         return {"acknowledged": True}
 
-    # --- jobs -----------------------------------------------------------------------------
-
-    @app.post("/api/v1/jobs", status_code=201)
-    def create_job(req: api.CreateJobRequest, p: Principal = Depends(user)) -> dict[str, int]:
-        return {"id": master.create_job(req.config, req.model_definition)}
-
-    @app.get("/api/v1/jobs", response_model=api.JobPage)
-    def list_jobs(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
-                  p: Principal = Depends(user)) -> Response:
-        """The newest jobs first; `next_cursor` continues."""
-        return _as_json(job_page(master, limit, cursor))
-
-    @app.get("/api/v1/jobs/{job_id}")
-    def get_job(job_id: Id, p: Principal = Depends(user)) -> api.JobInfo:
-        return _job_info(master.job(job_id))
-
-    @app.get("/api/v1/jobs/{job_id}/logs")
-    def job_logs(job_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
-                 p: Principal = Depends(user)) -> dict[str, Any]:
-        master.job(job_id)
-        return _read_log(master.logs_path("jobs", job_id), offset)
-
     def _task_files(kind: str, task_id: int, state: str) -> Response:
         path = master.files_path(kind, task_id)
         if not path.is_dir():
@@ -534,11 +511,6 @@ def create_app(master: Master) -> FastAPI:
                                      f", or has not ended ({state}): they are kept when it "
                                      "ends"))
         return _tar_gz_response(path)
-
-    @app.get("/api/v1/jobs/{job_id}/files", response_class=Response, responses=_FILES_DOC)
-    def job_files(job_id: Id, p: Principal = Depends(user)) -> Response:
-        """The files the job wrote into its working directory, kept when it ended."""
-        return _task_files("jobs", job_id, master.job(job_id)["state"])
 
     @app.get("/api/v1/trials/{trial_id}/files", response_class=Response, responses=_FILES_DOC)
     def trial_files(trial_id: Id, p: Principal = Depends(user)) -> Response:
@@ -554,6 +526,9 @@ def create_app(master: Master) -> FastAPI:
     from det_sdk.master.model_routes import models_router  # the model registry (issue 38)
 
     app.include_router(models_router(master, user))
+    from det_sdk.master.job_routes import jobs_router  # generic jobs (issue 40)
+
+    app.include_router(jobs_router(master, user, principal))
 
     # --- the API's own description: for the user (token, or signed in to the UI) --------
 
@@ -627,11 +602,6 @@ def _tar_gz_response(path: FilePath) -> Response:
 
     return StreamingResponse(chunks(), media_type="application/gzip",
                              headers={"Content-Length": str(size)})
-
-
-def _job_info(j: dict[str, Any]) -> api.JobInfo:
-    return api.JobInfo(id=j["id"], name=j["name"], state=j["state"], config=j["config"],
-                       created=j["created"], exit_code=j["exit_code"])
 
 
 def _read_log(path: Any, offset: int) -> dict[str, Any]:
