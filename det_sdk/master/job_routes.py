@@ -13,6 +13,10 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 
 from det_sdk import api
 
+# the app's shared pieces (app.py includes this module from create_app, not at import)
+from det_sdk.master.app import Cursor, Id, Limit, _as_json, _read_log, _tar_gz_response
+from det_sdk.master.pages import job_page
+
 __all__ = ["jobs_router"]
 
 _FILES_DOC: dict[int | str, dict[str, Any]] = {200: {
@@ -27,10 +31,6 @@ def jobs_router(master: Any, user: Any, principal: Any) -> APIRouter:
 
     >>> # app.include_router(jobs_router(master, user, principal))
     """
-    # the app's shared pieces (imported here: app.py includes this module)
-    from det_sdk.master.app import Cursor, Id, Limit, _as_json, _read_log, _tar_gz_response
-    from det_sdk.master.pages import job_page
-
     router = APIRouter()
 
     @router.post("/api/v1/jobs", status_code=201)
