@@ -87,6 +87,9 @@ class _Plan:
     mine: list[int] | None  # this process's global batch indices (None: a dataset's, unsized)
     fetch: Callable[[int], Any] | None  # global index -> model input (arrays, Sequence)
     dataset: Any = None  # tf.data: this process's elements, in order
+    # steps every process walks (its batches, padded to the most any process has), so
+    # that all meet at the same ones; None: not known in advance (an unsized dataset)
+    steps: int | None = None
 
 
 def _unpack_x(batch: Any) -> Any:
@@ -113,7 +116,8 @@ def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
         fp = {"kind": "arrays", "rows": n, "batch_size": batch_size,
               "digest": digest_arrays(_leaves(full)) if dist.is_chief else None}
         return _Plan(fp, total, list(range(rank, total, size)),
-                     lambda b: _data.slice_rows(full, b * batch_size, (b + 1) * batch_size))
+                     lambda b: _data.slice_rows(full, b * batch_size, (b + 1) * batch_size),
+                     steps=math.ceil(total / size))
     if isinstance(x, _compat.SequenceBase):
         full = x.full if isinstance(x, _data.ShardedSequence) else x
         total = len(full)
@@ -121,7 +125,7 @@ def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
               "digest": digest_arrays(_leaves(_unpack_x(full[0])))
               if dist.is_chief and total else None}
         return _Plan(fp, total, list(range(rank, total, size)),
-                     lambda b: _unpack_x(full[b]))
+                     lambda b: _unpack_x(full[b]), steps=math.ceil(total / size))
     if isinstance(x, tf.data.Dataset):
         return _dataset_plan(dist, x)
     raise ArgumentTypeError(
@@ -140,7 +144,8 @@ def _per_process_plan(dist: DistributedContext, x: Any, batch_size: int) -> _Pla
           "digest": xxhash.xxh3_64("".join(d for _, d in counts).encode()).hexdigest()}
     return _Plan(fp, sum(batches), list(range(first, first + batches[dist.rank])),
                  lambda b: _data.slice_rows(x, (b - first) * batch_size,
-                                            (b - first + 1) * batch_size))
+                                            (b - first + 1) * batch_size),
+                 steps=max(batches))
 
 
 def _find_shard(ds: Any, size: int, rank: int) -> bool:
@@ -167,7 +172,8 @@ def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
     fp = {"kind": "dataset", "batches": total,
           "digest": digest_arrays(_leaves(_unpack_x(first))) if first is not None else None}
     mine = list(range(dist.rank, total, size)) if total is not None else None
-    return _Plan(fp, total, mine, None, dataset=ds)
+    return _Plan(fp, total, mine, None, dataset=ds,
+                 steps=None if total is None else math.ceil(total / size))
 
 
 def _model_fingerprint(model: Any) -> dict[str, Any]:
@@ -238,12 +244,12 @@ def _steps(plan: _Plan, dist: DistributedContext,
     rank, size = dist.rank, dist.size
     if plan.dataset is not None:
         batches = _dataset_batches(plan, dist, done)
-        if plan.total is None:
+        if plan.steps is None:
             for b, inputs in batches:
                 yield (b - rank) // size, b, inputs
             return
         pending = next(batches, None)
-        for i in range(math.ceil(plan.total / size)):
+        for i in range(plan.steps or 0):
             if pending is not None and (pending[0] - rank) // size == i:
                 yield i, pending[0], pending[1]
                 pending = next(batches, None)
@@ -251,9 +257,7 @@ def _steps(plan: _Plan, dist: DistributedContext,
                 yield i, None, None
         return
     assert plan.mine is not None and plan.fetch is not None
-    steps = math.ceil(plan.total / size) if plan.total is not None and \
-        plan.fingerprint["kind"] != "arrays-per-process" else len(plan.mine)
-    for i in range(steps):
+    for i in range(plan.steps or len(plan.mine)):
         b = plan.mine[i] if i < len(plan.mine) else None
         if b is None or b in done:
             yield i, None, None
@@ -281,7 +285,7 @@ class _Progress:
         self.parts = done  # all processes' parts done (as of the last meeting)
         self.last = 0.0
         # the collective needs a known number of steps on every process
-        self.sync = dist.size == 1 or plan.total is not None
+        self.sync = dist.size == 1 or plan.steps is not None
 
     def rows_of(self, parts: int) -> tuple[int, int | None]:
         if self.rows is not None:
