@@ -58,3 +58,32 @@ def test_describe_says_rows_rate_time_left_output_and_restarts() -> None:
         assert part in text, text
     unknown = "\n".join(job_describe_lines({"id": 4, "state": "QUEUED", "config": {}}))
     assert "progress:  -" in unknown and "time left: -" in unknown
+
+
+@pytest.mark.parametrize(("state", "event", "expected"), [
+    ("RUNNING", "paused", "STOPPING_PAUSED"),
+    ("STOPPING_PAUSED", "exited stopped", "PAUSED"),  # it stopped because it was asked
+    ("STOPPING_PAUSED", "exited done", "COMPLETED"),  # it finished before it saw the pause
+    ("PAUSED", "activated", "QUEUED"),
+    ("RUNNING", "exited failed", "QUEUED"),  # launched again: restarts were left
+    ("RUNNING", "exited failed for good", "ERROR"),
+    ("RUNNING", "killed", "STOPPING_CANCELED"),
+    ("STOPPING_CANCELED", "exited failed", "CANCELED"),  # a kill is not restarted
+    ("QUEUED", "killed", "CANCELED"),
+    ("RUNNING", "master restarted", "QUEUED"),  # its process is gone: it runs again
+    ("COMPLETED", "killed", "COMPLETED"),
+])
+def test_job_transitions(state: str, event: str, expected: str) -> None:
+    from det_sdk.master.lifecycle import JobEvent, next_job_state
+
+    assert next_job_state(state, JobEvent(event)).value == expected
+
+
+@pytest.mark.parametrize(("state", "event"), [("COMPLETED", "paused"), ("CANCELED", "activated"),
+                                              ("QUEUED", "exited done")])
+def test_job_transitions_refused(state: str, event: str) -> None:
+    from det_sdk.master.errors import IllegalTransition
+    from det_sdk.master.lifecycle import JobEvent, next_job_state
+
+    with pytest.raises(IllegalTransition, match=f"a {state} job cannot be {event}"):
+        next_job_state(state, JobEvent(event))
