@@ -449,11 +449,19 @@ class Master:
     def job_info(self, job_id: int) -> dict[str, Any]:
         """The job with its progress (rows, rows per second, time left: job_progress)."""
         j = self.job(job_id)
-        keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts",
-                "output")
-        return {**{k: j[k] for k in keys},
+        keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts")
+        return {**{k: j[k] for k in keys}, "output": self._job_output(j),
                 **job_progress(j["state"], j["rows_done"], j["rows_total"], j["rate_rows"],
                                j["rate_at"], j["progress_at"])}
+
+    def _job_output(self, j: JobRow) -> str | None:
+        """Where the job's output is: as reported, or, once the job has ended, where the
+        master keeps what it wrote into its working directory (which is gone)."""
+        output = j["output"]
+        workdir = self.tasks_dir / "jobs" / str(j["id"]) / "workdir"
+        if output and j["state"] in TERMINAL and Path(output).is_relative_to(workdir):
+            return str(self.files_path("jobs", j["id"]) / Path(output).relative_to(workdir))
+        return output
 
     def job_files_dir(self, job_id: int) -> Path:
         """Where the files the job wrote are kept (NotFound, saying why, when none are)."""

@@ -162,3 +162,14 @@ def test_kill_cancels_a_queued_or_paused_job_at_once(jobs: Jobs) -> None:
     assert jobs.command(queued, "kill").json() == {"state": "CANCELED"}  # changes nothing
     assert jobs.command(queued, "activate").status_code == 409
     assert jobs.command(10_000, "kill").status_code == 404
+
+
+def test_an_output_in_the_working_directory_is_found_with_the_kept_files(jobs: Jobs) -> None:
+    job_id = jobs.create()
+    alloc = jobs.launch(job_id)
+    workdir = jobs.master.tasks_dir / "jobs" / str(job_id) / "workdir"
+    jobs.task(alloc).post(f"/api/v1/allocations/{alloc['id']}/progress", json={
+        "rows_done": 5, "rows_total": 5, "output": str(workdir / "preds")})
+    assert jobs.job(job_id)["output"] == str(workdir / "preds")  # while it runs
+    jobs.exit(alloc, 0)  # the working directory goes; what the job wrote there is kept
+    assert jobs.job(job_id)["output"] == str(jobs.master.files_path("jobs", job_id) / "preds")
