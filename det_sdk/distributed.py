@@ -12,14 +12,16 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from det_sdk.errors import ArgumentTypeError, UsageError
 
-__all__ = ["DistributedContext", "HorovodProcesses", "SingleProcess", "launched_by_horovod"]
+__all__ = ["FRONT_BUILDERS", "DistributedContext", "HorovodProcesses", "SingleProcess",
+           "front_builder", "launched_by_horovod"]
 
 T = TypeVar("T")
 
@@ -259,3 +261,32 @@ class HorovodProcesses(DistributedContext):
         return f"HorovodProcesses(rank={self.rank}, size={self.size})"
 
 
+# --- contexts a front builds -----------------------------------------------------------------
+
+#: Determined's core API builds some contexts on its ``DistributedContext`` class
+#: (``from_tf_config``, ``from_torch_distributed``), but building them takes a framework:
+#: TensorFlow's strategy and the Keras version (``det_sdk.keras``), torch's process group
+#: (``det_sdk.pytorch``). That code is its front's: det.core names the launch environment
+#: and calls what this table names, ``"module:attribute"``, imported on first use (as
+#: ``det.keras`` is, ``_LAZY`` in ``det_sdk/__init__.py``). So a Core API script that
+#: never imports a front still gets its context, and det.core imports no front (the
+#: layers' contracts, ``[tool.importlinter]`` in pyproject.toml).
+FRONT_BUILDERS: dict[str, str] = {
+    # (workers, index, environ) -> (context, tf.distribute.Strategy)
+    "tf_config": "det_sdk.keras._strategy:context_and_strategy",
+    # (chief_ip=) -> the context of a torchrun (or horovodrun) process for PyTorch
+    "torch_distributed": "det_sdk.pytorch._distributed:TorchDistributed.from_env",
+}
+
+
+def front_builder(launch: str) -> Callable[..., Any]:
+    """The front's function that builds the context of ``launch`` (a ``FRONT_BUILDERS`` key).
+
+    >>> sorted(FRONT_BUILDERS)
+    ['tf_config', 'torch_distributed']
+    """
+    module, _, path = FRONT_BUILDERS[launch].partition(":")
+    found: Any = importlib.import_module(module)
+    for name in path.split("."):
+        found = getattr(found, name)
+    return found

@@ -612,9 +612,11 @@ class MasterSession(Session):
         while not self._closed.is_set() and not self._preempt.is_set():
             try:
                 if self.client.preemption(self.info.allocation_id, timeout_seconds=20):
+                    # In the task's log: why a healthy trial (or job) is about to stop.
                     what = "trial" if self.info.task_type == "TRIAL" else "job"
-                    print(f"det_sdk: the master asks this {what} to stop (pause or kill); "
-                          "it stops at its next stopping point", file=sys.stderr, flush=True)
+                    print(f"det_sdk: the master asks this {what} to stop (a pause or a "
+                          "preemption): it checkpoints and exits at its next stopping point",
+                          file=sys.stderr, flush=True)
                     self._preempt.set()
             except Exception:
                 time.sleep(1.0)  # master away: keep training, ask again

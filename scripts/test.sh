@@ -37,9 +37,13 @@ esac
 
 bash scripts/setup.sh --stack "$STACK"
 "$VENV/bin/ruff" check det_sdk tests scripts examples harness
+PYTHONPATH="$PWD" "$VENV/bin/lint-imports"  # the layers of docs/design.md: pyproject.toml's contracts
 # The suite must not depend on a cluster or a resume left in the caller's shell.
 unset DET_ALLOCATION_ID DET_RESUME DET_CONFIG DET_RUNS_DIR DET_MASTER
 export TF_CPP_MIN_LOG_LEVEL=2
+# On keras2 the tests marked stack_neutral (the master, CLI, UI, Slurm...) are deselected:
+# they ran on keras3 (tests/conftest.py).
+export DET_TEST_STACK="$STACK"
 # Processes the tests start (horovodrun, trials of the master) use this venv's tools.
 export PATH="$PWD/$VENV/bin:$PATH"
 echo "[test $STACK] $("$VENV/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"

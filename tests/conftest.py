@@ -50,11 +50,25 @@ _current: list[pytest.Item] = []
 E2E = TESTS / "e2e"
 
 
+# A module whose outcome cannot depend on the Keras stack (the master, the CLI, the UI,
+# Slurm, the searchers: Keras, if it runs there at all, is only the workload) says so with
+# `pytestmark = pytest.mark.stack_neutral`. scripts/test.sh names the stack it tests in
+# DET_TEST_STACK; on the second one (keras2) such tests are deselected: they ran on the
+# default stack, and again they would cost CI a third of its time to test nothing new.
+# Unmarked is the safe default: it runs on both.
+SECOND_STACKS = {"keras2"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if E2E in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("DET_TEST_STACK") in SECOND_STACKS:
+        neutral = [i for i in items if i.get_closest_marker("stack_neutral") is not None]
+        if neutral:
+            config.hook.pytest_deselected(items=neutral)
+            items[:] = [i for i in items if i.get_closest_marker("stack_neutral") is None]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

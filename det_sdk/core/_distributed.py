@@ -14,7 +14,10 @@ with the ways in that Determined's core API has:
 
 Across TensorFlow workers the object collectives (``allgather``, ``broadcast``) go
 through the same TCP star around the chief; the tensors of training go through the
-strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``.
+strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``, and
+torch inside ``from_torch_distributed``: what needs a framework is its front's
+(``det_sdk.keras._strategy``, ``det_sdk.pytorch._distributed``), which these call through
+``det_sdk.distributed.front_builder``; this module imports no front.
 
 >>> parse_tf_config('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 1}}')
 (['a:1', 'b:2'], 1)
@@ -25,7 +28,6 @@ strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -43,7 +45,6 @@ __all__ = [
     "parse_tf_config",
 ]
 
-log = logging.getLogger("det_sdk.core")
 T = TypeVar("T")
 
 # Set by det_sdk.launch.tensorflow next to TF_CONFIG: where the chief's collectives
@@ -53,17 +54,6 @@ COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
 _CONNECT_TIMEOUT = 300.0  # s: workers start at different speeds (importing TF, ~2 s each)
 DEFAULT_PORT = 12360  # Determined's pub_port default
 TOKEN_VAR = "DET_COLLECTIVE_TOKEN"  # the token ranks show the chief (launchers set it)
-
-KERAS3_MULTIWORKER_MESSAGE = (
-    "det_sdk: {n} TensorFlow worker processes need MultiWorkerMirroredStrategy, which "
-    "Keras 3 does not support across processes (broken upstream: keras-team/keras#20585). "
-    "This Keras is {version}. Use instead: (a) horovodrun: on the cluster "
-    "slots_per_trial: N runs the launcher under it, locally run "
-    "horovodrun -np N --gloo python3 -m det_sdk.launch.tensorflow -- python3 train.py "
-    "(DeterminedCallback then trains the N processes with det_sdk's own gradient "
-    "averaging), (b) one process (MirroredStrategy still uses every local GPU), or "
-    "(c) Keras 2: TensorFlow <= 2.15, or tf-keras with TF_USE_LEGACY_KERAS=1."
-)
 
 
 class DistributedConfigError(DetSdkError, ValueError):
@@ -221,22 +211,8 @@ class DistributedContext(_base.DistributedContext):
                 "slots_per_trial > 1) but TF_CONFIG is not set: put the TensorFlow launcher in "
                 "the entrypoint (python3 -m det_sdk.launch.tensorflow -- python3 train.py), or "
                 "use DistributedContext.from_horovod()")
-        import tensorflow as tf
-
-        if len(workers) > 1:
-            from det_sdk.keras import _compat
-
-            if not _compat.MULTI_WORKER_FIT:
-                if _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) == len(workers):
-                    return _horovod_workers(workers, index, env), tf.distribute.get_strategy()
-                raise UnsupportedStrategyError(KERAS3_MULTIWORKER_MESSAGE.format(
-                    n=len(workers), version=_compat.KERAS_VERSION))
-            _share_cores(workers, index)
-            strategy = tf.distribute.MultiWorkerMirroredStrategy()
-            return TFWorkers(workers, index, env), strategy
-        if len(tf.config.list_physical_devices("GPU")) > 1:
-            return _single(), tf.distribute.MirroredStrategy()
-        return _single(), tf.distribute.get_strategy()
+        # the strategy, and Keras's version, are the Keras front's (det_sdk.keras._strategy)
+        return _base.front_builder("tf_config")(workers, index, env)
 
     @classmethod
     def from_horovod(cls, hvd: Any = None, chief_ip: str | None = None
@@ -261,66 +237,13 @@ class DistributedContext(_base.DistributedContext):
 
             distributed = det.core.DistributedContext.from_torch_distributed()
         """
-        from det_sdk.pytorch._distributed import TorchDistributed
-
-        return TorchDistributed.from_env(chief_ip=chief_ip)
+        # the process group is the PyTorch front's (det_sdk.pytorch._distributed)
+        return _base.front_builder("torch_distributed")(chief_ip=chief_ip)
 
 
 # Every det_sdk context is one of these for isinstance (det.keras.init()'s too).
 DistributedContext.register(_base.SingleProcess)
 DistributedContext.register(_base.HorovodProcesses)
-
-
-def _single() -> _base.DistributedContext:
-    return _base.SingleProcess()
-
-
-def _horovod_workers(workers: list[str], index: int,
-                     env: Mapping[str, str]) -> _base.DistributedContext:
-    """Keras 3 under ``horovodrun`` + the launcher: Horovod's processes, not TensorFlow's.
-
-    ``MultiWorkerMirroredStrategy`` cannot train Keras 3 across processes, so the
-    processes train as det_sdk's Horovod ones: ``DeterminedCallback`` averages the
-    gradients in the model's optimizer, broadcasts rank 0's start and splits every
-    batch between the processes. The strategy is TensorFlow's default one, and
-    ``TF_CONFIG`` leaves this process's environment, so that a
-    ``tf.distribute.MultiWorkerMirroredStrategy()`` the script makes after this is
-    one process's (it would otherwise wait for the others' gRPC servers).
-
-    The processes must see the same batches: TensorFlow's global seed (which
-    ``model.fit``'s shuffle of arrays and ``tf.data``'s ``shuffle`` draw from) is
-    set to one value on every process, unless the script set one already.
-    """
-    import tensorflow as tf
-
-    if env is os.environ:
-        os.environ.pop("TF_CONFIG", None)
-    _share_cores(workers, index)
-    dist = _base.HorovodProcesses()
-    shared = dist.broadcast(int.from_bytes(os.urandom(4), "big") % 2**31
-                            if dist.is_chief else None)
-    from tensorflow.python.eager import context  # reading the seed, not drawing from it
-
-    if context.global_seed() is None:
-        tf.random.set_seed(shared)
-    log.info("det_sdk: %d processes under horovodrun on Keras 3: DeterminedCallback trains "
-             "them with det_sdk's gradient averaging (no MultiWorkerMirroredStrategy)",
-             dist.size)
-    return dist
-
-
-def _share_cores(workers: list[str], index: int) -> None:
-    """Workers on one host share its cores (each taking all oversubscribes them: measured
-    0.68x of one process's throughput with 2 on 2 cores). Before the first TF op."""
-    import tensorflow as tf
-
-    host = workers[index].rsplit(":", 1)[0]
-    local = sum(1 for w in workers if w.rsplit(":", 1)[0] == host)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if not tf.config.list_physical_devices("GPU") and local > 1:
-        share = max(1, (cores or 1) // local)
-        tf.config.threading.set_intra_op_parallelism_threads(share)
-        tf.config.threading.set_inter_op_parallelism_threads(share)
 
 
 # --- a TF_CONFIG cluster's workers -----------------------------------------------------------

@@ -1,7 +1,8 @@
 """``context.predict(model, data, output=DIR)``: predictions streamed to part files.
 
 Each process predicts its share of the input's *global batches* one at a time
-(``model.predict_on_batch``) and a writer thread writes each batch's predictions as
+(``_compat.predict_batches``: what ``model.predict`` computes for that batch) and a
+writer thread writes each batch's predictions as
 the part named by its global index (det_sdk.predictions), so memory holds a few
 batches whatever the number of rows, and the disk writes overlap the next batches'
 predictions. Global batch ``b`` is, by data kind:
@@ -265,6 +266,20 @@ def _steps(plan: _Plan, dist: DistributedContext,
             yield i, b, plan.fetch(b)
 
 
+def _fed(plan: _Plan, dist: DistributedContext, done: set[int],
+         progress: _Progress) -> Iterator[tuple[int, Any]]:
+    """The (global index, inputs) to predict, with a progress point after each step (the
+    generator resumes once the batch before has been taken); ends early on a stop."""
+    fed = 0
+    for i, b, inputs in _steps(plan, dist, done):
+        if b is not None:
+            fed += 1
+            yield b, inputs
+        if progress.step(i, len(done) + fed):
+            progress.stopped = True
+            return
+
+
 class _Progress:
     """Where the job is, for the master (``det job describe``), and whether to stop.
 
@@ -283,6 +298,7 @@ class _Progress:
         self.rows = int(rows) if rows is not None else None  # arrays: exact
         self.batch_rows = batch_size  # a Sequence's or dataset's: its first batch's rows
         self.parts = done  # all processes' parts done (as of the last meeting)
+        self.stopped = False  # the master asked to stop: the batches fed are the last
         self.last = 0.0
         # the collective needs a known number of steps on every process
         self.sync = dist.size == 1 or plan.steps is not None
@@ -348,22 +364,17 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
         done = store.complete_parts(
             int(p.name[5:14]) for p in path.glob("part-*.json")
             if int(p.name[5:14]) % dist.size == dist.rank)
-    started, count, failure, stopped = time.monotonic(), 0, None, False
+    started, count, failure = time.monotonic(), 0, None
     progress = _Progress(dist, session, plan, batch_size, path,
                          sum(dist.allgather(len(done))) if dist.size > 1 else len(done))
     progress.report(force=True)
     writer = _Writer(store)
     try:
-        for i, b, inputs in _steps(plan, dist, done):
-            if b is not None:
-                outputs = model.predict_on_batch(inputs)
-                if count == 0 and progress.rows is None:
-                    progress.batch_rows = _batch_rows(outputs, batch_size)
-                writer.put(b, outputs)
-                count += 1
-            if progress.step(i, len(done) + count):
-                stopped = True
-                break
+        for b, outputs in _compat.predict_batches(model, _fed(plan, dist, done, progress)):
+            if count == 0 and progress.rows is None:
+                progress.batch_rows = _batch_rows(outputs, batch_size)
+            writer.put(b, outputs)
+            count += 1
     except BaseException as err:
         failure = err
     try:
@@ -379,7 +390,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     if failed:
         raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
                          f"the parts written in {path} stay valid: run again to finish them")
-    if stopped:
+    if progress.stopped:
         _stop(dist, session, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)
     resumed = sum(r[2] for r in results)

@@ -1,7 +1,7 @@
 """The master, apart from HTTP: one object that holds the pieces and answers the API.
 
-Each concern has its module; ``Master`` wires them together and is what ``app.py``
-(and the web UI) call:
+Each concern has its module; ``Master`` wires them together and is what the HTTP
+routes (``det_sdk.master.routes``, the web UI's included) call:
 
 - ``lifecycle``: the states of experiments, trials and jobs and the one table of
   their transitions (every state change goes through it);
@@ -12,8 +12,8 @@ Each concern has its module; ``Master`` wires them together and is what ``app.py
   tasks (``det_sdk.master.resources``: local processes or Slurm jobs, chosen once
   at start; nothing above it knows which).
 
-Errors are the domain errors of ``det_sdk.master.errors``; ``app.py`` maps them to
-HTTP statuses. What is cleaned up, and when: a trial's working directory when it
+Errors are the domain errors of ``det_sdk.master.errors``; ``routes.errors`` maps them
+to HTTP statuses. What is cleaned up, and when: a trial's working directory when it
 ends (COMPLETED, CANCELED, ERROR); an experiment's uploaded model directory when
 the experiment ends; a job's working directory and upload when it ends; uploads of
 nothing live and unrecorded checkpoint directories at start-up and whenever no
@@ -463,16 +463,6 @@ class Master:
             return str(self.files_path("jobs", j["id"]) / Path(output).relative_to(workdir))
         return output
 
-    def job_files_dir(self, job_id: int) -> Path:
-        """Where the files the job wrote are kept (NotFound, saying why, when none are)."""
-        state = self.job(job_id)["state"]
-        path = self.files_path("jobs", job_id)
-        if not path.is_dir():
-            raise NotFound(f"job {job_id} kept no files: it wrote none into its working "
-                           "directory" + ("" if state in TERMINAL else f", or has not ended "
-                                          f"({state}): they are kept when it ends"))
-        return path
-
     def report_job_progress(self, alloc_id: str, rows_done: int, rows_total: int | None,
                             output: str | None) -> None:
         """The chief of a job's allocation says how far it is (kept: the latest)."""
@@ -508,6 +498,21 @@ class Master:
             raise NotFound(f"no allocation {alloc_id!r}")
         with self.lifecycle.lock:
             self.store.update_allocation(alloc_id, preempt_acked=1)
+
+    # --- what the HTTP layer asks (det_sdk.master.routes): reads by name, so no route -------
+    # --- reaches into the store ----------------------------------------------------------
+
+    def is_user_token(self, token: str) -> bool:
+        """Whether ``token`` is a user token (from ``det master up``)."""
+        return self.store.is_user_token(token)
+
+    def allocation_by_token(self, token: str) -> AllocationRow | None:
+        """The allocation whose task holds ``token``, with its state; None: no task's."""
+        return self.store.allocation_by_token(token)
+
+    def experiment_state(self, exp_id: int) -> str:
+        """The experiment's state now (NotFound if there is no such experiment)."""
+        return self._experiment(exp_id)["state"]
 
     # --- storage of uploads -----------------------------------------------------------------
 

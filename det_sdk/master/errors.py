@@ -1,8 +1,8 @@
 """The master's domain errors: what went wrong, in the master's terms, not HTTP's.
 
-The lifecycle, scheduler, search and checkpoint modules raise these; ``app.py`` maps
-each kind to its HTTP status (one table, ``STATUS``), so no module below the API
-knows about HTTP.
+The lifecycle, scheduler, search and checkpoint modules raise these;
+``det_sdk.master.routes.errors`` maps each kind to its HTTP status (one table,
+``STATUS``), so no module below the API knows about HTTP.
 
 >>> try:
 ...     raise NotFound("no trial 7")

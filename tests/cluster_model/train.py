@@ -2,6 +2,8 @@
 
 data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
 data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
+data.hold_at: [epoch, batch, dir]: at that batch's end write dir/reached and wait for
+    dir/release (the test pauses meanwhile: a stop at a known batch, whatever the load)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
 data.fail_rank: with fail_once_at_epoch, only this Horovod rank crashes
 data.fail_once_at_train_end: crash (exit 3) once per trial when model.fit ends, 3 s
@@ -43,8 +45,17 @@ model.compile(context.wrap_optimizer(tf.keras.optimizers.Adam(hp["learning_rate"
 
 
 class Steer(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(float(data.get("sleep_per_batch", 0)))
+        hold = data.get("hold_at")
+        if hold and [self.epoch, batch] == hold[:2]:
+            Path(hold[2], "reached").write_text("x")
+            deadline = time.time() + 120
+            while not Path(hold[2], "release").exists() and time.time() < deadline:
+                time.sleep(0.05)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and "val_loss" in logs and "handicap" in hp:

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO
+
+# Stack-neutral: the det CLI and import det_sdk load no Keras.
+pytestmark = pytest.mark.stack_neutral
 
 DET = Path(sys.executable).with_name("det")
 

@@ -9,7 +9,12 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from harness.master import DET, Cluster
+
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
 
 
 def test_a_closed_pipe_ends_det_quietly(cluster: Cluster) -> None:

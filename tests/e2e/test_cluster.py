@@ -303,15 +303,21 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
         "weights_out": str(cluster.root / "full.npz")})
     assert cluster.det("experiment", "wait", str(create(cluster, full))).returncode == 0
 
+    hold = cluster.root / "hold"
+    hold.mkdir()
     paused = cluster.write_config("paused", **common, data={
-        "weights_out": str(cluster.root / "paused.npz"), "sleep_per_batch": 0.15})
+        "weights_out": str(cluster.root / "paused.npz"), "hold_at": [1, 3, str(hold)]})
     exp_id = create(cluster, paused)
     deadline = time.time() + 120
-    while describe(cluster, exp_id)["trials"][0]["epoch"] < 1:  # into the second epoch
+    while not (hold / "reached").exists():  # the second epoch's fourth batch has ended
         assert time.time() < deadline
         time.sleep(0.2)
-    time.sleep(0.5)
     assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    trial_id = describe(cluster, exp_id)["trials"][0]["id"]
+    while "asks this trial to stop" not in cluster.det("trial", "logs", str(trial_id)).stdout:
+        assert time.time() < deadline  # the trial has heard: it stops after this batch
+        time.sleep(0.2)
+    (hold / "release").write_text("x")
     while describe(cluster, exp_id)["trials"][0]["state"] != "PAUSED":
         assert time.time() < deadline
         time.sleep(0.2)
@@ -319,7 +325,7 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
     with cluster.http() as http:
         last = http.get(f"/api/v1/trials/{trial['id']}/checkpoints",
                         params={"latest": "true"}).json()[0]
-    assert last["batch"] > 0  # stopped in the middle of an epoch, and checkpointed there
+    assert (last["epoch"], last["batch"]) == (1, 4)  # stopped mid-epoch, checkpointed there
     assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
     assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
     (trial,) = describe(cluster, exp_id)["trials"]

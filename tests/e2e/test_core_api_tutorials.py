@@ -20,6 +20,9 @@ import pytest
 
 from harness.master import Cluster, create, describe, wait_until
 
+# Stack-neutral: the Core API tutorials train no Keras model.
+pytestmark = pytest.mark.stack_neutral
+
 TUTORIAL = Path(__file__).resolve().parents[1] / "core_api_tutorial"
 # the ASHA configs: rungs at 5, 10 and 20 steps (max_length / max_time 20, divisor 2)
 LADDER = [5, 10, 20]

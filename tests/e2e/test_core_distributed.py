@@ -11,7 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.master import free_port
+
+# Stack-neutral: det.core's TCP collectives load no Keras.
+pytestmark = pytest.mark.stack_neutral
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import det_sdk
 from harness.master import free_port
 from tests.support import REPO
+
+# Stack-neutral: the error tree and the CLI's printing of errors.
+pytestmark = pytest.mark.stack_neutral
 
 DET = Path(sys.executable).with_name("det")
 PACKAGE = Path(det_sdk.__file__).resolve().parent

@@ -19,6 +19,9 @@ from det_sdk.failure import (
     read_records,
 )
 
+# Stack-neutral: root causes are parsed from processes' output, whatever they ran.
+pytestmark = pytest.mark.stack_neutral
+
 
 def _catch(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess[str], list[Failure]]:
     (tmp_path / "script.py").write_text(code)

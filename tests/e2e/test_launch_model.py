@@ -14,7 +14,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.master import Cluster, create, describe
+
+# Stack-neutral: launchers and the Core API tutorial train no Keras model.
+pytestmark = pytest.mark.stack_neutral
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
 TUTORIAL = HERE / "core_api_tutorial"

@@ -48,6 +48,9 @@ from det_sdk.storage import pid_alive
 from harness.master import Cluster, running_cluster, wait_until
 from tests.lifecycle_harness import Fakes, pid_gone
 
+# Stack-neutral: TensorFlow-free trials drive the master's lifecycle.
+pytestmark = pytest.mark.stack_neutral
+
 SLOTS = 2  # the harness's master
 MAX_RESTARTS = 1
 ENDED = ("COMPLETED", "CANCELED", "ERROR")

@@ -20,6 +20,9 @@ from det_sdk.session import MasterSession
 from harness.master import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 
 class _FailsOnce(MasterClient):
     """The real client, with one report that raises something no retry can fix (as the

@@ -21,6 +21,9 @@ import pytest
 from harness.master import wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes, config, pid_gone
 
+# Stack-neutral: TensorFlow-free trials drive the master's lifecycle.
+pytestmark = pytest.mark.stack_neutral
+
 
 def test_pause_shows_stopping_until_the_trial_has_stopped(fakes: Fakes) -> None:
     exp_id, trial_id, _proc = fakes.start_trial()

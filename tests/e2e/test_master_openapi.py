@@ -23,6 +23,9 @@ import pytest
 from harness.master import Cluster
 from tests.lifecycle_harness import Fakes
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
 

@@ -17,6 +17,9 @@ import pytest
 from harness.history import fill_history
 from harness.master import Cluster
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 
 def test_det_lists_show_the_newest_page_and_all_with_all(cluster: Cluster) -> None:
     fill_history(cluster.data_dir / "master.db", 45, trials_per_experiment=2, jobs=23)

@@ -15,6 +15,9 @@ import pytest
 
 from harness.master import Cluster, create, describe, wait_until
 
+# Stack-neutral: TensorFlow-free scripts on the master.
+pytestmark = pytest.mark.stack_neutral
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "nothing_lost"
 
 

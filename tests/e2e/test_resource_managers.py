@@ -23,6 +23,9 @@ from det_sdk.master.resources import KILL_GRACE_SECONDS
 from harness.master import Cluster, wait_until
 from tests.lifecycle_harness import pid_gone
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 STUBBORN = """\
 import json, os, signal, time
 from pathlib import Path

@@ -20,6 +20,9 @@ import yaml
 from harness.master import Cluster, create, describe, wait_until
 from tests.integration.test_search import ASHA, NESTED
 
+# Stack-neutral: the searchers live in the master; Keras trials are only the workload.
+pytestmark = pytest.mark.stack_neutral
+
 
 def _config(cluster: Cluster, name: str, **fields: object) -> Path:
     config = {"name": name, "entrypoint_script": "true", **fields}

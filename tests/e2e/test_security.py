@@ -19,6 +19,9 @@ import pytest
 from harness.master import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 
 def _finish(fakes: Fakes, exp_id: int, trial_id: int) -> None:
     fakes.send(trial_id, "finish")

@@ -29,6 +29,9 @@ from det_sdk.storage import OWNER_FILE
 from harness.master import running_cluster, wait_until
 from tests.lifecycle_harness import TRIAL_DIR, Fakes, config
 
+# Stack-neutral: TensorFlow-free trials on the master's storage.
+pytestmark = pytest.mark.stack_neutral
+
 
 def _storage(host_path: Path, latest: int = 2) -> dict:
     return {"host_path": str(host_path), "save_trial_latest": latest, "save_trial_best": 0}

@@ -38,6 +38,9 @@ from harness.master import MODEL_DIR, Cluster, create, describe, wait_until
 from tests.lifecycle_harness import Fakes
 from tests.support import REPO
 
+# Stack-neutral: Slurm is the master's resource manager; Keras trials are only the workload.
+pytestmark = pytest.mark.stack_neutral
+
 SIM = REPO / "scripts" / "slurm-sim.sh"
 
 

@@ -17,7 +17,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import det_sdk
+
+# Stack-neutral: what import det_sdk and det --help load (no Keras).
+pytestmark = pytest.mark.stack_neutral
 
 ROOT = Path(__file__).resolve().parents[2]
 

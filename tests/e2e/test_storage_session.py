@@ -9,7 +9,12 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from det_sdk.storage import pid_alive
+
+# Stack-neutral: storage and local sessions load no Keras.
+pytestmark = pytest.mark.stack_neutral
 
 
 def test_a_zombie_process_is_not_alive() -> None:

@@ -31,6 +31,9 @@ import pytest
 from harness.browser import missing_reason, open_browser, signed_in_context
 from harness.master import DET, Cluster, create, describe, free_port, wait_until
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 SCREENSHOTS = os.environ.get("DET_UI_SCREENSHOTS")
 HANDICAPS = [0.0, 0.3, 0.6, 0.9]  # the order of the trials' searcher metric, known in advance
 

@@ -24,6 +24,9 @@ from det_sdk.master.core import Master
 from det_sdk.master.pages import decode_cursor, encode_cursor
 from harness.history import fill_history
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 LISTS = {  # path -> (rows' key, their key field, newest first?)
     "/api/v1/experiments": ("experiments", "id", True),
     "/api/v1/jobs": ("jobs", "id", True),

@@ -10,9 +10,14 @@ import base64
 import uuid as uuidlib
 from pathlib import Path
 
+import pytest
+
 from det_sdk.master.archive import pack
 from det_sdk.master.core import Master
 from det_sdk.master.models import ModelRegistry, registered_checkpoints
+
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
 
 
 def test_a_registered_checkpoint_outlives_the_retention_policy(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ pytest.importorskip("tensorflow")
 from det_sdk.config import Length
 from det_sdk.keras._plan import plan_calls
 
+# Stack-neutral: plan_calls is pure arithmetic.
+pytestmark = pytest.mark.stack_neutral
+
 
 def _plan(epoch, batch, target, steps, period=None):
     return [(c.initial_epoch, c.epochs, c.start_batch, c.stop_at, c.validate_epochs)

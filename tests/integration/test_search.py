@@ -20,6 +20,9 @@ from det_sdk.master.archive import pack
 from det_sdk.master.core import Master, RequestError
 from det_sdk.master.searchers import initial_trials
 
+# Stack-neutral: the searchers live in the master.
+pytestmark = pytest.mark.stack_neutral
+
 ASHA = {
     "name": "adaptive_asha", "metric": "val_handicapped_loss", "max_length": {"epochs": 4},
     "max_trials": 8, "divisor": 2, "num_rungs": 3, "mode": "aggressive",

@@ -23,6 +23,9 @@ from det_sdk.master.core import Master
 from det_sdk.master.ui.series import Series, SeriesCache, minmax_indices
 from det_sdk.master.ui.views import Views, read_log
 
+# Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
+pytestmark = pytest.mark.stack_neutral
+
 
 @pytest.mark.parametrize("name", ["det_sdk.master.ui.series", "det_sdk.master.ui.views",
                                   "det_sdk.cli.ui_cmd"])

@@ -1,6 +1,6 @@
 """A streamed-predict job for tests/e2e/test_job_steering.py: ``ROWS`` rows in batches of
-``BATCH``, ``SLEEP`` seconds a batch, into ``OUT``. It can be held and broken at known
-batches (counted from 1 in each run of the process):
+``BATCH``, ``SLEEP`` seconds a batch (a ``keras.utils.Sequence``), into ``OUT``. It can be held and
+broken at known batches (fetched by the process, counted from 1 in each run):
 
 - ``GATE_AT``/``GATE``: at that batch it prints "waiting at the gate" and waits until the
   file ``GATE`` exists (a test pauses it there, deterministically);
@@ -26,25 +26,30 @@ model = tf.keras.Model(inp, tf.keras.layers.Dense(3)(tf.keras.layers.Dense(8, "t
 w = np.random.default_rng(1)
 model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
 
-calls = 0
-predict_on_batch = model.predict_on_batch
+class Rows(tf.keras.utils.Sequence):
+    """The input, batch by batch: held or broken here, in the input (the model is the
+    real one on Keras 2 and 3 alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0  # batches fetched by this process
+
+    def __len__(self):
+        return -(-rows // batch)
+
+    def __getitem__(self, i):
+        self.calls += 1
+        if self.calls == int(env("GATE_AT", "0")) and not Path(env("GATE")).exists():
+            print("waiting at the gate", flush=True)
+            while not Path(env("GATE")).exists():
+                time.sleep(0.05)
+        if self.calls == int(env("CRASH_AT", "0")) and not Path(env("CRASHED")).exists():
+            Path(env("CRASHED")).touch()
+            os._exit(3)
+        time.sleep(sleep)
+        return x[i * batch:(i + 1) * batch]
 
 
-def held(inputs):
-    global calls
-    calls += 1
-    if calls == int(env("GATE_AT", "0")) and not Path(env("GATE")).exists():
-        print("waiting at the gate", flush=True)
-        while not Path(env("GATE")).exists():
-            time.sleep(0.05)
-    if calls == int(env("CRASH_AT", "0")) and not Path(env("CRASHED")).exists():
-        Path(env("CRASHED")).touch()
-        os._exit(3)
-    time.sleep(sleep)
-    return predict_on_batch(inputs)
-
-
-model.predict_on_batch = held
-out = context.predict(model, x, output=env("OUT"), batch_size=batch)
+out = context.predict(model, Rows(), output=env("OUT"), batch_size=batch)
 print("RESULT", out.rows, out.parts, out.resumed, flush=True)
 context.close()

@@ -8,10 +8,9 @@ Sign-in: ``det ui`` asks ``POST /ui/api/signin-codes`` (with the user token) for
 one-time code and prints ``/ui/signin?code=...``; opening it sets the session
 cookie. The sign-in page also takes a pasted user token. Task tokens cannot sign in.
 
->>> from fastapi import FastAPI
->>> # app.include_router(ui_router(master))   (what create_app does)
+Here: the queries behind the pages (``views``, ``series``), the HTTP pieces the UI's
+routes share (``web``: the session cookie, static files, JSON answers) and the static
+files. The routes are ``det_sdk.master.routes.ui`` and ``det_sdk.master.routes.ui_data``.
+
+>>> # app.include_router(ui_router(master, sessions))   (what create_app does)
 """
-
-from det_sdk.master.ui.routes import ui_router
-
-__all__ = ["ui_router"]

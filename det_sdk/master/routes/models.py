@@ -1,5 +1,8 @@
 """The model registry's routes (``/api/v1/models``): det_sdk.master.models behind the
-user token."""
+user token.
+
+>>> # app.include_router(models_router(master, user))
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,53 @@
+"""The job config: a generic job (``det job run``), e.g. batch inference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+
+from det_sdk.config._base import _bounded_int, _check_size, _entrypoint_ok, _Strict
+from det_sdk.config.determined import IGNORED_DETERMINED_FIELDS
+from det_sdk.config.environment import EnvironmentConfig
+
+
+class JobResources(_Strict):
+    slots: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
+
+
+class JobConfig(_Strict):
+    """A generic job (``det job run``), e.g. batch inference.
+
+    >>> JobConfig.model_validate({"entrypoint_script": "python3 bi.py"}).resources.slots
+    1
+    """
+
+    name: str | None = None
+    description: str | None = None
+    entrypoint_script: str = Field(
+        validation_alias=AliasChoices("entrypoint_script", "entrypoint")
+    )
+    resources: JobResources = Field(default_factory=JobResources)
+    # a job process that fails is launched again this many times (as a trial is); a
+    # streamed predict or torch_batch_process resumes from its progress
+    max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
+    data: dict[str, Any] = Field(default_factory=dict)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _determined_environment(cls, raw: Any) -> Any:
+        # Determined's other environment fields (image, pod_spec, ...): accepted, ignored
+        env = raw.get("environment") if isinstance(raw, Mapping) else None
+        if isinstance(env, Mapping):
+            names = IGNORED_DETERMINED_FIELDS["environment"]
+            raw = {**raw, "environment": {k: v for k, v in env.items() if k not in names}}
+        return raw
+
+    _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
+
+    @model_validator(mode="after")
+    def _fits_in_the_environment(self) -> JobConfig:
+        _check_size(self)
+        return self

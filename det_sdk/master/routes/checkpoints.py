@@ -1,0 +1,60 @@
+"""``/api/v1/checkpoints``: list, describe and download checkpoints, for any valid token
+(a task reads checkpoints for batch inference). A task reports its checkpoints through
+``det_sdk.master.routes.tasks``.
+
+>>> # app.include_router(checkpoints_router(master, principal))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
+
+from det_sdk import api
+from det_sdk.master.core import Master
+from det_sdk.master.pages import checkpoint_page
+from det_sdk.master.routes.common import (
+    ERROR,
+    Cursor,
+    Dependency,
+    Limit,
+    Principal,
+    as_json,
+    tar_gz_response,
+)
+
+__all__ = ["checkpoints_router"]
+
+_DOWNLOAD_DOC: dict[int | str, dict] = {
+    200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+          "description": "the checkpoint's directory as a .tar.gz"},
+    410: {**ERROR, "description": "recorded, but its files are gone"}}
+
+
+def checkpoints_router(master: Master, principal: Dependency) -> APIRouter:
+    """The checkpoints' routes over ``master``; ``principal`` admits any valid token
+    (``det_sdk.master.routes.common.auth_dependencies``)."""
+    router = APIRouter(prefix="/api/v1/checkpoints")
+
+    @router.get("", response_model=api.CheckpointPage)
+    def list_checkpoints(trial_id: Annotated[int | None, Query(ge=0, le=api.MAX_INT)] = None,
+                         limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                         p: Principal = Depends(principal)) -> Response:
+        """The newest checkpoints (of one trial) first; `next_cursor` continues."""
+        return as_json(checkpoint_page(master, trial_id, limit, cursor))
+
+    @router.get("/{uuid}")
+    def get_checkpoint(uuid: str, p: Principal = Depends(principal)) -> api.CheckpointInfo:
+        return api.CheckpointInfo(**master.checkpoint_info(uuid))
+
+    @router.get("/{uuid}/download", response_class=Response, responses=_DOWNLOAD_DOC)
+    def download_checkpoint(uuid: str, p: Principal = Depends(principal)) -> Response:
+        path = Path(master.checkpoint_info(uuid)["path"])
+        if not path.is_dir():
+            raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
+        return tar_gz_response(path)
+
+    return router

@@ -1,0 +1,80 @@
+"""``/api/v1/experiments``: create, list, describe, and pause, activate or kill, for the
+user's token only.
+
+>>> # app.include_router(experiments_router(master, user))
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from det_sdk import api
+from det_sdk.config import (
+    ignored_fields,
+    ignored_fields_warning,
+    launch_warnings,
+    parse_experiment_config,
+)
+from det_sdk.master.core import Master
+from det_sdk.master.pages import experiment_detail, experiment_page, trial_page
+from det_sdk.master.routes.common import Cursor, Dependency, Id, Limit, Principal, as_json
+
+__all__ = ["experiments_router"]
+
+log = logging.getLogger("det_sdk.master.app")
+
+
+def experiments_router(master: Master, user: Dependency) -> APIRouter:
+    """The experiments' routes over ``master``; ``user``: the dependency admitting the
+    user's token (``det_sdk.master.routes.common.auth_dependencies``)."""
+    router = APIRouter()
+
+    @router.post("/api/v1/experiments", status_code=201)
+    def create_experiment(req: api.CreateExperimentRequest,
+                          p: Principal = Depends(user)) -> api.CreateExperimentResponse:
+        exp_id = master.create_experiment(req.config, req.model_definition)
+        ignored = ignored_fields(req.config)  # accepted: the config validated above
+        warnings = [ignored_fields_warning(ignored)] if ignored else []
+        warnings += launch_warnings(parse_experiment_config(req.config))
+        for warning in warnings:
+            log.warning("experiment %d: %s", exp_id, warning)
+        return api.CreateExperimentResponse(id=exp_id, warnings=warnings)
+
+    @router.get("/api/v1/experiments", response_model=api.ExperimentPage)
+    def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                         p: Principal = Depends(user)) -> Response:
+        """The newest experiments first, as summaries; `next_cursor` continues."""
+        return as_json(experiment_page(master, limit, cursor))
+
+    @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
+    def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,
+                       p: Principal = Depends(user)) -> Response:
+        """The experiment with its first `trials_limit` trials; `trials_next_cursor`
+        continues at `/api/v1/experiments/{exp_id}/trials`."""
+        return as_json(experiment_detail(master, exp_id, trials_limit))
+
+    @router.get("/api/v1/experiments/{exp_id}/trials", response_model=api.TrialPage)
+    def list_trials(exp_id: Id, limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                    p: Principal = Depends(user)) -> Response:
+        """The experiment's trials in the order the searcher created them."""
+        return as_json(trial_page(master, exp_id, limit, cursor))
+
+    @router.post("/api/v1/experiments/{exp_id}/pause")
+    def pause_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
+        master.pause_experiment(exp_id)
+        return {"state": master.experiment_state(exp_id)}
+
+    @router.post("/api/v1/experiments/{exp_id}/activate")
+    def activate_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
+        master.activate_experiment(exp_id)
+        return {"state": master.experiment_state(exp_id)}
+
+    @router.post("/api/v1/experiments/{exp_id}/kill")
+    def kill_experiment(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
+        master.kill_experiment(exp_id)
+        return {"state": master.experiment_state(exp_id)}
+
+    return router
