@@ -3,7 +3,9 @@ master with the real CLI: a streamed-predict job (tests/job_steering/run.py) is 
 paused at a known batch and activated, crashed once and relaunched, and killed. Each
 time its output equals an uninterrupted run's, row for row (bit-equal, in order).
 
-The rest (every transition, the progress arithmetic) runs without processes:
+The pause runs on both Keras stacks (where the streamed predict stops depends on its
+input pipeline); the restart and the kill on the default one. The rest (every
+transition, the progress arithmetic) runs without processes:
 tests/integration/test_job_steering.py, tests/unit/test_job_progress.py.
 """
 
@@ -68,7 +70,9 @@ def _state(cluster: Cluster, job: int, *states: str) -> dict[str, Any]:
 def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
                                            reference: np.ndarray) -> None:
     gate = tmp_path / "gate"
-    job = _run(cluster, tmp_path, 0, GATE=gate, GATE_AT=12, SLEEP=0.05)
+    # held at its 13th fetch: batch 11 (the input's fingerprint reads batch 0 first), so
+    # 12 batches are done when it stops
+    job = _run(cluster, tmp_path, 0, GATE=gate, GATE_AT=13)
     wait_until("the gate", lambda: "waiting at the gate" in _log(cluster, job), timeout=120)
     running = _describe(cluster, job)
     assert running["state"] == "RUNNING" and running["output"] == str(tmp_path / "out")
@@ -77,7 +81,7 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     assert paused == {"state": "STOPPING_PAUSED"}
     wait_until("the stop request", lambda: "the master asks this job to stop" in
                _log(cluster, job), timeout=60)
-    gate.touch()  # batch 12 finishes; the job stops right after it
+    gate.touch()  # batch 11 is predicted; the job stops right after it
     paused = _state(cluster, job, "PAUSED", "ERROR", "COMPLETED")
     assert paused["state"] == "PAUSED", _log(cluster, job)[-3000:]
     # the 12 batches done are its progress (each part complete), and the master has it
@@ -96,6 +100,7 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
 
 
+@pytest.mark.stack_neutral  # the master's restarts; a killed predict resumes on both stacks
 def test_a_crashed_job_is_launched_again_and_resumes_exactly_once(
         cluster: Cluster, tmp_path: Path, reference: np.ndarray) -> None:
     job = _run(cluster, tmp_path, 1, CRASH_AT=17, CRASHED=tmp_path / "crashed")
@@ -108,6 +113,7 @@ def test_a_crashed_job_is_launched_again_and_resumes_exactly_once(
     assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
 
 
+@pytest.mark.stack_neutral  # the master and the CLI only
 def test_a_killed_job_is_canceled(cluster: Cluster, tmp_path: Path) -> None:
     job = _run(cluster, tmp_path, 5, GATE=tmp_path / "never", GATE_AT=3)
     wait_until("the gate", lambda: "waiting at the gate" in _log(cluster, job), timeout=120)
