@@ -32,6 +32,10 @@ from harness.master import (
 )
 from tests.support import REPO
 
+# Stack-neutral: the master's scheduling, restarts and retention; the Keras trial's own
+# resume runs on both stacks in test_local_training.py and test_horovod.py.
+pytestmark = pytest.mark.stack_neutral
+
 
 def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
                                                             mnist_npz: Path) -> None:

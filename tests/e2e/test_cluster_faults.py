@@ -15,8 +15,12 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from harness.master import Cluster, create, describe, wait_until
+
+# Stack-neutral: the master's handling of faults; a Horovod pause on both stacks: test_horovod.py.
+pytestmark = pytest.mark.stack_neutral
 
 DEADLINE = 180.0  # seconds; generous for a loaded 2-core machine
 STEPS_PER_EPOCH = 10  # tests/cluster_model: 160 samples, global batch 16

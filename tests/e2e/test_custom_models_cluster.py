@@ -14,6 +14,10 @@ import pytest
 from harness.master import Cluster, run_to_the_end
 from tests.support import SCRIPTS
 
+# Stack-neutral: the custom models on the master; on both stacks locally and on 2
+# processes: test_custom_models.py.
+pytestmark = pytest.mark.stack_neutral
+
 METRIC = {"vae": "val_total_loss", "distiller": "val_student_loss"}
 
 

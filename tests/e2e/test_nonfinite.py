@@ -59,6 +59,7 @@ def _finishes_completed(cluster: Cluster, exp_id: int) -> dict:
     return exp
 
 
+@pytest.mark.stack_neutral  # the master ranks and stores; the local run below is the Keras side
 def test_a_diverging_adaptive_asha_search_completes(
         cluster: Cluster, diverging_model: Path) -> None:
     """Three trials, two rungs; the 1e6 learning rate diverges to NaN. Every trial
@@ -113,6 +114,7 @@ def test_a_diverging_adaptive_asha_search_completes(
     assert "CONST nan inf" in logs, logs[-2000:]
 
 
+@pytest.mark.stack_neutral
 def test_a_diverging_single_trial_completes(cluster: Cluster, diverging_model: Path) -> None:
     config = cluster.write_config(
         "diverging-single", hyperparameters={"learning_rate": 1e6, "global_batch_size": 16},

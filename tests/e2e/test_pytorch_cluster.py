@@ -116,11 +116,12 @@ def test_tutorial_completes_on_one_and_two_slots(cluster: Cluster, model_dir: Pa
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
 
 
-@pytest.mark.parametrize("slots", [1, 2])
 def test_pause_mid_epoch_and_activate_is_bit_equal(cluster: Cluster, model_dir: Path,
-                                                  tmp_path: Path, slots: int) -> None:
-    """shuffle=True and dropout 0.3: paused mid-epoch, activated: the uninterrupted bits."""
-    res = {"slots_per_trial": slots}
+                                                  tmp_path: Path) -> None:
+    """shuffle=True and dropout 0.3, 2 slots: paused mid-epoch, activated: the uninterrupted
+    bits. (One process stopped mid-epoch and resumed: test_pytorch.py's SIGTERM test; the
+    pause reaches one slot's trial as it reaches two.)"""
+    res = {"slots_per_trial": 2}
     full = create(cluster, _config(tmp_path / "full.yaml", model_dir, resources=res,
                                    entrypoint="slow:SlowMNistTrial"), model_dir)
     t_full = _completed(cluster, full)
