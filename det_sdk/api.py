@@ -122,8 +122,14 @@ class ExperimentState(_State):
 
 
 class JobState(_State):
+    """A generic job's state (``det job run``): pause and kill stop its process first
+    (``STOPPING_PAUSED``, ``STOPPING_CANCELED``), then ``PAUSED`` or ``CANCELED``."""
+
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
+    STOPPING_PAUSED = "STOPPING_PAUSED"
+    PAUSED = "PAUSED"
+    STOPPING_CANCELED = "STOPPING_CANCELED"
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     ERROR = "ERROR"
@@ -272,6 +278,16 @@ class ProgressReport(_Model):
     progress: Number = Field(ge=0, le=1)
 
 
+class JobProgressReport(_Model):
+    """``POST /api/v1/allocations/{id}/progress``: a job's chief says how far it is
+    (rows done of the total; ``rows_total`` null when the input's length is unknown)."""
+
+    rows_done: int = Field(ge=0, le=MAX_INT)
+    rows_total: int | None = Field(default=None, ge=0, le=MAX_INT)
+    output: str | None = Field(default=None, max_length=4096,
+                               description="where the job writes its output")
+
+
 class PreemptionSignal(_Model):
     """``GET /api/v1/allocations/{id}/signals/preemption``."""
 
@@ -401,12 +417,23 @@ class ExperimentPage(_Model):
 
 
 class JobInfo(_Model):
+    """``GET /api/v1/jobs/{id}``: the job with its progress (det_sdk.master.job_progress)."""
+
     id: int
     name: str | None
     state: JobState
     config: dict[str, JsonValue]
     created: float
     exit_code: int | None = None
+    ended: float | None = None
+    restarts: int = 0
+    progress: float | None = Field(default=None, description="rows done / total, in [0, 1]; "
+                                   "null while the total is unknown")
+    rows_done: int | None = None
+    rows_total: int | None = None
+    rows_per_second: float | None = None
+    eta_seconds: float | None = None
+    output: str | None = None
 
 
 class JobSummary(_Model):
@@ -420,6 +447,7 @@ class JobSummary(_Model):
     exit_code: int | None = None
     entrypoint: str | None = None
     slots: int | None = None
+    progress: float | None = None
 
 
 class JobPage(_Model):

@@ -294,6 +294,14 @@ class MasterClient:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}")
 
+    def job_command(self, job_id: int, command: str) -> dict[str, Any]:
+        """``pause``, ``activate`` or ``kill`` a job: ``{"state": ...}`` after it."""
+        return self.request("POST", f"/api/v1/jobs/{job_id}/{command}")
+
+    def report_job_progress(self, alloc_id: str, body: dict[str, Any]) -> None:
+        """A job's chief: ``{"rows_done", "rows_total", "output"}``."""
+        self.request("POST", f"/api/v1/allocations/{alloc_id}/progress", json=body)
+
     # --- checkpoints --------------------------------------------------------------------
 
     def checkpoints(self, trial_id: int | None = None,

@@ -134,6 +134,12 @@ class Session:
     def report_progress(self, fraction: float) -> None:
         """Fraction of the training length done, for progress displays."""
 
+    def report_rows(self, rows_done: int, rows_total: int | None,
+                    output: str | None = None) -> None:
+        """A batch job's progress: rows done of ``rows_total`` (None: unknown), and
+        where its output goes. Kept by the master for a generic job (``det job
+        describe``); nothing elsewhere."""
+
     def acknowledge_preemption(self) -> None:
         """Tell the outside that this process stops because it was asked to (so its exit
         is a stop to resume, not the end of training). Nothing off the cluster."""
@@ -486,9 +492,9 @@ class MasterSession(Session):
             threading.Thread(target=self._deliver, daemon=True, name="det-reports").start()
             # The script may end right after fit: deliver what is queued before exit.
             atexit.register(self._close_at_exit)
-            if info.task_type == "TRIAL":
-                threading.Thread(target=self._watch_preemption, daemon=True,
-                                 name="det-preemption").start()
+            # a trial's pause or kill, and a job's (det job pause): the same long-poll
+            threading.Thread(target=self._watch_preemption, daemon=True,
+                             name="det-preemption").start()
 
     # --- reporting, off the training thread ------------------------------------------
 
@@ -535,8 +541,17 @@ class MasterSession(Session):
         if self.trial_id is not None and self.searched:
             self._queue.put(("progress", min(max(float(fraction), 0.0), 1.0)))
 
+    def report_rows(self, rows_done: int, rows_total: int | None,
+                    output: str | None = None) -> None:
+        if self.info.task_type == "GENERIC":  # a trial's progress is its training's
+            self._queue.put(("rows", {"rows_done": int(rows_done), "output": output,
+                                      "rows_total": None if rows_total is None
+                                      else int(rows_total)}))
+
     def _send(self, kind: str, body: Any) -> None:
-        if kind == "metrics":
+        if kind == "rows":
+            self.client.report_job_progress(self.info.allocation_id, body)
+        elif kind == "metrics":
             self.client.report_metrics(self.trial_id, body)
         elif kind == "checkpoint":
             self.client.report_checkpoint(body)
@@ -597,8 +612,9 @@ class MasterSession(Session):
         while not self._closed.is_set() and not self._preempt.is_set():
             try:
                 if self.client.preemption(self.info.allocation_id, timeout_seconds=20):
-                    # In the trial's log: why a healthy trial is about to stop.
-                    print("det_sdk: the master asks this trial to stop (a pause or a "
+                    # In the task's log: why a healthy trial (or job) is about to stop.
+                    what = "trial" if self.info.task_type == "TRIAL" else "job"
+                    print(f"det_sdk: the master asks this {what} to stop (a pause or a "
                           "preemption): it checkpoints and exits at its next stopping point",
                           file=sys.stderr, flush=True)
                     self._preempt.set()

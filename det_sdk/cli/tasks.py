@@ -401,14 +401,40 @@ def job_run(args: Namespace) -> int:
     return 0
 
 
+def job_progress_text(progress: float | None) -> str:
+    """A job's progress in a table: ``42.0%``; ``-`` while its total is unknown.
+
+    >>> job_progress_text(0.4204), job_progress_text(None)
+    ('42.0%', '-')
+    """
+    return "-" if progress is None else f"{100 * progress:.1f}%"
+
+
+def _duration(seconds: float | None) -> str:
+    """``1h02m``, ``3m05s``, ``12s``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def job_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
+    """``det job list``'s rows (summaries of GET /api/v1/jobs)."""
+    return [[j["id"], j["name"] or "", j["state"], job_progress_text(j.get("progress")),
+             j["exit_code"], j["entrypoint"]] for j in jobs]
+
+
+JOB_HEADERS = ["ID", "NAME", "STATE", "PROGRESS", "EXIT", "ENTRYPOINT"]
+
+
 def job_list(args: Namespace) -> int:
     jobs, total = _newest(_client(args), "/api/v1/jobs", "jobs", args)
     if args.json:
         print_json(jobs)
         return 0
-    print(table(["ID", "NAME", "STATE", "EXIT", "ENTRYPOINT"],
-                [[j["id"], j["name"] or "", j["state"], j["exit_code"], j["entrypoint"]]
-                 for j in jobs]))
+    print(table(JOB_HEADERS, job_rows(jobs)))
     footer = page_footer(len(jobs), total, "jobs")
     if footer:
         print(footer)
@@ -417,6 +443,56 @@ def job_list(args: Namespace) -> int:
 
 def job_logs(args: Namespace) -> int:
     return _print_logs(args, "jobs")
+
+
+def job_describe_lines(j: dict[str, Any]) -> list[str]:
+    """``det job describe``: one ``field: value`` line each (GET /api/v1/jobs/{id})."""
+    rows = "-" if j.get("rows_done") is None else (
+        f"{j['rows_done']} of {j['rows_total'] if j.get('rows_total') is not None else '?'}")
+    rate = j.get("rows_per_second")
+    return [f"job {j['id']}" + (f" ({j['name']})" if j.get("name") else ""),
+            f"  state:     {j['state']}" + (f" (exit code {j['exit_code']})"
+                                            if j.get("exit_code") else ""),
+            f"  progress:  {job_progress_text(j.get('progress'))}",
+            f"  rows:      {rows}",
+            f"  rows/s:    {'-' if rate is None else f'{rate:.4g}'}",
+            f"  time left: {_duration(j.get('eta_seconds'))}",
+            f"  output:    {j.get('output') or '-'}",
+            f"  restarts:  {j.get('restarts', 0)} of "
+            f"{(j.get('config') or {}).get('max_restarts', 0)}"]
+
+
+def job_describe(args: Namespace) -> int:
+    j = _client(args).job(args.id)
+    if args.json:
+        print_json(j)
+        return 0
+    print("\n".join(job_describe_lines(j)))
+    return 0
+
+
+def _job_command(args: Namespace, command: str, notes: dict[str, str]) -> int:
+    out = _client(args).job_command(args.id, command)
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"job {args.id}: {out['state']}{notes.get(out['state'], '')}")
+    return 0
+
+
+def job_pause(args: Namespace) -> int:
+    return _job_command(args, "pause", {"STOPPING_PAUSED": " (it stops at its next progress "
+                                        "checkpoint; PAUSED once it has)"})
+
+
+def job_activate(args: Namespace) -> int:
+    return _job_command(args, "activate", {"STOPPING_PAUSED": " (still stopping: it runs "
+                                           "again once stopped)"})
+
+
+def job_kill(args: Namespace) -> int:
+    return _job_command(args, "kill", {"STOPPING_CANCELED": " (its process is being "
+                                       "stopped; CANCELED once it has exited)"})
 
 
 from det_sdk.cli.model_cmd import COMMANDS as _MODEL_COMMANDS  # noqa: E402
@@ -458,6 +534,13 @@ COMMANDS = {
                 [("config",), ("model_dir",), ("--follow",)]),
         "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
+        "describe": (job_describe, "state, progress (rows, rows/s, time left), output and "
+                     "restarts of a job", [("id",)]),
+        "pause": (job_pause, "stop it at its next progress checkpoint (PAUSED)",
+                  [("id",)]),
+        "activate": (job_activate, "run a paused job again, from its progress",
+                     [("id",)]),
+        "kill": (job_kill, "stop its process (CANCELED)", [("id",)]),
         "download": (job_download, "copy the files the job wrote into its working "
                      "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },

@@ -29,6 +29,9 @@ class JobConfig(_Strict):
         validation_alias=AliasChoices("entrypoint_script", "entrypoint")
     )
     resources: JobResources = Field(default_factory=JobResources)
+    # a job process that fails is launched again this many times (as a trial is); a
+    # streamed predict or torch_batch_process resumes from its progress
+    max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
     data: dict[str, Any] = Field(default_factory=dict)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
 

@@ -88,6 +88,9 @@ class _Plan:
     mine: list[int] | None  # this process's global batch indices (None: a dataset's, unsized)
     fetch: Callable[[int], Any] | None  # global index -> model input (arrays, Sequence)
     dataset: Any = None  # tf.data: this process's elements, in order
+    # steps every process walks (its batches, padded to the most any process has), so
+    # that all meet at the same ones; None: not known in advance (an unsized dataset)
+    steps: int | None = None
 
 
 def _unpack_x(batch: Any) -> Any:
@@ -114,7 +117,8 @@ def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
         fp = {"kind": "arrays", "rows": n, "batch_size": batch_size,
               "digest": digest_arrays(_leaves(full)) if dist.is_chief else None}
         return _Plan(fp, total, list(range(rank, total, size)),
-                     lambda b: _data.slice_rows(full, b * batch_size, (b + 1) * batch_size))
+                     lambda b: _data.slice_rows(full, b * batch_size, (b + 1) * batch_size),
+                     steps=math.ceil(total / size))
     if isinstance(x, _compat.SequenceBase):
         full = x.full if isinstance(x, _data.ShardedSequence) else x
         total = len(full)
@@ -122,7 +126,7 @@ def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
               "digest": digest_arrays(_leaves(_unpack_x(full[0])))
               if dist.is_chief and total else None}
         return _Plan(fp, total, list(range(rank, total, size)),
-                     lambda b: _unpack_x(full[b]))
+                     lambda b: _unpack_x(full[b]), steps=math.ceil(total / size))
     if isinstance(x, tf.data.Dataset):
         return _dataset_plan(dist, x)
     raise ArgumentTypeError(
@@ -141,7 +145,8 @@ def _per_process_plan(dist: DistributedContext, x: Any, batch_size: int) -> _Pla
           "digest": xxhash.xxh3_64("".join(d for _, d in counts).encode()).hexdigest()}
     return _Plan(fp, sum(batches), list(range(first, first + batches[dist.rank])),
                  lambda b: _data.slice_rows(x, (b - first) * batch_size,
-                                            (b - first + 1) * batch_size))
+                                            (b - first + 1) * batch_size),
+                 steps=max(batches))
 
 
 def _find_shard(ds: Any, size: int, rank: int) -> bool:
@@ -169,7 +174,8 @@ def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
     fp = {"kind": "dataset", "batches": total,
           "digest": digest_arrays(_leaves(_unpack_x(first))) if first is not None else None}
     mine = list(range(dist.rank, total, size)) if total is not None else None
-    return _Plan(fp, total, mine, None, dataset=ds)
+    return _Plan(fp, total, mine, None, dataset=ds,
+                 steps=None if total is None else math.ceil(total / size))
 
 
 def _model_fingerprint(model: Any) -> dict[str, Any]:
@@ -231,6 +237,101 @@ def _dataset_batches(plan: _Plan, dist: DistributedContext,
             yield b, _unpack_x(element)
 
 
+def _steps(plan: _Plan, dist: DistributedContext,
+           done: set[int]) -> Iterator[tuple[int, int | None, Any]]:
+    """(step, global index or None, inputs) for this process: step ``i`` is its ``i``-th
+    global batch (None: done already, or past its last). With a known number of batches
+    every process walks the same steps, so that they can meet at the same ones (a stop
+    asked by the master); an unsized dataset's steps are its elements'."""
+    rank, size = dist.rank, dist.size
+    if plan.dataset is not None:
+        batches = _dataset_batches(plan, dist, done)
+        if plan.steps is None:
+            for b, inputs in batches:
+                yield (b - rank) // size, b, inputs
+            return
+        pending = next(batches, None)
+        for i in range(plan.steps or 0):
+            if pending is not None and (pending[0] - rank) // size == i:
+                yield i, pending[0], pending[1]
+                pending = next(batches, None)
+            else:
+                yield i, None, None
+        return
+    assert plan.mine is not None and plan.fetch is not None
+    for i in range(plan.steps or len(plan.mine)):
+        if i >= len(plan.mine) or plan.mine[i] in done:
+            yield i, None, None
+        else:
+            yield i, plan.mine[i], plan.fetch(plan.mine[i])
+
+
+def _fed(plan: _Plan, dist: DistributedContext, done: set[int],
+         progress: _Progress) -> Iterator[tuple[int, Any]]:
+    """The (global index, inputs) to predict, with a progress point after each step (the
+    generator resumes once the batch before has been taken); ends early on a stop."""
+    fed = 0
+    for i, b, inputs in _steps(plan, dist, done):
+        if b is not None:
+            fed += 1
+            yield b, inputs
+        if progress.step(i, len(done) + fed):
+            progress.stopped = True
+            return
+
+
+class _Progress:
+    """Where the job is, for the master (``det job describe``), and whether to stop.
+
+    A stop asked by the master (``det job pause`` / ``kill``) is taken between batches:
+    the parts written so far are the progress, and a run into the same output resumes
+    after them. One process checks the chief's flag every batch; N processes meet every
+    ``SYNC_STEPS`` steps (a collective: all take the same decision)."""
+
+    SYNC_STEPS = 10
+    REPORT_SECONDS = 1.0
+
+    def __init__(self, dist: DistributedContext, session: Session, plan: _Plan,
+                 batch_size: int, path: Path, done: int) -> None:
+        self.dist, self.session, self.plan, self.path = dist, session, plan, path
+        rows = plan.fingerprint.get("rows")
+        self.rows = int(rows) if rows is not None else None  # arrays: exact
+        self.batch_rows = batch_size  # a Sequence's or dataset's: its first batch's rows
+        self.parts = done  # all processes' parts done (as of the last meeting)
+        self.stopped = False  # the master asked to stop: the batches fed are the last
+        self.last = 0.0
+        # the collective needs a known number of steps on every process
+        self.sync = dist.size == 1 or plan.steps is not None
+
+    def rows_of(self, parts: int) -> tuple[int, int | None]:
+        if self.rows is not None:
+            return min(self.rows, parts * self.batch_rows), self.rows
+        total = None if self.plan.total is None else self.plan.total * self.batch_rows
+        done = parts * self.batch_rows
+        return (min(done, total) if total is not None else done), total
+
+    def report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.dist.is_chief and (force or now - self.last >= self.REPORT_SECONDS):
+            self.last = now
+            done, total = self.rows_of(self.parts)
+            self.session.report_rows(done, total, str(self.path))
+
+    def step(self, i: int, local_parts: int) -> bool:
+        """After step ``i``: report (now and then); True on every process when to stop."""
+        if self.dist.size == 1:
+            self.parts = local_parts
+            self.report()
+            return self.session.should_preempt()
+        if not self.sync or (i + 1) % self.SYNC_STEPS:
+            return False
+        gathered = self.dist.allgather((self.session.should_preempt()
+                                        if self.dist.is_chief else False, local_parts))
+        self.parts = sum(p for _, p in gathered)
+        self.report()
+        return bool(gathered[0][0])
+
+
 def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
                output: str | os.PathLike[str], **kwargs: Any) -> StreamedPredictions:
     """Stream ``model``'s predictions for ``x`` into ``output`` (see the module doc)."""
@@ -264,14 +365,14 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
             int(p.name[5:14]) for p in path.glob("part-*.json")
             if int(p.name[5:14]) % dist.size == dist.rank)
     started, count, failure = time.monotonic(), 0, None
+    progress = _Progress(dist, session, plan, batch_size, path,
+                         sum(dist.allgather(len(done))) if dist.size > 1 else len(done))
+    progress.report(force=True)
     writer = _Writer(store)
     try:
-        if plan.dataset is not None:
-            batches: Iterator[tuple[int, Any]] = _dataset_batches(plan, dist, done)
-        else:
-            assert plan.mine is not None and plan.fetch is not None
-            batches = ((b, plan.fetch(b)) for b in plan.mine if b not in done)
-        for b, outputs in _compat.predict_batches(model, batches):
+        for b, outputs in _compat.predict_batches(model, _fed(plan, dist, done, progress)):
+            if count == 0 and progress.rows is None:
+                progress.batch_rows = _batch_rows(outputs, batch_size)
             writer.put(b, outputs)
             count += 1
     except BaseException as err:
@@ -289,6 +390,8 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     if failed:
         raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
                          f"the parts written in {path} stay valid: run again to finish them")
+    if progress.stopped:
+        _stop(dist, session, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)
     resumed = sum(r[2] for r in results)
     summary = None
@@ -302,4 +405,29 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
                   "an earlier run)", file=sys.stderr, flush=True)
     rows = dist.broadcast(summary)
     assert rows is not None  # the chief's count, on every process
+    if dist.is_chief:
+        session.report_rows(rows, rows, str(path))
     return StreamedPredictions(path=path, rows=rows, parts=total, resumed=resumed)
+
+
+def _batch_rows(outputs: Any, default: int) -> int:
+    leaves = tf.nest.flatten(outputs)
+    shape = getattr(leaves[0], "shape", None) if leaves else None
+    return int(shape[0]) if shape is not None and len(shape) and shape[0] else default
+
+
+def _stop(dist: DistributedContext, session: Session, progress: _Progress, path: Path,
+          count: int) -> None:
+    """The master asked the job to stop: every part written is complete (the writer has
+    closed), which is the progress a resumed run starts from; the process exits 0 (a
+    stop the master resumes on activate, not the end)."""
+    if dist.is_chief:
+        progress.report(force=True)
+        session.acknowledge_preemption()
+        done, total = progress.rows_of(progress.parts)
+        of = f" of {total}" if total is not None else ""
+        print(f"det_sdk: stopped by the master after {done}{of} rows ({count} parts written "
+              f"by this process) in {path}; activated, the job resumes from there",
+              file=sys.stderr, flush=True)
+    session.close()
+    raise SystemExit(0)

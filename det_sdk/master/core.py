@@ -40,9 +40,12 @@ from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
+from det_sdk.master.job_progress import job_progress
 from det_sdk.master.lifecycle import (
     REPORTING_STATES,
     ExperimentEvent,
+    JobEvent,
+    JobState,
     Lifecycle,
     TrialEvent,
     TrialState,
@@ -60,6 +63,8 @@ __all__ = ["Master", "RequestError"]
 log = logging.getLogger("det_sdk.master")
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
+_STOPPING = ("STOPPING_PAUSED", "STOPPING_CANCELED")  # a trial's or job's process must stop
+_JOB_REPORTING = ("RUNNING", *_STOPPING)  # a job's process reports progress
 
 
 def _private_dir(path: Path) -> None:
@@ -99,7 +104,8 @@ class Master:
         self.lifecycle = Lifecycle(
             self.store, self._lock, on_trial_ended=self._trial_ended,
             on_experiment_ended=self._experiment_ended,
-            on_stop_requested=self._preemption_changed, on_runnable=self._wake)
+            on_stop_requested=self._preemption_changed, on_runnable=self._wake,
+            on_job_ended=self._job_ended)
         self.search = Search(self.store, self._lock, self.trial_config)
         self.checkpoint_store = Checkpoints(self.store, self.lifecycle, self.tasks_dir,
                                             self.trial_config)
@@ -158,6 +164,9 @@ class Master:
         self.scheduler.keep_files("trials", t["id"])
         shutil.rmtree(self.tasks_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
 
+    def _job_ended(self, j: JobRow) -> None:
+        self.scheduler.job_ended(j)
+
     def _experiment_ended(self, exp: ExperimentRow) -> None:
         """An experiment ended: nothing will unpack its upload again."""
         Path(exp["archive"]).unlink(missing_ok=True)
@@ -209,10 +218,16 @@ class Master:
     def kill_experiment(self, exp_id: int) -> None:
         self.lifecycle.experiment_event(exp_id, ExperimentEvent.KILL)
         with self._lock:
-            for t in self.store.trials(exp_id):
-                if t["state"] == TrialState.STOPPING_CANCELED.value:
-                    for alloc in self._allocations_of_trial(t["id"]):
-                        self.launcher.kill(alloc)
+            stopping = {t["id"] for t in self.store.trials(exp_id)
+                        if t["state"] == TrialState.STOPPING_CANCELED.value}
+            self._kill_allocations(lambda a: a["trial_id"] in stopping)
+
+    def _kill_allocations(self, which: Callable[[AllocationRow], bool]) -> None:
+        """Stop the running processes of the allocations ``which`` picks (a kill: the
+        resource manager's stop, forced after its grace); their exits end the tasks."""
+        for alloc in self.store.running_allocations():
+            if which(alloc):
+                self.launcher.kill(alloc)
 
     def pause_experiment(self, exp_id: int) -> None:
         """Ask running trials to checkpoint and exit; queued ones wait. The experiment is
@@ -410,8 +425,54 @@ class Master:
             raise NotFound(f"no job {job_id}")
         return j
 
-    def _allocations_of_trial(self, trial_id: int) -> list[AllocationRow]:
-        return [a for a in self.store.running_allocations() if a["trial_id"] == trial_id]
+    def kill_job(self, job_id: int) -> str:
+        """Stop the job's process (as an experiment's trials are killed): CANCELED once
+        it has exited (at once when none runs)."""
+        state = self.lifecycle.job_event(job_id, JobEvent.KILL)
+        if state is JobState.STOPPING_CANCELED:
+            with self._lock:
+                self._kill_allocations(lambda a: a["job_id"] == job_id)
+        return self.job(job_id)["state"]
+
+    def pause_job(self, job_id: int) -> str:
+        """Ask the job's process to stop at its next progress checkpoint (the preemption
+        long-poll answers true, as for a trial): STOPPING_PAUSED, then PAUSED."""
+        self.lifecycle.job_event(job_id, JobEvent.PAUSE)
+        return self.job(job_id)["state"]
+
+    def activate_job(self, job_id: int) -> str:
+        """Queue a paused job again: its process resumes from its progress."""
+        self.lifecycle.job_event(job_id, JobEvent.ACTIVATE)
+        self._wake()
+        return self.job(job_id)["state"]
+
+    def job_info(self, job_id: int) -> dict[str, Any]:
+        """The job with its progress (rows, rows per second, time left: job_progress)."""
+        j = self.job(job_id)
+        keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts")
+        return {**{k: j[k] for k in keys}, "output": self._job_output(j),
+                **job_progress(j["state"], j["rows_done"], j["rows_total"], j["rate_rows"],
+                               j["rate_at"], j["progress_at"])}
+
+    def _job_output(self, j: JobRow) -> str | None:
+        """Where the job's output is: as reported, or, once the job has ended, where the
+        master keeps what it wrote into its working directory (which is gone)."""
+        output = j["output"]
+        workdir = self.tasks_dir / "jobs" / str(j["id"]) / "workdir"
+        if output and j["state"] in TERMINAL and Path(output).is_relative_to(workdir):
+            return str(self.files_path("jobs", j["id"]) / Path(output).relative_to(workdir))
+        return output
+
+    def report_job_progress(self, alloc_id: str, rows_done: int, rows_total: int | None,
+                            output: str | None) -> None:
+        """The chief of a job's allocation says how far it is (kept: the latest)."""
+        alloc = self.store.allocation(alloc_id)
+        if alloc is None or alloc["job_id"] is None:
+            raise NotFound(f"no job allocation {alloc_id!r}")
+        if not self.store.record_job_progress(alloc["job_id"], alloc_id, rows_done,
+                                              rows_total, output, _JOB_REPORTING):
+            raise Conflict(f"job {alloc['job_id']} is {self.job(alloc['job_id'])['state']}: "
+                           "its progress is no longer recorded")
 
     # --- preemption -----------------------------------------------------------------------
 
@@ -423,8 +484,11 @@ class Master:
             return True  # asked to stop, or the master has ended the allocation
         if alloc["trial_id"] is not None:
             t = self.store.trial(alloc["trial_id"])
-            return bool(t and (t["state"] in ("STOPPING_PAUSED", "STOPPING_CANCELED")
+            return bool(t and (t["state"] in _STOPPING
                                or self.search.wants_stop(t["id"], t)))
+        if alloc["job_id"] is not None:
+            j = self.store.job(alloc["job_id"])
+            return bool(j and j["state"] in _STOPPING)
         return False
 
     def acknowledge_preemption(self, alloc_id: str) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from det_sdk.api import AllocationState, ExperimentState, JobState, TrialState
 from det_sdk.master.errors import IllegalTransition, NotFound
-from det_sdk.master.rows import ExperimentRow, TrialRow
+from det_sdk.master.rows import ExperimentRow, JobRow, TrialRow
 from det_sdk.master.store import Store
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "TrialState",
     "exit_event",
     "next_experiment_state",
+    "next_job_state",
     "next_trial_state",
     "settle",
 ]
@@ -92,10 +93,18 @@ class ExperimentEvent(str, Enum):
 
 
 class JobEvent(str, Enum):
+    """A job's events: a trial's, less what only trials have (reports, checkpoints), with
+    the same names, so that :func:`exit_event` classifies both (``JobEvent(event.value)``)."""
+
     SCHEDULED = "scheduled"
     LAUNCH_FAILED = "launch failed"
     EXITED_DONE = "exited done"
-    EXITED_FAILED_FINAL = "exited failed"
+    EXITED_STOPPED = "exited stopped"
+    EXITED_FAILED = "exited failed"
+    EXITED_FAILED_FINAL = "exited failed for good"
+    PAUSE = "paused"
+    ACTIVATE = "activated"
+    KILL = "killed"
     MASTER_RESTARTED = "master restarted"
 
     def __str__(self) -> str:
@@ -180,13 +189,47 @@ EXPERIMENT_TRANSITIONS: dict[tuple[ExperimentState, ExperimentEvent], Experiment
 }
 
 J, JE = JobState, JobEvent
+_JOB_ENDED = (J.COMPLETED, J.CANCELED, J.ERROR)
+# A job's table is a trial's (pause, activate, kill, restarts after a failure) without
+# an experiment around it: an activate while it still stops is kept (``reactivate``) and
+# taken once it has stopped (Lifecycle.job_event).
 JOB_TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
     (J.QUEUED, JE.SCHEDULED): J.RUNNING,
+    (J.QUEUED, JE.PAUSE): J.PAUSED,
+    (J.QUEUED, JE.ACTIVATE): J.QUEUED,
+    (J.QUEUED, JE.KILL): J.CANCELED,
+    (J.QUEUED, JE.MASTER_RESTARTED): J.QUEUED,
+
     (J.RUNNING, JE.LAUNCH_FAILED): J.ERROR,
     (J.RUNNING, JE.EXITED_DONE): J.COMPLETED,
+    (J.RUNNING, JE.EXITED_STOPPED): J.COMPLETED,  # nobody asked it to stop: it is done
+    (J.RUNNING, JE.EXITED_FAILED): J.QUEUED,  # launched again: it resumes from its progress
     (J.RUNNING, JE.EXITED_FAILED_FINAL): J.ERROR,
-    (J.RUNNING, JE.MASTER_RESTARTED): J.ERROR,  # no record of how it ended
-    (J.QUEUED, JE.MASTER_RESTARTED): J.QUEUED,
+    (J.RUNNING, JE.PAUSE): J.STOPPING_PAUSED,
+    (J.RUNNING, JE.ACTIVATE): J.RUNNING,
+    (J.RUNNING, JE.KILL): J.STOPPING_CANCELED,
+    (J.RUNNING, JE.MASTER_RESTARTED): J.QUEUED,  # its process did not survive: again
+
+    (J.STOPPING_PAUSED, JE.LAUNCH_FAILED): J.ERROR,
+    (J.STOPPING_PAUSED, JE.EXITED_DONE): J.COMPLETED,  # finished before it saw the pause
+    (J.STOPPING_PAUSED, JE.EXITED_STOPPED): J.PAUSED,
+    (J.STOPPING_PAUSED, JE.EXITED_FAILED): J.PAUSED,
+    (J.STOPPING_PAUSED, JE.EXITED_FAILED_FINAL): J.ERROR,
+    (J.STOPPING_PAUSED, JE.PAUSE): J.STOPPING_PAUSED,
+    (J.STOPPING_PAUSED, JE.ACTIVATE): J.STOPPING_PAUSED,  # queued again once stopped
+    (J.STOPPING_PAUSED, JE.KILL): J.STOPPING_CANCELED,
+    (J.STOPPING_PAUSED, JE.MASTER_RESTARTED): J.PAUSED,
+
+    **{(J.STOPPING_CANCELED, e): J.CANCELED
+       for e in (JE.LAUNCH_FAILED, JE.EXITED_DONE, JE.EXITED_STOPPED, JE.EXITED_FAILED,
+                 JE.EXITED_FAILED_FINAL, JE.MASTER_RESTARTED)},
+    (J.STOPPING_CANCELED, JE.KILL): J.STOPPING_CANCELED,
+
+    (J.PAUSED, JE.PAUSE): J.PAUSED,
+    (J.PAUSED, JE.ACTIVATE): J.QUEUED,
+    (J.PAUSED, JE.KILL): J.CANCELED,
+    (J.PAUSED, JE.MASTER_RESTARTED): J.PAUSED,
+    **{(s, JE.KILL): s for s in _JOB_ENDED},  # killing an ended job changes nothing
 }
 
 
@@ -226,6 +269,11 @@ def next_experiment_state(state: ExperimentState | str, event: ExperimentEvent,
 
 
 def next_job_state(state: JobState | str, event: JobEvent, job_id: int | None = None) -> JobState:
+    """The state ``event`` takes a job to; :class:`IllegalTransition` if not in the table.
+
+    >>> next_job_state("RUNNING", JobEvent.PAUSE)
+    <JobState.STOPPING_PAUSED: 'STOPPING_PAUSED'>
+    """
     state = JobState(state)
     new = JOB_TRANSITIONS.get((state, event))
     if new is None:
@@ -257,7 +305,7 @@ def settle(state: ExperimentState | str, trials: Iterable[TrialState | str]) -> 
 
 
 def exit_event(code: int, finished: bool, restarts: int, max_restarts: int) -> TrialEvent:
-    """Classify a trial process's exit.
+    """Classify a trial's (or, as ``JobEvent(event.value)``, a job's) process's exit.
 
     ``finished``: the trial had completed its searcher work (or reported progress 1.0)
     before it exited, so a code 0 is the end of training, not a stop on request.
@@ -275,10 +323,10 @@ def exit_event(code: int, finished: bool, restarts: int, max_restarts: int) -> T
 class Lifecycle:
     """Applies events to the store: the only writer of experiment, trial and job states.
 
-    ``on_trial_ended(trial)`` and ``on_experiment_ended(experiment)`` run (under the
-    lock) when one reaches a final state (cleanup); ``on_stop_requested()`` when trials
-    are asked to stop (wakes the preemption long-polls); ``on_runnable()`` when a trial
-    or job may be scheduled.
+    ``on_trial_ended(trial)``, ``on_experiment_ended(experiment)`` and
+    ``on_job_ended(job)`` run (under the lock) when one reaches a final state (cleanup);
+    ``on_stop_requested()`` when trials or jobs are asked to stop (wakes the preemption
+    long-polls); ``on_runnable()`` when a trial or job may be scheduled.
     """
 
     def __init__(
@@ -289,6 +337,7 @@ class Lifecycle:
         on_experiment_ended: Callable[[ExperimentRow], None] = lambda e: None,
         on_stop_requested: Callable[[], None] = lambda: None,
         on_runnable: Callable[[], None] = lambda: None,
+        on_job_ended: Callable[[JobRow], None] = lambda j: None,
     ) -> None:
         self.store = store
         self.lock = lock
@@ -296,6 +345,7 @@ class Lifecycle:
         self.on_experiment_ended = on_experiment_ended
         self.on_stop_requested = on_stop_requested
         self.on_runnable = on_runnable
+        self.on_job_ended = on_job_ended
 
     # --- trials ---------------------------------------------------------------------------
 
@@ -388,14 +438,32 @@ class Lifecycle:
     # --- jobs -----------------------------------------------------------------------------
 
     def job_event(self, job_id: int, event: JobEvent, **fields: Any) -> JobState:
+        """Apply ``event`` to a job (and write ``fields`` with it); returns the new state.
+
+        As for a trial: a failed exit with restarts left counts a restart; an activate
+        while it stops for a pause queues it once it has stopped."""
         with self.lock:
             j = self.store.job(job_id)
             if j is None:
                 raise NotFound(f"no job {job_id}")
             old = JobState(j["state"])
             new = next_job_state(old, event, job_id)
+            if event is JE.EXITED_FAILED and new in (J.QUEUED, J.PAUSED):
+                fields["restarts"] = j["restarts"] + 1
+            if old is J.STOPPING_PAUSED and event in (JE.ACTIVATE, JE.PAUSE):
+                fields["reactivate"] = int(event is JE.ACTIVATE)
+            if new is J.PAUSED and (j["reactivate"] or fields.get("reactivate")):
+                new, fields["reactivate"] = J.QUEUED, 0  # activated while it stopped
             if new is not old:
                 fields["state"] = new.value
             if fields:
                 self.store.update_job(job_id, **fields)
+            if new is not old:
+                log.info("job %s: %s -> %s (%s)", job_id, old.value, new.value, event.value)
+                if new in _JOB_ENDED:
+                    self.on_job_ended({**j, **fields})  # type: ignore[typeddict-item]
+                if new in (J.STOPPING_PAUSED, J.STOPPING_CANCELED):
+                    self.on_stop_requested()
+                if new is J.QUEUED:
+                    self.on_runnable()
             return new

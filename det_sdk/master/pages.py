@@ -28,6 +28,7 @@ from typing import Any, cast
 from det_sdk import api
 from det_sdk.errors import DetSdkError
 from det_sdk.master.errors import NotFound
+from det_sdk.master.job_progress import job_progress
 from det_sdk.master.rows import TrialRow
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
@@ -179,7 +180,12 @@ def job_page(master: Any, limit: int, cursor: str | None) -> api.JobPage:
     """
     before = None if cursor is None else decode_cursor("jobs", cursor)
     rows, total = master.store.job_page(before, limit + 1)
-    return api.JobPage(jobs=[api.JobSummary(**r) for r in rows[:limit]], total=total,
+    jobs = []
+    for r in rows[:limit]:
+        done, of = r.pop("rows_done"), r.pop("rows_total")
+        jobs.append(api.JobSummary(**r, progress=job_progress(r["state"], done, of, None,
+                                                               None, None)["progress"]))
+    return api.JobPage(jobs=jobs, total=total,
                        next_cursor=_next("jobs", rows, limit, "id"))
 
 

@@ -56,6 +56,15 @@ class JobRow(TypedDict):
     exit_code: int | None
     created: float
     ended: float | None
+    restarts: int
+    reactivate: int  # activated while it stopped: queued again once stopped
+    rows_done: int | None  # the chief's latest progress report (det_sdk.master.job_progress)
+    rows_total: int | None
+    output: str | None
+    progress_at: float | None
+    rate_alloc: str | None  # the allocation whose first report is the rate's base
+    rate_rows: int | None
+    rate_at: float | None
 
 
 class AllocationRow(TypedDict):
@@ -129,6 +138,8 @@ class JobSummaryRow(TypedDict):
     ended: float | None
     entrypoint: str | None
     slots: int | None
+    rows_done: int | None
+    rows_total: int | None
 
 
 class CheckpointListRow(CheckpointRow):

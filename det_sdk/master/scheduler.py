@@ -40,6 +40,8 @@ log = logging.getLogger("det_sdk.master.scheduler")
 
 _WITH_PROCESS = {TrialState.RUNNING.value, TrialState.STOPPING_PAUSED.value,
                  TrialState.STOPPING_CANCELED.value}
+_JOB_WITH_PROCESS = {JobState.RUNNING.value, JobState.STOPPING_PAUSED.value,
+                     JobState.STOPPING_CANCELED.value}
 
 
 class Scheduler:
@@ -175,7 +177,6 @@ class Scheduler:
         except Exception as err:
             log.warning("job %s could not be launched: %s", j["id"], err)
             self.lifecycle.job_event(j["id"], JobEvent.LAUNCH_FAILED, exit_code=None)
-            self._job_ended(j)
             self._append_log("jobs", j["id"], f"launch failed: {type(err).__name__}: {err}\n")
 
     def _append_log(self, kind: str, task_id: int, text: str) -> None:
@@ -193,18 +194,27 @@ class Scheduler:
         """The launcher saw a task's processes end with ``code``."""
         with self.lifecycle.lock:
             if alloc["task_type"] == "GENERIC":
-                job = self.store.job(alloc["job_id"])
-                if job and job["state"] == JobState.RUNNING.value:
-                    event = JobEvent.EXITED_DONE if code == 0 else JobEvent.EXITED_FAILED_FINAL
-                    if code != 0:  # jobs have no last_error: the root cause ends their log
-                        note = failure_note(alloc, self.logs_path("jobs", job["id"]), code)
-                        self._append_log("jobs", job["id"],
-                                         f"det_sdk: job {job['id']} {note}\n")
-                    self.lifecycle.job_event(job["id"], event, exit_code=code)
-                    self._job_ended(job)
+                self._job_exited(alloc, code)
             else:
                 self._trial_exited(alloc["trial_id"], code, alloc)
         self.wakeup.set()
+
+    def _job_exited(self, alloc: AllocationRow, code: int) -> None:
+        """As a trial's exit (:func:`exit_event`): a stop it acknowledged, the end, or a
+        failure (launched again while restarts are left)."""
+        job = self.store.job(alloc["job_id"]) if alloc["job_id"] is not None else None
+        if job is None or job["state"] not in _JOB_WITH_PROCESS:
+            return
+        finished = not alloc.get("preempt_acked")
+        event = JobEvent(exit_event(code, finished, job["restarts"],
+                                    job["config"].get("max_restarts", 0)).value)
+        if code != 0:  # jobs have no last_error: the root cause ends their log
+            note = failure_note(alloc, self.logs_path("jobs", job["id"]), code)
+            if event is JobEvent.EXITED_FAILED and job["state"] == JobState.RUNNING.value:
+                note += (f"; launched again ({job['restarts'] + 1} of "
+                         f"{job['config']['max_restarts']} restarts)")
+            self._append_log("jobs", job["id"], f"det_sdk: job {job['id']} {note}\n")
+        self.lifecycle.job_event(job["id"], event, exit_code=code)
 
     def _trial_exited(self, trial_id: int, code: int, alloc: AllocationRow | None = None
                       ) -> None:
@@ -238,7 +248,7 @@ class Scheduler:
                  for t in self.store.trials()} - busy
         self.checkpoints.sweep_unrecorded(sorted(bases))
 
-    def _job_ended(self, job: JobRow) -> None:
+    def job_ended(self, job: JobRow) -> None:
         """A job's directory and upload go when it ends; its log and the files it wrote
         into the directory stay."""
         self.keep_files("jobs", job["id"])
@@ -261,8 +271,7 @@ class Scheduler:
                     self.lifecycle.trial_event(t["id"], event)
             self.lifecycle.settle_unfinished()  # a crash between a trial's and its experiment's
             for j in self.store.jobs():
-                if j["state"] == JobState.RUNNING.value and j["id"] not in jobs_with_process:
+                if j["state"] in _JOB_WITH_PROCESS and j["id"] not in jobs_with_process:
                     self.lifecycle.job_event(j["id"], JobEvent.MASTER_RESTARTED)
-                    self._job_ended(j)
             for alloc in running:
                 self.launcher.adopt(alloc)

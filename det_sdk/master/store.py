@@ -102,6 +102,12 @@ _ADDED_COLUMNS = {
     "checkpoints": ("stage TEXT", "searched INTEGER",
                     # why it failed verification on restore; NULL: intact as far as known
                     "damaged TEXT"),
+    # jobs that resume (issue 40): relaunches after a failure; activate once stopped (an
+    # activate while it still stops); the chief's latest progress report (rows, where its
+    # output goes, when) and the first report of the current allocation (the rate's base)
+    "jobs": ("restarts INTEGER NOT NULL DEFAULT 0", "reactivate INTEGER NOT NULL DEFAULT 0",
+             "rows_done INTEGER", "rows_total INTEGER", "output TEXT", "progress_at REAL",
+             "rate_alloc TEXT", "rate_rows INTEGER", "rate_at REAL"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 
@@ -228,6 +234,11 @@ class Store:
     def _exec(self, sql: str, *args: Any) -> None:
         with self.tx() as db:
             db.execute(sql, args)
+
+    def _exec_count(self, sql: str, *args: Any) -> int:
+        """Run one statement; how many rows it changed."""
+        with self.tx() as db:
+            return int(db.execute(sql, args).rowcount)
 
     # --- tokens -----------------------------------------------------------------------
 
@@ -430,6 +441,25 @@ class Store:
             fields.setdefault("ended", time.time())
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE jobs SET {cols} WHERE id = ?", *fields.values(), job_id)
+
+    def record_job_progress(self, job_id: int, alloc_id: str, rows_done: int,
+                            rows_total: int | None, output: str | None,
+                            states: Collection[str]) -> bool:
+        """Keep a job's latest progress report (one UPDATE, only while the job is in one
+        of ``states``); the first report of an allocation starts the rate's window.
+        False: no such job in those states."""
+        now = time.time()
+        marks = ",".join("?" * len(states))
+        cur = self._exec_count(
+            "UPDATE jobs SET rows_done = ?, rows_total = ?, output = COALESCE(?, output),"
+            " progress_at = ?,"
+            " rate_rows = CASE WHEN rate_alloc IS ? THEN rate_rows ELSE ? END,"
+            " rate_at = CASE WHEN rate_alloc IS ? THEN rate_at ELSE ? END,"
+            " rate_alloc = ?"
+            f" WHERE id = ? AND state IN ({marks})",
+            rows_done, rows_total, output, now, alloc_id, rows_done, alloc_id, now, alloc_id,
+            job_id, *states)
+        return cur > 0
 
     # --- allocations (running processes) --------------------------------------------------
 
@@ -728,7 +758,8 @@ class Store:
             jobs = [dict(r) for r in self._db.execute(
                 "SELECT id, name, state, exit_code, created, ended,"
                 " json_extract(config, '$.entrypoint_script') AS entrypoint,"
-                " json_extract(config, '$.resources.slots') AS slots"
+                " json_extract(config, '$.resources.slots') AS slots,"
+                " rows_done, rows_total"
                 " FROM jobs WHERE id < ? ORDER BY id DESC LIMIT ?",
                 (_before(before_id), limit))]
             (total,) = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()

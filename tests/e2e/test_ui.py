@@ -462,7 +462,12 @@ def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluste
 
 def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> None:
     (tmp_path / "job").mkdir()
-    (tmp_path / "job" / "hello.py").write_text("print('hello from the job')\n")
+    # a job's chief reports its progress (as a streamed predict does, without TensorFlow)
+    (tmp_path / "job" / "hello.py").write_text(
+        "import os\nfrom det_sdk.client import MasterClient\n"
+        "MasterClient(os.environ['DET_MASTER'], os.environ['DET_SESSION_TOKEN'])"
+        ".report_job_progress(os.environ['DET_ALLOCATION_ID'], {'rows_done': 250, "
+        "'rows_total': 1000, 'output': '/data/preds'})\nprint('hello from the job')\n")
     (tmp_path / "job.yaml").write_text("name: ui-job\nentrypoint_script: python3 hello.py\n")
     out = cluster.det("job", "run", str(tmp_path / "job.yaml"), str(tmp_path / "job"), "--json")
     assert out.returncode == 0, out.stderr
@@ -473,6 +478,12 @@ def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> No
                            "document.querySelector('#log').textContent.includes('hello from')",
                            timeout=60_000)
     page.wait_for_selector("#job-state .state-COMPLETED", timeout=60_000)
+    # the job page: a progress bar (complete once it has completed), rows, the output
+    page.wait_for_selector("#job-progress progress[value='100']", timeout=10_000)
+    assert page.text_content("#job-rows") == "250 of 1000 rows"
+    assert page.text_content("#job-output") == "/data/preds"
+    page.click("a[href='#/jobs']")
+    page.wait_for_selector("#jobs tbody tr[data-id] progress[value='100']", timeout=10_000)
     page.context.close()
 
 

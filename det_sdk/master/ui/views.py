@@ -218,9 +218,9 @@ class Views:
                 "total": page.total, "next_cursor": page.next_cursor}
 
     def job(self, job_id: int) -> dict[str, Any]:
-        j = self.master.job(job_id)
-        return {k: j[k] for k in ("id", "name", "state", "config", "exit_code", "created",
-                                  "ended")}
+        """The job with its progress (rows, rows per second, time left), output and
+        restarts: what `det job describe` shows."""
+        return self.master.job_info(job_id)
 
     def models(self) -> list[dict[str, Any]]:
         """The model registry (det_sdk.master.models): each model with its versions, each

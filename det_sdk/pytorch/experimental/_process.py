@@ -37,6 +37,7 @@ __all__ = ["BatchProcessError", "torch_batch_process"]
 log = logging.getLogger("det_sdk.pytorch")
 
 KEY = "torch_batch_process"  # the progress record's key in a checkpoint's metadata
+PROGRESS_FILE = "progress.json"  # a job's progress record, beside its outputs
 
 
 class BatchProcessError(DetSdkError, ValueError):
@@ -121,6 +122,18 @@ def _device(core_context: Context) -> Any:
     return torch.device("cpu")
 
 
+def _in_job(core_context: Context) -> bool:
+    info = getattr(core_context._session, "info", None)
+    return getattr(info, "task_type", None) == "GENERIC"
+
+
+def _job_record(folder: Path) -> dict[str, Any] | None:
+    """The newest progress record under a job's ``torch_batch_process`` folder (its
+    working directory outlives a stop or a crash of its process)."""
+    records = sorted(folder.glob(f"*/{PROGRESS_FILE}"), key=lambda p: p.stat().st_mtime)
+    return json.loads(records[-1].read_text())[KEY] if records else None
+
+
 def _output_root(core_context: Context, name: str) -> Path:
     """Where this task keeps files: the trial's kept files on the cluster, the job's
     files in a job, the run directory locally (docs/batch-inference.md)."""
@@ -161,6 +174,10 @@ class _Run:
     def _resume(self) -> tuple[dict[str, Any] | None, Path]:
         latest = self.core.info.latest_checkpoint
         record: dict[str, Any] | None = None
+        if latest is None and _in_job(self.core):
+            # a job launched again (activate, a restart): its progress file, if any
+            record = self.dist.broadcast(_job_record(_output_root(self.core, "-").parent)
+                                         if self.dist.is_chief else None)
         if latest is not None:
             meta = self.core.checkpoint.get_metadata(latest)
             record = meta.get(KEY)
@@ -168,6 +185,7 @@ class _Run:
                 raise BatchProcessError(
                     f"torch_batch_process: checkpoint {latest} (this task's latest) is not a "
                     "torch_batch_process progress checkpoint; start a new run")
+        if record is not None:
             if (record["rows"], record["batch_size"]) != (self.rows, self.batch_size):
                 raise BatchProcessError(
                     "torch_batch_process: cannot resume: the checkpointed run had "
@@ -257,6 +275,9 @@ class _Run:
             self.context._outputs.commit(seq)
             if getattr(self.core._session, "trial_id", None) is not None:
                 self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
+            rows = min(self.rows, self.done * self.batch_size)  # a job's (det job describe)
+            self.core._session.report_rows(rows, min(self.rows, self.limit * self.batch_size),
+                                           str(self.context._outputs.root))
         self.seq = seq
         self.context._seq = seq + 1
         preempt = self.core.preempt.should_preempt() if not finished else False
@@ -275,9 +296,9 @@ class _Run:
             # restarts them); the progress record is a file beside the outputs
             root = self.context._outputs.root
             root.mkdir(parents=True, exist_ok=True)
-            tmp = root / ".progress.json.tmp"
+            tmp = root / f".{PROGRESS_FILE}.tmp"
             tmp.write_text(json.dumps(meta))
-            os.replace(tmp, root / "progress.json")
+            os.replace(tmp, root / PROGRESS_FILE)
             return
         with self.core.checkpoint.store_path(meta) as (path, _uuid):
             # Determined's file, for scripts that read it
