@@ -552,11 +552,11 @@ class MasterSession(Session):
         if kind == "rows":
             self.client.report_job_progress(self.info.allocation_id, body)
         elif kind == "metrics":
-            self.client.report_metrics(self.trial_id, body)
+            self.client.report_metrics(self._trial(), body)
         elif kind == "checkpoint":
             self.client.report_checkpoint(body)
         elif kind == "progress":
-            self.client.report_progress(self.trial_id, body)
+            self.client.report_progress(self._trial(), body)
 
     def _deliver(self) -> None:
         """The report thread: it never dies. Each report is sent, retried while the
@@ -634,10 +634,17 @@ class MasterSession(Session):
             log.warning("det_sdk: could not tell the master this trial stops on its request: "
                         "%s", err)
 
+    def _trial(self) -> int:
+        """This task's trial on the master (callers have checked it has one: a generic
+        job reports none of what needs it)."""
+        if not isinstance(self.trial_id, int):
+            raise StateError(f"this task has no trial on the master (trial {self.trial_id!r})")
+        return self.trial_id
+
     def training_length(self) -> Length | None:
         if self.trial_id is None:
             return None
-        op = _retry(lambda: self.client.searcher_operation(self.trial_id), _WAIT_FOR_MASTER)
+        op = _retry(lambda: self.client.searcher_operation(self._trial()), _WAIT_FOR_MASTER)
         if not op:
             return None
         return Length(**{op["unit"]: op["length"]})
@@ -648,7 +655,7 @@ class MasterSession(Session):
         # The searcher's answer decides what this process does next: wait for it
         # (retrying while the master is away, e.g. restarting).
         op = _retry(lambda: self.client.complete_operation(
-            self.trial_id, length.unit, length.value, searcher_metric), _WAIT_FOR_MASTER)
+            self._trial(), length.unit, length.value, searcher_metric), _WAIT_FOR_MASTER)
         if not op or op["completed"]:
             return None
         return Length(**{op["unit"]: op["length"]})

@@ -359,8 +359,10 @@ def _extract(data: bytes, directory: str) -> Path:
     dest = Path(directory)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(dest, **kwargs)
+        if hasattr(tarfile, "data_filter"):  # Python 3.12, 3.11.4+: refuse links out, devices
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)
     return dest
 
 

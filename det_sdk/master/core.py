@@ -33,7 +33,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
@@ -150,7 +150,8 @@ class Master:
             scheduler.wakeup.set()
 
     def _on_exit(self, alloc: dict[str, Any], code: int) -> None:
-        self.scheduler.on_exit(alloc, code)
+        # the resource managers hand back the allocation rows the store gave them
+        self.scheduler.on_exit(cast(AllocationRow, alloc), code)
 
     def _preemption_changed(self) -> None:
         for listener in self.preemption_listeners:
@@ -318,7 +319,8 @@ class Master:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
                 "last_error", "bracket", "checkpoint_note")
-        info = {k: t[k] for k in keys}
+        row: dict[str, Any] = dict(t)
+        info = {k: row[k] for k in keys}
         reason = (self.queued_trials() if queued is None else queued).get(t["id"])
         if reason and t["state"] == TrialState.RUNNING.value:
             info["state"], info["queue_reason"] = TrialState.QUEUED.value, reason
@@ -450,7 +452,8 @@ class Master:
         """The job with its progress (rows, rows per second, time left: job_progress)."""
         j = self.job(job_id)
         keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts")
-        return {**{k: j[k] for k in keys}, "output": self._job_output(j),
+        row: dict[str, Any] = dict(j)
+        return {**{k: row[k] for k in keys}, "output": self._job_output(j),
                 **job_progress(j["state"], j["rows_done"], j["rows_total"], j["rate_rows"],
                                j["rate_at"], j["progress_at"])}
 

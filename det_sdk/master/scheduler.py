@@ -15,6 +15,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from det_sdk.config import ExperimentConfig
 from det_sdk.master.checkpoints import Checkpoints
@@ -196,7 +197,9 @@ class Scheduler:
             if alloc["task_type"] == "GENERIC":
                 self._job_exited(alloc, code)
             else:
-                self._trial_exited(alloc["trial_id"], code, alloc)
+                trial_id = alloc["trial_id"]
+                assert trial_id is not None  # a trial's allocation
+                self._trial_exited(trial_id, code, alloc)
         self.wakeup.set()
 
     def _job_exited(self, alloc: AllocationRow, code: int) -> None:
@@ -231,7 +234,7 @@ class Scheduler:
         # searcher recorded (a pause in a fit after the searched one)
         finished = self.search.finished(t) and not (alloc and alloc.get("preempt_acked"))
         event = exit_event(code, finished, t["restarts"], cfg.max_restarts)
-        fields = {}
+        fields: dict[str, Any] = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
             # the first failing rank's own exception, then the log's tail (bounded)
             fields["last_error"] = last_error(alloc, self.logs_path("trials", trial_id), code,

@@ -146,7 +146,7 @@ def _output_root(core_context: Context, name: str) -> Path:
         return Path(run_dir).resolve() / KEY / name
     info = getattr(session, "info", None)
     storage = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {})
-    if storage.get("host_path"):
+    if storage.get("host_path") and info is not None:
         return Path(storage["host_path"]) / "job_files" / str(info.allocation_id) / KEY / name
     return Path.cwd().resolve() / KEY / name
 
@@ -194,6 +194,7 @@ class _Run:
             root = Path(record["output_path"])
         else:
             name = self.dist.broadcast(str(uuidlib.uuid4()) if self.dist.is_chief else None)
+            assert name is not None  # the chief's, on every process
             root = _output_root(self.core, name)
         return record, root
 
