@@ -17,7 +17,6 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
 
 import det_sdk
 from det_sdk.env import setting
@@ -86,8 +85,7 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
         verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
         for verb, (func, help_text, arguments) in verbs.items():
             v = verbs_sub.add_parser(verb, help=help_text, aliases=VERB_ALIASES.get(verb, []))
-            # cast: tasks.COMMANDS mixes tuple lengths, so its type is inferred as object
-            for name, *options in cast("list[tuple[Any, ...]]", arguments):
+            for name, *options in arguments:
                 if options:  # argparse options given with the command (--all, --limit)
                     v.add_argument(name, **options[0])
                 elif name == "--follow":

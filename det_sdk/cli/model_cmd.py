@@ -11,6 +11,8 @@ from det_sdk.cli.render import print_json, table
 # `det --help` builds this command table: typing (4 ms) only for the type checker
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from argparse import Namespace
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["COMMANDS"]
@@ -70,7 +72,7 @@ def model_register_version(args: Namespace) -> int:
 
 
 _NAME = ("name", {"help": "the model's name"})
-COMMANDS = {
+COMMANDS: dict[str, tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]]] = {
     "create": (model_create, "create a model in the registry",
                [_NAME, ("--description", {"default": "", "help": "what the model is"}),
                 ("--metadata", {"help": "a JSON object kept with the model"})]),

@@ -14,7 +14,12 @@ from det_sdk.errors import UsageError
 # httpx, pydantic, typing) is imported when it runs (scripts/bench/bench_import.py)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    #: noun -> verb -> (the command, its help, its arguments: (name,) or (name, options))
+    CommandTable = dict[str, dict[str, tuple[Callable[[Namespace], int], str,
+                                              list[tuple[Any, ...]]]]]
 
 __all__ = ["COMMANDS"]
 
@@ -501,7 +506,7 @@ from det_sdk.cli.model_cmd import COMMANDS as _MODEL_COMMANDS  # noqa: E402
 
 _FILES_DIR = ("dir", {"help": "where to put the files"})
 
-COMMANDS = {
+COMMANDS: CommandTable = {
     "experiment": {
         "create": (experiment_create, "submit an experiment: CONFIG DIR",
                    [("config",), ("model_dir",), ("--follow",)]),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from det_sdk.keras import (
@@ -188,6 +189,7 @@ def test_tutorial_on_the_cluster_one_and_two_slots_and_pause(cluster: Cluster,
     assert events, f"no Keras TensorBoard events under {storage / 'tensorboard'}"
 
 
+@pytest.mark.stack_neutral  # the master's ASHA; the trial itself runs on both stacks above
 def test_tutorial_under_adaptive_asha(cluster: Cluster, tmp_path: Path) -> None:
     npz = _hard_mnist(tmp_path / "mnist.npz", n_train=128)
     config = _tutorial_config(
