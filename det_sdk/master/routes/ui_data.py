@@ -38,6 +38,9 @@ __all__ = ["ui_data_router"]
 MAX_POINTS_DEFAULT = 2000
 
 
+# A log page opens at its last 256 KiB (a negative offset counts from the end).
+LOG_TAIL_OFFSET = -262144
+
 def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
     """The pages' data over ``master``, for a user signed in with one of ``sessions`` (or
     holding the user token)."""
@@ -111,7 +114,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
         return json_response(request, data)
 
     @router.get("/trials/{trial_id}/logs")
-    def trial_logs(trial_id: int, request: Request, offset: int = -262144) -> Response:
+    def trial_logs(trial_id: int, request: Request, offset: int = LOG_TAIL_OFFSET) -> Response:
         auth.user(request)
         master.trial(trial_id)
         return json_response(request, read_log(master.logs_path("trials", trial_id), offset))
@@ -147,7 +150,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
         return json_response(request, views.job(job_id))
 
     @router.get("/jobs/{job_id}/logs")
-    def job_logs(job_id: int, request: Request, offset: int = -262144) -> Response:
+    def job_logs(job_id: int, request: Request, offset: int = LOG_TAIL_OFFSET) -> Response:
         auth.user(request)
         master.job(job_id)
         return json_response(request, read_log(master.logs_path("jobs", job_id), offset))
