@@ -18,6 +18,7 @@ from det_sdk.env import outside
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 SCRIPTS = TESTS / "scripts"  # training scripts the tests run
+STEERED_JOB = TESTS / "job_steering"  # a streamed-predict job that can be held and broken
 
 
 def run_python(
@@ -47,3 +48,29 @@ def assert_arrays_equal(a: list[Any], b: list[Any]) -> None:
     assert len(a) == len(b), (len(a), len(b))
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
+
+
+def steered_job_config(path: Path, out: Path, *, rows: int, batch: int, max_restarts: int,
+                       slots: int = 1, **env: Any) -> Path:
+    """Write the job config of :data:`STEERED_JOB` (``run.py``) to ``path``: ``rows`` rows
+    in batches of ``batch`` streamed into ``out``, ``env`` its other switches."""
+    import yaml
+
+    variables = {"ROWS": rows, "BATCH": batch, "OUT": out, **env}
+    path.write_text(yaml.safe_dump({
+        "name": "steered", "entrypoint_script": "python3 run.py", "max_restarts": max_restarts,
+        "resources": {"slots": slots},
+        "environment": {"environment_variables": [f"{k}={v}" for k, v in variables.items()]}}))
+    return path
+
+
+def steered_job_reference(tmp: Path, *, rows: int, batch: int) -> Any:
+    """What :data:`STEERED_JOB` writes uninterrupted (the script alone, one process)."""
+    import det_sdk
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = run_python(STEERED_JOB / "run.py", {
+        "PYTHONPATH": str(REPO), "DET_RUNS_DIR": str(tmp / "runs"), "OUT": str(tmp / "out"),
+        "ROWS": str(rows), "BATCH": str(batch)}, cwd=tmp, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return det_sdk.load_predictions(tmp / "out")

@@ -3,6 +3,8 @@ master with the real CLI: a streamed-predict job (tests/job_steering/run.py) is 
 paused at a known batch and activated, crashed once and relaunched, and killed. Each
 time its output equals an uninterrupted run's, row for row (bit-equal, in order).
 
+A two-slot job killed with kill -9 at three points resumes exactly once too.
+
 The pause runs on both Keras stacks (where the streamed predict stops depends on its
 input pipeline); the restart and the kill on the default one. The rest (every
 transition, the progress arithmetic) runs without processes:
@@ -12,43 +14,30 @@ tests/integration/test_job_steering.py, tests/unit/test_job_progress.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 import det_sdk
-from det_sdk.env import outside
 from harness.master import Cluster, wait_until
-from tests.support import REPO
+from tests.support import STEERED_JOB, steered_job_config, steered_job_reference
 
-HERE = REPO / "tests" / "job_steering"
+HERE = STEERED_JOB
 ROWS, BATCH = 3000, 100  # 30 parts
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
     """An uninterrupted run's output (the script alone, no master)."""
-    tmp = tmp_path_factory.mktemp("reference")
-    out = subprocess.run([sys.executable, str(HERE / "run.py")], cwd=tmp, capture_output=True,
-                         text=True, timeout=300, env=outside(
-                             TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO),
-                             DET_RUNS_DIR=str(tmp / "runs"), OUT=str(tmp / "out"),
-                             ROWS=str(ROWS), BATCH=str(BATCH)))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return det_sdk.load_predictions(tmp / "out")
+    return steered_job_reference(tmp_path_factory.mktemp("reference"), rows=ROWS, batch=BATCH)
 
 
-def _run(cluster: Cluster, tmp_path: Path, max_restarts: int, **env: Any) -> int:
-    config = tmp_path / "job.yaml"
-    variables = {"ROWS": ROWS, "BATCH": BATCH, "OUT": tmp_path / "out", **env}
-    config.write_text(yaml.safe_dump({
-        "name": "steered", "entrypoint_script": "python3 run.py", "max_restarts": max_restarts,
-        "environment": {"environment_variables": [f"{k}={v}" for k, v in variables.items()]}}))
+def _run(cluster: Cluster, tmp_path: Path, max_restarts: int, slots: int = 1,
+         **env: Any) -> int:
+    config = steered_job_config(tmp_path / "job.yaml", tmp_path / "out", rows=ROWS, batch=BATCH,
+                                max_restarts=max_restarts, slots=slots, **env)
     out = cluster.det("job", "run", str(config), str(HERE))
     assert out.returncode == 0, out.stderr
     return int(out.stdout.split("Created job ")[1].split()[0])
@@ -62,9 +51,9 @@ def _log(cluster: Cluster, job: int) -> str:
     return cluster.det("job", "logs", str(job)).stdout
 
 
-def _state(cluster: Cluster, job: int, *states: str) -> dict[str, Any]:
+def _state(cluster: Cluster, job: int, *states: str, timeout: float = 120) -> dict[str, Any]:
     return wait_until(f"job {job} {'/'.join(states)}", lambda: (
-        lambda j: j if j["state"] in states else None)(_describe(cluster, job)), timeout=120)
+        lambda j: j if j["state"] in states else None)(_describe(cluster, job)), timeout=timeout)
 
 
 def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
@@ -110,6 +99,21 @@ def test_a_crashed_job_is_launched_again_and_resumes_exactly_once(
     assert "exited with code 3; launched again (1 of 1 restarts)" in log
     resumed = int(log.split(f"RESULT {ROWS} {ROWS // BATCH} ")[1].split()[0])
     assert 0 < resumed <= 16  # what was complete when it died is kept, the rest redone
+    assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
+
+
+@pytest.mark.stack_neutral  # the master's restarts; a killed predict resumes on both stacks
+def test_a_two_slot_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
+        cluster: Cluster, tmp_path: Path, reference: np.ndarray) -> None:
+    killed = tmp_path / "killed"
+    # the chief dies at its 6th fetch, then its 3rd, then its 4th: three runs end at three
+    # different points of the output, with parts of the other rank in flight each time
+    job = _run(cluster, tmp_path, 3, slots=2, KILL_AT="6,3,4", KILLED=killed)
+    done = _state(cluster, job, "COMPLETED", "ERROR", "CANCELED", timeout=400)
+    log = _log(cluster, job)
+    assert (done["state"], done["restarts"]) == ("COMPLETED", 3), log[-3000:]
+    assert killed.read_text().split() == ["6", "3", "4"]
+    assert (done["progress"], done["rows_done"]) == (1.0, ROWS)
     assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
 
 

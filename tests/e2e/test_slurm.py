@@ -12,7 +12,9 @@ saying why, where it cannot be installed or started. Each module master runs wit
   Slurm's reason, in describe) and the search completes;
 - pause, activate and kill of a running Slurm job; pause of a job still waiting;
 - a master killed with kill -9 adopts its running jobs, and learns how one that ended
-  while it was down ended.
+  while it was down ended;
+- a two-rank streamed-predict job whose chief is killed with kill -9 at three points is
+  launched again as new Slurm jobs and its output equals an uninterrupted run's, bit for bit.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ import numpy as np
 import pytest
 import yaml
 
+import det_sdk
 from harness.master import MODEL_DIR, Cluster, create, describe, wait_until
 from tests.lifecycle_harness import Fakes
-from tests.support import REPO
+from tests.support import REPO, STEERED_JOB, steered_job_config, steered_job_reference
 
 # Stack-neutral: Slurm is the master's resource manager; Keras trials are only the workload.
 pytestmark = pytest.mark.stack_neutral
@@ -331,6 +334,28 @@ def test_pause_activate_and_kill_a_running_slurm_job(slurm: SlurmCluster, fakes:
     fakes.command(exp_id, "kill")  # SIGTERM to the job's ranks (the fake dies of it)
     fakes.wait_state(exp_id, "CANCELED", "CANCELED", timeout=60)
     assert slurm.squeue().get(new_job, "gone") not in ("RUNNING", "PENDING")
+
+
+def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
+        slurm: SlurmCluster, tmp_path: Path) -> None:
+    rows, batch = 2000, 100
+    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+    # the output on the shared directory: every node writes its parts there
+    out, killed = slurm.shared / "steered-out", slurm.shared / "killed"
+    config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
+                                max_restarts=3, slots=2, KILL_AT="5,2,3", KILLED=killed)
+    created = slurm.det("job", "run", str(config), str(STEERED_JOB))
+    assert created.returncode == 0, created.stderr
+    job = int(created.stdout.split("Created job ")[1].split()[0])
+    done = wait_until(f"job {job} ends", lambda: (lambda j: j if j["state"] in (
+        "COMPLETED", "ERROR", "CANCELED") else None)(slurm.det_json("job", "describe", str(job))),
+        timeout=600)
+    log = slurm.det("job", "logs", str(job)).stdout
+    assert (done["state"], done["restarts"]) == ("COMPLETED", 3), log[-3000:]
+    assert killed.read_text().split() == ["5", "2", "3"]
+    slurm_jobs = {a["rm_id"] for a in slurm.allocations() if a.get("job_id") == job}
+    assert len(slurm_jobs) == 4, slurm.allocations()  # each launch its own Slurm job
+    assert np.array_equal(det_sdk.load_predictions(out), reference)
 
 
 def test_a_job_waiting_in_slurms_queue_shows_queued_and_pauses_without_running(

@@ -5,10 +5,14 @@ broken at known batches (fetched by the process, counted from 1 in each run):
 - ``GATE_AT``/``GATE``: at that batch it prints "waiting at the gate" and waits until the
   file ``GATE`` exists (a test pauses it there, deterministically);
 - ``CRASH_AT``/``CRASHED``: at that batch, once (the marker file ``CRASHED`` says it did),
-  the process dies (``os._exit(3)``: no cleanup, as a crash).
+  the process dies (``os._exit(3)``: no cleanup, as a crash);
+- ``KILL_AT``/``KILLED``: a comma-separated list of batches; in each run the chief kills
+  itself with SIGKILL at the next one not yet done (``KILLED`` keeps one line per kill), so
+  three runs die at three different points and the fourth completes.
 """
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -46,6 +50,14 @@ class Rows(tf.keras.utils.Sequence):
         if self.calls == int(env("CRASH_AT", "0")) and not Path(env("CRASHED")).exists():
             Path(env("CRASHED")).touch()
             os._exit(3)
+        kills = [int(k) for k in env("KILL_AT", "").split(",") if k]
+        if kills and context.distributed.rank == 0:
+            marker = Path(env("KILLED"))
+            done = len(marker.read_text().split()) if marker.exists() else 0
+            if done < len(kills) and self.calls == kills[done]:
+                with marker.open("a") as f:
+                    f.write(f"{self.calls}\n")
+                os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all
         time.sleep(sleep)
         return x[i * batch:(i + 1) * batch]
 
