@@ -3,7 +3,8 @@ master with the real CLI: a streamed-predict job (tests/job_steering/run.py) is 
 paused at a known batch and activated, crashed once and relaunched, and killed. Each
 time its output equals an uninterrupted run's, row for row (bit-equal, in order).
 
-A two-slot job killed with kill -9 at three points resumes exactly once too.
+A two-slot job killed with kill -9 at three points resumes exactly once too, and the same
+script launched as an experiment (a trial, crashed once) keeps its output with the trial.
 
 The pause runs on both Keras stacks (where the streamed predict stops depends on its
 input pipeline); the restart and the kill on the default one. The rest (every
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 import det_sdk
-from harness.master import Cluster, wait_until
+from harness.master import Cluster, run_to_the_end, wait_until
 from tests.support import STEERED_JOB, steered_job_config, steered_job_reference
 
 HERE = STEERED_JOB
@@ -126,3 +127,22 @@ def test_a_killed_job_is_canceled(cluster: Cluster, tmp_path: Path) -> None:
     killed = _state(cluster, job, "CANCELED", "ERROR", "COMPLETED")
     assert (killed["state"], killed["restarts"]) == ("CANCELED", 0)
     assert cluster.det("job", "activate", str(job)).returncode != 0  # it has ended
+
+
+@pytest.mark.stack_neutral  # the experiment form of the same streamed predict
+def test_a_streamed_predict_as_an_experiment_restarts_and_keeps_its_output_with_the_trial(
+        cluster: Cluster, tmp_path: Path, reference: np.ndarray) -> None:
+    # the same script launched as Determined's examples launch batch inference: a trial of
+    # a one-trial experiment, 2 slots, crashed once; a relative output= is the trial's file
+    config = cluster.write_config(
+        "streamed-experiment", entrypoint_script="python3 run.py", max_restarts=1,
+        resources={"slots_per_trial": 2}, environment={"environment_variables": [
+            f"ROWS={ROWS}", f"BATCH={BATCH}", "OUT=out", "CRASH_AT=5",
+            f"CRASHED={tmp_path / 'crashed'}"]})
+    _, described, trial, log = run_to_the_end(cluster, config, HERE, "the streamed trial",
+                                              timeout=400)
+    assert (described["state"], trial["restarts"]) == ("COMPLETED", 1), log[-3000:]
+    assert (tmp_path / "crashed").exists()
+    (manifest,) = cluster.root.rglob(f"trial_files/*/trial_{trial['id']}/out/manifest.json")
+    out = manifest.parent
+    assert np.array_equal(det_sdk.load_predictions(out), reference)
