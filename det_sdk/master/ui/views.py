@@ -19,7 +19,7 @@ from typing import Any
 from det_sdk.api import MAX_PAGE_LIMIT
 from det_sdk.hparams import flat_hparams
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
-from det_sdk.master.ui.series import SeriesCache, minmax_indices
+from det_sdk.master.ui.series import Series, SeriesCache, minmax_indices
 from det_sdk.stages import DEFAULT_STAGE, stored_group
 
 __all__ = ["Views", "read_log", "tensorboard_dir"]
@@ -218,9 +218,28 @@ class Views:
                 "total": page.total, "next_cursor": page.next_cursor}
 
     def job(self, job_id: int) -> dict[str, Any]:
-        """The job with its progress (rows, rows per second, time left), output and
-        restarts: what `det job describe` shows."""
-        return self.master.job_info(job_id)
+        """The job with its progress (rows, rows per second, time left), output, restarts
+        and latest metrics: what `det job describe` shows; its throughput over time (rows
+        per second, from the kept progress reports) and the last step of each metric
+        group (the page loads the series when one changes)."""
+        info = self.master.job_info(job_id)
+        info["throughput"] = self.master.job_throughput(job_id)
+        info["groups"] = self.master.job_records.metric_group_ends(job_id)
+        return info
+
+    def job_metrics(self, job_id: int, max_points: int) -> dict[str, Any]:
+        """A job's metric groups as a trial's (``metrics``): each series downsampled to
+        ``max_points`` (0: all of it), times from the job's first report."""
+        self.master.job(job_id)  # 404 for an unknown job
+        records = self.master.job_records
+        series = {}
+        for group in records.metric_group_ends(job_id):
+            s = Series()
+            s.extend(records.metric_columns(job_id, group))
+            series[group] = s
+        t0 = min((s.time[0] for s in series.values() if len(s)), default=None)
+        return {"groups": {g: s.to_json(max_points, None, t0) for g, s in series.items()},
+                "steps_per_epoch": _steps_per_epoch(series.values()), "t0": t0}
 
     def models(self) -> list[dict[str, Any]]:
         """The model registry (det_sdk.master.models): each model with its versions, each
