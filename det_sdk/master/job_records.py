@@ -128,16 +128,26 @@ class JobRecords:
                        (job_id, group, steps, epoch, _metrics_json(metrics), time.time()))
         return True
 
-    def metric_columns(self, job_id: int, group: str) -> tuple[str, str, str, str] | None:
-        """A job group's reports in steps order as columns, the form
-        ``det_sdk.master.ui.series.Series.extend`` reads (``Store.metric_columns``)."""
+    def metric_columns(self, job_id: int, group: str, after_steps: int | None = None
+                       ) -> tuple[str, str, str, str] | None:
+        """A job group's reports past ``after_steps`` (all if None) in steps order as
+        columns, the form ``det_sdk.master.ui.series.Series.extend`` reads (as
+        ``Store.metric_columns``); None if there are none."""
         with self.store.tx() as db:
             row = db.execute(
                 "SELECT group_concat(steps), group_concat(epoch), group_concat(time),"
                 " '[' || group_concat(metrics) || ']' FROM (SELECT steps, epoch, time, metrics"
-                " FROM job_metrics WHERE job_id = ? AND grp = ? ORDER BY steps)",
-                (job_id, group)).fetchone()
+                " FROM job_metrics WHERE job_id = ? AND grp = ? AND steps > ? ORDER BY steps)",
+                (job_id, group, -1 if after_steps is None else after_steps)).fetchone()
         return None if row[0] is None else tuple(row)
+
+    def processes(self, job_id: int) -> int:
+        """How many processes (allocations) the job has had: a new one may report steps
+        again (a resume), so a cached series is read again whole when this changes."""
+        with self.store.tx() as db:
+            (n,) = db.execute("SELECT COUNT(*) FROM allocations WHERE job_id = ?",
+                              (job_id,)).fetchone()
+        return int(n)
 
     def latest_metrics(self, job_id: int) -> dict[str, dict[str, Any]]:
         """Each group's report of the highest step: ``{group: {steps_completed, epoch,

@@ -227,6 +227,10 @@ def test_job_metrics_are_kept_and_returned(jobs: Jobs) -> None:
     assert ui["groups"]["training"]["steps"] == [10, 20]
     assert ui["groups"]["training"]["metrics"] == {"loss": [0.5, 0.2]}
     assert ui["groups"]["validation"]["metrics"] == {"val_loss": [None]}  # a gap, not NaN
+    assert _metrics(jobs, alloc, {"group": "training", "steps_completed": 25,
+                                  "metrics": {"loss": 0.15}}).status_code == 204
+    ui = jobs.http.get(f"/ui/api/jobs/{job_id}/metrics", headers=jobs.user.headers).json()
+    assert ui["groups"]["training"]["metrics"] == {"loss": [0.5, 0.2, 0.15]}  # the new row
     # another allocation's token may not report for this one; an ended job's are refused
     other = jobs.launch(jobs.create())
     body = {"group": "training", "steps_completed": 30, "metrics": {"loss": 0.1}}
@@ -234,7 +238,7 @@ def test_job_metrics_are_kept_and_returned(jobs: Jobs) -> None:
     jobs.exit(alloc, 0)
     refused = jobs.user.post(f"/api/v1/allocations/{alloc['id']}/metrics", json=body)
     assert refused.status_code == 409 and "COMPLETED" in refused.json()["detail"]
-    assert jobs.job(job_id)["latest_metrics"]["training"]["steps_completed"] == 20
+    assert jobs.job(job_id)["latest_metrics"]["training"]["steps_completed"] == 25
 
 
 _HUGE = 2**63

@@ -19,7 +19,7 @@ from typing import Any
 from det_sdk.api import MAX_PAGE_LIMIT
 from det_sdk.hparams import flat_hparams
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
-from det_sdk.master.ui.series import Series, SeriesCache, minmax_indices
+from det_sdk.master.ui.series import SeriesCache, minmax_indices
 from det_sdk.stages import DEFAULT_STAGE, stored_group
 
 __all__ = ["Views", "read_log", "tensorboard_dir"]
@@ -76,6 +76,8 @@ class Views:
         self.master = master
         self.store = master.store
         self.series = SeriesCache(master.store)
+        # a job's series, read as a trial's: only the rows past the last step held
+        self.job_series = SeriesCache(_JobSeriesSource(master.job_records))
 
     # --- experiments ----------------------------------------------------------------------
 
@@ -231,12 +233,8 @@ class Views:
         """A job's metric groups as a trial's (``metrics``): each series downsampled to
         ``max_points`` (0: all of it), times from the job's first report."""
         self.master.job(job_id)  # 404 for an unknown job
-        records = self.master.job_records
-        series = {}
-        for group in records.metric_group_ends(job_id):
-            s = Series()
-            s.extend(records.metric_columns(job_id, group))
-            series[group] = s
+        series = {g: self.job_series.get(job_id, g)
+                  for g in self.master.job_records.metric_group_ends(job_id)}
         t0 = min((s.time[0] for s in series.values() if len(s)), default=None)
         return {"groups": {g: s.to_json(max_points, None, t0) for g, s in series.items()},
                 "steps_per_epoch": _steps_per_epoch(series.values()), "t0": t0}
@@ -299,3 +297,19 @@ def _steps_per_epoch(series: Any) -> float | None:
     """Batches per epoch over a trial's groups (None before an epoch ended)."""
     found = [s.steps_per_epoch() for s in series]
     return min((f for f in found if f is not None), default=None)
+
+
+class _JobSeriesSource:
+    """What ``SeriesCache`` reads of a trial, for a job (``det_sdk.master.job_records``):
+    its generation (a trial's restarts; a job's processes, each of which may report steps
+    again) and its metric columns past a step."""
+
+    def __init__(self, records: Any) -> None:
+        self.records = records
+
+    def trial(self, job_id: int) -> dict[str, Any]:
+        return {"restarts": self.records.processes(job_id)}
+
+    def metric_columns(self, job_id: int, group: str, after_steps: int | None = None
+                       ) -> tuple[str, str, str, str] | None:
+        return self.records.metric_columns(job_id, group, after_steps)
