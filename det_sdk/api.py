@@ -54,6 +54,7 @@ __all__ = [
     "JobPage",
     "JobState",
     "JobSummary",
+    "LatestMetrics",
     "MetricGroup",
     "MetricsReport",
     "MetricsRow",
@@ -282,9 +283,10 @@ class JobProgressReport(_Model):
     """``POST /api/v1/allocations/{id}/progress``: a job's chief says how far it is
     (rows done of the total; ``rows_total`` null when the input's length is unknown)."""
 
-    rows_done: int = Field(ge=0, le=MAX_INT)
-    rows_total: int | None = Field(default=None, ge=0, le=MAX_INT)
-    output: str | None = Field(default=None, max_length=4096,
+    # strict: a row count is a JSON integer, never `true` or "5"
+    rows_done: int = Field(ge=0, le=MAX_INT, strict=True)
+    rows_total: int | None = Field(default=None, ge=0, le=MAX_INT, strict=True)
+    output: str | None = Field(default=None, max_length=4096, strict=True,
                                description="where the job writes its output")
 
 
@@ -416,6 +418,14 @@ class ExperimentPage(_Model):
     next_cursor: str | None = Field(description="the next page's `cursor`; null: the last")
 
 
+class LatestMetrics(_Model):
+    """One metric group's latest report of a job (``JobInfo.latest_metrics``)."""
+
+    steps_completed: int
+    epoch: int
+    metrics: dict[str, Metric]
+
+
 class JobInfo(_Model):
     """``GET /api/v1/jobs/{id}``: the job with its progress (det_sdk.master.job_progress)."""
 
@@ -434,6 +444,9 @@ class JobInfo(_Model):
     rows_per_second: float | None = None
     eta_seconds: float | None = None
     output: str | None = None
+    latest_metrics: dict[str, LatestMetrics] = Field(
+        default_factory=dict, description="each metric group's report of the highest step "
+        "(a job script's report_metrics), by group")
 
 
 class JobSummary(_Model):

@@ -503,11 +503,10 @@ class MasterSession(Session):
     ) -> None:
         check_metrics(group, metrics)
         self._raise_refused()
-        if self.trial_id is None:
-            return  # a generic job has no trial to report to
         body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
                 "metrics": _wire_metrics(metrics), **self._stage_fields()}
-        self._queue.put(("metrics", body))
+        # a generic job has no trial: its metrics go to its allocation, kept per job
+        self._queue.put(("metrics" if self.trial_id is not None else "job_metrics", body))
 
     def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
         check_metrics("checkpoint", metadata.get("metrics") or {})
@@ -553,6 +552,9 @@ class MasterSession(Session):
             self.client.report_job_progress(self.info.allocation_id, body)
         elif kind == "metrics":
             self.client.report_metrics(self._trial(), body)
+        elif kind == "job_metrics":
+            self.client.request("POST", f"/api/v1/allocations/{self.info.allocation_id}/metrics",
+                                json=body)
         elif kind == "checkpoint":
             self.client.report_checkpoint(body)
         elif kind == "progress":

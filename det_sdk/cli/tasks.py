@@ -466,7 +466,22 @@ def job_describe_lines(j: dict[str, Any]) -> list[str]:
             f"  time left: {_duration(j.get('eta_seconds'))}",
             f"  output:    {j.get('output') or '-'}",
             f"  restarts:  {j.get('restarts', 0)} of "
-            f"{(j.get('config') or {}).get('max_restarts', 0)}"]
+            f"{(j.get('config') or {}).get('max_restarts', 0)}",
+            # the job script's report_metrics: each group's latest report
+            *(f"  {escape(group)}: " + ", ".join(f"{escape(k)}={_metric_text(v)}"
+                                         for k, v in m["metrics"].items())
+              + f" (step {m['steps_completed']})"
+              for group, m in (j.get("latest_metrics") or {}).items())]
+
+
+def _metric_text(v: Any) -> str:
+    """A metric as the describe line shows it: 4 significant digits; NaN and the
+    infinities as the wire's strings.
+
+    >>> _metric_text(0.123456), _metric_text("NaN"), _metric_text(3)
+    ('0.1235', 'NaN', '3')
+    """
+    return f"{v:.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 def job_describe(args: Namespace) -> int:

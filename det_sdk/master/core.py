@@ -41,6 +41,7 @@ from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
+from det_sdk.master.job_records import JobRecords, throughput
 from det_sdk.master.lifecycle import (
     REPORTING_STATES,
     ExperimentEvent,
@@ -107,6 +108,8 @@ class Master:
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
         self.search = Search(self.store, self._lock, self.trial_config)
+        # a job's progress history and metrics (issue 40), in tables of their own
+        self.job_records = JobRecords(self.store)
         self.checkpoint_store = Checkpoints(self.store, self.lifecycle, self.tasks_dir,
                                             self.trial_config)
         if resource_manager == "slurm":  # its queued jobs cancelled when asked to stop
@@ -449,13 +452,15 @@ class Master:
         return self.job(job_id)["state"]
 
     def job_info(self, job_id: int) -> dict[str, Any]:
-        """The job with its progress (rows, rows per second, time left: job_progress)."""
+        """The job with its progress (rows, rows per second, time left: job_progress) and
+        each metric group's latest report (``latest_metrics``)."""
         j = self.job(job_id)
         keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts")
         row: dict[str, Any] = dict(j)
         return {**{k: row[k] for k in keys}, "output": self._job_output(j),
                 **job_progress(j["state"], j["rows_done"], j["rows_total"], j["rate_rows"],
-                               j["rate_at"], j["progress_at"])}
+                               j["rate_at"], j["progress_at"]),
+                "latest_metrics": self.job_records.latest_metrics(job_id)}
 
     def _job_output(self, j: JobRow) -> str | None:
         """Where the job's output is: as reported, or, once the job has ended, where the
@@ -466,16 +471,38 @@ class Master:
             return str(self.files_path("jobs", j["id"]) / Path(output).relative_to(workdir))
         return output
 
-    def report_job_progress(self, alloc_id: str, rows_done: int, rows_total: int | None,
-                            output: str | None) -> None:
-        """The chief of a job's allocation says how far it is (kept: the latest)."""
+    def _job_allocation(self, alloc_id: str) -> int:
+        """The job whose allocation ``alloc_id`` is; NotFound if none."""
         alloc = self.store.allocation(alloc_id)
         if alloc is None or alloc["job_id"] is None:
             raise NotFound(f"no job allocation {alloc_id!r}")
-        if not self.store.record_job_progress(alloc["job_id"], alloc_id, rows_done,
-                                              rows_total, output, _JOB_REPORTING):
-            raise Conflict(f"job {alloc['job_id']} is {self.job(alloc['job_id'])['state']}: "
+        return alloc["job_id"]
+
+    def report_job_progress(self, alloc_id: str, rows_done: int, rows_total: int | None,
+                            output: str | None) -> None:
+        """The chief of a job's allocation says how far it is (kept: the latest, and a
+        bounded history for the throughput chart: job_records)."""
+        job_id = self._job_allocation(alloc_id)
+        if not self.job_records.record_progress(job_id, alloc_id, rows_done, rows_total,
+                                                output, _JOB_REPORTING):
+            raise Conflict(f"job {job_id} is {self.job(job_id)['state']}: "
                            "its progress is no longer recorded")
+
+    def report_job_metrics(self, alloc_id: str, group: str, steps: int, epoch: int,
+                           metrics: dict[str, float], stage: str | None = None) -> None:
+        """A job's chief reports metrics (``report_metrics`` in a job): kept per job, one
+        report per (group, step), as a trial's; a stage's (det_sdk.stages) in its own
+        series."""
+        job_id = self._job_allocation(alloc_id)
+        if not self.job_records.record_metrics(job_id, stored_group(group, stage), steps,
+                                               epoch, metrics, _JOB_REPORTING):
+            raise Conflict(f"job {job_id} is {self.job(job_id)['state']}: "
+                           "its metrics are no longer recorded")
+
+    def job_throughput(self, job_id: int) -> dict[str, list[float]]:
+        """Rows per second over time, from the job's kept progress reports (job_records)."""
+        self.job(job_id)
+        return throughput(self.job_records.progress_points(job_id))
 
     # --- preemption -----------------------------------------------------------------------
 

@@ -442,25 +442,6 @@ class Store:
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE jobs SET {cols} WHERE id = ?", *fields.values(), job_id)
 
-    def record_job_progress(self, job_id: int, alloc_id: str, rows_done: int,
-                            rows_total: int | None, output: str | None,
-                            states: Collection[str]) -> bool:
-        """Keep a job's latest progress report (one UPDATE, only while the job is in one
-        of ``states``); the first report of an allocation starts the rate's window.
-        False: no such job in those states."""
-        now = time.time()
-        marks = ",".join("?" * len(states))
-        cur = self._exec_count(
-            "UPDATE jobs SET rows_done = ?, rows_total = ?, output = COALESCE(?, output),"
-            " progress_at = ?,"
-            " rate_rows = CASE WHEN rate_alloc IS ? THEN rate_rows ELSE ? END,"
-            " rate_at = CASE WHEN rate_alloc IS ? THEN rate_at ELSE ? END,"
-            " rate_alloc = ?"
-            f" WHERE id = ? AND state IN ({marks})",
-            rows_done, rows_total, output, now, alloc_id, rows_done, alloc_id, now, alloc_id,
-            job_id, *states)
-        return cur > 0
-
     # --- allocations (running processes) --------------------------------------------------
 
     def create_allocation(self, alloc: dict[str, Any]) -> None:

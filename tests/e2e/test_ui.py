@@ -460,24 +460,82 @@ def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluste
     page.context.close()
 
 
-def test_jobs_list_and_log(browser: Any, cluster: Cluster, tmp_path: Path) -> None:
+_JOB_SCRIPT = """\
+import os, sys, time
+from pathlib import Path
+from det_sdk.client import MasterClient
+c = MasterClient(os.environ['DET_MASTER'], os.environ['DET_SESSION_TOKEN'])
+alloc = os.environ['DET_ALLOCATION_ID']
+def rows(n):
+    c.report_job_progress(alloc, {'rows_done': n, 'rows_total': 1000, 'output': '/data/preds'})
+marker = Path(%r)
+if marker.exists():  # activated again after the pause: done
+    rows(250)
+    sys.exit(0)
+marker.touch()
+for n in (100, 200, 250):
+    rows(n)
+    time.sleep(0.3)
+for step, loss in ((1, 0.5), (2, 0.25)):  # what report_metrics sends in a job
+    c.request('POST', f'/api/v1/allocations/{alloc}/metrics',
+              json={'group': 'training', 'steps_completed': step, 'metrics': {'loss': loss}})
+print('hello from the job', flush=True)
+deadline = time.time() + 300
+while not c.preemption(alloc, timeout_seconds=5):  # as a streamed predict between batches
+    if time.time() > deadline:
+        sys.exit(3)
+c.acknowledge_preemption(alloc)
+"""
+
+
+def _buttons(page: Any) -> dict[str, bool]:
+    """The job page's action buttons: enabled or not, by action."""
+    return page.evaluate("Object.fromEntries([...document.querySelectorAll("
+                         "'#job-actions button[data-act]')]"
+                         ".map(b => [b.dataset.act, !b.disabled]))")
+
+
+def test_jobs_list_log_charts_and_buttons(browser: Any, cluster: Cluster, tmp_path: Path) -> None:
+    """A job's page (issue 40): its progress, the throughput chart drawn from its progress
+    reports and a chart of its metrics; Pause (checked through det job describe) and
+    Activate clicked, each enabled only where it applies; then the jobs list."""
     (tmp_path / "job").mkdir()
-    # a job's chief reports its progress (as a streamed predict does, without TensorFlow)
-    (tmp_path / "job" / "hello.py").write_text(
-        "import os\nfrom det_sdk.client import MasterClient\n"
-        "MasterClient(os.environ['DET_MASTER'], os.environ['DET_SESSION_TOKEN'])"
-        ".report_job_progress(os.environ['DET_ALLOCATION_ID'], {'rows_done': 250, "
-        "'rows_total': 1000, 'output': '/data/preds'})\nprint('hello from the job')\n")
+    # a job's chief reports progress and metrics (as a streamed predict and a job's
+    # report_metrics do, without TensorFlow), then waits to be paused
+    (tmp_path / "job" / "hello.py").write_text(_JOB_SCRIPT % str(tmp_path / "ran-once"))
     (tmp_path / "job.yaml").write_text("name: ui-job\nentrypoint_script: python3 hello.py\n")
     out = cluster.det("job", "run", str(tmp_path / "job.yaml"), str(tmp_path / "job"), "--json")
     assert out.returncode == 0, out.stderr
+    job = int(out.stdout.split("Created job ")[1].split()[0])
     page = _page(browser, cluster, "#/jobs")
     page.wait_for_selector("#jobs tbody tr[data-id] td >> text=ui-job")
     page.click("#jobs tbody tr[data-id] a")
     page.wait_for_function("document.querySelector('#log') && "
                            "document.querySelector('#log').textContent.includes('hello from')",
                            timeout=60_000)
+    # the throughput chart: a rate between each two of the three progress reports
+    page.wait_for_function("(window.detCharts['job-throughput']?.data[0].length || 0) >= 2",
+                           timeout=10_000)
+    rates = page.evaluate("window.detCharts['job-throughput'].data[1]")
+    assert all(r > 0 for r in rates), rates
+    page.wait_for_selector("#job-charts[data-points='2'] canvas", timeout=10_000)
+    assert page.evaluate("window.detCharts['job-chart-loss'].data[1]") == [0.5, 0.25]
+    page.wait_for_selector("#job-actions[data-state='RUNNING']", timeout=10_000)
+    assert _buttons(page) == {"pause": True, "activate": False, "kill": True}
+
+    page.click("#job-actions button[data-act='pause']")
+    wait_until("the pause", lambda: cluster.det_json("job", "describe", str(job))["state"]
+               == "PAUSED", timeout=120)
+    described = cluster.det_json("job", "describe", str(job))
+    assert described["latest_metrics"]["training"] == {
+        "steps_completed": 2, "epoch": 0, "metrics": {"loss": 0.25}}
+    page.wait_for_selector("#job-actions[data-state='PAUSED']", timeout=10_000)
+    assert _buttons(page) == {"pause": False, "activate": True, "kill": True}
+
+    page.click("#job-actions button[data-act='activate']")  # it runs again, and finishes
     page.wait_for_selector("#job-state .state-COMPLETED", timeout=60_000)
+    page.wait_for_selector("#job-actions[data-state='COMPLETED']", timeout=10_000)
+    assert _buttons(page) == {"pause": False, "activate": False, "kill": False}
     # the job page: a progress bar (complete once it has completed), rows, the output
     page.wait_for_selector("#job-progress progress[value='100']", timeout=10_000)
     assert page.text_content("#job-rows") == "250 of 1000 rows"

@@ -6,9 +6,11 @@ deterministically). The processes themselves: tests/e2e/test_job_steering.py.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from det_sdk.config import parse_job_config
 from det_sdk.master.app import create_app
 from det_sdk.master.core import Master
 from det_sdk.master.lifecycle import JobEvent
+from det_sdk.session import MasterSession
 
 
 class _As:
@@ -173,3 +176,172 @@ def test_an_output_in_the_working_directory_is_found_with_the_kept_files(jobs: J
     assert jobs.job(job_id)["output"] == str(workdir / "preds")  # while it runs
     jobs.exit(alloc, 0)  # the working directory goes; what the job wrote there is kept
     assert jobs.job(job_id)["output"] == str(jobs.master.files_path("jobs", job_id) / "preds")
+
+
+# --- the progress history, job metrics, and what a hostile chief sends ---------------------
+
+
+def test_the_progress_history_is_bounded_and_rated_per_process(jobs: Jobs) -> None:
+    job_id = jobs.create()
+    alloc = jobs.launch(job_id)
+    records = jobs.master.job_records
+    records.max_points = 8  # the bound (1000 in use), small enough to cross here
+    for i in range(41):
+        assert _report(jobs, alloc, i * 25, 1000).status_code == 204
+    points = records.progress_points(job_id)
+    assert 4 <= len(points) <= 8  # thinned, never past the bound
+    assert (points[0]["rows_done"], points[-1]["rows_done"]) == (0, 1000)  # the same span
+    assert [p["rows_done"] for p in points] == sorted(p["rows_done"] for p in points)
+    view = jobs.http.get(f"/ui/api/jobs/{job_id}", headers=jobs.user.headers).json()
+    assert len(view["throughput"]["time"]) == len(points) - 1
+    assert all(r > 0 for r in view["throughput"]["rows_per_second"])
+    # a second process: no rate across the gap between the two
+    jobs.master.lifecycle.job_event(job_id, JobEvent.PAUSE)
+    jobs.master.acknowledge_preemption(alloc["id"])
+    jobs.exit(alloc, 0)
+    jobs.command(job_id, "activate")
+    again = jobs.launch(job_id)
+    _report(jobs, again, 1000, 1000)
+    assert len(jobs.master.job_throughput(job_id)["time"]) == len(points) - 1
+
+
+def _metrics(jobs: Jobs, alloc: dict[str, Any], body: Any, client: _As | None = None) -> Any:
+    return (client or jobs.task(alloc)).post(f"/api/v1/allocations/{alloc['id']}/metrics",
+                                             json=body)
+
+
+def test_job_metrics_are_kept_and_returned(jobs: Jobs) -> None:
+    job_id = jobs.create()
+    alloc = jobs.launch(job_id)
+    assert jobs.job(job_id)["latest_metrics"] == {}
+    for step, loss in ((10, 0.5), (20, 0.25), (20, 0.2)):  # a repeat replaces
+        assert _metrics(jobs, alloc, {"group": "training", "steps_completed": step,
+                                      "metrics": {"loss": loss}}).status_code == 204
+    assert _metrics(jobs, alloc, {"group": "validation", "steps_completed": 20, "epoch": 1,
+                                  "metrics": {"val_loss": "NaN"}}).status_code == 204
+    latest = jobs.job(job_id)["latest_metrics"]
+    assert latest == {"training": {"steps_completed": 20, "epoch": 0, "metrics": {"loss": 0.2}},
+                      "validation": {"steps_completed": 20, "epoch": 1,
+                                     "metrics": {"val_loss": "NaN"}}}
+    ui = jobs.http.get(f"/ui/api/jobs/{job_id}/metrics", headers=jobs.user.headers).json()
+    assert ui["groups"]["training"]["steps"] == [10, 20]
+    assert ui["groups"]["training"]["metrics"] == {"loss": [0.5, 0.2]}
+    assert ui["groups"]["validation"]["metrics"] == {"val_loss": [None]}  # a gap, not NaN
+    assert _metrics(jobs, alloc, {"group": "training", "steps_completed": 25,
+                                  "metrics": {"loss": 0.15}}).status_code == 204
+    ui = jobs.http.get(f"/ui/api/jobs/{job_id}/metrics", headers=jobs.user.headers).json()
+    assert ui["groups"]["training"]["metrics"] == {"loss": [0.5, 0.2, 0.15]}  # the new row
+    # another allocation's token may not report for this one; an ended job's are refused
+    other = jobs.launch(jobs.create())
+    body = {"group": "training", "steps_completed": 30, "metrics": {"loss": 0.1}}
+    assert _metrics(jobs, alloc, body, jobs.task(other)).status_code == 403
+    jobs.exit(alloc, 0)
+    refused = jobs.user.post(f"/api/v1/allocations/{alloc['id']}/metrics", json=body)
+    assert refused.status_code == 409 and "COMPLETED" in refused.json()["detail"]
+    assert jobs.job(job_id)["latest_metrics"]["training"]["steps_completed"] == 25
+
+
+_HUGE = 2**63
+_BAD_PROGRESS = [
+    ({"rows_done": _HUGE}, "rows_done"),
+    ({"rows_done": -1}, "rows_done"),
+    ({"rows_done": 5, "rows_total": -3}, "rows_total"),
+    ('{"rows_done": NaN}', "rows_done"),
+    ({"rows_done": "5"}, "rows_done"),
+    ({"rows_done": True}, "rows_done"),
+    ({"rows_done": 1.5}, "rows_done"),
+    ({"rows_done": 5, "output": "x" * 5000}, "output"),
+    ({"rows_done": 5, "output": 7}, "output"),
+    ({"rows_done": 5, "extra": 1}, "extra"),
+    ([5], "body"),
+]
+# (NaN and the infinities are metrics, as a trial's: a diverging model reports them)
+_BAD_METRICS = [
+    ({"group": "training", "steps_completed": _HUGE, "metrics": {}}, "steps_completed"),
+    ({"group": "training", "steps_completed": -1, "metrics": {}}, "steps_completed"),
+    ({"group": "training", "steps_completed": 1, "metrics": {"loss": "lots"}}, "loss"),
+    ({"group": "training", "steps_completed": 1, "metrics": {"x" * 300: 1.0}}, "metrics"),
+    ({"group": "training", "steps_completed": 1,
+      "metrics": {f"m{i}": 1.0 for i in range(1001)}}, "metrics"),
+    ({"group": "nonsense", "steps_completed": 1, "metrics": {}}, "group"),
+    ({"group": "training", "steps_completed": 1, "metrics": {}, "extra": 1}, "extra"),
+    ({"group": "training", "steps_completed": 1, "metrics": [1]}, "metrics"),
+]
+
+
+def test_hostile_reports_are_refused_naming_the_field_and_nothing_is_kept(jobs: Jobs) -> None:
+    job_id = jobs.create()
+    alloc = jobs.launch(job_id)
+    task = jobs.task(alloc)
+    progress = f"/api/v1/allocations/{alloc['id']}/progress"
+    metrics = f"/api/v1/allocations/{alloc['id']}/metrics"
+    for path, cases in ((progress, _BAD_PROGRESS), (metrics, _BAD_METRICS)):
+        for body, field in cases:
+            r = jobs.http.post(path, content=body if isinstance(body, str) else json.dumps(body),
+                               headers={**task.headers, "Content-Type": "application/json"})
+            assert r.status_code == 400, (body, r.status_code, r.text)
+            assert field in r.text, (body, r.text)
+    # a 10 MB body is refused before it is read, with the limit
+    big = jobs.http.post(metrics, content=b'{"group": "training", "metrics": {"a": "' +
+                         b"x" * (10 << 20) + b'"}}',
+                         headers={**task.headers, "Content-Type": "application/json"})
+    assert big.status_code == 413 and "body" in big.json()["detail"]
+    # nothing was kept, and the master still answers
+    info = jobs.job(job_id)
+    assert (info["rows_done"], info["latest_metrics"]) == (None, {})
+    assert jobs.master.job_records.progress_points(job_id) == []
+    assert _report(jobs, alloc, 7, 10).status_code == 204
+    assert jobs.job(job_id)["rows_done"] == 7
+
+
+class _Forward:
+    """The part of det_sdk.client.MasterClient a job's MasterSession uses, over the
+    in-process app (the report thread's requests are real requests to it)."""
+
+    def __init__(self, http: TestClient, token: str) -> None:
+        self.http, self.token = http, token
+
+    def request(self, method: str, path: str, **kwargs: Any) -> None:
+        r = self.http.request(method, path, headers={"Authorization": f"Bearer {self.token}"},
+                              **kwargs)
+        assert r.status_code < 300, r.text
+
+    def preemption(self, alloc_id: str, timeout_seconds: float) -> bool:
+        time.sleep(0.05)
+        return False
+
+
+def test_a_job_scripts_report_metrics_reach_the_master(jobs: Jobs) -> None:
+    """What det.keras's fit, det.core's train.report_training_metrics and the
+    torch_batch_process context call in a job: MasterSession.report_metrics."""
+    job_id = jobs.create()
+    alloc = jobs.launch(job_id)
+    info = SimpleNamespace(trial_id=None, experiment_id=None, task_type="GENERIC",
+                           allocation_id=alloc["id"], config={}, latest_checkpoint=None,
+                           master_url="http://testserver", session_token=alloc["token"])
+    session = MasterSession(info, client=_Forward(jobs.http, alloc["token"]))
+    session.report_metrics("training", 5, 0, {"loss": 0.3})
+    session.report_metrics("validation", 5, 1, {"val_loss": float("nan")})
+    session.close(timeout=30)
+    latest = jobs.job(job_id)["latest_metrics"]
+    assert latest["training"]["metrics"] == {"loss": 0.3}
+    assert latest["validation"] == {"steps_completed": 5, "epoch": 1,
+                                    "metrics": {"val_loss": "NaN"}}
+
+
+def test_the_ui_steers_a_job_with_its_action_header_only(jobs: Jobs) -> None:
+    job_id = jobs.create()
+    jobs.launch(job_id)
+    http, path = jobs.http, f"/ui/api/jobs/{job_id}/pause"
+    token = jobs.user.headers["Authorization"][7:]
+    cookie = http.post("/ui/signin", data={"token": token}, follow_redirects=False)
+    assert cookie.status_code == 303
+    # a signed-in browser's plain form post (another site's) changes nothing
+    assert http.post(path).status_code == 403
+    assert jobs.job(job_id)["state"] == "RUNNING"
+    r = http.post(path, headers={"X-Det-UI": "1"})
+    assert r.status_code == 200 and r.json() == {"state": "STOPPING_PAUSED"}
+    assert http.post(f"/ui/api/jobs/{job_id}/explode", headers={"X-Det-UI": "1"}).status_code \
+        == 404
+    http.cookies.clear()
+    assert http.post(path, headers={"X-Det-UI": "1"}).status_code == 401

@@ -58,6 +58,12 @@ def test_describe_says_rows_rate_time_left_output_and_restarts() -> None:
         assert part in text, text
     unknown = "\n".join(job_describe_lines({"id": 4, "state": "QUEUED", "config": {}}))
     assert "progress:  -" in unknown and "time left: -" in unknown
+    # the job script's metrics: each group's latest, escaped (a name cannot drive the
+    # terminal), non-finite values as the wire says them
+    measured = job_describe_lines({"id": 5, "state": "RUNNING", "config": {}, "latest_metrics": {
+        "training": {"steps_completed": 40, "epoch": 1,
+                     "metrics": {"loss": 0.123456, "bad\x1b[31m": "NaN"}}}})
+    assert measured[-1] == "  training: loss=0.1235, bad\\x1b[31m=NaN (step 40)"
 
 
 @pytest.mark.parametrize(("state", "event", "expected"), [

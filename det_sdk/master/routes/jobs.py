@@ -1,6 +1,7 @@
 """``/api/v1/jobs``: the generic jobs (``det job ...``, issue 40): create, list, describe,
-logs, kept files, pause / activate / kill; and the progress a job's chief reports
-(``POST /api/v1/allocations/{alloc_id}/progress``, with the job's task token).
+logs, kept files, pause / activate / kill; and what a job's chief reports with the job's
+task token: its progress (``POST /api/v1/allocations/{alloc_id}/progress``) and its
+metrics (``POST /api/v1/allocations/{alloc_id}/metrics``).
 
 Each route is a thin shell over a ``Master`` method; the states are the lifecycle's
 (``det_sdk.master.lifecycle.JOB_TRANSITIONS``).
@@ -88,6 +89,18 @@ def jobs_router(master: Master, principal: Dependency, user: Dependency) -> APIR
             raise HTTPException(403, "this task's token cannot report for another allocation")
         master.report_job_progress(alloc_id, report.rows_done, report.rows_total,
                                    report.output)
+        return Response(status_code=204)
+
+    @router.post("/api/v1/allocations/{alloc_id}/metrics", status_code=204)
+    async def report_job_metrics(alloc_id: str, report: api.MetricsReport,
+                                 p: Principal = Depends(principal)) -> Response:
+        """A job's chief reports metrics (`report_metrics` in a job script), validated as
+        a trial's; kept per job, one report per (group, step). `searched` means nothing
+        for a job (no searcher)."""
+        if p.kind == "task" and (p.allocation or {}).get("id") != alloc_id:
+            raise HTTPException(403, "this task's token cannot report for another allocation")
+        master.report_job_metrics(alloc_id, report.group, report.steps_completed,
+                                  report.epoch, report.metrics, stage=report.stage)
         return Response(status_code=204)
 
     return router

@@ -147,7 +147,25 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
     @router.get("/jobs/{job_id}")
     def job(job_id: int, request: Request) -> Response:
         auth.user(request)
-        return json_response(request, views.job(job_id))
+        return json_response(request, clean(views.job(job_id)))
+
+    @router.get("/jobs/{job_id}/metrics")
+    def job_metrics(job_id: int, request: Request,
+                    max_points: int = Query(MAX_POINTS_DEFAULT, ge=0)) -> Response:
+        """The job's metric series (``report_metrics`` in a job), as a trial's."""
+        auth.user(request)
+        return json_response(request, views.job_metrics(job_id, max_points))
+
+    @router.post("/jobs/{job_id}/{verb}")
+    def job_action(job_id: int, verb: str, request: Request) -> dict[str, str]:
+        """Pause, activate or kill: the master's operations `det job` calls, behind the
+        UI's action header (as the experiments')."""
+        auth.action(request)
+        do = {"pause": master.pause_job, "activate": master.activate_job,
+              "kill": master.kill_job}.get(verb)
+        if do is None:
+            raise HTTPException(404, f"no action {verb!r}: pause, activate or kill")
+        return {"state": do(job_id)}
 
     @router.get("/jobs/{job_id}/logs")
     def job_logs(job_id: int, request: Request, offset: int = LOG_TAIL_OFFSET) -> Response:

@@ -76,6 +76,8 @@ class Views:
         self.master = master
         self.store = master.store
         self.series = SeriesCache(master.store)
+        # a job's series, read as a trial's: only the rows past the last step held
+        self.job_series = SeriesCache(_JobSeriesSource(master.job_records))
 
     # --- experiments ----------------------------------------------------------------------
 
@@ -218,9 +220,24 @@ class Views:
                 "total": page.total, "next_cursor": page.next_cursor}
 
     def job(self, job_id: int) -> dict[str, Any]:
-        """The job with its progress (rows, rows per second, time left), output and
-        restarts: what `det job describe` shows."""
-        return self.master.job_info(job_id)
+        """The job with its progress (rows, rows per second, time left), output, restarts
+        and latest metrics: what `det job describe` shows; its throughput over time (rows
+        per second, from the kept progress reports) and the last step of each metric
+        group (the page loads the series when one changes)."""
+        info = self.master.job_info(job_id)
+        info["throughput"] = self.master.job_throughput(job_id)
+        info["groups"] = self.master.job_records.metric_group_ends(job_id)
+        return info
+
+    def job_metrics(self, job_id: int, max_points: int) -> dict[str, Any]:
+        """A job's metric groups as a trial's (``metrics``): each series downsampled to
+        ``max_points`` (0: all of it), times from the job's first report."""
+        self.master.job(job_id)  # 404 for an unknown job
+        series = {g: self.job_series.get(job_id, g)
+                  for g in self.master.job_records.metric_group_ends(job_id)}
+        t0 = min((s.time[0] for s in series.values() if len(s)), default=None)
+        return {"groups": {g: s.to_json(max_points, None, t0) for g, s in series.items()},
+                "steps_per_epoch": _steps_per_epoch(series.values()), "t0": t0}
 
     def models(self) -> list[dict[str, Any]]:
         """The model registry (det_sdk.master.models): each model with its versions, each
@@ -280,3 +297,19 @@ def _steps_per_epoch(series: Any) -> float | None:
     """Batches per epoch over a trial's groups (None before an epoch ended)."""
     found = [s.steps_per_epoch() for s in series]
     return min((f for f in found if f is not None), default=None)
+
+
+class _JobSeriesSource:
+    """What ``SeriesCache`` reads of a trial, for a job (``det_sdk.master.job_records``):
+    its generation (a trial's restarts; a job's processes, each of which may report steps
+    again) and its metric columns past a step."""
+
+    def __init__(self, records: Any) -> None:
+        self.records = records
+
+    def trial(self, job_id: int) -> dict[str, Any]:
+        return {"restarts": self.records.processes(job_id)}
+
+    def metric_columns(self, job_id: int, group: str, after_steps: int | None = None
+                       ) -> tuple[str, str, str, str] | None:
+        return self.records.metric_columns(job_id, group, after_steps)

@@ -68,6 +68,25 @@ export function lineChart(el, spec) {
   };
 }
 
+/**
+ * One line chart spec per metric, from metric groups as the master sends a trial's or a
+ * job's ({group: {steps, epoch, time, metrics: {name: [...]}}}): "loss" holds training
+ * loss and validation val_loss together. `xOf(g)` picks a group's x values.
+ */
+export function metricSpecs(groups, xOf, xLabel) {
+  const specs = {};
+  for (const [group, g] of Object.entries(groups)) {
+    const x = xOf(g);
+    for (const [name, ys] of Object.entries(g.metrics)) {
+      const base = name.replace(/^val_/, "");
+      const spec = specs[base] ||= { title: base, xLabel, yLabel: base, series: [] };
+      spec.series.push({ label: `${group}: ${name}`, x, y: ys,
+        color: PALETTE[spec.series.length], points: group !== "training" ? true : undefined });
+    }
+  }
+  return specs;
+}
+
 /** uPlot wants one sorted x array with every series aligned on it (nulls where absent). */
 function join(series) {
   if (series.length === 1) return [series[0].x, series[0].y];

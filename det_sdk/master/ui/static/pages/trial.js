@@ -7,7 +7,7 @@
 // extremes); zooming in asks for that window at full detail; "All points" asks for
 // everything.
 
-import { lineChart, PALETTE } from "../charts.js";
+import { lineChart, metricSpecs } from "../charts.js";
 import { api, esc, markShown, num, progressBar, stateBadge } from "../util.js";
 import { logView } from "./log.js";
 
@@ -117,18 +117,7 @@ export async function render(main, [id]) {
 
   /** One chart per metric ("loss": training loss and validation val_loss together). */
   function chartSpecs() {
-    const specs = {};
-    for (const [group, g] of Object.entries(data.groups)) {
-      const x = xOf(g);
-      for (const [name, ys] of Object.entries(g.metrics)) {
-        const base = name.replace(/^val_/, "");
-        const spec = specs[base] ||= { title: base, xLabel: X_MODES[xMode], yLabel: base,
-          series: [] };
-        spec.series.push({ label: `${group}: ${name}`, x, y: ys,
-          color: PALETTE[spec.series.length], points: group !== "training" ? true : undefined });
-      }
-    }
-    return specs;
+    return metricSpecs(data.groups, xOf, X_MODES[xMode]);
   }
 
   function drawCharts(rebuild) {
