@@ -37,6 +37,7 @@ array([0., 1., 2., 3., 4.])
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -51,8 +52,9 @@ import xxhash
 from det_sdk.atomic import fsync_path, write_atomic
 from det_sdk.errors import DetSdkError
 
-__all__ = ["PartStore", "PredictionsCorruptError", "PredictionsIncompleteError",
-           "PredictionsMismatchError", "flatten_outputs", "load_predictions", "part_stem"]
+__all__ = ["PartStore", "PredictionsCorruptError", "PredictionsDiskFullError",
+           "PredictionsIncompleteError", "PredictionsMismatchError", "flatten_outputs",
+           "load_predictions", "part_stem"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -69,6 +71,26 @@ class PredictionsIncompleteError(DetSdkError, RuntimeError):
 
 class PredictionsCorruptError(DetSdkError, RuntimeError):
     """A part's bytes do not match its sidecar, or a model's outputs changed shape."""
+
+
+class PredictionsDiskFullError(DetSdkError, OSError):
+    """The output directory's filesystem is full (or the user's quota spent): the part
+    being written is absent, the ones before it complete; free space and run again."""
+
+
+# a full disk, or a quota spent: the same remedy (free space, run again)
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _disk_full(err: OSError, path: Path, what: str) -> OSError:
+    """``err`` as a :class:`PredictionsDiskFullError` naming ``path`` when the disk is
+    full; any other ``OSError`` as it is."""
+    if err.errno not in _FULL:
+        return err
+    return PredictionsDiskFullError(
+        err.errno, f"predict: the disk holding the output directory {path} is full "
+        f"({os.strerror(err.errno or errno.ENOSPC)}) writing {what}; the parts written so far "
+        "are complete: free space and run again with the same output= to continue")
 
 
 def part_stem(index: int) -> str:
@@ -163,9 +185,12 @@ class PartStore:
                 raise PredictionsMismatchError(
                     f"predict: output directory {self.path} holds part files ({stray[0]}, ...) "
                     "but no manifest.json: not this job's; give another output= or remove them")
-            write_atomic(self.path / MANIFEST, _dumps({
-                "format": FORMAT, "complete": False, "fingerprint": dict(fingerprint),
-                "model": dict(model)}))
+            try:
+                write_atomic(self.path / MANIFEST, _dumps({
+                    "format": FORMAT, "complete": False, "fingerprint": dict(fingerprint),
+                    "model": dict(model)}))
+            except OSError as err:
+                raise _disk_full(err, self.path, MANIFEST) from err
         else:
             self._check_same_job(manifest, fingerprint, model)
             self._structure = manifest.get("structure")
@@ -259,10 +284,17 @@ class PartStore:
                 "structure, dtypes and per-row shapes for every batch")
         stem = part_stem(index)
         name = f"{stem}.npy" if structure["kind"] == "array" else f"{stem}.npz"
-        size = _write_leaves(self.path / name, structure, leaves)
-        write_atomic(self.path / f"{stem}.json", _dumps({
-            "index": index, "file": name, "rows": len(leaves[0]), "bytes": size,
-            "xxh3": _digest(leaves), "structure": structure}))
+        try:
+            size = _write_leaves(self.path / name, structure, leaves)
+        except OSError as err:  # the temporary file is gone: the part is absent
+            raise _disk_full(err, self.path, name) from err
+        try:
+            write_atomic(self.path / f"{stem}.json", _dumps({
+                "index": index, "file": name, "rows": len(leaves[0]), "bytes": size,
+                "xxh3": _digest(leaves), "structure": structure}))
+        except OSError as err:  # no sidecar: the part is not complete; take it away too
+            (self.path / name).unlink(missing_ok=True)
+            raise _disk_full(err, self.path, f"{stem}.json") from err
         return len(leaves[0])
 
     # the chief, after every process wrote its parts
@@ -283,7 +315,10 @@ class PartStore:
             manifest.setdefault("structure", meta["structure"])
         manifest.update({"complete": True, "rows": start, "parts": table})
         manifest.setdefault("structure", None)  # no rows at all: nothing to describe
-        write_atomic(self.path / MANIFEST, _dumps(manifest))
+        try:
+            write_atomic(self.path / MANIFEST, _dumps(manifest))
+        except OSError as err:  # the old manifest stays: a rerun writes the final one
+            raise _disk_full(err, self.path, MANIFEST) from err
         return manifest
 
 
