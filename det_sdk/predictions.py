@@ -40,9 +40,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import queue
 import re
 import secrets
+import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +53,12 @@ import numpy as np
 import xxhash
 
 from det_sdk.atomic import fsync_path, write_atomic
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, StateError
 
-__all__ = ["PartStore", "PredictionsCorruptError", "PredictionsDiskFullError",
-           "PredictionsIncompleteError", "PredictionsMismatchError", "flatten_outputs",
-           "load_predictions", "part_stem"]
+__all__ = ["PartStore", "PartWriter", "PredictionsCorruptError", "PredictionsDiskFullError",
+           "PredictionsIncompleteError", "PredictionsMismatchError", "StreamedPredictions",
+           "flatten_outputs", "gather_failures", "load_predictions", "open_store", "part_stem",
+           "resolve_output"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -320,6 +324,112 @@ class PartStore:
         except OSError as err:  # the old manifest stays: a rerun writes the final one
             raise _disk_full(err, self.path, MANIFEST) from err
         return manifest
+
+
+# --- what every front's streamed predict shares (det_sdk.keras, det_sdk.pytorch) ----------
+
+
+@dataclass(frozen=True)
+class StreamedPredictions:
+    """What a streamed ``context.predict`` returns (on every process)."""
+
+    path: Path  #: the output directory (read it with det_sdk.load_predictions)
+    rows: int  #: rows predicted in all, this run's and earlier runs'
+    parts: int  #: part files (global batches)
+    resumed: int  #: parts an earlier run had written, kept as they were
+
+
+def resolve_output(session: Any, output: str | os.PathLike[str]) -> Path:
+    """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
+    files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
+    ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
+    locally."""
+    path = Path(output).expanduser()
+    if path.is_absolute():
+        return path
+    files_dir = getattr(session, "files_dir", None)
+    if files_dir is not None:
+        return Path(files_dir) / path
+    info = getattr(session, "info", None)
+    host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
+        "host_path") if info is not None else None
+    if host_path and info is not None:
+        return Path(host_path) / "job_files" / str(info.allocation_id) / path
+    return Path.cwd() / path
+
+
+def open_store(dist: Any, path: Path, fingerprint: Mapping[str, Any],
+               model: Mapping[str, Any]) -> PartStore:
+    """The chief begins ``path`` (:meth:`PartStore.begin`); every process gets its store,
+    or the chief's refusal (another job's directory, a full disk) raised alike, so that
+    none waits on another. ``dist``: a DistributedContext (``is_chief``, ``broadcast``)."""
+    store = PartStore(path)
+    problem: tuple[bool, str] | None = None
+    if dist.is_chief:
+        try:
+            store.begin(fingerprint, model)
+        except PredictionsDiskFullError as err:
+            problem = (True, str(err.strerror))
+        except PredictionsMismatchError as err:
+            problem = (False, str(err))
+    problem = dist.broadcast(problem)
+    if problem is not None:
+        full, message = problem
+        if full:
+            raise PredictionsDiskFullError(errno.ENOSPC, message)
+        raise PredictionsMismatchError(message)
+    return store
+
+
+def gather_failures(dist: Any, path: Path, failure: BaseException | None,
+                    local: int, resumed: int) -> list[tuple[str | None, int, int]]:
+    """Every process's (failure, parts it holds, parts kept from an earlier run), after
+    its loop, failed or not (so that none waits on a dead one); raises this process's
+    failure, or a :class:`~det_sdk.errors.StateError` naming another's."""
+    results: list[tuple[str | None, int, int]] = dist.allgather(
+        (repr(failure) if failure else None, local, resumed))
+    if failure is not None:
+        raise failure
+    failed = [(r, e) for r, (e, _, _) in enumerate(results) if e]
+    if failed:
+        raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
+                         f"the parts written in {path} stay valid: run again to finish them")
+    return results
+
+
+class PartWriter:
+    """Writes parts on a thread, a bounded number of batches behind the predictions: the
+    disk writes overlap the next batches' predictions, memory holds ``depth`` batches."""
+
+    def __init__(self, store: PartStore, depth: int = 2) -> None:
+        self.store = store
+        self.rows = 0
+        self.error: BaseException | None = None
+        self._q: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="det-predict-write")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._q.get()) is not None:
+            if self.error is None:
+                try:
+                    self.rows += self.store.write_part(*item)
+                except BaseException as err:  # re-raised on the main thread
+                    self.error = err
+
+    def put(self, index: int, outputs: Any) -> None:
+        """Queue global batch ``index``'s outputs (waits while ``depth`` are queued);
+        raises the writer's error, once it has one."""
+        if self.error is not None:
+            raise self.error
+        self._q.put((index, outputs))
+
+    def close(self) -> None:
+        """Write what is queued and stop; raises the writer's error, if any."""
+        self._q.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _describe(structure: Mapping[str, Any]) -> str:
