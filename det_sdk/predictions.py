@@ -1,9 +1,10 @@
 """Streamed predictions on disk: ordered part files, a manifest, exactly once across reruns.
 
-``context.predict(model, data, output=DIR)`` (det_sdk.keras) writes its predictions here
-batch by batch instead of holding them in memory. This module is the framework-neutral
-half (no TensorFlow, no torch): the layout of ``DIR``, the atomic part writes, the
-checks that a rerun continues *the same* job, and :func:`load_predictions`.
+``context.predict(model, data, output=DIR)`` (det_sdk.keras, and det_sdk.pytorch's script
+context) writes its predictions here batch by batch instead of holding them in memory.
+This module is the framework-neutral half (no TensorFlow, no torch): the layout of
+``DIR``, the atomic part writes, the checks that a rerun continues *the same* job, and
+:func:`load_predictions`.
 
 Layout of an output directory::
 
