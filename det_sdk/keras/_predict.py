@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,43 +35,21 @@ import tensorflow as tf
 import xxhash
 
 from det_sdk.distributed import DistributedContext
-from det_sdk.errors import ArgumentTypeError, StateError, UsageError
+from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat, _data
-from det_sdk.predictions import PartStore, PredictionsMismatchError, digest_arrays
+from det_sdk.predictions import PartWriter as _Writer
+from det_sdk.predictions import (
+    StreamedPredictions,
+    digest_arrays,
+    gather_failures,
+    open_store,
+    resolve_output,
+)
 from det_sdk.session import Session
 
 __all__ = ["StreamedPredictions", "predict_to", "resolve_output"]
 
 _ACCEPTED = {"batch_size", "verbose"}
-
-
-@dataclass(frozen=True)
-class StreamedPredictions:
-    """What a streamed ``context.predict`` returns (on every process)."""
-
-    path: Path  #: the output directory (read it with det_sdk.load_predictions)
-    rows: int  #: rows predicted in all, this run's and earlier runs'
-    parts: int  #: part files (global batches)
-    resumed: int  #: parts an earlier run had written, kept as they were
-
-
-def resolve_output(session: Session, output: str | os.PathLike[str]) -> Path:
-    """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
-    files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
-    ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
-    locally."""
-    path = Path(output).expanduser()
-    if path.is_absolute():
-        return path
-    files_dir = getattr(session, "files_dir", None)
-    if files_dir is not None:
-        return Path(files_dir) / path
-    info = getattr(session, "info", None)
-    host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
-        "host_path") if info is not None else None
-    if host_path and info is not None:
-        return Path(host_path) / "job_files" / str(info.allocation_id) / path
-    return Path.cwd() / path
 
 
 # --- the input's global batches ------------------------------------------------------------
@@ -190,37 +166,6 @@ def _model_fingerprint(model: Any) -> dict[str, Any]:
 
 
 # --- the loop -------------------------------------------------------------------------------
-
-
-class _Writer:
-    """Writes parts on a thread, a bounded number of batches behind the predictions."""
-
-    def __init__(self, store: PartStore, depth: int = 2) -> None:
-        self.store = store
-        self.rows = 0
-        self.error: BaseException | None = None
-        self._q: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=depth)
-        self._thread = threading.Thread(target=self._run, daemon=True, name="det-predict-write")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (item := self._q.get()) is not None:
-            if self.error is None:
-                try:
-                    self.rows += self.store.write_part(*item)
-                except BaseException as err:  # re-raised on the main thread
-                    self.error = err
-
-    def put(self, index: int, outputs: Any) -> None:
-        if self.error is not None:
-            raise self.error
-        self._q.put((index, outputs))
-
-    def close(self) -> None:
-        self._q.put(None)
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def _dataset_batches(plan: _Plan, dist: DistributedContext,
@@ -346,16 +291,8 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     verbose = kwargs.get("verbose", "auto")
     path = resolve_output(session, output)
     plan = _plan(dist, x, batch_size)
-    store = PartStore(path)
-    problem = None
-    if dist.is_chief:
-        try:
-            store.begin(plan.fingerprint, _model_fingerprint(model))
-        except PredictionsMismatchError as err:
-            problem = str(err)
-    problem = dist.broadcast(problem)  # every process stops alike, none waits for others
-    if problem is not None:
-        raise PredictionsMismatchError(problem)
+    # every process stops alike on the chief's refusal, none waits for others
+    store = open_store(dist, path, plan.fingerprint, _model_fingerprint(model))
 
     done: set[int]
     if plan.mine is not None:
@@ -383,13 +320,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
         failure = failure or err
     # every process ends here, failed or not, so that none waits on a dead one
     local = (plan.mine is not None and len(plan.mine)) or count + len(done)
-    results = dist.allgather((repr(failure) if failure else None, local, len(done)))
-    if failure is not None:
-        raise failure
-    failed = [(r, e) for r, (e, _, _) in enumerate(results) if e]
-    if failed:
-        raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
-                         f"the parts written in {path} stay valid: run again to finish them")
+    results = gather_failures(dist, path, failure, local, len(done))
     if progress.stopped:
         _stop(dist, session, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)

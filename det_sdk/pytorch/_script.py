@@ -18,24 +18,37 @@ parallel to ``det.keras.init()``'s ``context.fit``. What was chosen, and why:
   ``searcher.metric: val_loss`` (det_sdk's default) works unchanged; ``evaluate``
   returns ``loss`` and ``<name>``, as Keras's ``evaluate`` does.
 - ``predict`` returns the outputs of every sample, in the data's order, on every rank;
-  ``evaluate`` the per-sample means over every rank's share.
+  ``evaluate`` the per-sample means over every rank's share. ``predict(..., output=DIR)``
+  streams them to part files instead, in det_sdk.predictions' format (the Keras front's:
+  ``det_sdk.load_predictions`` reads either), and a rerun into ``DIR`` resumes.
 - One ``fit`` per ``init()``: a checkpoint holds one model and optimizer, and a resume
   must find the model it saved. Another model: another ``init()`` (another run).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+import xxhash
 
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
-from det_sdk.pytorch._data import DataLoader
+from det_sdk.predictions import (
+    PartWriter,
+    StreamedPredictions,
+    digest_arrays,
+    gather_failures,
+    open_store,
+    resolve_output,
+)
+from det_sdk.pytorch._data import DataLoader, ShardedBatches
 from det_sdk.pytorch._trial import Batch, Epoch, PyTorchTrial, PyTorchTrialContext
 
-__all__ = ["evaluate", "fit", "load_checkpoint_model", "predict", "wrap_data"]
+__all__ = ["evaluate", "fit", "load_checkpoint_model", "predict", "predict_to", "wrap_data"]
 
 Metric = Callable[[Any, Any], Any]
 
@@ -159,8 +172,8 @@ def fit(context: PyTorchTrialContext, model: Any, optimizer: Any,
     return dict(trainer.last_validation)
 
 
-def _batches(context: PyTorchTrialContext, data: Any) -> Any:
-    loader = wrap_data(context, data)
+def _batches(context: PyTorchTrialContext, data: Any, batch_size: int | None = None) -> Any:
+    loader = wrap_data(context, data, batch_size=batch_size)
     dist = context.distributed
     return loader.get_data_loader(rank=dist.rank, size=dist.size, train=False)
 
@@ -197,7 +210,8 @@ def evaluate(context: PyTorchTrialContext, model: Any, data: Any, *,
     return {k: sum(s[k] for s, _ in rows) / max(total, 1) for k in fns}
 
 
-def predict(context: PyTorchTrialContext, model: Any, data: Any) -> torch.Tensor:
+def predict(context: PyTorchTrialContext, model: Any, data: Any, *,
+            batch_size: int | None = None) -> torch.Tensor:
     """``model``'s outputs for every sample of ``data`` (inputs, or (inputs, targets)), in
     the data's order, on every rank."""
     was_training = model.training
@@ -205,7 +219,7 @@ def predict(context: PyTorchTrialContext, model: Any, data: Any) -> torch.Tensor
     mine: list[torch.Tensor] = []
     try:
         with torch.no_grad():
-            for batch in _batches(context, data):
+            for batch in _batches(context, data, batch_size):
                 batch = context.to_device(batch)
                 x = batch[0] if isinstance(batch, (list, tuple)) else batch
                 mine.append(model(x).cpu())
@@ -219,6 +233,110 @@ def predict(context: PyTorchTrialContext, model: Any, data: Any) -> torch.Tensor
     parts = [shares[k] for k in range(max(len(s) for s in every))
              for shares in every if k < len(shares)]
     return torch.cat(parts) if parts else torch.empty(0)
+
+
+def _numpy(outputs: Any) -> Any:
+    """A model's outputs (a tensor, a list/tuple or a dict of them) as numpy arrays."""
+    if isinstance(outputs, Mapping):
+        return {k: _numpy(v) for k, v in outputs.items()}
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(_numpy(v) for v in outputs)
+    if isinstance(outputs, torch.Tensor):
+        return outputs.detach().cpu().numpy()
+    return np.asarray(outputs)
+
+
+def _model_fingerprint(model: Any) -> dict[str, Any]:
+    """The model's class and a digest of its state's values (parameters and buffers)."""
+    h = xxhash.xxh3_64()
+    for name, value in model.state_dict().items():
+        a = np.ascontiguousarray(value.detach().cpu().numpy())
+        h.update(f"{name}{a.dtype.str}{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1).data)
+    return {"class": type(model).__name__, "weights": h.hexdigest()}
+
+
+def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
+               output: str | os.PathLike[str], *,
+               batch_size: int | None = None) -> StreamedPredictions:
+    """Stream ``model``'s outputs for ``data`` into part files in ``output`` (the format
+    of det_sdk.predictions, as the Keras front writes it); a rerun into the same
+    directory predicts only the batches without a complete part.
+
+    Global batch ``k`` of ``per-slot batch size x processes`` samples is split among the
+    processes as ``predict`` splits it; each process's share is one part, numbered in
+    (batch, rank) order, so the parts in order are the samples in order.
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+            batch_size, int) or batch_size < 1):
+        raise ArgumentTypeError(f"context.predict: batch_size must be a positive int, got "
+                                f"{batch_size!r}")
+    loader = wrap_data(context, data, batch_size=batch_size)
+    dist = context.distributed
+    session = context._core._session
+    path = resolve_output(session, output)
+    n, per_slot = len(loader.dataset), loader.batch_size
+    # every process's share of every global batch, the empty ones left out: part i is
+    # the i-th (batch, rank) share in order, the same numbering on every process
+    shares = [list(ShardedBatches(n, per_slot, rank=r, size=dist.size, train=False))
+              for r in range(dist.size)]
+    order = [(r, idx) for k in range(max((len(s) for s in shares), default=0))
+             for r, sh in enumerate(shares) if k < len(sh) and len(sh[k]) for idx in [sh[k]]]
+    mine = {i: idx for i, (r, idx) in enumerate(order) if r == dist.rank}
+    first = _numpy(_inputs(loader.dataset[0])) if n and dist.is_chief else None
+    fingerprint = {"kind": "torch-dataset", "rows": n, "batch_size": per_slot,
+                   "processes": dist.size,
+                   "digest": digest_arrays(_leaves(first)) if first is not None else None}
+    store = open_store(dist, path, fingerprint, _model_fingerprint(model))
+    done = store.complete_parts(mine)
+    pending = [i for i in mine if i not in done]
+    # only the batches not done are read (a batch sampler of their indices)
+    batches = torch.utils.data.DataLoader(
+        loader.dataset, batch_sampler=[mine[i] for i in pending],
+        num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory, **loader.kwargs)
+    reported, failure, count = 0.0, None, len(done)
+    was_training = model.training
+    model.eval()
+    writer = PartWriter(store)
+    try:
+        with torch.no_grad():
+            for i, batch in zip(pending, batches):
+                writer.put(i, _numpy(model(_inputs(context.to_device(batch)))))
+                count += 1
+                if dist.is_chief and time.monotonic() - reported >= 1.0:  # progress
+                    reported = time.monotonic()
+                    session.report_rows(min(n, count * per_slot * dist.size), n, str(path))
+    except BaseException as err:
+        failure = err
+    finally:
+        model.train(was_training)
+    try:
+        writer.close()
+    except BaseException as err:
+        failure = failure or err
+    gathered = gather_failures(dist, path, failure, len(mine), len(done))
+    resumed = sum(r[2] for r in gathered)
+    rows = None
+    if dist.is_chief:
+        rows = store.finish(len(order))["rows"]
+        session.report_rows(rows, rows, str(path))
+    rows = dist.broadcast(rows)
+    assert rows is not None  # the chief's count, on every process
+    return StreamedPredictions(path=path, rows=rows, parts=len(order), resumed=resumed)
+
+
+def _inputs(batch: Any) -> Any:
+    """A batch's inputs: the first of (inputs, targets), or the batch itself."""
+    return batch[0] if isinstance(batch, (list, tuple)) else batch
+
+
+def _leaves(outputs: Any) -> list[np.ndarray]:
+    if isinstance(outputs, Mapping):
+        return [np.asarray(v) for v in outputs.values()]
+    if isinstance(outputs, (list, tuple)):
+        return [np.asarray(v) for v in outputs]
+    return [np.asarray(outputs)]
 
 
 def load_checkpoint_model(context: PyTorchTrialContext, model: Any,

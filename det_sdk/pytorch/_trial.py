@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -344,16 +345,26 @@ class PyTorchTrialContext:
 
         return _script.evaluate(self, model, data, loss_fn=loss_fn, metrics=metrics)
 
-    def predict(self, model: Any, data: Any) -> Any:
+    def predict(self, model: Any, data: Any, *, output: str | os.PathLike[str] | None = None,
+                batch_size: int | None = None) -> Any:
         """``model``'s outputs for every sample of ``data``, in order, on every rank.
+
+        ``output="DIR"`` streams them to part files in ``DIR`` instead (the format the Keras
+        front writes, docs/batch-inference.md): a rerun into ``DIR`` predicts only what is
+        missing; returns a ``StreamedPredictions``; read them with
+        ``det_sdk.load_predictions(DIR)``. ``batch_size``: per slot (default: the
+        hyperparameters' ``global_batch_size`` / processes).
 
         Example::
 
             outputs = context.predict(model, (x_test,))
+            context.predict(model, (x_test,), output="predictions", batch_size=4096)
         """
         from det_sdk.pytorch import _script
 
-        return _script.predict(self, model, data)
+        if output is not None:
+            return _script.predict_to(self, model, data, output, batch_size=batch_size)
+        return _script.predict(self, model, data, batch_size=batch_size)
 
     def load_checkpoint_model(self, model: Any, checkpoint_uuid: str | None = None, *,
                               trial_id: int | str | None = None, best: bool = False) -> Any:

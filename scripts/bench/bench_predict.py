@@ -8,7 +8,8 @@ Two claims, each measured side by side in one run:
   for ``--reps`` pairs after one warm-up of each:
 
   - S (streamed): ``context.predict(model, x, output=DIR, batch_size=B)`` into a fresh
-    directory (part files written by a thread, each fsynced, and the manifest);
+    directory (part files written by a thread, flushed to disk every 10 s and at the end,
+    and the manifest);
   - P (plain): ``np.save(path, model.predict(x, batch_size=B))`` (no fsync: what a script
     does; stricter for S).
 

@@ -1,7 +1,8 @@
 """`det job describe/pause/activate/kill` and a job's max_restarts (issue 40), on a real
 master with the real CLI: a streamed-predict job (tests/job_steering/run.py) is watched,
-paused at a known batch and activated, crashed once and relaunched, and killed. Each
-time its output equals an uninterrupted run's, row for row (bit-equal, in order).
+paused at a known batch and activated, crashed once and relaunched, killed, and left
+writing its parts while the master is killed (SIGKILL) and started again. Each time its
+output equals an uninterrupted run's, row for row (bit-equal, in order).
 
 A two-slot job killed with kill -9 at three points resumes exactly once too, and the same
 script launched as an experiment (a trial, crashed once) keeps its output with the trial.
@@ -15,6 +16,9 @@ tests/integration/test_job_steering.py, tests/unit/test_job_progress.py.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +150,34 @@ def test_a_streamed_predict_as_an_experiment_restarts_and_keeps_its_output_with_
     (manifest,) = cluster.root.rglob(f"trial_files/*/trial_{trial['id']}/out/manifest.json")
     out = manifest.parent
     assert np.array_equal(det_sdk.load_predictions(out), reference)
+
+
+@pytest.mark.stack_neutral  # the master's crash; the predict itself is the same on both stacks
+def test_a_job_writing_parts_outlives_a_master_killed_with_sigkill(
+        cluster: Cluster, tmp_path: Path, reference: np.ndarray) -> None:
+    gate = tmp_path / "gate"
+    job = _run(cluster, tmp_path, 1, GATE=gate, GATE_AT=13, SLEEP=0.05)
+    wait_until("the gate", lambda: "waiting at the gate" in _log(cluster, job), timeout=120)
+    master = int((cluster.data_dir / "master.pid").read_text())
+    gate.touch()  # released: from now on its parts are being written, 0.05 s a batch
+    os.kill(master, signal.SIGKILL)
+    wait_until("the master to be gone", lambda: _gone(master), timeout=30)
+    time.sleep(0.5)  # it predicts and writes on, with no master to report to
+    assert len(list((tmp_path / "out").glob("part-*.json"))) > 12
+    cluster.up()
+    done = _state(cluster, job, "COMPLETED", "ERROR", "CANCELED")
+    log = _log(cluster, job)
+    assert done["state"] == "COMPLETED", log[-3000:]
+    # the same process wrote on and finished (the master re-attached to it): nothing
+    # relaunched, no part written twice
+    assert (done["rows_done"], done["restarts"]) == (ROWS, 0)
+    assert f"RESULT {ROWS} {ROWS // BATCH} 0" in log
+    assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -1,10 +1,16 @@
 """``context.predict(..., output=DIR)`` in this process: every data kind streams the rows
 ``model.predict`` returns, in order; a failure leaves valid parts that a rerun completes;
-another job's directory and a model whose outputs change shape are refused.
+another job's directory and a model whose outputs change shape are refused; a full disk
+(a real 1 MiB tmpfs) is a clear error and a rerun completes.
 (Processes killed for real: tests/e2e/test_predict_stream.py.)"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +19,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import det_sdk as det  # noqa: E402
-from det_sdk.errors import UsageError  # noqa: E402
+from det_sdk.errors import DetSdkError, UsageError  # noqa: E402
 from det_sdk.predictions import (  # noqa: E402
+    PartStore,
     PredictionsCorruptError,
+    PredictionsDiskFullError,
+    PredictionsIncompleteError,
     PredictionsMismatchError,
 )
 
@@ -110,20 +119,103 @@ def test_another_input_or_model_is_refused(setup, tmp_path: Path) -> None:
 
 
 def test_a_model_whose_outputs_change_shape_is_refused(setup, tmp_path: Path) -> None:
+    """Streamed: refused at the batch that changes, naming it and both shapes, nothing
+    half written. In memory (no output=): what model.predict does, in one process it is
+    model.predict (Keras's own error when it cannot join the batches)."""
     ctx, x, _, _ = setup
     inp = tf.keras.Input((None,))
     ragged = tf.keras.Model(inp, tf.keras.layers.Lambda(lambda t: t * 2)(inp))
-    seq = [x[:10, :3], x[10:20, :4]]
+    seq = [x[:10, :3], x[10:20, :3], x[20:30, :4]]  # batch 2's rows are wider
 
-    class TwoShapes(tf.keras.utils.Sequence):
+    class ThreeShapes(tf.keras.utils.Sequence):
         def __len__(self) -> int:
-            return 2
+            return 3
 
         def __getitem__(self, i: int):
             return seq[i]
 
-    with pytest.raises(PredictionsCorruptError, match="batch 1's outputs are 0: float32\\(4,\\)"):
-        ctx.predict(ragged, TwoShapes(), output=tmp_path, verbose=0)
+    with pytest.raises(PredictionsCorruptError,
+                       match=r"batch 2's outputs are 0: float32\(4,\), the earlier "
+                             r"batches' 0: float32\(3,\) \(in " + str(tmp_path)):
+        ctx.predict(ragged, ThreeShapes(), output=tmp_path, verbose=0)
+    # nothing half written: parts 0 and 1 complete, no part 2, no temporary file; the
+    # manifest says the job is not complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "manifest.json", "part-000000000.json", "part-000000000.npy",
+        "part-000000001.json", "part-000000001.npy"]
+    assert PartStore(tmp_path).complete_parts(range(3)) == {0, 1}
+    assert json.loads((tmp_path / "manifest.json").read_text())["complete"] is False
+    with pytest.raises(PredictionsIncompleteError):
+        det.load_predictions(tmp_path)
+    # in memory: what model.predict does (Keras 3 cannot join the batches and raises;
+    # Keras 2 joins them into a RaggedTensor)
+    keras_kind, keras_result = _outcome(lambda: ragged.predict(ThreeShapes(), verbose=0))
+    ours_kind, ours_result = _outcome(lambda: ctx.predict(ragged, ThreeShapes(), verbose=0))
+    assert (ours_kind, type(ours_result)) == (keras_kind, type(keras_result))
+    if keras_kind == "value":
+        assert _as_list(ours_result) == _as_list(keras_result)
+
+
+def _outcome(call) -> tuple[str, object]:
+    try:
+        return "value", call()
+    except Exception as err:  # whatever Keras raises, compared by type
+        return "error", err
+
+
+def _as_list(value) -> list:
+    return value.to_list() if hasattr(value, "to_list") else np.asarray(value).tolist()
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    """A real small filesystem at ``path`` (mount(2) in this process: no process started)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", 0, f"size={size}".encode()) != 0:
+        why = os.strerror(ctypes.get_errno())
+        pytest.skip(f"a small tmpfs to fill needs mount(2) (root, CAP_SYS_ADMIN): {why}")
+
+
+def _umount(path: Path) -> None:
+    ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(path), 2)  # MNT_DETACH
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mount(2) is Linux's")
+def test_a_full_disk_is_a_clear_error_and_a_rerun_completes(setup, tmp_path: Path) -> None:
+    """A part write that hits ENOSPC on a real (1 MiB tmpfs) filesystem: a det_sdk error
+    naming the directory and the full disk, no half-written part, the manifest valid;
+    once space is freed the rerun completes, bit for bit an uninterrupted run's."""
+    ctx, x, _, _ = setup
+    inp = tf.keras.Input((4,))
+    wide = tf.keras.Model(inp, tf.keras.layers.Dense(1000)(inp))  # 40 kB a batch of 10
+    reference = ctx.predict(wide, x, output=tmp_path / "ref", batch_size=BATCH, verbose=0)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    _mount_tmpfs(disk, "1m")
+    try:
+        out = disk / "preds"
+        filler = disk / "filler"
+        filler.write_bytes(bytes(800 << 10))  # ~200 kB left: a few parts of 11 fit
+        with pytest.raises(PredictionsDiskFullError,
+                           match=f"the disk holding the output directory {out} is full") as err:
+            ctx.predict(wide, x, output=out, batch_size=BATCH, verbose=0)
+        assert isinstance(err.value, DetSdkError) and err.value.errno == errno.ENOSPC
+        names = sorted(p.name for p in out.iterdir())
+        assert not [n for n in names if n.startswith(".")], names  # no temporary file
+        parts = {int(n[5:14]) for n in names if n.startswith("part-")}
+        assert 0 < len(parts) < 11
+        # every part there is whole (with its sidecar, its bytes verified)
+        assert PartStore(out).complete_parts(range(11)) == parts
+        assert json.loads((out / "manifest.json").read_text())["complete"] is False
+        filler.unlink()  # space freed
+        done = ctx.predict(wide, x, output=out, batch_size=BATCH, verbose=0)
+        assert (done.rows, done.resumed) == (ROWS, len(parts))
+        got, expected = det.load_predictions(out), det.load_predictions(reference.path)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+        for i in range(11):  # the very bytes of every part
+            assert (out / f"part-{i:09d}.npy").read_bytes() == \
+                (reference.path / f"part-{i:09d}.npy").read_bytes()
+    finally:
+        _umount(disk)
 
 
 def test_a_relative_output_resolves_under_the_storage_on_the_cluster(tmp_path: Path,
