@@ -136,8 +136,8 @@ def test_max_batches_dataloader_kwargs_and_a_resume_of_another_dataset(
 def test_bad_arguments_are_refused_naming_them(runs: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(DetSdkError, match=message):
         experimental.torch_batch_process(rows.Predict, rows.Rows(5), **kwargs)
-    with pytest.raises(DetSdkError, match="must be sized"):
-        experimental.torch_batch_process(rows.Predict, iter([1, 2]))
+    with pytest.raises(DetSdkError, match=r"must be a map-style dataset .* or an iterable"):
+        experimental.torch_batch_process(rows.Predict, 42)
     with pytest.raises(DetSdkError, match="TorchBatchProcessor subclass"):
         experimental.torch_batch_process(object, rows.Rows(5))  # type: ignore[arg-type]
 

@@ -8,6 +8,12 @@ together: after step ``s`` every global batch below ``(s+1)*size`` is done. Prog
 that count, ``global_batches_done``, a prefix of the global batches; a resumed run
 (same or another number of processes) takes the batches from there.
 
+An unsized (iterable) dataset is dealt alike: its items, in its order, cut into batches
+of ``batch_size``, are the global batches; every process iterates the whole dataset and
+keeps its own batches' items (:class:`_Dealt`), a resumed run iterates past the done
+prefix. The end is found when a process's iterator is exhausted: the processes learn it
+at the next checkpoint (they meet only there), where the run ends.
+
 A checkpoint: every process calls ``on_checkpoint_start``; all meet; the chief stores a
 progress checkpoint (through ``core_context.checkpoint``) and then moves the files
 staged under ``upload_path()`` into the output directory (:mod:`._outputs`).
@@ -20,7 +26,7 @@ import logging
 import math
 import os
 import uuid as uuidlib
-from collections.abc import Sized
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +44,7 @@ log = logging.getLogger("det_sdk.pytorch")
 
 KEY = "torch_batch_process"  # the progress record's key in a checkpoint's metadata
 PROGRESS_FILE = "progress.json"  # a job's progress record, beside its outputs
+_END = object()  # an iterator's end
 
 
 class BatchProcessError(DetSdkError, ValueError):
@@ -55,7 +62,8 @@ def torch_batch_process(
 ) -> None:
     """Run ``batch_processor_cls`` over ``dataset``, sharded, checkpointed and resumable.
 
-    ``dataset``: a sized map-style dataset (``__len__`` and ``__getitem__``);
+    ``dataset``: a map-style dataset (``__len__`` and ``__getitem__``), or an iterable
+    one (a ``torch.utils.data.IterableDataset``, any iterable) whose length is unknown;
     ``batch_size`` rows per batch (default 1, or ``dataloader_kwargs["batch_size"]``);
     ``max_batches``: at most this many batches per process (over all runs of the task);
     ``checkpoint_interval``: progress is checkpointed every this many batches per
@@ -81,10 +89,16 @@ def _check_args(dataset: Any, batch_size: int | None, max_batches: int | None,
     if not (isinstance(cls, type) and issubclass(cls, TorchBatchProcessor)):
         raise BatchProcessError("torch_batch_process: batch_processor_cls must be a "
                                 f"TorchBatchProcessor subclass, got {cls!r}")
-    if not isinstance(dataset, Sized):
-        raise BatchProcessError("torch_batch_process: dataset must be sized (implement "
-                                f"__len__ and __getitem__), got {type(dataset).__name__}")
+    if not _sized(dataset) and not hasattr(dataset, "__iter__"):
+        raise BatchProcessError("torch_batch_process: dataset must be a map-style dataset "
+                                "(__len__ and __getitem__) or an iterable one (__iter__), "
+                                f"got {type(dataset).__name__}")
     kwargs = dict(dataloader_kwargs or {})
+    if not _sized(dataset) and kwargs.get("num_workers"):
+        # each worker would iterate the whole dataset again: its batches would repeat
+        raise BatchProcessError("torch_batch_process: dataloader_kwargs 'num_workers' must "
+                                "be 0 with an iterable (unsized) dataset: every process "
+                                "iterates it whole to find its batches")
     if kwargs.get("shuffle"):
         raise BatchProcessError("torch_batch_process: dataloader_kwargs 'shuffle' must be "
                                 "false: batches are dealt in the dataset's order so that "
@@ -106,6 +120,38 @@ def _check_args(dataset: Any, batch_size: int | None, max_batches: int | None,
             raise BatchProcessError(f"torch_batch_process: {name} must be an int >= 1, "
                                     f"got {value!r}")
     return batch_size, kwargs
+
+
+def _sized(dataset: Any) -> bool:
+    """A map-style dataset: indexed by row. A torch IterableDataset is iterated even when
+    it has a ``__len__`` (it has no ``__getitem__`` to index)."""
+    import torch.utils.data
+
+    return (isinstance(dataset, Sized) and hasattr(dataset, "__getitem__")
+            and not isinstance(dataset, torch.utils.data.IterableDataset))
+
+
+def _dealt(dataset: Any, batch_size: int, first: int, rank: int, size: int,
+           limit: int | None) -> Any:
+    """The items of global batches ``first + rank``, ``first + rank + size``, ... of an
+    iterable ``dataset`` (below ``limit``), in order: a DataLoader with ``batch_size``
+    batches them into exactly those batches (the only short one is the last)."""
+    import torch.utils.data
+
+    class _Dealt(torch.utils.data.IterableDataset):
+        seen = 0  # items of the dataset iterated so far (all of them, once exhausted)
+
+        def __iter__(self) -> Iterator[Any]:
+            for i, item in enumerate(dataset):
+                self.seen = i + 1
+                g = i // batch_size
+                if limit is not None and g >= limit:
+                    return
+                # the done prefix is iterated past (an iterable cannot be indexed)
+                if g >= first and (g - first) % size == rank:
+                    yield item
+
+    return _Dealt()
 
 
 def _default_distributed() -> Any:
@@ -162,10 +208,15 @@ class _Run:
         self.rank, self.size = int(self.dist.rank), int(self.dist.size)
         self.cls, self.dataset, self.batch_size = cls, dataset, batch_size
         self.interval, self.kwargs = interval, kwargs
-        self.rows = len(dataset)
-        total = math.ceil(self.rows / batch_size)
+        self.sized = _sized(dataset)
+        # ints, or None for an iterable dataset (rows and batches unknown until it ends;
+        # its checkpoints are _iterated_checkpoint's, which reads neither as an int)
+        self.rows: Any = len(dataset) if self.sized else None
+        total = math.ceil(self.rows / batch_size) if self.rows is not None else None
         # max_batches is per process, as in Determined: size * max_batches global batches
-        self.limit = total if max_batches is None else min(total, max_batches * self.size)
+        cap = None if max_batches is None else max_batches * self.size
+        self.limit: Any = total if cap is None else cap if total is None else min(total, cap)
+        self.seen: int | None = None  # an iterable's rows, once it has ended
         self.seq = 0  # progress checkpoints committed (the last one's number)
         self.done = 0  # global batches done (a prefix)
         self.using: list[str] = []
@@ -187,10 +238,12 @@ class _Run:
                     "torch_batch_process progress checkpoint; start a new run")
         if record is not None:
             if (record["rows"], record["batch_size"]) != (self.rows, self.batch_size):
+                def rows(n: int | None) -> str:
+                    return "an unsized dataset" if n is None else f"{n} rows"
                 raise BatchProcessError(
                     "torch_batch_process: cannot resume: the checkpointed run had "
-                    f"{record['rows']} rows in batches of {record['batch_size']}, this one has "
-                    f"{self.rows} rows in batches of {self.batch_size}")
+                    f"{rows(record['rows'])} in batches of {record['batch_size']}, this one "
+                    f"has {rows(self.rows)} in batches of {self.batch_size}")
             root = Path(record["output_path"])
         else:
             name = self.dist.broadcast(str(uuidlib.uuid4()) if self.dist.is_chief else None)
@@ -212,14 +265,15 @@ class _Run:
                 log.info("torch_batch_process: this run finished already (%d batches); "
                          "outputs in %s", self.done, root)
                 return
-            log.info("torch_batch_process: resuming after %d of %d global batches",
-                     self.done, self.limit)
+            log.info("torch_batch_process: resuming after %d of %s global batches",
+                     self.done, "?" if self.limit is None else self.limit)
         self.context = TorchBatchProcessorContext(self.core, outputs, _device(self.core))
         self.context._seq = self.seq + 1
         self.context._using = self.using
         processor = self.cls(context=self.context)
         with catch_stop_signals() as stop_signal:
-            stopped = self._batches(processor, stop_signal)
+            stopped = (self._batches(processor, stop_signal) if self.sized
+                       else self._iterated_batches(processor, stop_signal))
         if stopped:
             self._report_reducers()
             return
@@ -257,6 +311,50 @@ class _Run:
                     return True
         return False
 
+    def _iterated_batches(self, processor: TorchBatchProcessor, stop_signal: Any) -> bool:
+        """An iterable dataset's batches of this rank from ``self.done`` on (step ``k`` is
+        global batch ``done + rank + k * size``, as for a sized one), until it ends or a
+        stop is asked; True when stopped. A rank whose batches have ended walks empty
+        steps to the next checkpoint, where the ranks learn that the dataset has ended:
+        every global batch before the first missing one has been processed, so the
+        batches done are the ones done before plus those every rank processed."""
+        import torch.utils.data
+
+        done0 = self.done
+        start_step = done0 // self.size
+        dealt = _dealt(self.dataset, self.batch_size, done0, self.rank, self.size, self.limit)
+        it = iter(torch.utils.data.DataLoader(dealt, batch_size=self.batch_size,
+                                              **self.kwargs))
+        processed, ended, k = 0, False, 0
+        while True:
+            if not ended:
+                batch = next(it, _END)
+                if batch is _END:
+                    ended = True
+                else:
+                    g = done0 + self.rank + k * self.size
+                    processor.process_batch(batch=batch, batch_idx=g // self.size)
+                    processed += 1
+            k += 1
+            if (start_step + k) % self.interval:
+                continue
+            processor.on_checkpoint_start()
+            states = self.dist.allgather((ended, processed, dealt.seen if ended else None))
+            done = done0 + sum(n for _, n, _ in states)
+            last = any(e for e, _, _ in states)
+            if last:
+                self.seen = next(s for e, _, s in states if e)
+                # the run's global batches are now known (for the records and messages)
+                self.limit = done
+            stop = self._checkpoint(done=done, stop_here=bool(stop_signal()))
+            if last:
+                return False
+            if stop:
+                log.warning("torch_batch_process: stopped after %d global batches (progress "
+                            "checkpointed: activated, or run again locally with "
+                            "DET_RESUME=latest, it goes on from there)", self.done)
+                return True
+
     def _loader(self, indices: list[int]) -> Any:
         import torch.utils.data
 
@@ -267,6 +365,8 @@ class _Run:
     def _checkpoint(self, done: int | None = None, stop_here: bool = False,
                     finished: bool = False) -> bool:
         """Meet, store progress, commit the staged files; whether to stop (on every rank)."""
+        if not self.sized:
+            return self._iterated_checkpoint(done, stop_here, finished)
         flags = self.dist.allgather(stop_here)  # also: every rank's files are staged
         if done is not None:
             self.done = done
@@ -279,6 +379,26 @@ class _Run:
             rows = min(self.rows, self.done * self.batch_size)  # a job's (det job describe)
             self.core._session.report_rows(rows, min(self.rows, self.limit * self.batch_size),
                                            str(self.context._outputs.root))
+        self.seq = seq
+        self.context._seq = seq + 1
+        preempt = self.core.preempt.should_preempt() if not finished else False
+        return bool(preempt or any(flags))
+
+    def _iterated_checkpoint(self, done: int | None, stop_here: bool, finished: bool) -> bool:
+        """``_checkpoint`` for an iterable dataset: the rows done are reported with an
+        unknown total until the dataset has ended, its fraction done is not reported."""
+        flags = self.dist.allgather(stop_here)  # also: every rank's files are staged
+        if done is not None:
+            self.done = done
+        seq = self.seq + 1
+        if self.dist.is_chief:
+            self._store(seq, finished)
+            self.context._outputs.commit(seq)
+            rows = self.done * self.batch_size
+            total = None
+            if self.seen is not None:  # ended: every row is known
+                rows = total = min(rows, self.seen)
+            self.core._session.report_rows(rows, total, str(self.context._outputs.root))
         self.seq = seq
         self.context._seq = seq + 1
         preempt = self.core.preempt.should_preempt() if not finished else False
