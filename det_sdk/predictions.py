@@ -66,7 +66,8 @@ from det_sdk.atomic import fsync_path, write_atomic
 from det_sdk.errors import CheckpointWriteError, DetSdkError, StateError
 
 __all__ = ["PartStore", "PartWriter", "PredictionsCorruptError", "PredictionsDiskFullError",
-           "PredictionsIncompleteError", "PredictionsMismatchError", "StreamedPredictions",
+           "PredictionsIncompleteError", "PredictionsMismatchError", "StopAsked",
+           "StreamedPredictions",
            "flatten_outputs", "gather_failures", "load_predictions", "open_store", "part_stem",
            "resolve_output"]
 
@@ -422,6 +423,38 @@ def gather_failures(dist: Any, path: Path, failure: BaseException | None,
         raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
                          f"the parts written in {path} stay valid: run again to finish them")
     return results
+
+
+class StopAsked:
+    """Whether a streamed predict stops after a step because the master asked the task
+    to stop (``det job pause``, a preemption): the parts written are the progress, and a
+    run into the same output resumes after them.
+
+    One process reads the session's flag after every step. N processes meet every
+    ``SYNC_STEPS`` steps (a collective of the chief's flag): all stop after the same step,
+    so each process must walk the same steps (batches it has none of included).
+
+    >>> class Dist: size, is_chief = 1, True
+    >>> class Asked:
+    ...     def should_preempt(self): return True
+    >>> StopAsked(Dist(), Asked()).after(0)
+    True
+    """
+
+    SYNC_STEPS = 10
+
+    def __init__(self, dist: Any, session: Any) -> None:
+        self.dist, self.session = dist, session
+
+    def after(self, step: int) -> bool:
+        """After step ``step`` (0, 1, ...): True on every process when to stop."""
+        if self.dist.size == 1:
+            return bool(self.session.should_preempt())
+        if (step + 1) % self.SYNC_STEPS:
+            return False
+        flags = self.dist.allgather(bool(self.session.should_preempt())
+                                    if self.dist.is_chief else False)
+        return bool(flags[0])
 
 
 class PartWriter:

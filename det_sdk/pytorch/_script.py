@@ -28,9 +28,11 @@ parallel to ``det.keras.init()``'s ``context.fit``. What was chosen, and why:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ import xxhash
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.predictions import (
     PartWriter,
+    StopAsked,
     StreamedPredictions,
     digest_arrays,
     gather_failures,
@@ -266,6 +269,10 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     Global batch ``k`` of ``per-slot batch size x processes`` samples is split among the
     processes as ``predict`` splits it; each process's share is one part, numbered in
     (batch, rank) order, so the parts in order are the samples in order.
+
+    A stop asked by the master (a pause) is taken between batches, on every process
+    after the same one (:class:`det_sdk.predictions.StopAsked`): the parts written are
+    kept and the process exits 0, a stop that activate resumes from those parts.
     """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
             batch_size, int) or batch_size < 1):
@@ -283,6 +290,10 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     order = [(r, idx) for k in range(max((len(s) for s in shares), default=0))
              for r, sh in enumerate(shares) if k < len(sh) and len(sh[k]) for idx in [sh[k]]]
     mine = {i: idx for i, (r, idx) in enumerate(order) if r == dist.rank}
+    # every process walks as many steps as the process with the most shares has, its
+    # j-th share at step j, so that all meet at the same steps (a stop asked)
+    steps = max((sum(1 for r, _ in order if r == rank) for rank in range(dist.size)),
+                default=0)
     first = _numpy(_inputs(loader.dataset[0])) if n and dist.is_chief else None
     fingerprint = {"kind": "torch-dataset", "rows": n, "batch_size": per_slot,
                    "processes": dist.size,
@@ -296,17 +307,24 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         num_workers=loader.num_workers, collate_fn=loader.collate_fn,
         pin_memory=loader.pin_memory, **loader.kwargs)
     reported, failure, count = 0.0, None, len(done)
+    asked, stopped, written = StopAsked(dist, session), False, 0
     was_training = model.training
     model.eval()
     writer = PartWriter(store)
     try:
         with torch.no_grad():
-            for i, batch in zip(pending, batches):
-                writer.put(i, _numpy(model(_inputs(context.to_device(batch)))))
-                count += 1
+            it, parts = iter(batches), list(mine)
+            for step in range(steps):
+                if step < len(parts) and parts[step] not in done:
+                    writer.put(parts[step], _numpy(model(_inputs(context.to_device(next(it))))))
+                    count += 1
+                    written += 1
                 if dist.is_chief and time.monotonic() - reported >= 1.0:  # progress
                     reported = time.monotonic()
                     session.report_rows(min(n, count * per_slot * dist.size), n, str(path))
+                if asked.after(step):
+                    stopped = True
+                    break
     except BaseException as err:
         failure = err
     finally:
@@ -315,7 +333,10 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         writer.close()
     except BaseException as err:
         failure = failure or err
-    gathered = gather_failures(dist, path, failure, len(mine), len(done))
+    # every process ends here, failed, stopped or done, so that none waits on a dead one
+    gathered = gather_failures(dist, path, failure, count, len(done))
+    if stopped:
+        _stop(context, path, min(n, sum(g[1] for g in gathered) * per_slot), n, written)
     resumed = sum(r[2] for r in gathered)
     rows = None
     if dist.is_chief:
@@ -324,6 +345,22 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     rows = dist.broadcast(rows)
     assert rows is not None  # the chief's count, on every process
     return StreamedPredictions(path=path, rows=rows, parts=len(order), resumed=resumed)
+
+
+def _stop(context: PyTorchTrialContext, path: Path, rows: int, total: int,
+          written: int) -> NoReturn:
+    """The master asked the task to stop: every part written is complete (the writer has
+    closed), which is the progress a run into the same output starts from; the process
+    exits 0 (a stop the master resumes on activate, not the end), as the Keras front's."""
+    dist, session = context.distributed, context._core._session
+    if dist.is_chief:
+        session.report_rows(rows, total, str(path))
+        session.acknowledge_preemption()
+        print(f"det_sdk: stopped by the master after {rows} of {total} rows ({written} parts "
+              f"written by this process) in {path}; activated, the job resumes from there",
+              file=sys.stderr, flush=True)
+    session.close()
+    raise SystemExit(0)
 
 
 def _inputs(batch: Any) -> Any:

@@ -118,3 +118,34 @@ def test_another_model_or_batch_size_is_refused(ctx, tmp_path: Path) -> None:
         ctx.predict(other, data, output=tmp_path)
     with pytest.raises(PredictionsMismatchError, match="batch_size=10 to continue"):
         ctx.predict(model, data, output=tmp_path, batch_size=20)
+
+
+def test_a_stop_asked_by_the_master_is_taken_between_batches_and_resumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The real local session, whose preemption flag (the master's pause on the cluster)
+    is raised from the 4th batch on; a rerun into the same output (the job activated)
+    predicts the rest, each row once."""
+    model, data, out = Counted(), Rows(), tmp_path / "out"
+    acked: list[bool] = []
+    with pytorch.init(hparams={"global_batch_size": BATCH}, runs_dir=tmp_path / "runs",
+                      seed=1) as ctx:
+        session = ctx._core._session
+        asked = iter([False, False, False] + [True] * 20)
+        monkeypatch.setattr(session, "should_preempt", lambda: next(asked))
+        monkeypatch.setattr(session, "acknowledge_preemption", lambda: acked.append(True))
+        with pytest.raises(SystemExit) as stop:
+            ctx.predict(model, data, output=out)
+    assert stop.value.code == 0 and acked == [True]  # a stop to resume, not a failure
+    assert model.rows == 40 and model.training  # stopped right after the 4th batch
+    assert sorted(p.name for p in out.glob("part-*.json")) == [
+        f"part-00000000{i}.json" for i in range(4)]
+    assert "stopped by the master after 40 of 103 rows (4 parts written" in \
+        capsys.readouterr().err
+    with pytest.raises(det.predictions.PredictionsIncompleteError):
+        det.load_predictions(out)
+    with pytorch.init(hparams={"global_batch_size": BATCH}, runs_dir=tmp_path / "runs",
+                      seed=1) as ctx:
+        result = ctx.predict(model, data, output=out)
+    assert (result.rows, result.resumed) == (ROWS, 4)
+    assert model.rows == ROWS  # the 63 rows left, once
+    assert np.array_equal(det.load_predictions(out), _expected(model, data))

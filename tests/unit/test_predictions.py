@@ -17,6 +17,7 @@ from det_sdk.predictions import (
     PredictionsCorruptError,
     PredictionsIncompleteError,
     PredictionsMismatchError,
+    StopAsked,
     load_predictions,
     part_stem,
 )
@@ -135,3 +136,39 @@ def test_the_manifest_names_rows_structure_and_fingerprint(tmp_path: Path) -> No
 def test_not_a_predictions_directory(tmp_path: Path) -> None:
     with pytest.raises(PredictionsIncompleteError, match=r"no manifest\.json"):
         load_predictions(tmp_path)
+
+
+class _Ranks:
+    """Rank ``rank`` of ``size``; its allgather returns ``others`` with its own value at
+    its rank (the other processes' values in a real collective), and counts its calls."""
+
+    def __init__(self, rank: int, size: int, others: list) -> None:
+        self.rank, self.size, self.is_chief, self.others = rank, size, rank == 0, others
+        self.collectives = 0
+
+    def allgather(self, value):
+        self.collectives += 1
+        return [value if r == self.rank else v for r, v in enumerate(self.others)]
+
+
+class _Session:
+    def __init__(self, asked: bool) -> None:
+        self.asked = asked
+
+    def should_preempt(self) -> bool:
+        return self.asked
+
+
+def test_a_stop_asked_is_taken_after_every_step_alone_and_at_meetings_on_n_processes() -> None:
+    alone = _Ranks(0, 1, [None])
+    assert StopAsked(alone, _Session(False)).after(0) is False
+    assert StopAsked(alone, _Session(True)).after(0) is True
+    assert alone.collectives == 0
+    # two processes: only every SYNC_STEPS steps, and on the chief's flag on both ranks
+    chief, other = _Ranks(0, 2, [None, False]), _Ranks(1, 2, [True, None])
+    for ranks, session in ((chief, _Session(True)), (other, _Session(False))):
+        decisions = [StopAsked(ranks, session).after(s) for s in range(2 * StopAsked.SYNC_STEPS)]
+        assert [s for s, d in enumerate(decisions) if d] == [9, 19]
+        assert ranks.collectives == 2
+    # a worker's own flag is not the decision (only the chief's, the same on every rank)
+    assert StopAsked(_Ranks(1, 2, [False, None]), _Session(True)).after(9) is False
