@@ -60,17 +60,24 @@ def _env(tmp_path: Path, sleep: float) -> dict[str, str]:
                    TBP_LOG=str(tmp_path / "batches.log"))
 
 
-@pytest.mark.parametrize(("procs", "sig"), [(1, signal.SIGKILL), (1, signal.SIGTERM),
-                                            (2, signal.SIGKILL)])
-def test_a_local_run_interrupted_and_resumed_keeps_every_row_once(
-        tmp_path: Path, procs: int, sig: signal.Signals) -> None:
-    """2 processes (det_sdk's torch launcher) killed, resumed on 1: the batches left."""
+def _cmd(procs: int) -> list[str]:
     cmd = [sys.executable, str(HERE / "rows.py")]
     if procs == 2:
         cmd = [sys.executable, "-m", "det_sdk.launch.torch_distributed", "--nproc-per-node",
                "2", "--", *cmd]
+    return cmd
+
+
+@pytest.mark.parametrize(("procs", "sig", "iterable"), [
+    (1, signal.SIGKILL, False), (1, signal.SIGTERM, False), (2, signal.SIGKILL, False),
+    (2, signal.SIGKILL, True)])
+def test_a_local_run_interrupted_and_resumed_keeps_every_row_once(
+        tmp_path: Path, procs: int, sig: signal.Signals, iterable: bool) -> None:
+    """2 processes (det_sdk's torch launcher) killed, resumed on 1: the batches left. An
+    iterable dataset's run is resumed on 2 processes (the end found by 2 ranks)."""
     log = tmp_path / "batches.log"
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path, 0.05), start_new_session=True,
+    env = {**_env(tmp_path, 0.05), "TBP_ITERABLE": "1" if iterable else "0"}
+    proc = subprocess.Popen(_cmd(procs), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_until("8 batches", lambda: (log.exists() and len(_batches(log)) >= 8) or
@@ -88,8 +95,8 @@ def test_a_local_run_interrupted_and_resumed_keeps_every_row_once(
         assert "stopped after" in err
     before = len(_batches(log))
     assert before < ROWS // BATCH
-    again = subprocess.run([sys.executable, str(HERE / "rows.py")], cwd=tmp_path,
-                           env={**_env(tmp_path, 0.0), "DET_RESUME": "latest"},
+    again = subprocess.run(_cmd(2 if iterable else 1), cwd=tmp_path,
+                           env={**env, "TBP_SLEEP": "0", "DET_RESUME": "latest"},
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     firsts = [first for _, first in _batches(log)]

@@ -4,7 +4,8 @@ Each batch's predictions (and the row ids) are kept in memory and written under
 ``context.upload_path()`` in ``on_checkpoint_start``: the exactly-once pattern of
 docs/batch-inference.md. Settings from the environment (the tests run it as a script,
 locally and on the cluster): ``TBP_ROWS``, ``TBP_BATCH``, ``TBP_INTERVAL``,
-``TBP_SLEEP`` (seconds per batch), ``TBP_LOG`` (a file each processed batch is appended to).
+``TBP_SLEEP`` (seconds per batch), ``TBP_LOG`` (a file each processed batch is appended to),
+``TBP_ITERABLE`` (1: the rows as an iterable dataset, without ``__len__``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ class Rows(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         return torch.from_numpy(self.x[i]), i
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """``Rows(n)``'s items, streamed: an iterable dataset (no ``__len__``)."""
+
+    def __init__(self, n: int) -> None:
+        self.rows = Rows(n)
+
+    def __iter__(self):
+        return (self.rows[i] for i in range(len(self.rows)))
 
 
 def build_model() -> torch.nn.Module:
@@ -82,8 +93,9 @@ def read_outputs(root: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main() -> None:
+    n = int(os.environ.get("TBP_ROWS", "500"))
     experimental.torch_batch_process(
-        Predict, Rows(int(os.environ.get("TBP_ROWS", "500"))),
+        Predict, Stream(n) if os.environ.get("TBP_ITERABLE") == "1" else Rows(n),
         batch_size=int(os.environ.get("TBP_BATCH", "10")),
         checkpoint_interval=int(os.environ.get("TBP_INTERVAL", "3")))
 
