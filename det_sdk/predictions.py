@@ -432,7 +432,10 @@ class StopAsked:
 
     One process reads the session's flag after every step. N processes meet every
     ``SYNC_STEPS`` steps (a collective of the chief's flag): all stop after the same step,
-    so each process must walk the same steps (batches it has none of included).
+    so each process must walk the same steps (batches it has none of included). A
+    process that failed walks on to the next meeting without predicting, where every
+    process ends (``failed``): none is left waiting in a collective the failed one
+    never joins.
 
     >>> class Dist: size, is_chief = 1, True
     >>> class Asked:
@@ -446,15 +449,16 @@ class StopAsked:
     def __init__(self, dist: Any, session: Any) -> None:
         self.dist, self.session = dist, session
 
-    def after(self, step: int) -> bool:
-        """After step ``step`` (0, 1, ...): True on every process when to stop."""
+    def after(self, step: int, failed: bool = False) -> bool:
+        """After step ``step`` (0, 1, ...): True on every process when to stop, asked by
+        the master or because a process has ``failed``."""
         if self.dist.size == 1:
-            return bool(self.session.should_preempt())
+            return failed or bool(self.session.should_preempt())
         if (step + 1) % self.SYNC_STEPS:
             return False
-        flags = self.dist.allgather(bool(self.session.should_preempt())
-                                    if self.dist.is_chief else False)
-        return bool(flags[0])
+        flags = self.dist.allgather((bool(self.session.should_preempt())
+                                     if self.dist.is_chief else False, failed))
+        return bool(flags[0][0]) or any(f for _, f in flags)
 
 
 class PartWriter:

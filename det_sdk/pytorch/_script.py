@@ -315,18 +315,24 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         with torch.no_grad():
             it, parts = iter(batches), list(mine)
             for step in range(steps):
-                if step < len(parts) and parts[step] not in done:
-                    writer.put(parts[step], _numpy(model(_inputs(context.to_device(next(it))))))
-                    count += 1
-                    written += 1
+                if failure is None and step < len(parts) and parts[step] not in done:
+                    try:
+                        outputs = _numpy(model(_inputs(context.to_device(next(it)))))
+                        writer.put(parts[step], outputs)
+                        count += 1
+                        written += 1
+                    except BaseException as err:
+                        # walked on to the next meeting (no more batches), where every
+                        # process learns of it and ends: their collectives stay paired
+                        failure = err
                 if dist.is_chief and time.monotonic() - reported >= 1.0:  # progress
                     reported = time.monotonic()
                     session.report_rows(min(n, count * per_slot * dist.size), n, str(path))
-                if asked.after(step):
+                if asked.after(step, failed=failure is not None):
                     stopped = True
                     break
     except BaseException as err:
-        failure = err
+        failure = failure or err
     finally:
         model.train(was_training)
     try:
@@ -335,7 +341,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         failure = failure or err
     # every process ends here, failed, stopped or done, so that none waits on a dead one
     gathered = gather_failures(dist, path, failure, count, len(done))
-    if stopped:
+    if stopped:  # asked by the master (a failure has been raised just above)
         _stop(context, path, min(n, sum(g[1] for g in gathered) * per_slot), n, written)
     resumed = sum(r[2] for r in gathered)
     rows = None
