@@ -366,18 +366,17 @@ class StreamedPredictions:
     resumed: int  #: parts an earlier run had written, kept as they were
 
 
-def resolve_output(session: Any, output: str | os.PathLike[str]) -> Path:
+def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path:
     """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
     files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
     ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
-    locally."""
+    locally. ``core``: the task's ``det_sdk.core.Context``."""
     path = Path(output).expanduser()
     if path.is_absolute():
         return path
-    files_dir = getattr(session, "files_dir", None)
-    if files_dir is not None:
-        return Path(files_dir) / path
-    info = getattr(session, "info", None)
+    if core.files_dir is not None:
+        return Path(core.files_dir) / path
+    info = core.info if core.local_run_dir is None else None  # a local run's is no cluster's
     host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
         "host_path") if info is not None else None
     if host_path and info is not None:

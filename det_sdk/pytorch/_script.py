@@ -273,8 +273,8 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
                                 f"{batch_size!r}")
     loader = wrap_data(context, data, batch_size=batch_size)
     dist = context.distributed
-    session = context._core._session
-    path = resolve_output(session, output)
+    core = context._core
+    path = resolve_output(core, output)
     n, per_slot = len(loader.dataset), loader.batch_size
     # every process's share of every global batch, the empty ones left out: part i is
     # the i-th (batch, rank) share in order, the same numbering on every process
@@ -306,7 +306,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
                 count += 1
                 if dist.is_chief and time.monotonic() - reported >= 1.0:  # progress
                     reported = time.monotonic()
-                    session.report_rows(min(n, count * per_slot * dist.size), n, str(path))
+                    core.train.report_rows(min(n, count * per_slot * dist.size), n, str(path))
     except BaseException as err:
         failure = err
     finally:
@@ -320,7 +320,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     rows = None
     if dist.is_chief:
         rows = store.finish(len(order))["rows"]
-        session.report_rows(rows, rows, str(path))
+        core.train.report_rows(rows, rows, str(path))
     rows = dist.broadcast(rows)
     assert rows is not None  # the chief's count, on every process
     return StreamedPredictions(path=path, rows=rows, parts=len(order), resumed=resumed)

@@ -123,8 +123,8 @@ def _device(core_context: Context) -> Any:
 
 
 def _in_job(core_context: Context) -> bool:
-    info = getattr(core_context._session, "info", None)
-    return getattr(info, "task_type", None) == "GENERIC"
+    """A generic job on the cluster (``det job run``); a local run is none."""
+    return core_context.local_run_dir is None and core_context.info.task_type == "GENERIC"
 
 
 def _job_record(folder: Path) -> dict[str, Any] | None:
@@ -137,14 +137,13 @@ def _job_record(folder: Path) -> dict[str, Any] | None:
 def _output_root(core_context: Context, name: str) -> Path:
     """Where this task keeps files: the trial's kept files on the cluster, the job's
     files in a job, the run directory locally (docs/batch-inference.md)."""
-    session = core_context._session
-    files_dir = getattr(session, "files_dir", None)
+    files_dir = core_context.files_dir
     if files_dir is not None:
         return Path(files_dir) / KEY / name
-    run_dir = getattr(session, "run_dir", None)
+    run_dir = core_context.local_run_dir
     if run_dir is not None:
         return Path(run_dir).resolve() / KEY / name
-    info = getattr(session, "info", None)
+    info = core_context.info
     storage = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {})
     if storage.get("host_path") and info is not None:
         return Path(storage["host_path"]) / "job_files" / str(info.allocation_id) / KEY / name
@@ -274,11 +273,11 @@ class _Run:
         if self.dist.is_chief:
             self._store(seq, finished)
             self.context._outputs.commit(seq)
-            if getattr(self.core._session, "trial_id", None) is not None:
+            if self.core.run_id is not None:
                 self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
             rows = min(self.rows, self.done * self.batch_size)  # a job's (det job describe)
-            self.core._session.report_rows(rows, min(self.rows, self.limit * self.batch_size),
-                                           str(self.context._outputs.root))
+            self.core.train.report_rows(rows, min(self.rows, self.limit * self.batch_size),
+                                        str(self.context._outputs.root))
         self.seq = seq
         self.context._seq = seq + 1
         preempt = self.core.preempt.should_preempt() if not finished else False
@@ -292,7 +291,7 @@ class _Run:
                   "using_checkpoints": list(self.context._using)}
         meta = {"steps_completed": per_rank, KEY: record,
                 "default_output_uuid": self.context._outputs.root.name}
-        if getattr(self.core._session, "trial_id", None) is None:
+        if self.core.run_id is None:
             # a generic job (`det job run`): the master keeps no checkpoints for jobs (nor
             # restarts them); the progress record is a file beside the outputs
             root = self.context._outputs.root
