@@ -367,18 +367,17 @@ class StreamedPredictions:
     resumed: int  #: parts an earlier run had written, kept as they were
 
 
-def resolve_output(session: Any, output: str | os.PathLike[str]) -> Path:
+def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path:
     """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
     files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
     ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
-    locally."""
+    locally. ``core``: the task's ``det_sdk.core.Context``."""
     path = Path(output).expanduser()
     if path.is_absolute():
         return path
-    files_dir = getattr(session, "files_dir", None)
-    if files_dir is not None:
-        return Path(files_dir) / path
-    info = getattr(session, "info", None)
+    if core.files_dir is not None:
+        return Path(core.files_dir) / path
+    info = core.info if core.local_run_dir is None else None  # a local run's is no cluster's
     host_path = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {}).get(
         "host_path") if info is not None else None
     if host_path and info is not None:
@@ -430,33 +429,36 @@ class StopAsked:
     to stop (``det job pause``, a preemption): the parts written are the progress, and a
     run into the same output resumes after them.
 
-    One process reads the session's flag after every step. N processes meet every
+    One process reads the master's request after every step. N processes meet every
     ``SYNC_STEPS`` steps (a collective of the chief's flag): all stop after the same step,
     so each process must walk the same steps (batches it has none of included). A
     process that failed walks on to the next meeting without predicting, where every
     process ends (``failed``): none is left waiting in a collective the failed one
     never joins.
 
+    ``preempt``: the task's ``core_context.preempt`` (its ``requested()``: the chief's
+    answer is the master's, the others' False).
+
     >>> class Dist: size, is_chief = 1, True
     >>> class Asked:
-    ...     def should_preempt(self): return True
+    ...     def requested(self): return True
     >>> StopAsked(Dist(), Asked()).after(0)
     True
     """
 
     SYNC_STEPS = 10
 
-    def __init__(self, dist: Any, session: Any) -> None:
-        self.dist, self.session = dist, session
+    def __init__(self, dist: Any, preempt: Any) -> None:
+        self.dist, self.preempt = dist, preempt
 
     def after(self, step: int, failed: bool = False) -> bool:
         """After step ``step`` (0, 1, ...): True on every process when to stop, asked by
         the master or because a process has ``failed``."""
         if self.dist.size == 1:
-            return failed or bool(self.session.should_preempt())
+            return failed or bool(self.preempt.requested())
         if (step + 1) % self.SYNC_STEPS:
             return False
-        flags = self.dist.allgather((bool(self.session.should_preempt())
+        flags = self.dist.allgather((bool(self.preempt.requested())
                                      if self.dist.is_chief else False, failed))
         return bool(flags[0][0]) or any(f for _, f in flags)
 

@@ -87,17 +87,19 @@ class Session:
     # Where relative paths of the files callbacks write are kept (None: as given, in the
     # working directory). On the cluster, a folder of the trial's in checkpoint storage.
     files_dir: Path | None = None
-    # The stage of the script under way (det_sdk.stages): its metrics and checkpoints
-    # are recorded as that stage's. The default stage's records carry no stage field.
-    stage: str = DEFAULT_STAGE
-    searched: bool = True  # the stage under way is the one the searcher's length applies to
+
+    # The reports below take the stage they belong to (det_sdk.stages) as arguments:
+    # ``stage`` names it (the default stage's records carry no stage field) and
+    # ``searched`` says whether the searcher's length applies to it.
 
     def report_metrics(
-        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float],
+        *, stage: str = DEFAULT_STAGE, searched: bool = True,
     ) -> None:
         raise NotImplementedError
 
-    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any], *,
+                          stage: str = DEFAULT_STAGE, searched: bool = True) -> None:
         raise NotImplementedError
 
     def checkpoint_for_trial(self, trial_id: int | str, best: bool = False,
@@ -131,8 +133,9 @@ class Session:
         """True when the outside asks this process to checkpoint and stop."""
         return False
 
-    def report_progress(self, fraction: float) -> None:
-        """Fraction of the training length done, for progress displays."""
+    def report_progress(self, fraction: float, *, searched: bool = True) -> None:
+        """Fraction of the training length done, for progress displays (a trial's progress
+        is its ``searched`` stage's; the other stages' is not reported)."""
 
     def report_rows(self, rows_done: int, rows_total: int | None,
                     output: str | None = None) -> None:
@@ -170,9 +173,6 @@ class LocalSession(Session):
         self.latest_checkpoint = self._stored_rows[-1]["uuid"] if self._stored_rows else None
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
         self.created = False  # set by create(): this process made the run directory
-        # How long to train when the run has no script of its own to say it (a
-        # TFKerasTrial off the cluster: the config's searcher.max_length, once)
-        self.length: Length | None = None
 
     # --- creating and reopening runs ----------------------------------------------------
 
@@ -231,14 +231,15 @@ class LocalSession(Session):
     # --- the Session interface ----------------------------------------------------------
 
     def report_metrics(
-        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float],
+        *, stage: str = DEFAULT_STAGE, searched: bool = True,
     ) -> None:
         if self._metrics_file is None:
             raise StateError("this process opened the run read-only; rank 0 reports")
         check_metrics(group, metrics)  # the master's limits: what runs here runs there
         row = {
             "group": group,
-            **record_fields(self.stage),
+            **record_fields(stage),
             "steps_completed": int(steps_completed),
             "epoch": int(epoch),
             "time": time.time(),
@@ -247,8 +248,9 @@ class LocalSession(Session):
         self._metrics_file.write(wire_dumps(row) + "\n")  # NaN as "NaN": standard JSON
         self._metrics_file.flush()
 
-    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
-        row = {"uuid": uuid, "time": time.time(), **record_fields(self.stage), **metadata}
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any], *,
+                          stage: str = DEFAULT_STAGE, searched: bool = True) -> None:
+        row = {"uuid": uuid, "time": time.time(), **record_fields(stage), **metadata}
         with open(self.run_dir / "checkpoints.jsonl", "a") as f:
             f.write(wire_dumps(row) + "\n")
             f.flush()
@@ -323,9 +325,6 @@ class LocalSession(Session):
     def checkpoint_path(self, uuid: str) -> Path:
         # Any run of this runs directory may hold it: batch inference loads another run's.
         return find_runs_dir_checkpoint(self.runs_dir, uuid)
-
-    def training_length(self) -> Length | None:
-        return self.length
 
     def resume_hint(self) -> str:
         return (f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}); "
@@ -499,32 +498,27 @@ class MasterSession(Session):
     # --- reporting, off the training thread ------------------------------------------
 
     def report_metrics(
-        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float]
+        self, group: MetricGroup, steps_completed: int, epoch: int, metrics: Mapping[str, float],
+        *, stage: str = DEFAULT_STAGE, searched: bool = True,
     ) -> None:
         check_metrics(group, metrics)
         self._raise_refused()
         body = {"group": group, "steps_completed": int(steps_completed), "epoch": int(epoch),
-                "metrics": _wire_metrics(metrics), **self._stage_fields()}
+                "metrics": _wire_metrics(metrics), **_stage_fields(stage, searched)}
         # a generic job has no trial: its metrics go to its allocation, kept per job
         self._queue.put(("metrics" if self.trial_id is not None else "job_metrics", body))
 
-    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any]) -> None:
+    def report_checkpoint(self, uuid: str, metadata: Mapping[str, Any], *,
+                          stage: str = DEFAULT_STAGE, searched: bool = True) -> None:
         check_metrics("checkpoint", metadata.get("metrics") or {})
         self._raise_refused()
         body = {"uuid": uuid, "trial_id": self.trial_id,
                 **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
                    if k in metadata},
-                "metrics": _wire_metrics(metadata.get("metrics") or {}), **self._stage_fields()}
+                "metrics": _wire_metrics(metadata.get("metrics") or {}),
+                **_stage_fields(stage, searched)}
         self._queue.put(("checkpoint", body))
         self.latest_checkpoint = uuid
-
-    def _stage_fields(self) -> dict[str, Any]:
-        """What a report of the stage under way carries (none for the default stage, searched,
-        so a report looks as before stages)."""
-        fields: dict[str, Any] = dict(record_fields(self.stage))
-        if not self.searched:
-            fields["searched"] = False
-        return fields
 
     def stage_checkpoints(self) -> list[dict[str, Any]]:
         if self.trial_id is None:
@@ -534,10 +528,10 @@ class MasterSession(Session):
                 for r in sorted(rows, key=lambda r: r["created"])
                 if not r.get("damaged")]  # failed verification on restore: never again
 
-    def report_progress(self, fraction: float) -> None:
+    def report_progress(self, fraction: float, *, searched: bool = True) -> None:
         # the trial's progress is its searched stage's (det_sdk.stages); the others have
         # lengths of their own
-        if self.trial_id is not None and self.searched:
+        if self.trial_id is not None and searched:
             self._queue.put(("progress", min(max(float(fraction), 0.0), 1.0)))
 
     def report_rows(self, rows_done: int, rows_total: int | None,
@@ -731,6 +725,19 @@ _SERVER_ERROR_RETRIES = 5
 # Answers that say the report itself cannot be stored (invalid, too large): the trial fails.
 # Others (401, 403, 404, 409) are about the trial's state or the token, not the report.
 _INVALID_REPORT = (400, 413, 422)
+
+
+def _stage_fields(stage: str, searched: bool) -> dict[str, Any]:
+    """What a report of ``stage`` carries to the master (none for the default stage,
+    searched, so a report looks as before stages).
+
+    >>> _stage_fields("fit", True), _stage_fields("teacher", False)
+    ({}, {'stage': 'teacher', 'searched': False})
+    """
+    fields: dict[str, Any] = dict(record_fields(stage))
+    if not searched:
+        fields["searched"] = False
+    return fields
 
 
 def _wire_metrics(metrics: Mapping[str, Any]) -> dict[str, float | str]:

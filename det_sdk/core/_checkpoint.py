@@ -26,6 +26,7 @@ from det_sdk.arrayfile import copy_file
 from det_sdk.distributed import DistributedContext
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
+from det_sdk.stages import DEFAULT_STAGE
 from det_sdk.storage import OWNER_FILE
 
 __all__ = ["CheckpointContext"]
@@ -119,6 +120,42 @@ class CheckpointContext:
         """The checkpoint's ``metadata.json`` ({} when it has none)."""
         path = self._session.checkpoint_path(storage_id) / METADATA
         return json.loads(path.read_text()) if path.is_file() else {}
+
+    # --- det_sdk extensions: what the fronts need beyond Determined's core API ----------
+
+    def checkpoint_path(self, storage_id: str) -> Path:
+        """det_sdk extension: the directory of checkpoint ``storage_id`` as a path (what
+        :meth:`restore_path` yields), for code that reads it outside a ``with`` block;
+        any run of the local runs directory may hold it."""
+        return self._session.checkpoint_path(storage_id)
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        """det_sdk extension: the uuid of this trial's latest checkpoint as of now (the
+        one resumed from, then each one reported since); None before the first."""
+        return self._session.latest_checkpoint
+
+    def stage_checkpoints(self) -> list[dict[str, Any]]:
+        """det_sdk extension: this trial's checkpoint records oldest first (``uuid``, and
+        ``stage`` but for the default stage): which stages (det_sdk.stages) a resume
+        reached, and where. Read by the chief."""
+        return self._session.stage_checkpoints()
+
+    @contextlib.contextmanager
+    def store_unreported(self, storage_id: str) -> Iterator[Path]:
+        """det_sdk extension: a directory that becomes checkpoint ``storage_id`` on leaving
+        the block (renamed into place), not reported: the caller writes its own metadata
+        and calls :meth:`report_checkpoint` (``context.fit`` writes in the background)."""
+        with self._session.storage.store(storage_id) as (_, path):
+            yield path
+
+    def report_checkpoint(self, storage_id: str, record: Mapping[str, Any], *,
+                          stage: str = DEFAULT_STAGE, searched: bool = True) -> None:
+        """det_sdk extension: report checkpoint ``storage_id``, stored with
+        :meth:`store_unreported`: ``record`` holds its ``steps_completed``, ``epoch``,
+        ``batch``, ``size`` and ``metrics``; ``stage`` and ``searched`` say which stage
+        (det_sdk.stages) it belongs to. The chief reports."""
+        self._session.report_checkpoint(storage_id, record, stage=stage, searched=searched)
 
     def _report(self, uuid: str, meta: Mapping[str, Any], size: int) -> None:
         record = {k: meta[k] for k in ("steps_completed", "epoch", "batch") if k in meta}

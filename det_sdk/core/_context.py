@@ -5,6 +5,10 @@ through :class:`det_sdk.session.MasterSession`; off it they keep a local run
 directory (:class:`det_sdk.session.LocalSession`, as ``det.keras.init()`` does):
 metrics, checkpoints and TensorBoard files under ``det-runs/<n>/``.
 
+The context is the only seam the fronts (``det_sdk.keras``, ``det_sdk.pytorch``) use: what
+they need beyond Determined's core API is on it and its sub-contexts as det_sdk
+extensions (each one's docstring says so); the session stays inside ``det_sdk.core``.
+
 >>> import tempfile
 >>> with init(runs_dir=tempfile.mkdtemp()) as core_context:
 ...     core_context.train.report_training_metrics(steps_completed=1, metrics={"loss": 1.0})
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -30,12 +35,12 @@ from det_sdk.distributed import (
     SingleProcess,
     launched_by_horovod,
 )
-from det_sdk.engine.run import open_run
+from det_sdk.engine.run import OpenedRun, open_run
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
-from det_sdk.session import Session
+from det_sdk.session import LocalSession, Session
 
-__all__ = ["Context", "init"]
+__all__ = ["Context", "context_of_run", "init"]
 
 
 class Context:
@@ -74,6 +79,48 @@ class Context:
         """The config's ``searcher.max_length`` (the whole training length), if any."""
         searcher = self._config.searcher if self._config else None
         return searcher.max_length if searcher else None
+
+    # --- det_sdk extensions: what the fronts need beyond Determined's core API ----------
+
+    @property
+    def run_id(self) -> int | str | None:
+        """det_sdk extension: the id this process's records are kept under: the local run's
+        (``det-runs/<id>``) off the cluster, the trial's on it; None in a job on the
+        cluster (``det job run``), which has no trial."""
+        return self._session.trial_id
+
+    @property
+    def local_run_dir(self) -> Path | None:
+        """det_sdk extension: the local run's directory (``det-runs/<id>``); None on the
+        cluster."""
+        return self._session.run_dir if isinstance(self._session, LocalSession) else None
+
+    @property
+    def tensorboard_dir(self) -> Path | None:
+        """det_sdk extension: where this trial's TensorBoard event files go
+        (``det-runs/<id>/tensorboard`` locally; the trial's folder in checkpoint storage
+        on the cluster, which ``det tensorboard`` reads); None when there is none."""
+        return self._session.tensorboard_dir
+
+    @property
+    def files_dir(self) -> Path | None:
+        """det_sdk extension: where the relative files that callbacks write are kept (on the
+        cluster a folder of the trial's in checkpoint storage, which outlives the trial's
+        working directory); None: as given, in the working directory."""
+        return self._session.files_dir
+
+    def resume_hint(self) -> str:
+        """det_sdk extension: how a user continues this trial after it stopped (shown when
+        it stops); "" when there is nothing to say (the master resumes it)."""
+        return self._session.resume_hint()
+
+    def discard_if_empty(self) -> bool:
+        """det_sdk extension: remove the local run this process created if it holds no
+        checkpoint nor metric (a run stopped before training), so no half-made run is
+        left; whether it was removed. Nothing on the cluster (False)."""
+        if isinstance(self._session, LocalSession):
+            return self._session.discard_if_empty()
+        return False
 
     def close(self) -> None:
         """Deliver what is pending and release the session."""
@@ -123,5 +170,22 @@ def init(
     local_length = None
     if not run.on_cluster and cfg is not None and cfg.searcher is not None:
         local_length = cfg.searcher.max_length  # off the cluster: the searcher's one length
+    return context_of_run(run, local_length=local_length)
+
+
+def context_of_run(run: OpenedRun, *, local_length: Length | None = None) -> Context:
+    """The core context over a run opened by :func:`det_sdk.engine.run.open_run`: what
+    :func:`init` returns, and what ``det.keras.init()`` builds its ``KerasContext`` on
+    (each front keeps its own choices: the distributed context, process placement,
+    seeding). ``local_length``: off the cluster, the searcher's one length (None: the
+    script's own, as ``context.fit``'s ``epochs``).
+
+    >>> import tempfile
+    >>> from det_sdk.distributed import SingleProcess
+    >>> ctx = context_of_run(open_run(SingleProcess(), runs_dir=tempfile.mkdtemp()))
+    >>> ctx.run_id, ctx.searcher.current_length() is None
+    (1, True)
+    >>> ctx.close()
+    """
     return Context(distributed=run.distributed, session=run.session, info=run.info,
-                   config=cfg, local_length=local_length)
+                   config=run.experiment_config, local_length=local_length)

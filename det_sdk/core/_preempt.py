@@ -45,6 +45,12 @@ class PreemptContext:
             self.acknowledge_preemption_signal()
         return answer
 
+    def requested(self) -> bool:
+        """det_sdk extension: whether the master asked this trial to stop, as this process
+        knows it (not a collective, nothing acknowledged): the chief's answer is the
+        master's, the others' False. For a loop that gathers its stop requests itself."""
+        return self._session.should_preempt()
+
     def acknowledge_preemption_signal(self) -> None:
         """Say that this trial stops because it was asked to (Determined's name)."""
         if self._dist.is_chief:

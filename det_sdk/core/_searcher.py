@@ -87,6 +87,12 @@ class SearcherContext:
         self._dist = distributed
         self._local_length = local_length
 
+    def use_local_length(self, length: Length | None) -> None:
+        """det_sdk extension: off the cluster, the one length to train to when the script
+        gives none (a ``TFKerasTrial``'s ``searcher.max_length``); on the cluster the
+        master's searcher still decides."""
+        self._local_length = length
+
     def current_length(self) -> Length | None:
         """The length the searcher asks for now (a collective); None: as the script says."""
         told = self._session.training_length() if self._dist.is_chief else None

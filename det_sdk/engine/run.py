@@ -38,9 +38,17 @@ from det_sdk.env import local_run
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
-from det_sdk.session import DEFAULT_RUNS_DIR, LocalSession, MasterSession, Session
 
-__all__ = ["OpenedRun", "load_config", "open_run"]
+# RunNotFoundError: what opening a run raises, for the fronts to catch (they import no session)
+from det_sdk.session import (
+    DEFAULT_RUNS_DIR,
+    LocalSession,
+    MasterSession,
+    RunNotFoundError,
+    Session,
+)
+
+__all__ = ["OpenedRun", "RunNotFoundError", "load_config", "open_run"]
 
 
 @dataclass(frozen=True)

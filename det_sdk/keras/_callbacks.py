@@ -24,11 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 from det_sdk.config import Length
+from det_sdk.core._train import TrainContext
 from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.engine.position import Position
 from det_sdk.errors import UsageError
 from det_sdk.keras import _compat
-from det_sdk.session import Session
+from det_sdk.stages import DEFAULT_STAGE
 
 __all__ = [
     "AggregateMetrics",
@@ -602,7 +603,9 @@ def split_logs(logs: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, flo
 
 
 class MetricsReporter(_Callback):
-    """Report training and validation metrics to the session, and progress.
+    """Report training and validation metrics, and progress, through ``det.core``'s
+    ``train`` context, as those of ``stage`` (det_sdk.stages; ``searched``: the stage the
+    searcher's length applies to, whose progress is the trial's).
 
     At each epoch end (or early end of a call): the epoch's training averages and
     any validation. Every ``report_every`` batches in between: the running
@@ -610,14 +613,16 @@ class MetricsReporter(_Callback):
     every process runs this callback; only the one with ``publish`` reports).
     Remembers the last validation and where it was taken.
 
-    >>> # MetricsReporter(session, position, dist, publish=dist.is_chief), from context.fit
+    >>> # MetricsReporter(core.train, position, dist, publish=dist.is_chief), from context.fit
     """
 
-    def __init__(self, session: Session, position: Position, dist: DistributedContext,
+    def __init__(self, train: TrainContext, position: Position, dist: DistributedContext,
                  *, publish: bool = True, report_every: int | None = None,
-                 total_steps: int | None = None) -> None:
+                 total_steps: int | None = None, stage: str = DEFAULT_STAGE,
+                 searched: bool = True) -> None:
         super().__init__()
-        self.session = session
+        self.train = train
+        self.stage, self.searched = stage, searched
         self.position = position
         self.dist = dist
         self.publish = publish
@@ -635,7 +640,7 @@ class MetricsReporter(_Callback):
             parts = self.dist.allgather(train)
             train = {k: sum(p[k] for p in parts) / len(parts) for k in train}
         if self.publish and train:
-            self.session.report_metrics("training", steps, self.position.epoch, train)
+            self.report("training", steps, train)
             self._progress()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -646,14 +651,20 @@ class MetricsReporter(_Callback):
         if not self.publish:
             return
         if train:
-            self.session.report_metrics("training", steps, self.position.epoch, train)
+            self.report("training", steps, train)
         if val:
-            self.session.report_metrics("validation", steps, self.position.epoch, val)
+            self.report("validation", steps, val)
         self._progress()
+
+    def report(self, group: str, steps: int, metrics: Mapping[str, float]) -> None:
+        """Report ``metrics`` of ``group`` at ``steps``, in this epoch, as this stage's."""
+        self.train.report_metrics(group, steps, metrics, self.position.epoch,
+                                  stage=self.stage, searched=self.searched)
 
     def _progress(self) -> None:
         if self.total_steps:
-            self.session.report_progress(self.position.steps_completed / self.total_steps)
+            self.train.report_progress(self.position.steps_completed / self.total_steps,
+                                       searched=self.searched)
 
 
 class StopAt(_Callback):

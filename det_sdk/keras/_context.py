@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import tensorflow as tf
 
-from det_sdk.distributed import DistributedContext
+from det_sdk.core._context import Context
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.signals import MASTER_STOP
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
@@ -18,8 +18,7 @@ from det_sdk.info import ClusterInfo
 from det_sdk.keras import _checkpoint, _compat, _data, _fit
 from det_sdk.keras._callbacks import Preempted
 from det_sdk.keras._loop import TrainingLoop
-from det_sdk.session import Session
-from det_sdk.stages import RunStages, check_stage_name
+from det_sdk.stages import DEFAULT_STAGE, RunStages, check_stage_name
 
 __all__ = ["KerasContext", "TrainingContext"]
 
@@ -49,24 +48,28 @@ class KerasContext:
     def __init__(
         self,
         *,
-        distributed: DistributedContext,
-        session: Session,
+        core: Context,
         hparams: HParams | None,
         config_data: Mapping[str, Any],
         policy: TrainingPolicy,
         info: ClusterInfo | None = None,
         searched_stage: str | None = None,
     ) -> None:
-        self.distributed = distributed
-        self.session = session
+        # det.core's context: records, checkpoints, preemption and the searcher go through
+        # it (and its distributed context is this one's)
+        self.core = core
+        self.distributed = core.distributed
         self.config_data: dict[str, Any] = dict(config_data)
         self.info = info
         self._training = TrainingContext(hparams) if hparams is not None else None
-        self._loop = TrainingLoop(distributed, session, policy, hparams)
+        self._loop = TrainingLoop(core, policy, hparams)
         # The run's stages (det_sdk.stages): read at the first fit, as far as the script goes
         self._stages: RunStages | None = None
         self._searched_stage = searched_stage
         self._trained_in: dict[int, str] = {}  # id(model) -> the stage that last trained it
+        # The latest fit's stage and whether it is the searched one: an evaluate of a model
+        # no fit trained is recorded in it, and every evaluate carries its searched flag
+        self._latest_stage: tuple[str, bool] = (DEFAULT_STAGE, True)
         self._stage_positions: dict[str, tuple[int, int]] = {}  # stage -> (steps, epoch) at end
 
     @property
@@ -78,7 +81,7 @@ class KerasContext:
 
             context.trial_id  # 3
         """
-        tid = self.session.trial_id
+        tid = self.core.run_id
         return int(tid) if tid is not None else None
 
     @property
@@ -168,7 +171,7 @@ class KerasContext:
                 raise ArgumentTypeError(f"context.fit: got two values for {name!r}")
             kwargs[name] = value
         current = self._run_stages().begin("fit", stage)
-        self.session.stage, self.session.searched = current.name, current.searched
+        self._latest_stage = (current.name, current.searched)
         outcome = _fit.run_fit(self._loop, model, kwargs, current)
         self._trained_in[id(model)] = current.name
         pos = outcome.position
@@ -182,7 +185,7 @@ class KerasContext:
         if self._stages is None:
             dist = self.distributed
             records = cast("list[dict[str, Any]]", dist.broadcast(  # rank 0's, never None
-                self.session.stage_checkpoints() if dist.is_chief else None))
+                self.core.checkpoint.stage_checkpoints() if dist.is_chief else None))
             self._stages = RunStages(
                 [{k: r[k] for k in ("uuid", "stage") if k in r} for r in records],
                 searched=self._searched_stage)
@@ -193,10 +196,10 @@ class KerasContext:
         pos = self._loop.position
         where = f"epoch {pos.epoch}, batch {pos.batch}" if pos else "the start"
         if self.distributed.is_chief:
-            if stop.reason == MASTER_STOP:
-                self.session.acknowledge_preemption()  # a stop to resume, not the end
+            if stop.reason == MASTER_STOP:  # a stop to resume, not the end
+                self.core.preempt.acknowledge_preemption_signal()
             saved = f"checkpoint {stop.uuid} saved" if stop.uuid else "no checkpoint saved"
-            hint = self.session.resume_hint() if hasattr(self.session, "resume_hint") else ""
+            hint = self.core.resume_hint()
             print(f"det_sdk: stopped by {stop.reason} at {where}; {saved}. {hint}".rstrip(),
                   file=sys.stderr, flush=True)
         self.close()
@@ -228,18 +231,16 @@ class KerasContext:
         results = self._loop.evaluate_all(model, x, y, **kwargs)
         if self.distributed.is_chief:
             pos = self._loop.peek_position()
-            before = self.session.stage
+            latest, searched = self._latest_stage
             if own is not None:
-                self.session.stage, steps, epoch = own.name, 0, 0
-            else:
-                self.session.stage = self._trained_in.get(id(model), before)
+                name, steps, epoch = own.name, 0, 0
+            else:  # the stage that trained the model (else the latest fit's), at its position
+                name = self._trained_in.get(id(model), latest)
                 steps, epoch = pos.steps_completed, pos.epoch
-                if self.session.stage != before:  # another stage's model: where it ended
-                    steps, epoch = self._stage_positions.get(self.session.stage, (steps, epoch))
-            try:
-                self.session.report_metrics("evaluation", steps, epoch, results)
-            finally:
-                self.session.stage = before
+                if name != latest:  # another stage's model: where it ended
+                    steps, epoch = self._stage_positions.get(name, (steps, epoch))
+            self.core.train.report_metrics("evaluation", steps, results, epoch,
+                                           stage=name, searched=searched)
         if want_dict:
             return results
         values = _compat.metrics_in_order(model, results)
@@ -272,7 +273,7 @@ class KerasContext:
         if output is not None:  # streamed to part files (det_sdk.keras._predict)
             from det_sdk.keras._predict import predict_to
 
-            return predict_to(dist, self.session, model, x, output, **kwargs)
+            return predict_to(dist, self.core, model, x, output, **kwargs)
         if dist.size == 1:
             return model.predict(x, **kwargs)
         x, _, _, rows, _ = _data.local_part(dist, x)
@@ -325,7 +326,7 @@ class KerasContext:
         """
         checkpoint_uuid = self._checkpoint_of("load_checkpoint_model", trial_id,
                                               checkpoint_uuid, best, stage)
-        path = self.session.checkpoint_path(checkpoint_uuid)
+        path = self.core.checkpoint.checkpoint_path(checkpoint_uuid)
         if model is not None:
             if not isinstance(model, _compat.keras.Model):
                 raise ArgumentTypeError("load_checkpoint_model: model must be a keras.Model, got "
@@ -363,7 +364,8 @@ class KerasContext:
                              "first (call it on a batch, e.g. model(x[:1]), or model.build)")
         checkpoint_uuid = self._checkpoint_of("load_checkpoint_weights", trial_id,
                                               checkpoint_uuid, best, stage)
-        return _checkpoint.load_weights(self.session.checkpoint_path(checkpoint_uuid), model)
+        return _checkpoint.load_weights(self.core.checkpoint.checkpoint_path(checkpoint_uuid),
+                                        model)
 
     def _checkpoint_of(self, caller: str, trial_id: int | str | None,
                        checkpoint_uuid: str | None, best: bool, stage: str | None) -> str:
@@ -378,9 +380,8 @@ class KerasContext:
         if stage is not None:
             check_stage_name(stage)
         # trial_id is not None: exactly one of it and checkpoint_uuid is (checked above)
-        return self.session.checkpoint_for_trial(trial_id, best=best,  # type: ignore[arg-type]
-                                                 stage=stage)
+        return self.core.checkpoint.select(trial_id, best=best, stage=stage)
 
     def close(self) -> None:
-        """Deliver pending records and release the session."""
-        self.session.close()
+        """Deliver pending records and release the run (``core.close()``)."""
+        self.core.close()

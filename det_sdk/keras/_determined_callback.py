@@ -12,12 +12,12 @@ guide) rather than ``context.fit``::
 
 The callback is a thin front over the engine ``context.fit`` uses
 (:class:`~det_sdk.keras._loop.TrainingLoop` saves and restores det_sdk's checkpoint
-format through the session; the position, metric-reporting and periodic-checkpoint
-hooks are the same classes), so its checkpoints, metrics and progress are the ones
-the master and ``det checkpoint``/``load_checkpoint_model`` know. What differs from
-``context.fit``: it works in whole epochs (a pause or Ctrl-C stops at the next epoch
-end, and training resumes at an epoch start), the data and its sharding are the
-script's own, and the searcher's length can only shorten the script's ``epochs``.
+format through the core context's ``checkpoint``; the position, metric-reporting and
+periodic-checkpoint hooks are the same classes), so its checkpoints, metrics and
+progress are the ones the master and ``det checkpoint``/``load_checkpoint_model`` know.
+What differs from ``context.fit``: it works in whole epochs (a pause or Ctrl-C stops at
+the next epoch end, and training resumes at an epoch start), the data and its sharding
+are the script's own, and the searcher's length can only shorten the script's ``epochs``.
 
 On N processes the strategy trains them where it can (Keras 2:
 ``MultiWorkerMirroredStrategy`` from ``TF_CONFIG``). Where it cannot (Keras 3 under
@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 from det_sdk.config import Length
+from det_sdk.core._context import Context
 from det_sdk.core._distributed import TFWorkers
 from det_sdk.distributed import HorovodProcesses
 from det_sdk.engine.policy import TrainingPolicy
@@ -146,8 +148,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         checkpoint_epochs: int = 1,
     ) -> None:
         super().__init__()
-        session = getattr(core_context, "_session", None)
-        if session is None or not hasattr(core_context, "distributed"):
+        if not isinstance(core_context, Context):
             raise ArgumentTypeError("DeterminedCallback: core_context must come from "
                                     f"det_sdk.core.init(), got {type(core_context).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, str):
@@ -167,12 +168,11 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
                              f"{checkpoint_epochs!r}")
         self._core = core_context
         self._dist = core_context.distributed
-        self._session = session
         self._checkpoint = checkpoint
         self._continue_id = continue_id
         self._report_every = None if period == "epoch" else int(period)
         self._checkpoint_epochs = checkpoint_epochs
-        self._loop = TrainingLoop(self._dist, session, TrainingPolicy(
+        self._loop = TrainingLoop(core_context, TrainingPolicy(
             seed=core_context.info.trial_seed,
             checkpoint_period=Length(epochs=checkpoint_epochs) if checkpoint_epochs else None,
             report_every=self._report_every, searcher_metric=core_context.searcher_metric[0],
@@ -219,7 +219,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if not model.built:
             raise UsageError("DeterminedCallback: the model must be built before fit to load "
                              f"checkpoint {uuid} (give it an Input or call model.build)")
-        path = self._session.checkpoint_path(uuid)
+        path = self._core.checkpoint.checkpoint_path(uuid)
         meta = _checkpoint.read_metadata(path)
         if not continues(meta, self._continue_id):
             _checkpoint.load_weights(path, model)
@@ -269,7 +269,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         total = self._target or self._core.max_length or Length(epochs=max(epochs, 1))
         total_steps = total.batches or (total.epochs * steps if steps else None)
         self._reporter = MetricsReporter(
-            self._session, self._position, self._dist, publish=self._dist.is_chief,
+            self._core.train, self._position, self._dist, publish=self._dist.is_chief,
             report_every=self._report_every, total_steps=total_steps)
         self._reporter.last_validation = self._restored_validation
         self._saver = Saver(self._loop, model, self._position, self._reporter, self._history,
@@ -544,16 +544,16 @@ class TensorBoard(_compat.keras.callbacks.TensorBoard):
     """Keras's ``TensorBoard`` callback writing into the trial's TensorBoard directory.
 
     Takes what ``keras.callbacks.TensorBoard`` takes, after ``core_context``; the
-    directory is the session's (``det-runs/<n>/tensorboard`` locally; on the cluster
-    the trial's, which ``det tensorboard EXP_ID`` shows). Other processes than the
-    chief write to a scratch directory, so one copy of the events is kept.
+    directory is the core context's ``tensorboard_dir`` (``det-runs/<n>/tensorboard``
+    locally; on the cluster the trial's, which ``det tensorboard EXP_ID`` shows). Other
+    processes than the chief write to a scratch directory, so one copy of the events is
+    kept.
 
     >>> tb_cb = det.keras.TensorBoard(core_context, histogram_freq=1)  # doctest: +SKIP
     """
 
     def __init__(self, core_context: Any, *args: Any, **kwargs: Any) -> None:
-        session = getattr(core_context, "_session", None)
-        if session is None:
+        if not isinstance(core_context, Context):
             raise ArgumentTypeError("TensorBoard: core_context must come from "
                                     f"det_sdk.core.init(), got {type(core_context).__name__}")
         if args or "log_dir" in kwargs:
@@ -561,7 +561,7 @@ class TensorBoard(_compat.keras.callbacks.TensorBoard):
             args = args[1:]
             log.warning("det_sdk: TensorBoard(log_dir=%r) ignored: events go to the trial's "
                         "TensorBoard directory", given)
-        logdir = session.tensorboard_dir
+        logdir: str | os.PathLike[str] | None = core_context.tensorboard_dir
         self._scratch: str | None = None
         if logdir is None or not core_context.distributed.is_chief:
             logdir = self._scratch = tempfile.mkdtemp(prefix="det-tensorboard-")

@@ -173,7 +173,7 @@ class FitRun:
             raise UsageError("context.fit: compile the model first "
                              "(model.compile(optimizer=...))")
         self.loop, self.model, self.kwargs, self.stage = loop, model, kwargs, stage
-        self.dist, self.session, self.policy = loop.distributed, loop.session, loop.policy
+        self.dist, self.core, self.policy = loop.distributed, loop.core, loop.policy
         self.position = Position(0, 0, 0)  # where it starts: set by _resume
 
     def run(self) -> FitOutcome:
@@ -187,16 +187,17 @@ class FitRun:
         user_callbacks, callback_states = self._user_callbacks(uuid)
         searched = self.stage.searched
         reporter = MetricsReporter(
-            self.session, self.position, self.dist, publish=self.dist.is_chief,
+            self.core.train, self.position, self.dist, publish=self.dist.is_chief,
             report_every=self.policy.report_every,
             total_steps=_inputs.length_in_steps(
                 (self.policy.max_length if searched else None) or operation
                 or Length(epochs=script_epochs), steps),
+            stage=self.stage.name, searched=searched,
         )
         trainer = _Trainer(self.loop, self.model, self.kwargs, self.position, steps, period,
                            past, data_options)
         save = Saver(self.loop, self.model, self.position, reporter, trainer.history,
-                     callback_states, stage=self.stage.name)
+                     callback_states, stage=self.stage.name, searched=searched)
         hooks = self._hooks(reporter, trainer, callback_states, first_padding, save)
         outcome = self._train(trainer, hooks, user_callbacks, operation, script_epochs,
                               reporter, save)
@@ -252,15 +253,15 @@ class FitRun:
         """The script's callbacks as they run here: those that write files on rank 0
         only (README: "Many processes"), relative files kept with the trial on the
         cluster, and their state saved with each checkpoint (restored from rank 0's)."""
-        dist, session = self.dist, self.session
+        dist, checkpoints = self.dist, self.core.checkpoint
         given = list(self.kwargs.pop("callbacks", None) or [])
-        _callback_state.keep_files_with_trial(given, getattr(session, "files_dir", None),
+        _callback_state.keep_files_with_trial(given, self.core.files_dir,
                                               announce=dist.is_chief)
         user_callbacks = chief_only_callbacks(given, dist)
         states = _callback_state.CallbackStates(given, user_callbacks)
         if uuid is not None:
             states.restore(dist.broadcast(
-                _callback_state.saved_state(session.checkpoint_path(uuid)) if dist.is_chief
+                _callback_state.saved_state(checkpoints.checkpoint_path(uuid)) if dist.is_chief
                 else None))
         if dist.size > 1 and not dist.is_chief:
             self.kwargs["verbose"] = 0  # one progress bar, rank 0's
@@ -292,8 +293,8 @@ class FitRun:
             hooks["average"] = AggregateMetrics(dist)
             if first_padding is not None:
                 hooks["padding"] = UndoPaddingMetrics(first_padding, position)
-        if dist.is_chief and self.session.tensorboard_dir is not None:
-            hooks["tensorboard"] = TensorBoardScalars(self.session.tensorboard_dir, position)
+        if dist.is_chief and self.core.tensorboard_dir is not None:
+            hooks["tensorboard"] = TensorBoardScalars(self.core.tensorboard_dir, position)
         if self.policy.checkpoint_period is not None:
             hooks["checkpoint"] = periodic_checkpoint(self.policy.checkpoint_period, position,
                                                       save)
@@ -387,7 +388,7 @@ def _stop_requests(loop: TrainingLoop) -> Iterator[Callable[[], str | None]]:
     with catch_stop_signals() as stop_signal:
         def should_stop() -> str | None:
             return stop_signal() or (MASTER_STOP
-                                     if loop.session.should_preempt() else None)
+                                     if loop.core.preempt.requested() else None)
 
         yield should_stop
 
@@ -447,7 +448,7 @@ def _complete_operation(
     weights give the same metric. A checkpoint is taken first, so a trial the
     searcher stops keeps it, and a promoted one that crashes resumes from here.
     """
-    dist, session = loop.distributed, loop.session
+    dist = loop.distributed
     if kwargs.get("validation_data") is None:
         raise UsageError(
             f"context.fit: the searcher decides by the validation metric "
@@ -458,8 +459,7 @@ def _complete_operation(
         reporter.last_validation = _validate_now(loop, model, kwargs)
         reporter.last_validation_steps = position.steps_completed
         if dist.is_chief:
-            session.report_metrics("validation", position.steps_completed, position.epoch,
-                                   reporter.last_validation)
+            reporter.report("validation", position.steps_completed, reporter.last_validation)
     if loop.policy.checkpoint_period is not None:
         save()
         loop.wait_for_checkpoints()  # on disk and reported before the searcher decides

@@ -1,7 +1,8 @@
-"""``det.keras.init()``: ``det_sdk.engine.run.open_run`` (the environment, the config, the
-seed, the session: what ``det.core.init()`` opens too) with Keras's choices on top: each
-process placed on its GPU or its share of the cores, TensorFlow's seeds, and the training
-policy (checkpoint, validation and report periods) that ``context.fit`` follows."""
+"""``det.keras.init()``: det.core's opening (``det_sdk.engine.run.open_run``: the
+environment, the config, the seed, the run's records; then the ``det_sdk.core.Context`` over
+them, as ``det.core.init()`` builds it) with Keras's choices on top: its distributed context,
+each process placed on its GPU or its share of the cores, TensorFlow's seeds, and the
+training policy (checkpoint, validation and report periods) that ``context.fit`` follows."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, JobConfig, Length
+from det_sdk.core._context import Context, context_of_run
 from det_sdk.distributed import (
     DistributedContext,
     HorovodProcesses,
@@ -26,7 +28,6 @@ from det_sdk.engine.run import OpenedRun, open_run
 from det_sdk.errors import ArgumentTypeError
 from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
-from det_sdk.session import LocalSession
 from det_sdk.stages import check_stage_name
 
 __all__ = ["init"]
@@ -48,7 +49,7 @@ def _set_seeds(seed: int) -> None:
 _EXIT_CODES = {signal.SIGTERM: 0, signal.SIGINT: 130}
 
 
-def _stop_cleanly_before_fit(session: LocalSession) -> None:
+def _stop_cleanly_before_fit(core: Context) -> None:
     """SIGTERM or Ctrl-C before ``fit`` (loading data, building the model): exit cleanly.
 
     A run this process just created and that holds no checkpoint yet is removed,
@@ -59,13 +60,13 @@ def _stop_cleanly_before_fit(session: LocalSession) -> None:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        removed = session.discard_if_empty()
+        removed = core.discard_if_empty()
         name = signal.Signals(signum).name
         if removed:
-            said = f"before training; run {session.run_id} removed (nothing trained)"
+            said = f"before training; run {core.run_id} removed (nothing trained)"
         else:  # between or after fits: what the fits trained is in their checkpoints
             said = (f"outside a fit; its checkpoints are kept (DET_RESUME=latest continues "
-                    f"run {session.run_id})")
+                    f"run {core.run_id})")
         print(f"det_sdk: stopped by {name} {said}.", file=sys.stderr, flush=True)
         raise SystemExit(_EXIT_CODES[signal.Signals(signum)])
 
@@ -152,11 +153,13 @@ def init(
 
 def _keras_context(run: OpenedRun, requested_period: Length | bool,
                    searched_stage: str | None) -> KerasContext:
-    """The run, with the Keras training policy on top."""
+    """The run's core context, with the Keras training policy on top."""
     info = run.info if run.on_cluster else None
+    # no local length: off the cluster a fit trains its own epochs
+    core = context_of_run(run)
     if run.is_job:  # an inference script (det job run, or a job config locally)
         assert isinstance(run.config, JobConfig)
-        return KerasContext(distributed=run.distributed, session=run.session, hparams=None,
+        return KerasContext(core=core, hparams=None,
                             config_data=run.config.data, info=info,
                             policy=TrainingPolicy(seed=run.seed, checkpoint_period=None))
     cfg = run.experiment_config
@@ -165,10 +168,9 @@ def _keras_context(run: OpenedRun, requested_period: Length | bool,
     if run.on_cluster:  # the searcher's whole length (locally: fit's epochs)
         max_length = cfg.searcher.max_length if cfg and cfg.searcher else None
     else:
-        assert isinstance(run.session, LocalSession)
-        _stop_cleanly_before_fit(run.session)
+        _stop_cleanly_before_fit(core)
     return KerasContext(
-        distributed=run.distributed, session=run.session, hparams=run.hparams,
+        core=core, hparams=run.hparams,
         config_data=cfg.data if cfg else {}, info=info,
         policy=_training_policy(cfg, seed=run.seed, checkpoint_period=period,
                                 max_length=max_length),

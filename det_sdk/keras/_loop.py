@@ -1,12 +1,13 @@
 """The training loop's owner: resume state, position, save/restore, broadcast, evaluation.
 
 ``det.keras.init()`` builds one :class:`TrainingLoop` from the policy it decided
-(:class:`TrainingPolicy`) and the seams it chose (distributed, session).
+(:class:`TrainingPolicy`) and the core context it opened (``det_sdk.core.Context``: the
+distributed context, records and checkpoints).
 ``KerasContext`` is its thin front; ``_fit.run_fit`` drives ``model.fit`` through
 it; the callbacks are hooks that call back into it. Nothing here asks where it
 runs or which Keras it is: the seams and ``_compat`` answer.
 
->>> # loop = TrainingLoop(SingleProcess(), session, TrainingPolicy(seed=1, checkpoint_period=None))
+>>> # loop = TrainingLoop(core_context, TrainingPolicy(seed=1, checkpoint_period=None))
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from typing import Any, cast
 import numpy as np
 import tensorflow as tf
 
-from det_sdk.core._searcher import SearcherContext
-from det_sdk.distributed import DistributedContext
+from det_sdk.core._context import Context
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position, position_of
 from det_sdk.engine.writer import CheckpointWriter
@@ -35,7 +35,7 @@ from det_sdk.keras._callbacks import (
     combine_logs,
 )
 from det_sdk.keras._inputs import batch_rows
-from det_sdk.session import Session
+from det_sdk.stages import DEFAULT_STAGE
 
 __all__ = ["TrainingLoop"]
 
@@ -47,20 +47,19 @@ class TrainingLoop:
 
     def __init__(
         self,
-        distributed: DistributedContext,
-        session: Session,
+        core: Context,
         policy: TrainingPolicy,
         hparams: HParams | None = None,
     ) -> None:
-        self.distributed = distributed
-        self.session = session
+        self.core = core
+        self.distributed = core.distributed
         self.policy = policy
         self.hparams = hparams
         self._optimizers: list[Any] = []  # as wrapped, in the order wrapped
         self._given: dict[int, Any] = {}  # id(wrapped) -> the optimizer the user built
         # The checkpoint a resumed run continues from: the first fit consumes it; a
         # later fit in the same process trains its model afresh.
-        self.resume_uuid: str | None = session.latest_checkpoint
+        self.resume_uuid: str | None = core.checkpoint.latest_checkpoint
         self.position: Position | None = None  # where the latest fit got to
         # (id(model), with non-trainable state) -> compiled fingerprint fn
         self._fingerprints: dict[tuple[int, bool], Any] = {}
@@ -68,9 +67,9 @@ class TrainingLoop:
         # than at every one (walking the layers costs more than reading the state)
         self._layout: _checkpoint.StateLayout | None = None
         self.writer = CheckpointWriter()  # checkpoints are written in the background
-        # The searcher's protocol, spoken as det.core speaks it (one length at a time;
-        # off the cluster no length: the script's epochs)
-        self.searcher = SearcherContext(session, distributed)
+        # The searcher's protocol, det.core's (one length at a time; off the cluster no
+        # length: the script's epochs, or a TFKerasTrial's searcher.max_length)
+        self.searcher = core.searcher
         # Random-state variables already given this rank's own seeds (once each)
         self._distinct_rng: set[int] = set()
 
@@ -199,11 +198,11 @@ class TrainingLoop:
         return Position(0, 0, 0)
 
     def _metadata(self, uuid: str) -> dict[str, Any]:
-        return _checkpoint.read_metadata(self.session.checkpoint_path(uuid))
+        return _checkpoint.read_metadata(self.core.checkpoint.checkpoint_path(uuid))
 
     def restore(self, model: tf.keras.Model, uuid: str) -> None:
         """Load a checkpoint's weights, optimizer and this process's random state."""
-        _checkpoint.restore_state(self.session.checkpoint_path(uuid), model,
+        _checkpoint.restore_state(self.core.checkpoint.checkpoint_path(uuid), model,
                                   self.tracked_optimizers(model), rank=self.distributed.rank)
 
     def broadcast(self, model: tf.keras.Model) -> None:
@@ -294,12 +293,15 @@ class TrainingLoop:
     def save(
         self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float],
         history: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+        *, stage: str = DEFAULT_STAGE, searched: bool = True,
     ) -> str | None:
         """Save a checkpoint (collective: every process calls it at the same point).
 
         ``history`` (epochs and their logs so far) goes into the metadata, so a
         resumed ``fit`` returns the whole run's History. ``extra`` adds keys of the
         caller's to the metadata (JSON-able; they may not replace the loop's own).
+        ``stage`` and ``searched``: the stage (det_sdk.stages) the checkpoint is
+        reported as, taken now (it is written and reported in the background).
         """
         layout = self._state_layout(model)
         self.average_moving_statistics(model)  # the state a resumed run starts from on all
@@ -313,7 +315,7 @@ class TrainingLoop:
             "seed": self.policy.seed,
             "hparams": self.hparams.to_dict() if self.hparams is not None else {},
             "metrics": dict(metrics),
-            "trial_id": self.session.trial_id,
+            "trial_id": self.core.run_id,
             "processes": self.distributed.size,
             "created": time.time(),
             # a copy: the writer serialises it while training appends to the History
@@ -329,9 +331,10 @@ class TrainingLoop:
         record = {**position.as_dict(), "metrics": dict(metrics)}
 
         def write() -> None:
-            with self.session.storage.store(uuid) as (_, path):
+            with self.core.checkpoint.store_unreported(uuid) as path:
                 size = _checkpoint.write_snapshot(path, snap, metadata)
-            self.session.report_checkpoint(uuid, {**record, "size": size})
+            self.core.checkpoint.report_checkpoint(uuid, {**record, "size": size},
+                                                   stage=stage, searched=searched)
 
         self.writer.submit(write)
         return uuid

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import xxhash
 
+from det_sdk.core._context import Context
 from det_sdk.distributed import DistributedContext
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat, _data
@@ -45,7 +46,6 @@ from det_sdk.predictions import (
     open_store,
     resolve_output,
 )
-from det_sdk.session import Session
 
 __all__ = ["StreamedPredictions", "predict_to", "resolve_output"]
 
@@ -236,9 +236,9 @@ class _Progress:
     SYNC_STEPS = 10
     REPORT_SECONDS = 1.0
 
-    def __init__(self, dist: DistributedContext, session: Session, plan: _Plan,
+    def __init__(self, dist: DistributedContext, core: Context, plan: _Plan,
                  batch_size: int, path: Path, done: int) -> None:
-        self.dist, self.session, self.plan, self.path = dist, session, plan, path
+        self.dist, self.core, self.plan, self.path = dist, core, plan, path
         rows = plan.fingerprint.get("rows")
         self.rows = int(rows) if rows is not None else None  # arrays: exact
         self.batch_rows = batch_size  # a Sequence's or dataset's: its first batch's rows
@@ -260,24 +260,24 @@ class _Progress:
         if self.dist.is_chief and (force or now - self.last >= self.REPORT_SECONDS):
             self.last = now
             done, total = self.rows_of(self.parts)
-            self.session.report_rows(done, total, str(self.path))
+            self.core.train.report_rows(done, total, str(self.path))
 
     def step(self, i: int, local_parts: int) -> bool:
         """After step ``i``: report (now and then); True on every process when to stop."""
         if self.dist.size == 1:
             self.parts = local_parts
             self.report()
-            return self.session.should_preempt()
+            return self.core.preempt.requested()
         if not self.sync or (i + 1) % self.SYNC_STEPS:
             return False
-        gathered = self.dist.allgather((self.session.should_preempt()
+        gathered = self.dist.allgather((self.core.preempt.requested()
                                         if self.dist.is_chief else False, local_parts))
         self.parts = sum(p for _, p in gathered)
         self.report()
         return bool(gathered[0][0])
 
 
-def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
+def predict_to(dist: DistributedContext, core: Context, model: Any, x: Any,
                output: str | os.PathLike[str], **kwargs: Any) -> StreamedPredictions:
     """Stream ``model``'s predictions for ``x`` into ``output`` (see the module doc)."""
     unknown = set(kwargs) - _ACCEPTED
@@ -289,7 +289,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
         raise ArgumentTypeError(f"context.predict: batch_size must be a positive int, got "
                                 f"{batch_size!r}")
     verbose = kwargs.get("verbose", "auto")
-    path = resolve_output(session, output)
+    path = resolve_output(core, output)
     plan = _plan(dist, x, batch_size)
     # every process stops alike on the chief's refusal, none waits for others
     store = open_store(dist, path, plan.fingerprint, _model_fingerprint(model))
@@ -302,7 +302,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
             int(p.name[5:14]) for p in path.glob("part-*.json")
             if int(p.name[5:14]) % dist.size == dist.rank)
     started, count, failure = time.monotonic(), 0, None
-    progress = _Progress(dist, session, plan, batch_size, path,
+    progress = _Progress(dist, core, plan, batch_size, path,
                          sum(dist.allgather(len(done))) if dist.size > 1 else len(done))
     progress.report(force=True)
     writer = _Writer(store)
@@ -322,7 +322,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     local = (plan.mine is not None and len(plan.mine)) or count + len(done)
     results = gather_failures(dist, path, failure, local, len(done))
     if progress.stopped:
-        _stop(dist, session, progress, path, count)
+        _stop(dist, core, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)
     resumed = sum(r[2] for r in results)
     summary = None
@@ -337,7 +337,7 @@ def predict_to(dist: DistributedContext, session: Session, model: Any, x: Any,
     rows = dist.broadcast(summary)
     assert rows is not None  # the chief's count, on every process
     if dist.is_chief:
-        session.report_rows(rows, rows, str(path))
+        core.train.report_rows(rows, rows, str(path))
     return StreamedPredictions(path=path, rows=rows, parts=total, resumed=resumed)
 
 
@@ -347,18 +347,18 @@ def _batch_rows(outputs: Any, default: int) -> int:
     return int(shape[0]) if shape is not None and len(shape) and shape[0] else default
 
 
-def _stop(dist: DistributedContext, session: Session, progress: _Progress, path: Path,
+def _stop(dist: DistributedContext, core: Context, progress: _Progress, path: Path,
           count: int) -> None:
     """The master asked the job to stop: every part written is complete (the writer has
     closed), which is the progress a resumed run starts from; the process exits 0 (a
     stop the master resumes on activate, not the end)."""
     if dist.is_chief:
         progress.report(force=True)
-        session.acknowledge_preemption()
+        core.preempt.acknowledge_preemption_signal()
         done, total = progress.rows_of(progress.parts)
         of = f" of {total}" if total is not None else ""
         print(f"det_sdk: stopped by the master after {done}{of} rows ({count} parts written "
               f"by this process) in {path}; activated, the job resumes from there",
               file=sys.stderr, flush=True)
-    session.close()
+    core.close()
     raise SystemExit(0)

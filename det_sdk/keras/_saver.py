@@ -14,7 +14,7 @@ from det_sdk.engine.position import Position
 from det_sdk.keras import _callback_state
 from det_sdk.keras._callbacks import MetricsReporter
 from det_sdk.keras._loop import TrainingLoop
-from det_sdk.stages import record_fields
+from det_sdk.stages import DEFAULT_STAGE, record_fields
 
 __all__ = ["Saver"]
 
@@ -36,12 +36,14 @@ class Saver:
     def __init__(self, loop: TrainingLoop, model: Any, position: Position,
                  reporter: MetricsReporter, history: Any,
                  callback_states: _callback_state.CallbackStates | None = None,
-                 stage: str | None = None, *, extra: Mapping[str, Any] | None = None,
+                 stage: str | None = None, *, searched: bool = True,
+                 extra: Mapping[str, Any] | None = None,
                  saved_at: int | None = None) -> None:
         self.loop, self.model, self.position, self.reporter = loop, model, position, reporter
         self.history = history
         self.callback_states = callback_states
         self.stage = stage  # recorded in the metadata, but for the default stage
+        self.searched = searched  # and reported with the checkpoint, as its stage's
         self.extra = dict(extra or {})
         self._last: tuple[int, str | None] | None = \
             None if saved_at is None else (saved_at, None)
@@ -57,6 +59,7 @@ class Saver:
             if self.stage is not None and record_fields(self.stage):
                 extra = {**(extra or {}), **record_fields(self.stage)}
             uuid = self.loop.save(self.model, self.position, self.reporter.last_validation,
-                                  history=record, extra=extra)
+                                  history=record, extra=extra,
+                                  stage=self.stage or DEFAULT_STAGE, searched=self.searched)
             self._last = (self.position.steps_completed, uuid)
         return self._last[1]

@@ -38,7 +38,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -52,7 +52,6 @@ from det_sdk.info import get_cluster_info
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._context import KerasContext
 from det_sdk.keras._init import init
-from det_sdk.session import LocalSession
 
 __all__ = [
     "InMemorySequence",
@@ -557,8 +556,7 @@ def run_trial(
                               "a TFKerasTrial (how long to train), e.g. max_length: {epochs: 1}")
         # A trial has no script of its own to give `epochs`: the config is its length,
         # trained to once, as the cluster's single searcher would.
-        # off the cluster the session is always a LocalSession
-        cast(LocalSession, context.session).length = length
+        context.core.searcher.use_local_length(length)
     trial_context = TFKerasTrialContext(context, cfg)
     trial_context.get_global_batch_size()  # a clear error before any user code runs
     trial = trial_class(trial_context)
@@ -566,8 +564,8 @@ def run_trial(
     fit_kwargs = _fit_inputs(trial, trial_context, cfg)
     callbacks = list(trial.keras_callbacks() or [])
     for cb in callbacks:
-        if isinstance(cb, TFKerasTensorBoard) and context.session.tensorboard_dir is not None:
-            cb.use_dir(Path(context.session.tensorboard_dir) / "keras")
+        if isinstance(cb, TFKerasTensorBoard) and context.core.tensorboard_dir is not None:
+            cb.use_dir(Path(context.core.tensorboard_dir) / "keras")
     options = dict(trial_context.fit_options)
     options.pop("workers", None)
     history = context.fit(model, callbacks=callbacks, **{"verbose": 2, **options},

@@ -19,8 +19,8 @@ import json
 import sys
 
 from det_sdk.config import ConfigError
+from det_sdk.engine.run import RunNotFoundError
 from det_sdk.keras._trial import TrialLoadError, load_trial_class, run_trial
-from det_sdk.session import RunNotFoundError
 
 __all__ = ["main"]
 

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return keras_trial.main(raw_argv)
     from det_sdk.config import ConfigError
-    from det_sdk.session import RunNotFoundError
+    from det_sdk.engine.run import RunNotFoundError
 
     try:
         hparams = json.loads(args.hparams) if args.hparams else None

@@ -280,8 +280,8 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
                                 f"{batch_size!r}")
     loader = wrap_data(context, data, batch_size=batch_size)
     dist = context.distributed
-    session = context._core._session
-    path = resolve_output(session, output)
+    core = context._core
+    path = resolve_output(core, output)
     n, per_slot = len(loader.dataset), loader.batch_size
     # every process's share of every global batch, the empty ones left out: part i is
     # the i-th (batch, rank) share in order, the same numbering on every process
@@ -307,7 +307,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         num_workers=loader.num_workers, collate_fn=loader.collate_fn,
         pin_memory=loader.pin_memory, **loader.kwargs)
     reported, failure, count = 0.0, None, len(done)
-    asked, stopped, written = StopAsked(dist, session), False, 0
+    asked, stopped, written = StopAsked(dist, core.preempt), False, 0
     was_training = model.training
     model.eval()
     writer = PartWriter(store)
@@ -327,7 +327,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
                         failure = err
                 if dist.is_chief and time.monotonic() - reported >= 1.0:  # progress
                     reported = time.monotonic()
-                    session.report_rows(min(n, count * per_slot * dist.size), n, str(path))
+                    core.train.report_rows(min(n, count * per_slot * dist.size), n, str(path))
                 if asked.after(step, failed=failure is not None):
                     stopped = True
                     break
@@ -347,7 +347,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     rows = None
     if dist.is_chief:
         rows = store.finish(len(order))["rows"]
-        session.report_rows(rows, rows, str(path))
+        core.train.report_rows(rows, rows, str(path))
     rows = dist.broadcast(rows)
     assert rows is not None  # the chief's count, on every process
     return StreamedPredictions(path=path, rows=rows, parts=len(order), resumed=resumed)
@@ -358,14 +358,14 @@ def _stop(context: PyTorchTrialContext, path: Path, rows: int, total: int,
     """The master asked the task to stop: every part written is complete (the writer has
     closed), which is the progress a run into the same output starts from; the process
     exits 0 (a stop the master resumes on activate, not the end), as the Keras front's."""
-    dist, session = context.distributed, context._core._session
+    dist, core = context.distributed, context._core
     if dist.is_chief:
-        session.report_rows(rows, total, str(path))
-        session.acknowledge_preemption()
+        core.train.report_rows(rows, total, str(path))
+        core.preempt.acknowledge_preemption_signal()
         print(f"det_sdk: stopped by the master after {rows} of {total} rows ({written} parts "
               f"written by this process) in {path}; activated, the job resumes from there",
               file=sys.stderr, flush=True)
-    session.close()
+    core.close()
     raise SystemExit(0)
 
 

@@ -125,7 +125,7 @@ def test_interrupted_and_resumed_run_trains_what_an_uninterrupted_one_does(
     assert user.best == uninterrupted["user"].best
     np.testing.assert_array_equal(user.trace, uninterrupted["user"].trace)
 
-    meta = json.loads((ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
+    meta = json.loads((ctx.core.checkpoint.checkpoint_path(ctx.core.checkpoint.latest_checkpoint)
                        / "metadata.json").read_text())
     saved = meta["callbacks"]
     assert saved["version"] == 1

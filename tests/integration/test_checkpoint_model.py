@@ -47,7 +47,7 @@ def test_loaded_model_predicts_like_the_trained_one(tmp_path: Path) -> None:
     ctx, model, x, y = _train(tmp_path)
     expected = model.predict(x, verbose=0)
 
-    by_trial = ctx.load_checkpoint_model(trial_id=ctx.session.trial_id)
+    by_trial = ctx.load_checkpoint_model(trial_id=ctx.trial_id)
     np.testing.assert_array_equal(by_trial.predict(x, verbose=0), expected)
     # compiled, with the optimizer state of the trained model
     assert by_trial.optimizer is not None
@@ -57,24 +57,24 @@ def test_loaded_model_predicts_like_the_trained_one(tmp_path: Path) -> None:
     loss, acc = by_trial.evaluate(x, y, verbose=0)
     assert np.isfinite(loss) and 0 <= acc <= 1
 
-    uuid = ctx.session.latest_checkpoint
+    uuid = ctx.core.checkpoint.latest_checkpoint
     by_uuid = ctx.load_checkpoint_model(checkpoint_uuid=uuid)
     np.testing.assert_array_equal(by_uuid.predict(x, verbose=0), expected)
 
 
 def test_best_checkpoint_follows_the_metric(tmp_path: Path) -> None:
     ctx, _, _, _ = _train(tmp_path)
-    rows = ctx.session.read_checkpoints()
+    rows = ctx.core._session.read_checkpoints()
     best = min(rows, key=lambda r: r["metrics"]["val_loss"])["uuid"]
-    assert ctx.session.checkpoint_for_trial(ctx.session.trial_id, best=True) == best
-    assert ctx.load_checkpoint_model(trial_id=ctx.session.trial_id, best=True) is not None
+    assert ctx.core.checkpoint.select(ctx.trial_id, best=True) == best
+    assert ctx.load_checkpoint_model(trial_id=ctx.trial_id, best=True) is not None
 
 
 def test_custom_layers_need_custom_objects(tmp_path: Path) -> None:
     ctx, model, x, _ = _train(tmp_path, custom=True)
     with pytest.raises(ValueError, match="custom_objects"):
-        ctx.load_checkpoint_model(trial_id=ctx.session.trial_id)
-    loaded = ctx.load_checkpoint_model(trial_id=ctx.session.trial_id,
+        ctx.load_checkpoint_model(trial_id=ctx.trial_id)
+    loaded = ctx.load_checkpoint_model(trial_id=ctx.trial_id,
                                        custom_objects={"Scale": Scale})
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
@@ -83,5 +83,5 @@ def test_another_process_loads_a_run_by_id(tmp_path: Path) -> None:
     """Batch inference in a new context (a later script) finds the run's checkpoint."""
     ctx, model, x, _ = _train(tmp_path)
     later = det.keras.init(runs_dir=tmp_path, checkpoint_period=False)
-    loaded = later.load_checkpoint_model(trial_id=ctx.session.trial_id)
+    loaded = later.load_checkpoint_model(trial_id=ctx.trial_id)
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))

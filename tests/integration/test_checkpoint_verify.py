@@ -21,7 +21,7 @@ def _checkpoint_dir(tmp_path: Path) -> Path:
     model.compile(ctx.wrap_optimizer(tf.keras.optimizers.SGD(0.1)), "mse")
     ctx.fit(model, x=x, y=x[:, :2], batch_size=16, epochs=1, verbose=0,
             validation_data=(x, x[:, :2]))
-    return ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
+    return ctx.core.checkpoint.checkpoint_path(ctx.core.checkpoint.latest_checkpoint)
 
 
 def _claim_format_1(path: Path, drop_checksums: bool = False) -> None:

@@ -48,7 +48,7 @@ def test_vae_without_call_config_or_targets_checkpoints_by_weights_and_resumes_e
     assert_arrays_equal(whole.get_weights(), resumed.get_weights())  # the noise resumed too
 
     # The checkpoint holds the weights and says why it holds no architecture.
-    path = ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
+    path = ctx.core.checkpoint.checkpoint_path(ctx.core.checkpoint.latest_checkpoint)
     spec = json.loads((path / "model.json").read_text())
     assert spec["model_config"] is None and spec["weights_only"]["class"] == "VAE"
     with pytest.raises(WeightsOnlyCheckpointError, match=r"model=model") as err:
@@ -76,7 +76,7 @@ def test_distiller_reloads_with_its_own_compile_and_its_outputs_are_whole_data_m
                                          custom_objects={"Distiller": cm.Distiller})
     assert isinstance(best, cm.Distiller)
     assert "Distiller overrides compile()" in caplog.text
-    latest = ctx.load_checkpoint_model(checkpoint_uuid=ctx.session.latest_checkpoint,
+    latest = ctx.load_checkpoint_model(checkpoint_uuid=ctx.core.checkpoint.latest_checkpoint,
                                        custom_objects={"Distiller": cm.Distiller})
     assert_arrays_equal(latest.student.get_weights(), trained.student.get_weights())
     assert int(latest.optimizer.iterations.numpy()) == 18  # 3 epochs of 6 steps, restored

@@ -43,7 +43,7 @@ def test_user_callbacks_run_and_early_stopping_ends_the_fit(tmp_path: Path) -> N
         ],
     )
     assert seen == hist.epoch == [0, 1]  # stopped after patience ran out
-    last = ctx.session.read_checkpoints()[-1]
+    last = ctx.core._session.read_checkpoints()[-1]
     assert last["epoch"] == 2  # the final state is checkpointed
 
 
@@ -68,7 +68,7 @@ def test_two_models_with_wrapped_optimizers_each_fit(tmp_path: Path) -> None:
     x = np.random.default_rng(0).random((64, 4)).astype("float32")
     ctx.fit(a, x=x, y=x[:, :2], epochs=1, validation_data=(x, x[:, :2]), verbose=0)
     ctx.fit(b, x=x, y=x[:, :2], epochs=1, validation_data=(x, x[:, :2]), verbose=0)
-    path = ctx.session.checkpoint_path(ctx.session.latest_checkpoint)
+    path = ctx.core.checkpoint.checkpoint_path(ctx.core.checkpoint.latest_checkpoint)
     index = json.loads((path / "state.json").read_text())["arrays"]
     groups = {e["group"] for e in index}
     assert "optimizer:0" in groups and "optimizer:1" not in groups
@@ -114,7 +114,7 @@ def test_min_validation_period_in_batches_validates_mid_epoch_without_changing_t
             assert val_steps == [4, 8, 12, 16, 20]  # the period, and the end
             # running averages every scheduling_unit batches, and at each call's end
             assert set(train_steps) == {3, 4, 6, 8, 9, 10, 12, 15, 16, 18, 20}
-            last = ctx.session.read_checkpoints()[-1]
+            last = ctx.core._session.read_checkpoints()[-1]
             assert (last["epoch"], last["steps_completed"]) == (2, 20)
     for a, b in zip(*weights):
         np.testing.assert_array_equal(a, b)

@@ -17,8 +17,10 @@ import xxhash
 
 import det_sdk as det
 from det_sdk.config import ConfigError
+from det_sdk.core import Context
 from det_sdk.distributed import SingleProcess
 from det_sdk.engine.policy import TrainingPolicy
+from det_sdk.info import ClusterInfo
 from det_sdk.keras import (
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -72,7 +74,7 @@ def trained_runs(tmp_path_factory):
     model = _model()
     context.fit(model, x=x, y=y, batch_size=8, epochs=1, validation_data=_data(4, 1), verbose=0)
     context.close()
-    (uuid,) = context.session.storage.list()
+    (uuid,) = context.core._session.storage.list()
     return runs, uuid
 
 
@@ -205,8 +207,9 @@ def test_wrap_data_dataset_and_sequence_come_back_as_is(ctx):
 
 
 def _no_checkpoint(context) -> bool:
-    run_dir = context.session.run_dir
-    return context.session.storage.list() == [] and not (run_dir / "checkpoints.jsonl").exists()
+    run_dir = context.core.local_run_dir
+    return context.core._session.storage.list() == [] \
+        and not (run_dir / "checkpoints.jsonl").exists()
 
 
 def test_fit_with_validation_data_and_x_val(ctx):
@@ -259,9 +262,9 @@ def test_fit_with_x_val_y_val_trains(ctx):
     assert len(history.history["val_loss"]) == 2
     assert all(np.isfinite(history.history["val_loss"]))
     assert not np.array_equal(before, model.get_weights()[0])
-    groups = [r["group"] for r in ctx.session.read_metrics()]
+    groups = [r["group"] for r in ctx.core._session.read_metrics()]
     assert groups.count("validation") == 2
-    assert len(ctx.session.storage.list()) >= 1
+    assert len(ctx.core._session.storage.list()) >= 1
 
 
 # --- the rest of the context --------------------------------------------------------------
@@ -353,7 +356,7 @@ def test_load_checkpoint_model_unknown_uuid(ctx):
 
 def test_load_checkpoint_model_of_a_run_without_checkpoint(ctx):
     with pytest.raises(LookupError, match="has no checkpoint"):
-        ctx.load_checkpoint_model(trial_id=ctx.session.run_id)
+        ctx.load_checkpoint_model(trial_id=ctx.trial_id)
 
 
 def test_load_checkpoint_model_intact(trained_copy):
@@ -454,7 +457,7 @@ def test_evaluate_returns_what_keras_returns_and_records_it(ctx):
     assert list(as_dict) == ["loss", "mae"]
 
     rows = [json.loads(line) for line in
-            Path(ctx.session.run_dir, "metrics.jsonl").read_text().splitlines()]
+            Path(ctx.core.local_run_dir, "metrics.jsonl").read_text().splitlines()]
     evaluation = [r for r in rows if r["group"] == "evaluation"]
     assert len(evaluation) == 2
     assert evaluation[0]["metrics"] == pytest.approx({"loss": expected[0], "mae": expected[1]})
@@ -472,9 +475,10 @@ def test_evaluate_without_metrics_returns_a_scalar(ctx):
 
 def test_training_without_hparams_is_a_runtime_error(tmp_path):
     session = LocalSession.create(tmp_path, hparams={}, seed=1, config={})
+    info = ClusterInfo(master_url="", session_token="", allocation_id="local",
+                       task_type="GENERIC")
     context = KerasContext(
-        distributed=SingleProcess(),
-        session=session,
+        core=Context(distributed=SingleProcess(), session=session, info=info, config=None),
         hparams=None,
         config_data={"trial_id": 777},
         policy=TrainingPolicy(seed=1, checkpoint_period=None),

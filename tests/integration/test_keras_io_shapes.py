@@ -78,9 +78,9 @@ def test_a_fit_without_validation_data_trains_a_layer_that_adds_its_own_loss(
     hist = ctx.fit(ours, ctx.wrap_data(data), batch_size=16, epochs=2, shuffle=False, verbose=0)
     assert_arrays_equal(plain.get_weights(), ours.get_weights())
     np.testing.assert_allclose(hist.history["loss"], plain_hist.history["loss"], rtol=1e-6)
-    groups = {row["group"] for row in ctx.session.read_metrics()}
+    groups = {row["group"] for row in ctx.core._session.read_metrics()}
     assert groups == {"training"}  # recorded, with no validation row
-    assert ctx.session.read_checkpoints()[-1]["epoch"] == 2
+    assert ctx.core._session.read_checkpoints()[-1]["epoch"] == 2
 
 
 def _classifier_fit(ctx: det.keras.KerasContext, workdir: Path, callbacks: list) -> tuple:
@@ -111,13 +111,13 @@ def test_a_stop_on_an_epochs_last_batch_resumes_with_that_epochs_end(tmp_path: P
         ctx = det.keras.init(runs_dir=runs, seed=9)
         _classifier_fit(ctx, tmp_path / "s", [shapes.StopOnBatch(1, 3)])
     ctx = det.keras.init(runs_dir=runs, resume=1)
-    checkpoint = ctx.session.read_checkpoints()[-1]
+    checkpoint = ctx.core._session.read_checkpoints()[-1]
     assert (checkpoint["epoch"], checkpoint["batch"]) == (2, 0)  # after the epoch's end
     resumed, hist2, seen_after, _ = _classifier_fit(ctx, tmp_path / "s", [])
     assert seen_after == [2, 3]  # epoch 1's end ran before the stop, not skipped
     assert hist2.history == hist.history  # val_loss, lr of ReduceLROnPlateau, every epoch
     assert_arrays_equal(whole.get_weights(), resumed.get_weights())
-    epochs = [r["epoch"] for r in ctx.session.read_metrics() if r["group"] == "validation"]
+    epochs = [r["epoch"] for r in ctx.core._session.read_metrics() if r["group"] == "validation"]
     assert epochs == [1, 2, 3, 4]  # one validation record per epoch, none lost
 
 

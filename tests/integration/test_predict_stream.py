@@ -225,12 +225,15 @@ def test_a_relative_output_resolves_under_the_storage_on_the_cluster(tmp_path: P
     from det_sdk.keras._predict import resolve_output
 
     monkeypatch.chdir(tmp_path)
-    local = SimpleNamespace()  # a local session: no kept files, no cluster info
+    # core contexts: a local run's (no kept files; its info is no cluster's), a trial's, a job's
+    local = SimpleNamespace(files_dir=None, local_run_dir=tmp_path / "det-runs" / "1",
+                            info=SimpleNamespace(config={"checkpoint_storage": {
+                                "host_path": "/store"}}))
     assert resolve_output(local, "preds") == tmp_path / "preds"
     assert resolve_output(local, "/abs/preds") == Path("/abs/preds")
     trial = SimpleNamespace(files_dir=Path("/store/trial_files/4/trial_7"))
     assert resolve_output(trial, "preds") == Path("/store/trial_files/4/trial_7/preds")
-    job = SimpleNamespace(files_dir=None, info=SimpleNamespace(
+    job = SimpleNamespace(files_dir=None, local_run_dir=None, info=SimpleNamespace(
         allocation_id="a1b2", config={"checkpoint_storage": {"host_path": "/store"}}))
     assert resolve_output(job, "preds") == Path("/store/job_files/a1b2/preds")
 

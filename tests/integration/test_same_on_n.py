@@ -79,7 +79,7 @@ def test_checkpoint_weights_load_into_a_subclassed_model(tmp_path: Path) -> None
     assert not np.allclose(fresh.predict(x, verbose=0), trained.predict(x, verbose=0))
     meta = ctx.load_checkpoint_weights(fresh, trial_id=ctx.trial_id, best=True)
     assert meta["epoch"] >= 1
-    meta = ctx.load_checkpoint_weights(fresh, checkpoint_uuid=ctx.session.latest_checkpoint)
+    meta = ctx.load_checkpoint_weights(fresh, checkpoint_uuid=ctx.core.checkpoint.latest_checkpoint)
     assert meta["epoch"] == 3
     np.testing.assert_array_equal(fresh.predict(x, verbose=0), trained.predict(x, verbose=0))
 
@@ -98,14 +98,14 @@ def test_local_runs_keep_latest_and_best_checkpoints(tmp_path: Path) -> None:
     best = min(rows, key=lambda r: r["metrics"]["val_loss"])["uuid"]
     kept = {p.name for p in (tmp_path / "default" / "1" / "checkpoints").iterdir()}
     assert kept == {rows[-1]["uuid"], best}
-    assert ctx.session.checkpoint_for_trial(1, best=True) == best
+    assert ctx.core.checkpoint.select(1, best=True) == best
 
     ctx = det.keras.init(runs_dir=tmp_path / "two", seed=3, config={
         "checkpoint_storage": {"save_trial_latest": 2, "save_trial_best": 0}})
     _fit(ctx, epochs=4)
     kept = {p.name for p in (tmp_path / "two" / "1" / "checkpoints").iterdir()}
-    assert kept == {r["uuid"] for r in ctx.session.read_checkpoints()} and len(kept) == 2
-    assert [r["epoch"] for r in ctx.session.read_checkpoints()] == [3, 4]
+    assert kept == {r["uuid"] for r in ctx.core._session.read_checkpoints()} and len(kept) == 2
+    assert [r["epoch"] for r in ctx.core._session.read_checkpoints()] == [3, 4]
 
 
 class _StopAfterEpoch(keras.callbacks.Callback):

@@ -106,12 +106,12 @@ def test_each_fit_is_a_stage_with_its_own_records(uninterrupted) -> None:
                           .read_text())
         assert meta.get("stage", "fit") == stage
     # best per stage: the student's best is a student checkpoint
-    session = uninterrupted["ctx"].session
-    best_student = session.checkpoint_for_trial(1, best=True, stage="student")
+    checkpoints = uninterrupted["ctx"].core.checkpoint
+    best_student = checkpoints.select(1, best=True, stage="student")
     assert best_student in {r["uuid"] for r in kept if r.get("stage") == "student"}
-    assert session.checkpoint_for_trial(1) == last["fit-3"]["uuid"]
+    assert checkpoints.select(1) == last["fit-3"]["uuid"]
     with pytest.raises(det.errors.DetSdkError, match="no checkpoint of stage 'nope'"):
-        session.checkpoint_for_trial(1, stage="nope")
+        checkpoints.select(1, stage="nope")
     # a script loads one stage's model by its name
     ctx = uninterrupted["ctx"]
     teacher = ctx.load_checkpoint_model(trial_id=1, stage="fit")

@@ -152,10 +152,12 @@ class _Ranks:
 
 
 class _Session:
+    """A core context's ``preempt``: the master's answer, as this process knows it."""
+
     def __init__(self, asked: bool) -> None:
         self.asked = asked
 
-    def should_preempt(self) -> bool:
+    def requested(self) -> bool:
         return self.asked
 
 

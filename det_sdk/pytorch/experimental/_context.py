@@ -74,7 +74,7 @@ class TorchBatchProcessorContext:
 
     def get_tensorboard_path(self) -> Path:
         """Where TensorBoard files go to be shown for this task (``det tensorboard``)."""
-        path = getattr(self._core_context._session, "tensorboard_dir", None)
+        path = self._core_context.tensorboard_dir
         path = Path(path) if path is not None else Path("tensorboard")
         path.mkdir(parents=True, exist_ok=True)
         return path

@@ -169,8 +169,8 @@ def _device(core_context: Context) -> Any:
 
 
 def _in_job(core_context: Context) -> bool:
-    info = getattr(core_context._session, "info", None)
-    return getattr(info, "task_type", None) == "GENERIC"
+    """A generic job on the cluster (``det job run``); a local run is none."""
+    return core_context.local_run_dir is None and core_context.info.task_type == "GENERIC"
 
 
 def _job_record(folder: Path) -> dict[str, Any] | None:
@@ -183,14 +183,13 @@ def _job_record(folder: Path) -> dict[str, Any] | None:
 def _output_root(core_context: Context, name: str) -> Path:
     """Where this task keeps files: the trial's kept files on the cluster, the job's
     files in a job, the run directory locally (docs/batch-inference.md)."""
-    session = core_context._session
-    files_dir = getattr(session, "files_dir", None)
+    files_dir = core_context.files_dir
     if files_dir is not None:
         return Path(files_dir) / KEY / name
-    run_dir = getattr(session, "run_dir", None)
+    run_dir = core_context.local_run_dir
     if run_dir is not None:
         return Path(run_dir).resolve() / KEY / name
-    info = getattr(session, "info", None)
+    info = core_context.info
     storage = ((getattr(info, "config", None) or {}).get("checkpoint_storage") or {})
     if storage.get("host_path") and info is not None:
         return Path(storage["host_path"]) / "job_files" / str(info.allocation_id) / KEY / name
@@ -209,13 +208,13 @@ class _Run:
         self.cls, self.dataset, self.batch_size = cls, dataset, batch_size
         self.interval, self.kwargs = interval, kwargs
         self.sized = _sized(dataset)
-        # ints, or None for an iterable dataset (rows and batches unknown until it ends;
-        # its checkpoints are _iterated_checkpoint's, which reads neither as an int)
-        self.rows: Any = len(dataset) if self.sized else None
+        # an iterable dataset's rows are unknown (None), its batches until it has ended
+        self.rows: int | None = len(dataset) if self.sized else None
         total = math.ceil(self.rows / batch_size) if self.rows is not None else None
         # max_batches is per process, as in Determined: size * max_batches global batches
         cap = None if max_batches is None else max_batches * self.size
-        self.limit: Any = total if cap is None else cap if total is None else min(total, cap)
+        self.limit: int | None = (total if cap is None else cap if total is None
+                                  else min(total, cap))
         self.seen: int | None = None  # an iterable's rows, once it has ended
         self.seq = 0  # progress checkpoints committed (the last one's number)
         self.done = 0  # global batches done (a prefix)
@@ -288,6 +287,7 @@ class _Run:
 
     def _batches(self, processor: TorchBatchProcessor, stop_signal: Any) -> bool:
         """Process this rank's batches from ``self.done`` on; True when asked to stop."""
+        assert self.limit is not None  # a sized dataset's
         done0 = self.done
         start_step = done0 // self.size
         steps = math.ceil((self.limit - done0) / self.size) if self.limit > done0 else 0
@@ -358,6 +358,7 @@ class _Run:
     def _loader(self, indices: list[int]) -> Any:
         import torch.utils.data
 
+        assert self.rows is not None  # a sized dataset's
         batches = [list(range(g * self.batch_size, min(self.rows, (g + 1) * self.batch_size)))
                    for g in indices]
         return torch.utils.data.DataLoader(self.dataset, batch_sampler=batches, **self.kwargs)
@@ -365,8 +366,6 @@ class _Run:
     def _checkpoint(self, done: int | None = None, stop_here: bool = False,
                     finished: bool = False) -> bool:
         """Meet, store progress, commit the staged files; whether to stop (on every rank)."""
-        if not self.sized:
-            return self._iterated_checkpoint(done, stop_here, finished)
         flags = self.dist.allgather(stop_here)  # also: every rank's files are staged
         if done is not None:
             self.done = done
@@ -374,35 +373,25 @@ class _Run:
         if self.dist.is_chief:
             self._store(seq, finished)
             self.context._outputs.commit(seq)
-            if getattr(self.core._session, "trial_id", None) is not None:
-                self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
-            rows = min(self.rows, self.done * self.batch_size)  # a job's (det job describe)
-            self.core._session.report_rows(rows, min(self.rows, self.limit * self.batch_size),
-                                           str(self.context._outputs.root))
+            self._report()
         self.seq = seq
         self.context._seq = seq + 1
         preempt = self.core.preempt.should_preempt() if not finished else False
         return bool(preempt or any(flags))
 
-    def _iterated_checkpoint(self, done: int | None, stop_here: bool, finished: bool) -> bool:
-        """``_checkpoint`` for an iterable dataset: the rows done are reported with an
-        unknown total until the dataset has ended, its fraction done is not reported."""
-        flags = self.dist.allgather(stop_here)  # also: every rank's files are staged
-        if done is not None:
-            self.done = done
-        seq = self.seq + 1
-        if self.dist.is_chief:
-            self._store(seq, finished)
-            self.context._outputs.commit(seq)
-            rows = self.done * self.batch_size
-            total = None
-            if self.seen is not None:  # ended: every row is known
-                rows = total = min(rows, self.seen)
-            self.core._session.report_rows(rows, total, str(self.context._outputs.root))
-        self.seq = seq
-        self.context._seq = seq + 1
-        preempt = self.core.preempt.should_preempt() if not finished else False
-        return bool(preempt or any(flags))
+    def _report(self) -> None:
+        """The fraction done (a trial's) and the rows done of the total (a job's: ``det job
+        describe``). An iterable dataset's total is unknown (None, no fraction) until it
+        has ended."""
+        rows, total = self.done * self.batch_size, None
+        if self.rows is not None:
+            assert self.limit is not None  # known with the rows
+            if self.core.run_id is not None:
+                self.core.train.report_progress(self.done / self.limit if self.limit else 1.0)
+            rows, total = min(self.rows, rows), min(self.rows, self.limit * self.batch_size)
+        elif self.seen is not None:  # an iterable dataset that has ended
+            rows = total = min(rows, self.seen)
+        self.core.train.report_rows(rows, total, str(self.context._outputs.root))
 
     def _store(self, seq: int, finished: bool) -> None:
         per_rank = math.ceil(self.done / self.size)
@@ -412,7 +401,7 @@ class _Run:
                   "using_checkpoints": list(self.context._using)}
         meta = {"steps_completed": per_rank, KEY: record,
                 "default_output_uuid": self.context._outputs.root.name}
-        if getattr(self.core._session, "trial_id", None) is None:
+        if self.core.run_id is None:
             # a generic job (`det job run`): the master keeps no checkpoints for jobs (nor
             # restarts them); the progress record is a file beside the outputs
             root = self.context._outputs.root
