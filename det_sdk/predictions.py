@@ -450,17 +450,26 @@ class StopAsked:
 
     def __init__(self, dist: Any, preempt: Any) -> None:
         self.dist, self.preempt = dist, preempt
+        self.carried: list[Any] = []  # what each process brought to the last meeting
+        self.asked = False  # the master asked (not: a process failed)
 
-    def after(self, step: int, failed: bool = False) -> bool:
+    def meets(self, step: int) -> bool:
+        """Whether the processes meet after ``step`` (always, for one process)."""
+        return self.dist.size == 1 or (step + 1) % self.SYNC_STEPS == 0
+
+    def after(self, step: int, failed: bool = False, carry: Any = None) -> bool:
         """After step ``step`` (0, 1, ...): True on every process when to stop, asked by
-        the master or because a process has ``failed``."""
+        the master or because a process has ``failed``. ``carry``: this process's share
+        of what the meeting gathers (``carried``: every process's, by rank)."""
         if self.dist.size == 1:
-            return failed or bool(self.preempt.requested())
-        if (step + 1) % self.SYNC_STEPS:
+            self.asked, self.carried = bool(self.preempt.requested()), [carry]
+            return failed or self.asked
+        if not self.meets(step):
             return False
         flags = self.dist.allgather((bool(self.preempt.requested())
-                                     if self.dist.is_chief else False, failed))
-        return bool(flags[0][0]) or any(f for _, f in flags)
+                                     if self.dist.is_chief else False, failed, carry))
+        self.asked, self.carried = bool(flags[0][0]), [c for _, _, c in flags]
+        return self.asked or any(f for _, f, _ in flags)
 
 
 class PartWriter:

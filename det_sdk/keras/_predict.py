@@ -40,6 +40,7 @@ from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat, _data
 from det_sdk.predictions import PartWriter as _Writer
 from det_sdk.predictions import (
+    StopAsked,
     StreamedPredictions,
     digest_arrays,
     gather_failures,
@@ -221,7 +222,6 @@ def _fed(plan: _Plan, dist: DistributedContext, done: set[int],
             fed += 1
             yield b, inputs
         if progress.step(i, len(done) + fed):
-            progress.stopped = True
             return
 
 
@@ -230,10 +230,11 @@ class _Progress:
 
     A stop asked by the master (``det job pause`` / ``kill``) is taken between batches:
     the parts written so far are the progress, and a run into the same output resumes
-    after them. One process checks the chief's flag every batch; N processes meet every
-    ``SYNC_STEPS`` steps (a collective: all take the same decision)."""
+    after them. The agreement is :class:`det_sdk.predictions.StopAsked`'s (the PyTorch
+    front's too): one process checks the chief's flag every batch; N processes meet every
+    ``SYNC_STEPS`` steps, each bringing its parts done, and a process that failed walks on
+    to the next meeting, where all end."""
 
-    SYNC_STEPS = 10
     REPORT_SECONDS = 1.0
 
     def __init__(self, dist: DistributedContext, core: Context, plan: _Plan,
@@ -245,6 +246,9 @@ class _Progress:
         self.parts = done  # all processes' parts done (as of the last meeting)
         self.stopped = False  # the master asked to stop: the batches fed are the last
         self.last = 0.0
+        self.asked = StopAsked(dist, core.preempt)
+        self.next_step = 0  # the first step not yet passed
+        self.meeting = False  # inside a meeting's collective
         # the collective needs a known number of steps on every process
         self.sync = dist.size == 1 or plan.steps is not None
 
@@ -262,19 +266,29 @@ class _Progress:
             done, total = self.rows_of(self.parts)
             self.core.train.report_rows(done, total, str(self.path))
 
-    def step(self, i: int, local_parts: int) -> bool:
-        """After step ``i``: report (now and then); True on every process when to stop."""
-        if self.dist.size == 1:
-            self.parts = local_parts
-            self.report()
-            return self.core.preempt.requested()
-        if not self.sync or (i + 1) % self.SYNC_STEPS:
+    def step(self, i: int, local_parts: int, failed: bool = False) -> bool:
+        """After step ``i``: report (now and then); True on every process when to stop
+        (``stopped`` when the master asked)."""
+        self.next_step = i + 1
+        if not self.sync:
             return False
-        gathered = self.dist.allgather((self.core.preempt.requested()
-                                        if self.dist.is_chief else False, local_parts))
-        self.parts = sum(p for _, p in gathered)
-        self.report()
-        return bool(gathered[0][0])
+        self.meeting = True
+        stop = self.asked.after(i, failed=failed, carry=local_parts)
+        self.meeting = False
+        if self.asked.meets(i):
+            self.parts = sum(self.asked.carried)
+            self.report()
+        self.stopped = self.stopped or (stop and self.asked.asked)
+        return stop
+
+    def failed(self, local_parts: int) -> None:
+        """This process failed between meetings: walk on to the next one (if any is left),
+        where every process ends, so that none waits in a collective it never joins."""
+        if self.dist.size > 1 and self.sync and not self.meeting and self.plan.steps:
+            for i in range(self.next_step, self.plan.steps):
+                if self.asked.meets(i):
+                    self.step(i, local_parts, failed=True)
+                    return
 
 
 def predict_to(dist: DistributedContext, core: Context, model: Any, x: Any,
@@ -314,6 +328,7 @@ def predict_to(dist: DistributedContext, core: Context, model: Any, x: Any,
             count += 1
     except BaseException as err:
         failure = err
+        progress.failed(len(done) + count)
     try:
         writer.close()
     except BaseException as err:

@@ -133,3 +133,23 @@ def test_two_processes_write_every_data_kind_in_the_input_order(
         else:
             assert got.tobytes() == expected.tobytes(), kind  # bit-equal, order included
             assert np.array_equal(np.round(got[:, 0]), np.arange(ROWS)), kind
+
+
+@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+def test_a_process_that_fails_mid_run_ends_both_with_its_error_and_the_rerun_finishes(
+        tmp_path: Path, references: dict) -> None:
+    # process 1's input raises at its 4th fetch, between two meetings (every 10 steps):
+    # it walks on to the next meeting, where both end; none waits in a lone collective
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                  **_env(out, "sequence", runs))
+    failed = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=240,
+                            env={**env, "PRED_FAIL_AT": "1:4"})
+    said = failed.stdout + failed.stderr
+    assert failed.returncode != 0, said[-3000:]
+    assert "the input broke at batch" in said and "process 1 failed" in said, said[-3000:]
+    assert 0 < len(list(out.glob("part-*.json"))) < PARTS  # what was written stays valid
+    rerun = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=240,
+                           env=env)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert det_sdk.load_predictions(out).tobytes() == references["sequence"].tobytes()

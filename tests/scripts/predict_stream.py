@@ -4,8 +4,9 @@ Alone or under ``horovodrun``. Environment: ``PRED_OUT`` (the output directory),
 ``PRED_KIND`` (arrays | wrapped | derived | sequence | dataset | multi; several, comma
 separated: each into ``PRED_OUT/<kind>``), ``PRED_ROWS``,
 ``PRED_BATCH``, ``PRED_SLEEP`` (seconds per batch: time for a test to kill the process
-while it predicts). The model's weights are drawn from a fixed seed, so every run
-(and every process) predicts the same values.
+while it predicts), ``PRED_FAIL_AT`` (``rank:fetch``: that process's input raises at its
+that-many-th batch fetched, a Sequence only). The model's weights are drawn from a
+fixed seed, so every run (and every process) predicts the same values.
 """
 
 import os
@@ -42,7 +43,13 @@ class Batches(tf.keras.utils.Sequence):
     def __len__(self):
         return -(-rows // batch)
 
+    fetched = 0
+
     def __getitem__(self, i):
+        Batches.fetched += 1
+        rank, at = map(int, os.environ.get("PRED_FAIL_AT", "-1:0").split(":"))
+        if rank == context.distributed.rank and Batches.fetched == at:
+            raise RuntimeError(f"the input broke at batch {i} on process {rank}")
         return x[i * batch:(i + 1) * batch]
 
 

@@ -167,15 +167,21 @@ def test_a_stop_asked_is_taken_after_every_step_alone_and_at_meetings_on_n_proce
     assert StopAsked(alone, _Session(True)).after(0) is True
     assert alone.collectives == 0
     # two processes: only every SYNC_STEPS steps, and on the chief's flag on both ranks
-    chief, other = _Ranks(0, 2, [None, (False, False)]), _Ranks(1, 2, [(True, False), None])
+    chief = _Ranks(0, 2, [None, (False, False, None)])
+    other = _Ranks(1, 2, [(True, False, None), None])
     for ranks, session in ((chief, _Session(True)), (other, _Session(False))):
         decisions = [StopAsked(ranks, session).after(s) for s in range(2 * StopAsked.SYNC_STEPS)]
         assert [s for s, d in enumerate(decisions) if d] == [9, 19]
         assert ranks.collectives == 2
     # a worker's own flag is not the decision (only the chief's, the same on every rank)
-    assert StopAsked(_Ranks(1, 2, [(False, False), None]), _Session(True)).after(9) is False
+    assert StopAsked(_Ranks(1, 2, [(False, False, None), None]), _Session(True)).after(9) is False
     # a process that failed: every process ends at the next meeting (alone: at once)
-    assert StopAsked(_Ranks(0, 2, [None, (False, True)]), _Session(False)).after(9) is True
-    failed = StopAsked(_Ranks(1, 2, [(False, False), None]), _Session(False))
+    assert StopAsked(_Ranks(0, 2, [None, (False, True, None)]), _Session(False)).after(9) is True
+    failed = StopAsked(_Ranks(1, 2, [(False, False, None), None]), _Session(False))
     assert [failed.after(s, failed=True) for s in (7, 8, 9)] == [False, False, True]
     assert StopAsked(alone, _Session(False)).after(3, failed=True) is True
+
+    # what each process brings to a meeting comes back to all, by rank (the Keras front's
+    # parts done)
+    carrying = StopAsked(_Ranks(0, 2, [None, (False, False, 7)]), _Session(False))
+    assert carrying.after(9, carry=5) is False and carrying.carried == [5, 7]
