@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Ranks"]
+from det_sdk.errors import DetSdkError
+
+__all__ = ["FrozenRanksError", "Ranks"]
+
+
+class FrozenRanksError(DetSdkError, AttributeError):
+    """A field of a :class:`Ranks` was set: they are read once, from the launcher."""
 
 
 class Ranks:
@@ -44,7 +50,7 @@ class Ranks:
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Ranks are frozen: cannot set {name}")
+        raise FrozenRanksError(f"Ranks are frozen: cannot set {name}")
 
     @property
     def is_chief(self) -> bool:
