@@ -30,7 +30,7 @@ from det_sdk.core._distributed import DistributedContext as CoreDistributedConte
 from det_sdk.core._star import bind_address
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
-from det_sdk.ranks import horovodrun, torchrun
+from det_sdk.ranks import horovodrun, torchrun, which
 
 __all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
 
@@ -147,21 +147,20 @@ class TorchDistributed(CoreDistributedContext):
         """The ranks torchrun or horovodrun describe in the environment."""
         env = os.environ if environ is None else environ
         timeout = float(setting("DET_TORCH_TIMEOUT", env) or 60)
-        ranks = torchrun.read(env)
-        if ranks is not None:
+        ranks = which(env, among=("torchrun", "horovodrun"))
+        if ranks.launcher == "torchrun":
             if not ranks.chief_addr or not ranks.chief_port:
                 raise DistributedSetupError(
                     "det_sdk.pytorch: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
                     "are not (torchrun sets all of them)")
             master_addr, master_port = ranks.chief_addr, ranks.chief_port
-        else:
-            ranks = horovodrun.read(env)
-            if ranks is None:
-                raise DistributedSetupError(
-                    "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
-                    "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+        elif ranks.launcher == "horovodrun":
             master_addr, master_port = _rendezvous_via_horovod(
                 env, ranks.rank, ranks.cross_size == 1, timeout)
+        else:
+            raise DistributedSetupError(
+                "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
+                "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
         return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
                    local_size=ranks.local_size, cross_rank=ranks.cross_rank,
                    cross_size=ranks.cross_size, master_addr=master_addr,
