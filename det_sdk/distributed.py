@@ -1,7 +1,11 @@
-"""The distributed seam: who am I among the processes of this training, and how we talk.
+"""The distributed seam: the processes of this training, and how they talk.
 
-``det.keras.init()`` picks one implementation and nothing else in the package asks
-"am I distributed?": code calls the collectives, which are trivial on one process.
+:class:`Processes` is what the engine, det.core and the fronts hold: rank, size and
+object collectives. Who this process is among how many is read by :mod:`det_sdk.ranks`
+(one module per launcher); ``det.keras.init()`` picks one implementation here and
+nothing else in the package asks "am I distributed?": code calls the collectives,
+which are trivial on one process. (The public name is ``det.core.DistributedContext``,
+Determined's, a subclass with the constructors a script uses.)
 
 >>> d = SingleProcess()
 >>> d.rank, d.size, d.shard_batch_size(128)
@@ -13,20 +17,20 @@
 from __future__ import annotations
 
 import importlib
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from det_sdk.errors import ArgumentTypeError, UsageError
+from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
-__all__ = ["FRONT_BUILDERS", "DistributedContext", "HorovodProcesses", "SingleProcess",
-           "front_builder", "launched_by_horovod"]
+__all__ = ["FRONT_BUILDERS", "DistributedContext", "HorovodProcesses", "Processes",
+           "SingleProcess", "front_builder", "launched_by_horovod"]
 
 T = TypeVar("T")
 
 
-class DistributedContext(ABC):
+class Processes(ABC):
     """Rank, size and object collectives of the processes that train one model."""
 
     rank: int
@@ -160,7 +164,14 @@ class DistributedContext(ABC):
         return None
 
 
-class SingleProcess(DistributedContext):
+#: The base's former name, which det.core's public ``DistributedContext`` (a subclass)
+#: shares; kept for the modules that still import it from here (keras/_init.py, _trial.py,
+#: _context.py, _loop.py, _predict.py, _callbacks.py, core/_context.py, _train.py,
+#: _checkpoint.py, _preempt.py, _searcher.py). New code names :class:`Processes`.
+DistributedContext = Processes
+
+
+class SingleProcess(Processes):
     """One process: every collective is the identity."""
 
     def __init__(self) -> None:
@@ -183,16 +194,7 @@ class SingleProcess(DistributedContext):
         return "SingleProcess()"
 
 
-_HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_SIZE")
-
-
-def launched_by_horovod(environ: Mapping[str, str] | None = None) -> bool:
-    """True in a process started by ``horovodrun`` (it sets ``HOROVOD_RANK``/``SIZE``)."""
-    env = os.environ if environ is None else environ
-    return all(env.get(v) for v in _HOROVOD_VARS)
-
-
-class HorovodProcesses(DistributedContext):
+class HorovodProcesses(Processes):
     """One of N processes launched by ``horovodrun``; collectives go through Horovod.
 
     Importing Horovod's TensorFlow binding loads TensorFlow, so this is only built

@@ -1,13 +1,16 @@
 """The environment variables det_sdk reads and writes, named once.
 
-Four families, each read here (and, for a task's, through :func:`det_sdk.get_cluster_info`):
+Four families, each named here and read here, but for two: a task's are read through
+:func:`det_sdk.get_cluster_info`, and the ranks' (``DET_TF_COLLECTIVE_*`` among them) by
+:mod:`det_sdk.ranks`:
 
 - a **local run**'s (the user sets them): ``DET_CONFIG`` (the config's path),
   ``DET_RUNS_DIR`` (where runs live), ``DET_RESUME`` (continue run ID or ``latest``);
 - a **task**'s, written by the master for the processes it launches and read through
   :func:`det_sdk.get_cluster_info` (``DET_ALLOCATION_ID`` marks them);
 - the **ranks** launchers describe (horovodrun's ``HOROVOD_*``, torchrun's ``RANK``,
-  ``WORLD_SIZE``, ..., ``TF_CONFIG``);
+  ``WORLD_SIZE``, ..., ``TF_CONFIG``): named here for :func:`outside`, read only by
+  :mod:`det_sdk.ranks`, one module per launcher (``tests/unit/test_ranks.py`` checks);
 - the **user's settings** for the ``det`` CLI and det_sdk's tools: ``DET_MASTER``,
   ``DET_USER_TOKEN``, ``DET_CREDENTIALS``, ``DET_MASTER_DIR``, ``DET_TORCH_TIMEOUT``,
   ``DET_SLURM_RENDEZVOUS_ADDR``.
@@ -47,7 +50,7 @@ TASK_VARS = (
 )
 #: a user's own login token: a task gets its own, never the user's
 USER_TOKEN = "DET_USER_TOKEN"
-#: what launchers set to describe a process's rank among others
+#: what launchers set to describe a process's rank among others (det_sdk.ranks reads them)
 RANK_VARS = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "DET_TF_COLLECTIVE_ADDR",

@@ -1,7 +1,7 @@
 """The core API's distributed context: the package's seam, plus the constructors a script uses.
 
-``det_sdk.core.DistributedContext`` is :class:`det_sdk.distributed.DistributedContext`
-with the ways in that Determined's core API has:
+``det_sdk.core.DistributedContext`` is :class:`det_sdk.distributed.Processes` (rank,
+size, collectives) with the ways in that Determined's core API has:
 
 - its constructor, ``DistributedContext(rank=, size=, ..., chief_ip=)``, for ranks a
   launcher or the script knows: object collectives over TCP to the chief
@@ -17,7 +17,9 @@ through the same TCP star around the chief; the tensors of training go through t
 strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``, and
 torch inside ``from_torch_distributed``: what needs a framework is its front's
 (``det_sdk.keras._strategy``, ``det_sdk.pytorch._distributed``), which these call through
-``det_sdk.distributed.front_builder``; this module imports no front.
+``det_sdk.distributed.front_builder``; this module imports no front. The ranks the
+launchers describe are read by :mod:`det_sdk.ranks` (``TF_CONFIG``:
+:mod:`det_sdk.ranks.tf_config`).
 
 >>> parse_tf_config('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 1}}')
 (['a:1', 'b:2'], 1)
@@ -27,7 +29,6 @@ torch inside ``from_torch_distributed``: what needs a framework is its front's
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -35,7 +36,9 @@ from typing import Any, TypeVar
 from det_sdk import distributed as _base
 from det_sdk.env import collective_token
 from det_sdk.env import port_offset as task_port_offset
-from det_sdk.errors import DetSdkError, UsageError
+from det_sdk.errors import DetSdkError
+from det_sdk.ranks import horovodrun, tf_config
+from det_sdk.ranks.tf_config import parse_tf_config
 
 __all__ = [
     "DistributedConfigError",
@@ -47,10 +50,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Set by det_sdk.launch.tensorflow next to TF_CONFIG: where the chief's collectives
-# listen ("host:port") and the token a worker shows when it connects.
-COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"
-COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
 _CONNECT_TIMEOUT = 300.0  # s: workers start at different speeds (importing TF, ~2 s each)
 DEFAULT_PORT = 12360  # Determined's pub_port default
 TOKEN_VAR = "DET_COLLECTIVE_TOKEN"  # the token ranks show the chief (launchers set it)
@@ -64,34 +63,10 @@ class UnsupportedStrategyError(DetSdkError, RuntimeError):
     """The processes and the installed Keras ask for a strategy that does not work."""
 
 
-def parse_tf_config(raw: str | None) -> tuple[list[str], int]:
-    """``TF_CONFIG`` -> (worker addresses, this process's index); ``([], 0)`` when unset.
-
-    Raises ``ValueError`` naming ``TF_CONFIG`` and the field when it is malformed.
-    """
-    if not raw:
-        return [], 0
-    try:
-        cfg = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"TF_CONFIG is not valid JSON: {err}") from None
-    workers = (cfg.get("cluster") or {}).get("worker") if isinstance(cfg, dict) else None
-    if not isinstance(workers, list) or not workers or not all(
-            isinstance(w, str) and ":" in w for w in workers):
-        raise UsageError("TF_CONFIG: cluster.worker must be a non-empty list of 'host:port'")
-    task = cfg.get("task") or {}
-    index = task.get("index", 0)
-    if task.get("type", "worker") != "worker" or not isinstance(index, int) \
-            or not 0 <= index < len(workers):
-        raise UsageError(f"TF_CONFIG: task must be a worker with an index in [0, {len(workers)}), "
-                         f"got {task!r}")
-    return list(workers), index
-
-
-class DistributedContext(_base.DistributedContext):
+class DistributedContext(_base.Processes):
     """Rank, size and collectives of the processes of one training (Determined's name).
 
-    Any :class:`det_sdk.distributed.DistributedContext` works with
+    Any :class:`det_sdk.distributed.Processes` works with
     :func:`det_sdk.core.init`; this class adds the constructors::
 
         distributed, strategy = det.core.DistributedContext.from_tf_config()
@@ -202,12 +177,13 @@ class DistributedContext(_base.DistributedContext):
         >>> distributed, strategy = DistributedContext.from_tf_config()  # doctest: +SKIP
         """
         env = os.environ if environ is None else environ
-        workers, index = parse_tf_config(env.get("TF_CONFIG"))
-        if not workers and _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) > 1:
+        workers, index = parse_tf_config(env.get(tf_config.TF_CONFIG_VAR))
+        hvd = horovodrun.read(env)
+        if not workers and hvd is not None and hvd.size > 1:
             # Each of the N processes would take itself for the only one (N chiefs
             # reporting the same trial): say what is missing instead.
             raise UnsupportedStrategyError(
-                f"det_sdk: {env['HOROVOD_SIZE']} processes were started (horovodrun, e.g. "
+                f"det_sdk: {hvd.size} processes were started (horovodrun, e.g. "
                 "slots_per_trial > 1) but TF_CONFIG is not set: put the TensorFlow launcher in "
                 "the entrypoint (python3 -m det_sdk.launch.tensorflow -- python3 train.py), or "
                 "use DistributedContext.from_horovod()")
@@ -216,7 +192,7 @@ class DistributedContext(_base.DistributedContext):
 
     @classmethod
     def from_horovod(cls, hvd: Any = None, chief_ip: str | None = None
-                     ) -> _base.DistributedContext:
+                     ) -> _base.Processes:
         """The context of a process started by ``horovodrun`` (calls ``hvd.init()``).
 
         ``hvd`` and ``chief_ip`` are accepted for Determined's signature; Horovod's
@@ -228,7 +204,7 @@ class DistributedContext(_base.DistributedContext):
         return _base.HorovodProcesses()
 
     @classmethod
-    def from_torch_distributed(cls, chief_ip: str | None = None) -> _base.DistributedContext:
+    def from_torch_distributed(cls, chief_ip: str | None = None) -> _base.Processes:
         """The context of a process started by ``torchrun`` (or horovodrun) for PyTorch.
 
         Joins (or reuses) the ``torch.distributed`` process group that torchrun's
@@ -263,21 +239,13 @@ class TFWorkers(DistributedContext):
 
     def __init__(self, workers: list[str], index: int,
                  environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        hosts = [w.rsplit(":", 1)[0] for w in workers]
-        mine = hosts[index]
-        unique = list(dict.fromkeys(hosts))
-        addr = env.get(COLLECTIVE_ADDR_VAR)
-        if not addr:  # TF_CONFIG written by someone else: the port after the chief's
-            chief_host, chief_port = workers[0].rsplit(":", 1)
-            addr = f"{chief_host}:{int(chief_port) + 1}"
-        host, port = addr.rsplit(":", 1)
+        ranks = tf_config.of_workers(workers, index, environ)
+        assert ranks.chief_addr is not None and ranks.chief_port is not None
         super().__init__(
-            rank=index, size=len(workers),
-            local_rank=sum(1 for h in hosts[:index] if h == mine), local_size=hosts.count(mine),
-            cross_rank=unique.index(mine), cross_size=len(unique), chief_ip=host,
-            pub_port=int(port), token=env.get(COLLECTIVE_TOKEN_VAR, ""),
-            timeout_s=_CONNECT_TIMEOUT)
+            rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
+            local_size=ranks.local_size, cross_rank=ranks.cross_rank,
+            cross_size=ranks.cross_size, chief_ip=ranks.chief_addr, pub_port=ranks.chief_port,
+            token=tf_config.collective_token(environ), timeout_s=_CONNECT_TIMEOUT)
 
     def __repr__(self) -> str:
         return f"TFWorkers(rank={self.rank}, size={self.size})"

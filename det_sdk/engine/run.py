@@ -33,7 +33,7 @@ from det_sdk.config import (
     parse_experiment_config,
     parse_job_config,
 )
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.env import local_run
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
@@ -63,7 +63,7 @@ class OpenedRun:
     ``hparams``), or None. ``seed`` is the run's (a resumed run's recorded one).
     """
 
-    distributed: DistributedContext
+    distributed: Processes
     session: Session
     info: ClusterInfo
     config: ExperimentConfig | JobConfig | None
@@ -113,7 +113,7 @@ def load_config(config: Any) -> ExperimentConfig | JobConfig | None:
 
 
 def open_run(
-    distributed: DistributedContext,
+    distributed: Processes,
     *,
     config: Any = None,
     hparams: Mapping[str, Any] | None = None,
@@ -124,7 +124,7 @@ def open_run(
     """Open (or, with ``resume``, reopen) the run of this process; see ``det.keras.init``
     for the arguments. On the cluster (``DET_ALLOCATION_ID`` set) they are defaults at most:
     the task's environment decides, and ``hparams`` fill in what the trial's do not set."""
-    if not isinstance(distributed, DistributedContext):
+    if not isinstance(distributed, Processes):
         raise ArgumentTypeError("init: distributed must be a det_sdk DistributedContext (e.g. "
                                 "from DistributedContext.from_tf_config()), got "
                                 f"{type(distributed).__name__}")
@@ -149,7 +149,7 @@ def open_run(
     return OpenedRun(distributed, session, info, loaded, hp, info.trial_seed, on_cluster=False)
 
 
-def _open_on_cluster(dist: DistributedContext, info: ClusterInfo,
+def _open_on_cluster(dist: Processes, info: ClusterInfo,
                      defaults: Mapping[str, Any]) -> OpenedRun:
     """A process the master launched: everything comes from the task's environment."""
     session = MasterSession(info, writer=dist.is_chief)
@@ -181,7 +181,7 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
     return seed
 
 
-def _open_local(dist: DistributedContext, runs: Path, target: str | None,
+def _open_local(dist: Processes, runs: Path, target: str | None,
                 new_run: Mapping[str, Any]) -> LocalSession:
     """Rank 0 creates (or reopens) the run; the other processes open it read-only.
 

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 import xxhash
 
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat
 
@@ -81,7 +81,7 @@ class ShardedArray(np.ndarray):
         self.det_shard = None
 
 
-def _shard(arr: np.ndarray, dist: DistributedContext) -> ShardedArray:
+def _shard(arr: np.ndarray, dist: Processes) -> ShardedArray:
     n = len(arr)
     start, stop = n * dist.rank // dist.size, n * (dist.rank + 1) // dist.size
     view = arr[start:stop].view(ShardedArray)
@@ -149,7 +149,7 @@ def _check_arrays(named: dict[str, Any]) -> int:
     return n
 
 
-def wrap_data(dist: DistributedContext, x: Any, y: Any = None, sample_weight: Any = None) -> Any:
+def wrap_data(dist: Processes, x: Any, y: Any = None, sample_weight: Any = None) -> Any:
     """Shard ``x`` (and ``y``, ``sample_weight``) for this process; see the module doc."""
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
@@ -188,7 +188,7 @@ def _digest(a: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _check_same_everywhere(dist: DistributedContext, named: dict[str, Any]) -> None:
+def _check_same_everywhere(dist: Processes, named: dict[str, Any]) -> None:
     """Refuse arrays that differ between processes: each process keeps its part of *its*
     arrays, so different arrays would give overlapping or missing shards, silently.
 
@@ -454,7 +454,7 @@ def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
 
 
 def local_part(
-    dist: DistributedContext, x: Any, y: Any = None, sample_weight: Any = None
+    dist: Processes, x: Any, y: Any = None, sample_weight: Any = None
 ) -> tuple[Any, Any, Any, int | None, bool]:
     """The data this process evaluates or predicts on, for data as a user passes it.
 

@@ -15,7 +15,7 @@ import numpy as np  # noqa: F401 (doctests)
 import tensorflow as tf
 
 from det_sdk.config import Length
-from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.distributed import Processes, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.errors import UsageError
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._plan import FitCall
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-def padded_rows(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+def padded_rows(dist: Processes, kwargs: dict[str, Any]) -> int | None:
     """For numpy input that is each process's own (not ``wrap_data``'s views): the most
     rows any process has, which every process pads to (a collective). None otherwise.
 
@@ -54,7 +54,7 @@ def padded_rows(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
 
 
 def first_padding_step(
-    dist: DistributedContext, kwargs: dict[str, Any], padded: int | None,
+    dist: Processes, kwargs: dict[str, Any], padded: int | None,
     dataset_padding: int | None = None,
 ) -> int | None:
     """The first step of each epoch at which this process trains on padding only (and every
@@ -82,7 +82,7 @@ def first_padding_step(
     return dataset_padding
 
 
-def even_out_dataset(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+def even_out_dataset(dist: Processes, kwargs: dict[str, Any]) -> int | None:
     """Give every process's ``tf.data.Dataset`` as many batches per pass (a collective).
 
     Shards rarely split evenly (``shard()`` of 17 batches: 9 and 8). The counts are
@@ -118,7 +118,7 @@ def take_class_weight(kwargs: dict[str, Any]) -> dict[int, float] | None:
     return kwargs.pop("class_weight", None)
 
 
-def local_validation(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+def local_validation(dist: Processes, kwargs: dict[str, Any]) -> None:
     """Validation data as this process's part: full numpy arrays and Sequences are shared
     out (each sample validated once over all processes, whose metric states are then
     summed); wrapped views, per-process arrays and datasets are each process's own."""
@@ -152,7 +152,7 @@ def validation_rows(kwargs: dict[str, Any]) -> Callable[[int], float] | None:
     return batch_rows(x, kwargs.get("validation_batch_size") or kwargs.get("batch_size"))
 
 
-def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> None:
+def check_same_steps(dist: Processes, seg_kwargs: dict[str, Any]) -> None:
     """Every process must run the same number of steps, or Horovod hangs: check first."""
     if dist.size == 1:
         return
@@ -174,7 +174,7 @@ def check_same_steps(dist: DistributedContext, seg_kwargs: dict[str, Any]) -> No
         )
 
 
-def steps_per_epoch(dist: DistributedContext, kwargs: dict[str, Any]) -> int | None:
+def steps_per_epoch(dist: Processes, kwargs: dict[str, Any]) -> int | None:
     """Batches per epoch of the training input, when it can be known up front."""
     x = kwargs.get("x")
     if kwargs.get("steps_per_epoch"):
@@ -209,7 +209,7 @@ def fold_validation_data(kwargs: dict[str, Any]) -> None:
         kwargs["validation_data"] = x_val if y_val is None else (x_val, y_val)
 
 
-def default_batch_size(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+def default_batch_size(dist: Processes, kwargs: dict[str, Any]) -> None:
     """Numpy data without ``batch_size``: Keras's 32 rows a step, *over all processes*.
 
     Keras batches numpy input by 32 when no ``batch_size`` is given; a script written for
@@ -230,7 +230,7 @@ def default_batch_size(dist: DistributedContext, kwargs: dict[str, Any]) -> None
     kwargs["batch_size"] = 32 // dist.size
 
 
-def split_arrays(dist: DistributedContext, kwargs: dict[str, Any]) -> None:
+def split_arrays(dist: Processes, kwargs: dict[str, Any]) -> None:
     """``validation_split`` for numpy: the last fraction of the data, as Keras does."""
     frac = kwargs.pop("validation_split", 0.0) or 0.0
     if not frac:

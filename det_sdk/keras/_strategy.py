@@ -23,6 +23,7 @@ import tensorflow as tf
 from det_sdk import distributed as _base
 from det_sdk.core._distributed import TFWorkers, UnsupportedStrategyError
 from det_sdk.keras import _compat
+from det_sdk.ranks import horovodrun, tf_config
 
 __all__ = ["KERAS3_MULTIWORKER_MESSAGE", "context_and_strategy"]
 
@@ -41,13 +42,14 @@ KERAS3_MULTIWORKER_MESSAGE = (
 
 
 def context_and_strategy(workers: list[str], index: int,
-                         env: Mapping[str, str]) -> tuple[_base.DistributedContext, Any]:
+                         env: Mapping[str, str]) -> tuple[_base.Processes, Any]:
     """The context and the ``tf.distribute.Strategy`` for this process, from ``TF_CONFIG``'s
     ``workers`` and this process's ``index`` in them (``[]``, 0 without one): see
     ``det.core.DistributedContext.from_tf_config``."""
     if len(workers) > 1:
         if not _compat.MULTI_WORKER_FIT:
-            if _base.launched_by_horovod(env) and int(env["HOROVOD_SIZE"]) == len(workers):
+            hvd = horovodrun.read(env)
+            if hvd is not None and hvd.size == len(workers):
                 return _horovod_workers(workers, index, env), tf.distribute.get_strategy()
             raise UnsupportedStrategyError(KERAS3_MULTIWORKER_MESSAGE.format(
                 n=len(workers), version=_compat.KERAS_VERSION))
@@ -59,12 +61,12 @@ def context_and_strategy(workers: list[str], index: int,
     return _single(), tf.distribute.get_strategy()
 
 
-def _single() -> _base.DistributedContext:
+def _single() -> _base.Processes:
     return _base.SingleProcess()
 
 
 def _horovod_workers(workers: list[str], index: int,
-                     env: Mapping[str, str]) -> _base.DistributedContext:
+                     env: Mapping[str, str]) -> _base.Processes:
     """Keras 3 under ``horovodrun`` + the launcher: Horovod's processes, not TensorFlow's.
 
     ``MultiWorkerMirroredStrategy`` cannot train Keras 3 across processes, so the
@@ -80,7 +82,7 @@ def _horovod_workers(workers: list[str], index: int,
     set to one value on every process, unless the script set one already.
     """
     if env is os.environ:
-        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop(tf_config.TF_CONFIG_VAR, None)
     _share_cores(workers, index)
     dist = _base.HorovodProcesses()
     shared = dist.broadcast(int.from_bytes(os.urandom(4), "big") % 2**31

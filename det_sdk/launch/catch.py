@@ -48,6 +48,7 @@ from det_sdk.failure import (
     stop_signal,
     write_record,
 )
+from det_sdk.ranks import rank_hint
 
 __all__ = ["main"]
 
@@ -104,11 +105,7 @@ def _pump(fd: int, tail: _Tail) -> None:
 
 
 def _rank() -> int:
-    for var in ("HOROVOD_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+    return rank_hint()  # horovodrun's, else Slurm's, Open MPI's, torchrun's, else 0
 
 
 def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:

@@ -23,9 +23,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from det_sdk.distributed import launched_by_horovod
 from det_sdk.errors import UsageError
 from det_sdk.launch._node import node_slots, under_horovodrun
+from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
 __all__ = ["main", "parse_args"]
 

@@ -52,16 +52,15 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from det_sdk.distributed import launched_by_horovod
 from det_sdk.errors import DetSdkError, StateError
 from det_sdk.launch._node import node_slots, under_horovodrun
+from det_sdk.ranks import horovodrun
+from det_sdk.ranks.tf_config import COLLECTIVE_ADDR_VAR, COLLECTIVE_TOKEN_VAR
 
 __all__ = ["main", "parse_args", "tf_config"]
 
 log = logging.getLogger("det_sdk.launch")
 
-COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"  # det_sdk.core._distributed reads these
-COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
 _SCOPE = "det_sdk_tf_launch"
 _RENDEZVOUS_TIMEOUT = 120.0
 
@@ -116,11 +115,11 @@ def _worker_env(base: Mapping[str, str], workers: Sequence[str], index: int,
 
 
 def _kv_url(env: Mapping[str, str], key: str) -> str:
-    addr = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
-    port = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
-    if not addr or not port:
+    store = horovodrun.gloo_rendezvous(env)
+    if store is None:
         raise StateError("det_sdk.launch.tensorflow: under horovodrun but without "
                          "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT; run horovodrun with --gloo")
+    addr, port = store
     return f"http://{addr}:{port}/{_SCOPE}/{key}"
 
 
@@ -146,8 +145,10 @@ def _get(env: Mapping[str, str], key: str, deadline: float) -> Any:
 
 
 def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
-    rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
-    host = env.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    ranks = horovodrun.read(env)
+    assert ranks is not None  # main() calls this under horovodrun only
+    rank, size = ranks.rank, ranks.size
+    host = horovodrun.hostname(env) or socket.gethostname()
     mine: dict[str, Any] = {"addr": f"{host}:{_free_port()}"}
     if rank == 0:
         mine["collective"] = f"{host}:{_free_port()}"
@@ -196,14 +197,15 @@ def _spawn(n: int, script: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the launcher (``python3 -m det_sdk.launch.tensorflow -- SCRIPT...``)."""
     processes, script = parse_args(sys.argv[1:] if argv is None else argv)
-    slots = 1 if launched_by_horovod() or processes > 1 else node_slots()
+    slots = 1 if horovodrun.launched() or processes > 1 else node_slots()
     if slots > 1:
         # run once for the node (Determined's `entrypoint:`): its slots' workers under
         # horovodrun, each of them this launcher again
         command = under_horovodrun(
             [sys.executable, "-m", "det_sdk.launch.tensorflow", "--", *script], slots)
         os.execvp(command[0], command)
-    if launched_by_horovod() and int(os.environ["HOROVOD_SIZE"]) > 1:
+    under = horovodrun.read()
+    if under is not None and under.size > 1:
         if processes != 1:
             print("det_sdk.launch.tensorflow: --processes is for runs off horovodrun; under "
                   "horovodrun each of its processes is one worker", file=sys.stderr)

@@ -30,9 +30,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from det_sdk.distributed import launched_by_horovod
 from det_sdk.errors import DetSdkError
 from det_sdk.launch._node import node_slots
+from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
 __all__ = ["main", "parse_args", "worker_env"]
 

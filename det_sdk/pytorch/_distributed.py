@@ -1,6 +1,6 @@
 """Ranks over ``torch.distributed`` (gloo on CPU, nccl on GPUs): det.core without Horovod or TF.
 
-Where the ranks come from, in this order:
+Where the ranks come from, in this order (read by :mod:`det_sdk.ranks`):
 
 - torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
   ``MASTER_ADDR``, ``MASTER_PORT``), as ``det_sdk.launch.torch_distributed`` sets them;
@@ -30,6 +30,7 @@ from det_sdk.core._distributed import DistributedContext as CoreDistributedConte
 from det_sdk.core._star import bind_address
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
+from det_sdk.ranks import horovodrun, torchrun, which
 
 __all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
 
@@ -43,9 +44,7 @@ class DistributedSetupError(DetSdkError, RuntimeError):
 
 def launched_by_torch_or_horovod(environ: Mapping[str, str] | None = None) -> bool:
     """True when torchrun's or horovodrun's rank variables describe more than this process."""
-    env = os.environ if environ is None else environ
-    return bool(env.get("WORLD_SIZE") and env.get("RANK") is not None) or bool(
-        env.get("HOROVOD_RANK") and env.get("HOROVOD_SIZE"))
+    return torchrun.launched(environ) or horovodrun.launched(environ)
 
 
 def _free_port(host: str) -> int:
@@ -64,12 +63,13 @@ def _own_address(toward: str, local_only: bool) -> str:
 
 def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, local_only: bool,
                             timeout: float) -> tuple[str, int]:
-    addr, port = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
-    if not addr or not port:
+    store = horovodrun.gloo_rendezvous(env)
+    if store is None:
         raise DistributedSetupError(
             "det_sdk.pytorch: HOROVOD_RANK is set but HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT are "
             "not: start the ranks with `horovodrun --gloo`, or use torchrun / "
             "`python -m det_sdk.launch.torch_distributed`")
+    addr, port = store
     url = f"http://{addr}:{port}/{_SCOPE}/master"
     if rank == 0:
         host = _own_address(addr, local_only)
@@ -130,7 +130,7 @@ class TorchDistributed(CoreDistributedContext):
             # a client of the group's store (rank 0's, or torchrun's agent's), keyed by
             # torchrun's restart count so a restarted group never reads an old address
             store = tdist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
-            key = f"det_sdk/objects/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+            key = f"det_sdk/objects/{torchrun.restart_count()}"
             if rank == 0:
                 port, token = _free_port(bind_address(chief)), secrets.token_hex(16)
                 store.set(key, f"{port}:{token}")
@@ -147,32 +147,24 @@ class TorchDistributed(CoreDistributedContext):
         """The ranks torchrun or horovodrun describe in the environment."""
         env = os.environ if environ is None else environ
         timeout = float(setting("DET_TORCH_TIMEOUT", env) or 60)
-        if env.get("WORLD_SIZE") and env.get("RANK") is not None:
-            size, rank = int(env["WORLD_SIZE"]), int(env["RANK"])
-            local_rank = int(env.get("LOCAL_RANK", rank))
-            local_size = int(env.get("LOCAL_WORLD_SIZE", size))
-            cross_size = int(env.get("GROUP_WORLD_SIZE", max(1, size // max(local_size, 1))))
-            cross_rank = int(env.get("GROUP_RANK", rank // max(local_size, 1)))
-            addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
-            if not addr or not port:
+        ranks = which(env, among=("torchrun", "horovodrun"))
+        if ranks.launcher == "torchrun":
+            if not ranks.chief_addr or not ranks.chief_port:
                 raise DistributedSetupError(
                     "det_sdk.pytorch: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
                     "are not (torchrun sets all of them)")
-            return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
-                       cross_rank=cross_rank, cross_size=cross_size, master_addr=addr,
-                       master_port=int(port), timeout_s=timeout, chief_ip=chief_ip)
-        if env.get("HOROVOD_RANK") and env.get("HOROVOD_SIZE"):
-            rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
-            local_size = int(env.get("HOROVOD_LOCAL_SIZE", size))
-            cross_size = int(env.get("HOROVOD_CROSS_SIZE", 1))
-            hvd_addr, hvd_port = _rendezvous_via_horovod(env, rank, cross_size == 1, timeout)
-            return cls(rank=rank, size=size, local_rank=int(env.get("HOROVOD_LOCAL_RANK", rank)),
-                       local_size=local_size, cross_rank=int(env.get("HOROVOD_CROSS_RANK", 0)),
-                       cross_size=cross_size, master_addr=hvd_addr, master_port=hvd_port,
-                       timeout_s=timeout, chief_ip=chief_ip)
-        raise DistributedSetupError(
-            "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE or "
-            "horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+            master_addr, master_port = ranks.chief_addr, ranks.chief_port
+        elif ranks.launcher == "horovodrun":
+            master_addr, master_port = _rendezvous_via_horovod(
+                env, ranks.rank, ranks.cross_size == 1, timeout)
+        else:
+            raise DistributedSetupError(
+                "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
+                "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+        return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
+                   local_size=ranks.local_size, cross_rank=ranks.cross_rank,
+                   cross_size=ranks.cross_size, master_addr=master_addr,
+                   master_port=master_port, timeout_s=timeout, chief_ip=chief_ip)
 
     def any(self, flag: bool) -> bool:
         return any(self.allgather(bool(flag)))

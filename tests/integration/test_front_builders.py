@@ -56,3 +56,20 @@ def test_from_torch_distributed_gets_the_pytorch_fronts_process_group(
     finally:
         distributed.close()
     assert not tdist.is_initialized()
+
+
+def test_the_ranks_each_builder_reads_and_its_refusals() -> None:
+    """The launchers' variables reach the builders through det_sdk.ranks: what each
+    refuses says which variables are missing, before any process group is joined."""
+    pytest.importorskip("torch")
+    from det_sdk.pytorch._distributed import DistributedSetupError, TorchDistributed
+
+    with pytest.raises(DistributedSetupError, match="no ranks in the environment"):
+        TorchDistributed.from_env(environ={"PATH": "/bin"})
+    with pytest.raises(DistributedSetupError, match="MASTER_ADDR/MASTER_PORT are not"):
+        TorchDistributed.from_env(environ={"RANK": "0", "WORLD_SIZE": "2"})
+    with pytest.raises(DistributedSetupError, match="HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT"):
+        TorchDistributed.from_env(environ={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
+    with pytest.raises(det.core.UnsupportedStrategyError, match="2 processes were started"):
+        det.core.DistributedContext.from_tf_config(
+            environ={"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"})

@@ -1,0 +1,44 @@
+"""Keras callbacks across versions: the attributes that hold a callback's state between
+epochs, ``History``'s model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from det_sdk.keras._compat._impl import impl
+from det_sdk.keras._compat._version import keras
+
+__all__ = ["callback_state_attributes", "set_history_model"]
+
+
+def set_history_model(history: Any, model: Any) -> None:
+    """``history.model = model`` (a read-only property on Keras 3)."""
+    history.set_model(model)
+
+
+# The attributes that hold a Keras callback's state between epochs (what its
+# ``on_train_begin`` resets or its ``__init__`` sets), by class name. Keras 2 and 3
+# differ: ModelCheckpoint's epoch counter (Keras 2's ``period``), TensorBoard's
+# test-batch counter (Keras 3): each major's ``CALLBACK_STATE_EXTRA`` adds its own. An
+# attribute a callback lacks is skipped.
+_CALLBACK_STATE_COMMON: dict[str, tuple[str, ...]] = {
+    "EarlyStopping": ("wait", "best", "stopped_epoch", "best_weights", "best_epoch"),
+    "ReduceLROnPlateau": ("wait", "best", "cooldown_counter"),
+    "ModelCheckpoint": ("best", "_batches_seen_since_last_saving", "_last_batch_seen"),
+    "TensorBoard": ("_global_train_batch",),
+}
+
+
+def callback_state_attributes() -> list[tuple[type, tuple[str, ...]]]:
+    """``(Keras callback class, its state attributes)`` for the running Keras.
+
+    >>> [cls.__name__ for cls, _ in callback_state_attributes()][:2]
+    ['EarlyStopping', 'ReduceLROnPlateau']
+    """
+    extra = impl.CALLBACK_STATE_EXTRA
+    out = []
+    for name, attrs in _CALLBACK_STATE_COMMON.items():
+        cls = getattr(keras.callbacks, name, None)
+        if cls is not None:
+            out.append((cls, attrs + extra.get(name, ())))
+    return out
