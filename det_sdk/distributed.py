@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
-__all__ = ["FRONT_BUILDERS", "DistributedContext", "HorovodProcesses", "Processes",
+__all__ = ["FRONT_BUILDERS", "HorovodProcesses", "Processes",
            "SingleProcess", "front_builder", "launched_by_horovod"]
 
 T = TypeVar("T")
@@ -162,13 +162,6 @@ class Processes(ABC):
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
         """Set ``tf.Variable``s on every process to ``root``'s values (nothing on one)."""
         return None
-
-
-#: The base's former name, which det.core's public ``DistributedContext`` (a subclass)
-#: shares; kept for the modules that still import it from here (keras/_init.py, _trial.py,
-#: _context.py, _loop.py, _predict.py, _callbacks.py, core/_context.py, _train.py,
-#: _checkpoint.py, _preempt.py, _searcher.py). New code names :class:`Processes`.
-DistributedContext = Processes
 
 
 class SingleProcess(Processes):

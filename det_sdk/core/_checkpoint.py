@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.arrayfile import copy_file
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
@@ -37,7 +37,7 @@ METADATA = "metadata.json"
 class CheckpointContext:
     """Store, find and read checkpoints through the session's storage."""
 
-    def __init__(self, session: Session, distributed: DistributedContext) -> None:
+    def __init__(self, session: Session, distributed: Processes) -> None:
         self._session = session
         self._dist = distributed
 

@@ -30,8 +30,8 @@ from det_sdk.core._preempt import PreemptContext
 from det_sdk.core._searcher import SearcherContext
 from det_sdk.core._train import TrainContext
 from det_sdk.distributed import (
-    DistributedContext,
     HorovodProcesses,
+    Processes,
     SingleProcess,
     launched_by_horovod,
 )
@@ -52,7 +52,7 @@ class Context:
             main(core_context)
     """
 
-    def __init__(self, *, distributed: DistributedContext, session: Session,
+    def __init__(self, *, distributed: Processes, session: Session,
                  info: ClusterInfo, config: ExperimentConfig | None,
                  local_length: Length | None = None) -> None:
         self.distributed = distributed
@@ -139,7 +139,7 @@ class Context:
 
 def init(
     *,
-    distributed: DistributedContext | None = None,
+    distributed: Processes | None = None,
     config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     hparams: Mapping[str, Any] | None = None,
     runs_dir: str | os.PathLike[str] | None = None,

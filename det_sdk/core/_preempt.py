@@ -8,7 +8,7 @@ False
 
 from __future__ import annotations
 
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.session import Session
 
 __all__ = ["PreemptContext"]
@@ -27,7 +27,7 @@ class PreemptContext:
                 save_checkpoint(); return
     """
 
-    def __init__(self, session: Session, distributed: DistributedContext) -> None:
+    def __init__(self, session: Session, distributed: Processes) -> None:
         self._session = session
         self._dist = distributed
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from det_sdk.config import Length
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.errors import StateError, UsageError
 from det_sdk.session import Session
 
@@ -81,7 +81,7 @@ class SearcherContext:
     :func:`det_sdk.core.init`).
     """
 
-    def __init__(self, session: Session, distributed: DistributedContext,
+    def __init__(self, session: Session, distributed: Processes,
                  local_length: Length | None = None) -> None:
         self._session = session
         self._dist = distributed

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
@@ -39,7 +39,7 @@ class TrainContext:
                                                      metrics={"val_loss": 0.4})
     """
 
-    def __init__(self, session: Session, distributed: DistributedContext) -> None:
+    def __init__(self, session: Session, distributed: Processes) -> None:
         self._session = session
         self._dist = distributed
         self._epoch = 0

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.core._train import TrainContext
-from det_sdk.distributed import DistributedContext, SingleProcess  # noqa: F401 (doctests)
+from det_sdk.distributed import Processes, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.engine.position import Position
 from det_sdk.errors import UsageError
 from det_sdk.keras import _compat
@@ -187,7 +187,7 @@ class SequenceEpochEnd(_Callback):
         self.seq.on_epoch_end()
 
 
-def aggregated_results(model: Any, dist: DistributedContext) -> dict[str, float]:
+def aggregated_results(model: Any, dist: Processes) -> dict[str, float]:
     """``model``'s metric results computed from the sum of every process's metric state.
 
     A collective: every process calls it at the same point. The metrics' state
@@ -221,7 +221,7 @@ def aggregated_results(model: Any, dist: DistributedContext) -> dict[str, float]
 
 
 def combine_logs(
-    logs: Mapping[str, Any], aggregated: Mapping[str, float], dist: DistributedContext,
+    logs: Mapping[str, Any], aggregated: Mapping[str, float], dist: Processes,
     weight: float = 1.0,
 ) -> dict[str, float]:
     """Every process's ``logs`` as one: metric results from ``aggregated``, others averaged.
@@ -342,7 +342,7 @@ class AverageStepOutputs(_Callback):
     >>> cb = AverageStepOutputs(SingleProcess())
     """
 
-    def __init__(self, dist: DistributedContext,
+    def __init__(self, dist: Processes,
                  rows: Callable[[int], float] | None = None) -> None:
         super().__init__()
         self.dist, self.rows = dist, rows
@@ -399,7 +399,7 @@ class AggregateMetrics(_Callback):
     >>> cb = AggregateMetrics(SingleProcess())
     """
 
-    def __init__(self, dist: DistributedContext) -> None:
+    def __init__(self, dist: Processes) -> None:
         super().__init__()
         self.dist = dist
         self._train: dict[str, float] | None = None
@@ -439,7 +439,7 @@ def _file_writing_callbacks() -> tuple[type, ...]:
     return tuple(getattr(cbs, n) for n in names if hasattr(cbs, n))
 
 
-def chief_only_callbacks(callbacks: list[Any], dist: DistributedContext) -> list[Any]:
+def chief_only_callbacks(callbacks: list[Any], dist: Processes) -> list[Any]:
     """The user's callbacks this process runs: all on rank 0; elsewhere, not those that
     write files (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``,
     ``BackupAndRestore``, and subclasses), which would write the same files N times.
@@ -559,7 +559,7 @@ class StopOnSignal(_Callback):
         self,
         should_stop: Callable[[], str | None],
         save: Callable[[], str | None],
-        dist: DistributedContext,
+        dist: Processes,
         every: int = 1,
     ) -> None:
         super().__init__()
@@ -616,7 +616,7 @@ class MetricsReporter(_Callback):
     >>> # MetricsReporter(core.train, position, dist, publish=dist.is_chief), from context.fit
     """
 
-    def __init__(self, train: TrainContext, position: Position, dist: DistributedContext,
+    def __init__(self, train: TrainContext, position: Position, dist: Processes,
                  *, publish: bool = True, report_every: int | None = None,
                  total_steps: int | None = None, stage: str = DEFAULT_STAGE,
                  searched: bool = True) -> None:

@@ -18,8 +18,8 @@ import tensorflow as tf
 from det_sdk.config import ConfigError, ExperimentConfig, JobConfig, Length
 from det_sdk.core._context import Context, context_of_run
 from det_sdk.distributed import (
-    DistributedContext,
     HorovodProcesses,
+    Processes,
     SingleProcess,
     launched_by_horovod,
 )
@@ -74,7 +74,7 @@ def _stop_cleanly_before_fit(core: Context) -> None:
         signal.signal(signum, handler)
 
 
-def _distributed() -> DistributedContext:
+def _distributed() -> Processes:
     if not launched_by_horovod():
         return SingleProcess()
     dist = HorovodProcesses()
@@ -82,7 +82,7 @@ def _distributed() -> DistributedContext:
     return dist
 
 
-def _place_process(dist: DistributedContext) -> None:
+def _place_process(dist: Processes) -> None:
     """Give each of the processes on a host its own GPU, or its share of the cores.
 
     Must run before TensorFlow starts its runtime (the first op).

@@ -35,7 +35,7 @@ import tensorflow as tf
 import xxhash
 
 from det_sdk.core._context import Context
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.keras import _compat, _data
 from det_sdk.predictions import PartWriter as _Writer
@@ -83,7 +83,7 @@ def _leaves(struct: Any) -> list[np.ndarray]:
     return [np.asarray(a) for a in tf.nest.flatten(struct)]
 
 
-def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
+def _plan(dist: Processes, x: Any, batch_size: int) -> _Plan:
     rank, size = dist.rank, dist.size
     if _data.is_array_data(x):
         if size > 1 and _data.is_per_process(x):
@@ -111,7 +111,7 @@ def _plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
         f"keras.utils.Sequence or a tf.data.Dataset; got {type(x).__name__}")
 
 
-def _per_process_plan(dist: DistributedContext, x: Any, batch_size: int) -> _Plan:
+def _per_process_plan(dist: Processes, x: Any, batch_size: int) -> _Plan:
     """Each process's own rows, placed after the lower ranks' rows."""
     n = _data.num_rows(x)
     counts = dist.allgather((n, digest_arrays(_leaves(x))))
@@ -139,7 +139,7 @@ def _find_shard(ds: Any, size: int, rank: int) -> bool:
     return False
 
 
-def _dataset_plan(dist: DistributedContext, ds: Any) -> _Plan:
+def _dataset_plan(dist: Processes, ds: Any) -> _Plan:
     size = dist.size
     if size > 1 and not _find_shard(ds, size, dist.rank):
         ds = ds.shard(size, dist.rank)  # the whole dataset: element i*size + rank is ours
@@ -169,7 +169,7 @@ def _model_fingerprint(model: Any) -> dict[str, Any]:
 # --- the loop -------------------------------------------------------------------------------
 
 
-def _dataset_batches(plan: _Plan, dist: DistributedContext,
+def _dataset_batches(plan: _Plan, dist: Processes,
                      done: set[int]) -> Iterator[tuple[int, Any]]:
     """(global index, inputs) of this process's dataset elements not done yet; the done
     prefix is skipped without being read."""
@@ -183,7 +183,7 @@ def _dataset_batches(plan: _Plan, dist: DistributedContext,
             yield b, _unpack_x(element)
 
 
-def _steps(plan: _Plan, dist: DistributedContext,
+def _steps(plan: _Plan, dist: Processes,
            done: set[int]) -> Iterator[tuple[int, int | None, Any]]:
     """(step, global index or None, inputs) for this process: step ``i`` is its ``i``-th
     global batch (None: done already, or past its last). With a known number of batches
@@ -212,7 +212,7 @@ def _steps(plan: _Plan, dist: DistributedContext,
             yield i, plan.mine[i], plan.fetch(plan.mine[i])
 
 
-def _fed(plan: _Plan, dist: DistributedContext, done: set[int],
+def _fed(plan: _Plan, dist: Processes, done: set[int],
          progress: _Progress) -> Iterator[tuple[int, Any]]:
     """The (global index, inputs) to predict, with a progress point after each step (the
     generator resumes once the batch before has been taken); ends early on a stop."""
@@ -237,7 +237,7 @@ class _Progress:
 
     REPORT_SECONDS = 1.0
 
-    def __init__(self, dist: DistributedContext, core: Context, plan: _Plan,
+    def __init__(self, dist: Processes, core: Context, plan: _Plan,
                  batch_size: int, path: Path, done: int) -> None:
         self.dist, self.core, self.plan, self.path = dist, core, plan, path
         rows = plan.fingerprint.get("rows")
@@ -291,7 +291,7 @@ class _Progress:
                     return
 
 
-def predict_to(dist: DistributedContext, core: Context, model: Any, x: Any,
+def predict_to(dist: Processes, core: Context, model: Any, x: Any,
                output: str | os.PathLike[str], **kwargs: Any) -> StreamedPredictions:
     """Stream ``model``'s predictions for ``x`` into ``output`` (see the module doc)."""
     unknown = set(kwargs) - _ACCEPTED
@@ -362,7 +362,7 @@ def _batch_rows(outputs: Any, default: int) -> int:
     return int(shape[0]) if shape is not None and len(shape) and shape[0] else default
 
 
-def _stop(dist: DistributedContext, core: Context, progress: _Progress, path: Path,
+def _stop(dist: Processes, core: Context, progress: _Progress, path: Path,
           count: int) -> None:
     """The master asked the job to stop: every part written is complete (the writer has
     closed), which is the progress a resumed run starts from; the process exits 0 (a

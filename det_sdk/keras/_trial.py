@@ -44,7 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 from det_sdk.config import ConfigError, ExperimentConfig, parse_experiment_config
-from det_sdk.distributed import DistributedContext
+from det_sdk.distributed import Processes
 from det_sdk.engine.run import load_config
 from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParamKeyError
@@ -206,7 +206,7 @@ class TrialDistributed:
         context.distributed.get_size(), context.distributed.rank  # (2, 0)
     """
 
-    def __init__(self, distributed: DistributedContext) -> None:
+    def __init__(self, distributed: Processes) -> None:
         self._distributed = distributed
 
     def __getattr__(self, name: str) -> Any:
