@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from det_sdk.errors import DetSdkError
 
@@ -54,8 +54,10 @@ def _no_bool(v: Any) -> Any:
     return v
 
 
-def _bounded_int(lo: int, hi: int) -> Any:
-    return Annotated[int, Strict(), Field(ge=lo, le=hi)]
+def _within(lo: int, hi: int) -> Any:
+    """An int field's metadata: strict (no bool, no "5", no 1.0) and within [lo, hi].
+    Written ``Annotated[int, _within(lo, hi)]`` so that type checkers see an int."""
+    return Field(strict=True, ge=lo, le=hi)
 
 
 Real = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 
-from det_sdk.config._base import MAX_LENGTH, _bounded_int, _check_size, _entrypoint_ok, _Strict
+from det_sdk.config._base import MAX_LENGTH, _check_size, _entrypoint_ok, _Strict, _within
 from det_sdk.config.determined import (
     _det_sdk_launchers,
     _without_ignored,
@@ -28,11 +28,11 @@ from det_sdk.config.storage import CheckpointStorageConfig
 
 
 class ExperimentResources(_Strict):
-    slots_per_trial: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
+    slots_per_trial: Annotated[int, _within(1, 4096)] = 1
 
 
 class Reproducibility(_Strict):
-    experiment_seed: _bounded_int(0, 2**31 - 1) | None = None  # type: ignore[valid-type]
+    experiment_seed: Annotated[int, _within(0, 2**31 - 1)] | None = None
 
 
 class ExperimentConfig(_Strict):
@@ -60,14 +60,14 @@ class ExperimentConfig(_Strict):
     min_validation_period: Length | None = None
     min_checkpoint_period: Length | None = None
     # batches between reports of the training metrics' running averages (Determined's name)
-    scheduling_unit: _bounded_int(1, MAX_LENGTH) = 100  # type: ignore[valid-type]
+    scheduling_unit: Annotated[int, _within(1, MAX_LENGTH)] = 100
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
-    max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
+    max_restarts: Annotated[int, _within(0, 10_000)] = 5
     reproducibility: Reproducibility = Field(default_factory=Reproducibility)
     # Determined's: how many records an epoch of the training data holds. det_sdk's
     # epoch is one pass over the data, so this only documents it (a TFKerasTrial whose
     # data has another size says so); lengths in records need global_batch_size.
-    records_per_epoch: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
+    records_per_epoch: Annotated[int, _within(1, MAX_LENGTH)] | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     # Determined fields this config gave that det_sdk ignores (see ignored_fields)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, model_validator
 from typing_extensions import TypeAliasType
 
-from det_sdk.config._base import MAX_INT, MAX_TRIALS, ConfigError, Real, _bounded_int, _Strict
+from det_sdk.config._base import MAX_INT, MAX_TRIALS, ConfigError, Real, _Strict, _within
 
 
 class ConstHP(_Strict):
@@ -28,9 +28,9 @@ class IntHP(_Strict):
     """An integer range searched by the searcher; ``count`` points for grid search."""
 
     type: Literal["int"]
-    minval: _bounded_int(-MAX_INT, MAX_INT)  # type: ignore[valid-type]
-    maxval: _bounded_int(-MAX_INT, MAX_INT)  # type: ignore[valid-type]
-    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
+    minval: Annotated[int, _within(-MAX_INT, MAX_INT)]
+    maxval: Annotated[int, _within(-MAX_INT, MAX_INT)]
+    count: Annotated[int, _within(1, MAX_TRIALS)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> IntHP:
@@ -45,7 +45,7 @@ class DoubleHP(_Strict):
     type: Literal["double"]
     minval: Real
     maxval: Real
-    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
+    count: Annotated[int, _within(1, MAX_TRIALS)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> DoubleHP:
@@ -61,7 +61,7 @@ class LogHP(_Strict):
     minval: Real
     maxval: Real
     base: Annotated[Real, Field(gt=0)] = 10.0
-    count: _bounded_int(1, MAX_TRIALS) | None = None  # type: ignore[valid-type]
+    count: Annotated[int, _within(1, MAX_TRIALS)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> LogHP:

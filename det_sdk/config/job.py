@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from det_sdk.config._base import _bounded_int, _check_size, _entrypoint_ok, _Strict
+from det_sdk.config._base import _check_size, _entrypoint_ok, _Strict, _within
 from det_sdk.config.determined import IGNORED_DETERMINED_FIELDS
 from det_sdk.config.environment import EnvironmentConfig
 
 
 class JobResources(_Strict):
-    slots: _bounded_int(1, 4096) = 1  # type: ignore[valid-type]
+    slots: Annotated[int, _within(1, 4096)] = 1
 
 
 class JobConfig(_Strict):
@@ -31,7 +31,7 @@ class JobConfig(_Strict):
     resources: JobResources = Field(default_factory=JobResources)
     # a job process that fails is launched again this many times (as a trial is); a
     # streamed predict or torch_batch_process resumes from its progress
-    max_restarts: _bounded_int(0, 10_000) = 5  # type: ignore[valid-type]
+    max_restarts: Annotated[int, _within(0, 10_000)] = 5
     data: dict[str, Any] = Field(default_factory=dict)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import model_validator
 
-from det_sdk.config._base import MAX_LENGTH, ConfigError, _bounded_int, _Strict
+from det_sdk.config._base import MAX_LENGTH, ConfigError, _Strict, _within
 
 
 class Length(_Strict):
@@ -23,8 +23,8 @@ class Length(_Strict):
     2
     """
 
-    epochs: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
-    batches: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
+    epochs: Annotated[int, _within(1, MAX_LENGTH)] | None = None
+    batches: Annotated[int, _within(1, MAX_LENGTH)] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Length:

@@ -17,8 +17,8 @@ from det_sdk.config._base import (
     MAX_RUNGS,
     MAX_TRIALS,
     ConfigError,
-    _bounded_int,
     _Strict,
+    _within,
 )
 from det_sdk.config.lengths import Length
 
@@ -38,7 +38,7 @@ class _SearcherBase(_Strict):
     metric: str = "val_loss"
     smaller_is_better: Annotated[bool, Strict()] = True
     max_length: Length | None = None
-    max_concurrent_trials: _bounded_int(0, MAX_TRIALS) = 0  # type: ignore[valid-type]
+    max_concurrent_trials: Annotated[int, _within(0, MAX_TRIALS)] = 0
 
 
 class SingleSearcher(_SearcherBase):
@@ -58,7 +58,7 @@ class RandomSearcher(_SearcherBase):
     """``max_trials`` random points, seeded by ``reproducibility.experiment_seed``."""
 
     name: Literal["random"]
-    max_trials: _bounded_int(1, MAX_TRIALS)  # type: ignore[valid-type]
+    max_trials: Annotated[int, _within(1, MAX_TRIALS)]
 
 
 class AdaptiveASHASearcher(_SearcherBase):
@@ -77,12 +77,12 @@ class AdaptiveASHASearcher(_SearcherBase):
     # trial the searcher stops is told so through ``core_context.preempt``
     max_length: Length | None = None
     time_metric: str | None = Field(default=None, min_length=1, max_length=256)
-    max_time: _bounded_int(1, MAX_LENGTH) | None = None  # type: ignore[valid-type]
-    max_trials: _bounded_int(1, MAX_TRIALS)  # type: ignore[valid-type]
-    num_rungs: _bounded_int(1, MAX_RUNGS) = 3  # type: ignore[valid-type]
-    divisor: _bounded_int(2, 1000) = 4  # type: ignore[valid-type]
+    max_time: Annotated[int, _within(1, MAX_LENGTH)] | None = None
+    max_trials: Annotated[int, _within(1, MAX_TRIALS)]
+    num_rungs: Annotated[int, _within(1, MAX_RUNGS)] = 3
+    divisor: Annotated[int, _within(2, 1000)] = 4
     mode: Literal["aggressive", "standard", "conservative"] = "standard"
-    max_rungs: _bounded_int(1, MAX_RUNGS) | None = None  # type: ignore[valid-type]
+    max_rungs: Annotated[int, _within(1, MAX_RUNGS)] | None = None
 
     @model_validator(mode="after")
     def _one_budget(self) -> AdaptiveASHASearcher:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from det_sdk.config._base import ConfigError, _bounded_int, _Strict
+from det_sdk.config._base import ConfigError, _Strict, _within
 
 
 class CheckpointStorageConfig(_Strict):
@@ -18,9 +18,9 @@ class CheckpointStorageConfig(_Strict):
 
     type: Literal["shared_fs"] = "shared_fs"
     host_path: str | None = None
-    save_trial_latest: _bounded_int(0, 1_000_000) = 1  # type: ignore[valid-type]
-    save_trial_best: _bounded_int(0, 1_000_000) = 1  # type: ignore[valid-type]
-    save_experiment_best: _bounded_int(0, 1_000_000) = 0  # type: ignore[valid-type]
+    save_trial_latest: Annotated[int, _within(0, 1_000_000)] = 1
+    save_trial_best: Annotated[int, _within(0, 1_000_000)] = 1
+    save_experiment_best: Annotated[int, _within(0, 1_000_000)] = 0
 
     def check_absolute(self) -> None:
         """Refuse a relative ``host_path`` (:class:`ConfigError`): on a master it would
