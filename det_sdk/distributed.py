@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
-__all__ = ["FRONT_BUILDERS", "HorovodProcesses", "Processes",
+__all__ = ["FRONT_BUILDERS", "Processes",
            "SingleProcess", "front_builder", "launched_by_horovod"]
 
 T = TypeVar("T")
@@ -187,75 +187,6 @@ class SingleProcess(Processes):
         return "SingleProcess()"
 
 
-class HorovodProcesses(Processes):
-    """One of N processes launched by ``horovodrun``; collectives go through Horovod.
-
-    Importing Horovod's TensorFlow binding loads TensorFlow, so this is only built
-    by ``det.keras.init()``, never by ``import det_sdk``.
-    """
-
-    def __init__(self) -> None:
-        import horovod.tensorflow as hvd
-
-        hvd.init()
-        self._hvd = hvd
-        self.rank, self.size = hvd.rank(), hvd.size()
-        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
-        self.cross_rank, self.cross_size = hvd.cross_rank(), hvd.cross_size()
-        self._calls = 0
-
-    def _name(self, what: str) -> str:
-        # Horovod matches collectives across processes by name: a per-call counter
-        # keeps concurrent names distinct and identical on every rank.
-        self._calls += 1
-        return f"det_sdk.{what}.{self._calls}"
-
-    def allgather(self, obj: T) -> list[T]:
-        return list(self._hvd.allgather_object(obj, name=self._name("allgather")))
-
-    def broadcast(self, obj: T, root: int = 0) -> T:
-        return self._hvd.broadcast_object(obj, root_rank=root, name=self._name("broadcast"))
-
-    def gather_arrays(self, arr: Any) -> Any:
-        # allgather concatenates along the first axis and accepts different row
-        # counts per rank: no pickling of the arrays.
-        return self._hvd.allgather(arr, name=self._name("gather_arrays")).numpy()
-
-    def any(self, flag: bool) -> bool:
-        # One float allreduce: ~1 ms, against ~4 ms for an allgather of objects.
-        import numpy as np
-
-        total = self._hvd.allreduce(np.float32(1.0 if flag else 0.0), op=self._hvd.Sum,
-                                    name=self._name("any"))
-        return float(total) > 0
-
-    def average_gradients(self, grads: list[Any]) -> list[Any]:
-        # Horovod's plain TF ops, not its Keras wrappers (which average nothing on
-        # Keras 3). Dense gradients go in one grouped allreduce (one fused
-        # collective per step); sparse ones (embeddings) are gathered each.
-        import tensorflow as tf
-
-        hvd = self._hvd
-        out = list(grads)
-        dense = [i for i, g in enumerate(grads)
-                 if g is not None and not isinstance(g, tf.IndexedSlices)]
-        if dense:
-            averaged = hvd.grouped_allreduce([grads[i] for i in dense], op=hvd.Average)
-            for i, g in zip(dense, averaged):
-                out[i] = g
-        for i, g in enumerate(grads):
-            if isinstance(g, tf.IndexedSlices):
-                out[i] = hvd.allreduce(g, op=hvd.Average)
-        return out
-
-    def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
-        if variables:
-            self._hvd.broadcast_variables(variables, root_rank=root)
-
-    def __repr__(self) -> str:
-        return f"HorovodProcesses(rank={self.rank}, size={self.size})"
-
-
 # --- contexts a front builds -----------------------------------------------------------------
 
 #: Determined's core API builds some contexts on its ``DistributedContext`` class
@@ -267,6 +198,8 @@ class HorovodProcesses(Processes):
 #: never imports a front still gets its context, and det.core imports no front (the
 #: layers' contracts, ``[tool.importlinter]`` in pyproject.toml).
 FRONT_BUILDERS: dict[str, str] = {
+    # () -> the context of a horovodrun process: Horovod's TensorFlow binding
+    "horovod": "det_sdk.keras._horovod:HorovodProcesses",
     # (workers, index, environ) -> (context, tf.distribute.Strategy)
     "tf_config": "det_sdk.keras._strategy:context_and_strategy",
     # (chief_ip=) -> the context of a torchrun (or horovodrun) process for PyTorch
@@ -278,7 +211,7 @@ def front_builder(launch: str) -> Callable[..., Any]:
     """The front's function that builds the context of ``launch`` (a ``FRONT_BUILDERS`` key).
 
     >>> sorted(FRONT_BUILDERS)
-    ['tf_config', 'torch_distributed']
+    ['horovod', 'tf_config', 'torch_distributed']
     """
     module, _, path = FRONT_BUILDERS[launch].partition(":")
     found: Any = importlib.import_module(module)

@@ -30,9 +30,9 @@ from det_sdk.core._preempt import PreemptContext
 from det_sdk.core._searcher import SearcherContext
 from det_sdk.core._train import TrainContext
 from det_sdk.distributed import (
-    HorovodProcesses,
     Processes,
     SingleProcess,
+    front_builder,
     launched_by_horovod,
 )
 from det_sdk.engine.run import OpenedRun, open_run
@@ -163,7 +163,8 @@ def init(
     """
     if distributed is None:
         # horovodrun-provided ranks: Horovod's collectives (imports TensorFlow, as it must)
-        distributed = HorovodProcesses() if launched_by_horovod() else SingleProcess()
+        distributed = (front_builder("horovod")() if launched_by_horovod()
+                       else SingleProcess())
     run = open_run(distributed, config=config, hparams=hparams, runs_dir=runs_dir,
                    resume=resume, seed=seed)
     cfg = run.experiment_config

@@ -201,7 +201,8 @@ class DistributedContext(_base.Processes):
             distributed = det.core.DistributedContext.from_horovod(hvd)
         """
         del hvd, chief_ip
-        return _base.HorovodProcesses()
+        built: _base.Processes = _base.front_builder("horovod")()  # the Keras front's
+        return built
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> _base.Processes:
@@ -218,8 +219,7 @@ class DistributedContext(_base.Processes):
 
 
 # Every det_sdk context is one of these for isinstance (det.keras.init()'s too).
-DistributedContext.register(_base.SingleProcess)
-DistributedContext.register(_base.HorovodProcesses)
+DistributedContext.register(_base.SingleProcess)  # HorovodProcesses: det_sdk.keras._horovod
 
 
 # --- a TF_CONFIG cluster's workers -----------------------------------------------------------

@@ -43,7 +43,6 @@ from typing import Any
 from det_sdk.config import Length
 from det_sdk.core._context import Context
 from det_sdk.core._distributed import TFWorkers
-from det_sdk.distributed import HorovodProcesses
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position
 from det_sdk.engine.signals import MASTER_STOP, catch_stop_signals
@@ -57,6 +56,7 @@ from det_sdk.keras._callbacks import (
     RecordHistory,
     TrackPosition,
 )
+from det_sdk.keras._horovod import HorovodProcesses
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._saver import Saver
 

@@ -18,7 +18,6 @@ import tensorflow as tf
 from det_sdk.config import ConfigError, ExperimentConfig, JobConfig, Length
 from det_sdk.core._context import Context, context_of_run
 from det_sdk.distributed import (
-    HorovodProcesses,
     Processes,
     SingleProcess,
     launched_by_horovod,
@@ -28,6 +27,7 @@ from det_sdk.engine.run import OpenedRun, open_run
 from det_sdk.errors import ArgumentTypeError
 from det_sdk.keras import _compat
 from det_sdk.keras._context import KerasContext
+from det_sdk.keras._horovod import HorovodProcesses
 from det_sdk.stages import check_stage_name
 
 __all__ = ["init"]

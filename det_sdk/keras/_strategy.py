@@ -23,6 +23,7 @@ import tensorflow as tf
 from det_sdk import distributed as _base
 from det_sdk.core._distributed import TFWorkers, UnsupportedStrategyError
 from det_sdk.keras import _compat
+from det_sdk.keras._horovod import HorovodProcesses
 from det_sdk.ranks import horovodrun, tf_config
 
 __all__ = ["KERAS3_MULTIWORKER_MESSAGE", "context_and_strategy"]
@@ -84,7 +85,7 @@ def _horovod_workers(workers: list[str], index: int,
     if env is os.environ:
         os.environ.pop(tf_config.TF_CONFIG_VAR, None)
     _share_cores(workers, index)
-    dist = _base.HorovodProcesses()
+    dist = HorovodProcesses()
     shared = dist.broadcast(int.from_bytes(os.urandom(4), "big") % 2**31
                             if dist.is_chief else None)
     from tensorflow.python.eager import context  # reading the seed, not drawing from it
