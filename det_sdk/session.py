@@ -308,11 +308,11 @@ class LocalSession(Session):
             raise CheckpointNotFoundError(
                 f"local run {trial_id} has no checkpoint of stage {stage!r} (its stages: "
                 f"{', '.join(by_stage)})")
-        rows = by_stage[stage]  # type: ignore[assignment]
+        of_stage = by_stage[stage]
         if not best:
-            return rows[-1]["uuid"]
+            return of_stage[-1]["uuid"]
         metric, smaller = _searcher_metric(run_dir)
-        ranked = best_first(rows, metric, smaller)
+        ranked = best_first(of_stage, metric, smaller)
         if not ranked:
             raise CheckpointNotFoundError(
                 f"no checkpoint of local run {trial_id} recorded the metric {metric!r}"

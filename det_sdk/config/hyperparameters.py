@@ -107,6 +107,7 @@ def _hp_kind(v: Any) -> str | None:
     return None
 
 
+# (ignores: mypy cannot express pydantic's recursive TypeAliasType; pydantic checks it)
 Hyperparameter = TypeAliasType(  # type: ignore[misc]
     "Hyperparameter",
     Annotated[

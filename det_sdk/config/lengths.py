@@ -38,7 +38,9 @@ class Length(_Strict):
 
     @property
     def value(self) -> int:
-        return self.epochs if self.epochs is not None else self.batches  # type: ignore[return-value]
+        value = self.epochs if self.epochs is not None else self.batches
+        assert value is not None  # exactly one is set (the validator)
+        return value
 
 
 def _const_global_batch_size(raw: Mapping[str, Any]) -> int | None:

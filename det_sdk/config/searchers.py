@@ -103,7 +103,10 @@ class AdaptiveASHASearcher(_SearcherBase):
     @property
     def budget(self) -> int:
         """The longest a trial trains: ``max_time``, else ``max_length``'s value."""
-        return self.max_time if self.max_time is not None else self.max_length.value  # type: ignore[union-attr]
+        if self.max_time is not None:
+            return self.max_time
+        assert self.max_length is not None  # the validator above requires one of the two
+        return self.max_length.value
 
 
 Searcher = Annotated[

@@ -50,6 +50,7 @@ def create_app(master: Master) -> FastAPI:
     # the browser-facing headers go around everything Starlette builds, its error
     # handler's 500 included (add_middleware would place them inside that handler)
     build_stack = app.build_middleware_stack
+    # (ignore: Starlette has no hook around the outermost stack; this is the only way in)
     app.build_middleware_stack = lambda: SecurityHeaders(build_stack())  # type: ignore[method-assign]
     add_error_handlers(app)
 

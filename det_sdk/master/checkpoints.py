@@ -169,8 +169,9 @@ class Checkpoints:
         keep = kept_per_stage(rows, policy.save_trial_latest, policy.save_trial_best,
                               metric, smaller)
         if policy.save_experiment_best:
-            t = self.store.trial(trial_id)  # not None: the trial is reporting a checkpoint
-            everyone = [c for other in self.store.trials(t["experiment_id"])  # type: ignore[index]
+            t = self.store.trial(trial_id)
+            assert t is not None  # the trial is reporting a checkpoint
+            everyone = [c for other in self.store.trials(t["experiment_id"])
                         for c in self.intact(other["id"]) if _searched(c)]
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}

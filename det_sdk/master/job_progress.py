@@ -35,8 +35,9 @@ def job_progress(state: str, rows_done: int | None, rows_total: int | None,
     elif rows_done is not None and rows_total is not None:
         progress = min(1.0, rows_done / rows_total) if rows_total > 0 else 1.0
     rate: float | None = None
-    if None not in (rows_done, first_rows, first_at, last_at) and last_at > first_at:  # type: ignore[operator]
-        rate = max(0.0, (rows_done - first_rows) / (last_at - first_at))  # type: ignore[operator]
+    if (rows_done is not None and first_rows is not None and first_at is not None
+            and last_at is not None and last_at > first_at):
+        rate = max(0.0, (rows_done - first_rows) / (last_at - first_at))
     eta: float | None = None
     if state in _RUNNING and rate and rows_total is not None and rows_done is not None:
         eta = max(0, rows_total - rows_done) / rate

@@ -374,7 +374,7 @@ class Lifecycle:
                 self.store.update_trial(trial_id, **fields)
             if new is not old:
                 log.info("trial %s: %s -> %s (%s)", trial_id, old.value, new.value, event.value)
-                if new in _ENDED:
+                if new in _ENDED:  # (ignore: the row with updated columns is still a TrialRow)
                     self.on_trial_ended({**t, **fields})  # type: ignore[typeddict-item]
                 if new in (T.STOPPING_PAUSED, T.STOPPING_CANCELED):
                     self.on_stop_requested()
@@ -460,7 +460,7 @@ class Lifecycle:
                 self.store.update_job(job_id, **fields)
             if new is not old:
                 log.info("job %s: %s -> %s (%s)", job_id, old.value, new.value, event.value)
-                if new in _JOB_ENDED:
+                if new in _JOB_ENDED:  # (ignore: the row with updated columns is still a JobRow)
                     self.on_job_ended({**j, **fields})  # type: ignore[typeddict-item]
                 if new in (J.STOPPING_PAUSED, J.STOPPING_CANCELED):
                     self.on_stop_requested()

@@ -166,13 +166,15 @@ class Search:
                 return self.operation(trial_id)
             rung = ladder.index(target)
             # cfg.searcher is set (max_length is its) and, with rungs, ASHA's (divisor)
+            searcher = cfg.searcher
+            assert isinstance(searcher, AdaptiveASHASearcher)  # rungs are ASHA's
             if math.isnan(metric):  # ranks last (SQLite would keep NaN as NULL)
-                metric = math.inf if cfg.searcher.smaller_is_better else -math.inf  # type: ignore[union-attr]
+                metric = math.inf if searcher.smaller_is_better else -math.inf
             if self.store.rung_result(trial_id, rung) is None:
                 results = [(r["trial_id"], r["metric"]) for r in
                            self.store.rung_results(t["experiment_id"], t["bracket"], rung)]
                 results.append((trial_id, metric))
-                go_on = promotes(results, trial_id, cfg.searcher.divisor,  # type: ignore[union-attr]
-                                 cfg.searcher.smaller_is_better)  # type: ignore[union-attr]
+                go_on = promotes(results, trial_id, searcher.divisor,
+                                 searcher.smaller_is_better)
                 self.store.record_rung(trial_id, rung, metric, go_on, ladder[rung + 1])
         return self.operation(trial_id)

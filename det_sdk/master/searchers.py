@@ -29,6 +29,7 @@ from det_sdk.config import (
     ExperimentConfig,
     IntHP,
     LogHP,
+    RandomSearcher,
     hp_leaves,
     hp_nest,
 )
@@ -127,7 +128,8 @@ def initial_trials(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
     if name in ("random", "adaptive_asha"):
         rng = random.Random(seed)
         # these names are a RandomSearcher's or an AdaptiveASHASearcher's: both have max_trials
-        n = config.searcher.max_trials  # type: ignore[union-attr]
+        assert isinstance(config.searcher, (RandomSearcher, AdaptiveASHASearcher))
+        n = config.searcher.max_trials
         return [hp_nest((p, _random_point(v, rng)) for p, v in leaves) for _ in range(n)]
     raise UsageError(f"unknown searcher {name!r}")
 

@@ -320,7 +320,7 @@ class Store:
                 " VALUES (?, ?, 'ACTIVE', ?, ?)",
                 (config.get("name"), _config_json(config), archive, time.time()),
             )
-            exp_id = int(cur.lastrowid)  # type: ignore[arg-type]
+            exp_id = _inserted(cur)
             for t in trials:
                 db.execute(
                     "INSERT INTO trials (experiment_id, hparams, seed, state, created, bracket,"
@@ -428,7 +428,7 @@ class Store:
                 " VALUES (?, ?, 'QUEUED', ?, ?)",
                 (config.get("name"), _config_json(config), archive, time.time()),
             )
-            return int(cur.lastrowid)  # type: ignore[arg-type]
+            return _inserted(cur)
 
     def job(self, job_id: int) -> JobRow | None:
         return self._one("SELECT * FROM jobs WHERE id = ?", job_id)
@@ -701,6 +701,7 @@ class Store:
                 hi is not None and hi > e["best_max"]) else e["best_max"]
         for e in exps:
             e["progress"] = e["progress"] / e["trials"] if e["trials"] else 0.0
+        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
         return exps, int(total)  # type: ignore[return-value]
 
     def trial_page(self, exp_id: int, after_id: int | None, limit: int
@@ -712,6 +713,7 @@ class Store:
             trials = [_row(r) for r in self._db.execute(
                 "SELECT * FROM trials WHERE experiment_id = ? AND id > ? ORDER BY id LIMIT ?",
                 (exp_id, -1 if after_id is None else after_id, limit))]
+            # (ignore: a trial row is a dict; mypy reads _row's TypedDict as unindexable here)
             rungs = self._db.execute(
                 "SELECT * FROM rungs WHERE trial_id IN"
                 f" ({', '.join('?' for _ in trials)}) ORDER BY trial_id, rung",
@@ -721,6 +723,7 @@ class Store:
             out.setdefault(r["trial_id"], []).append(
                 {"rung": r["rung"], "metric": r["metric"], "promoted": bool(r["promoted"]),
                  "order": r["seq"]})
+        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
         return trials, out  # type: ignore[return-value]
 
     def trial_state_counts(self, exp_id: int) -> tuple[dict[str, int], float]:
@@ -744,6 +747,7 @@ class Store:
                 " FROM jobs WHERE id < ? ORDER BY id DESC LIMIT ?",
                 (_before(before_id), limit))]
             (total,) = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
+        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
         return jobs, int(total)  # type: ignore[return-value]
 
     def checkpoint_page(self, trial_id: int | None, before_seq: int | None, limit: int
@@ -764,6 +768,7 @@ class Store:
                 "SELECT COUNT(*) FROM checkpoints" if trial_id is None else
                 "SELECT COUNT(*) FROM checkpoints WHERE trial_id = ?",
                 () if trial_id is None else (trial_id,)).fetchone()
+        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
         return rows, int(total)  # type: ignore[return-value]
 
     def metrics_after(self, trial_id: int, group: str, after_steps: int | None,
@@ -779,3 +784,9 @@ class Store:
 def _before(key: int | None) -> int:
     """The exclusive upper bound of a newest-first page: past the largest rowid if None."""
     return 2**63 - 1 if key is None else key
+
+
+def _inserted(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just made (sqlite3 types ``lastrowid`` as optional)."""
+    assert cur.lastrowid is not None  # an INSERT was executed on this cursor
+    return int(cur.lastrowid)
