@@ -14,7 +14,8 @@ saying why, where it cannot be installed or started. Each module master runs wit
 - a master killed with kill -9 adopts its running jobs, and learns how one that ended
   while it was down ended;
 - a two-rank streamed-predict job whose chief is killed with kill -9 at three points is
-  launched again as new Slurm jobs and its output equals an uninterrupted run's, bit for bit.
+  launched again as new Slurm jobs, and one paused at a known batch and activated: each
+  output equals an uninterrupted run's, bit for bit.
 """
 
 from __future__ import annotations
@@ -355,6 +356,40 @@ def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
     assert killed.read_text().split() == ["5", "2", "3"]
     slurm_jobs = {a["rm_id"] for a in slurm.allocations() if a.get("job_id") == job}
     assert len(slurm_jobs) == 4, slurm.allocations()  # each launch its own Slurm job
+    assert np.array_equal(det_sdk.load_predictions(out), reference)
+
+
+def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
+        slurm: SlurmCluster, tmp_path: Path) -> None:
+    rows, batch = 2000, 100
+    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+    out, gate = slurm.shared / "paused-out", tmp_path / "gate"
+    # held at its 6th fetch (batch 4: the fingerprint reads batch 0 first) until paused
+    config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
+                                max_restarts=0, GATE=gate, GATE_AT=6)
+    created = slurm.det("job", "run", str(config), str(STEERED_JOB))
+    assert created.returncode == 0, created.stderr
+    job = int(created.stdout.split("Created job ")[1].split()[0])
+
+    def log() -> str:
+        return slurm.det("job", "logs", str(job)).stdout
+
+    def state(*states: str) -> dict:
+        return wait_until(f"job {job} {'/'.join(states)}", lambda: (lambda j: j if j["state"] in
+                          states else None)(slurm.det_json("job", "describe", str(job))),
+                          timeout=300)
+
+    wait_until("the gate", lambda: "waiting at the gate" in log(), timeout=300)
+    assert slurm.det_json("job", "pause", str(job)) == {"state": "STOPPING_PAUSED"}
+    wait_until("the stop request", lambda: "the master asks this job to stop" in log(),
+               timeout=60)
+    gate.touch()
+    paused = state("PAUSED", "ERROR", "COMPLETED")
+    assert (paused["state"], paused["rows_done"]) == ("PAUSED", 5 * batch), log()[-3000:]
+    assert slurm.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
+    done = state("COMPLETED", "ERROR", "CANCELED")
+    assert (done["state"], done["rows_done"]) == ("COMPLETED", rows), log()[-3000:]
+    assert f"RESULT {rows} {rows // batch} 5" in log()  # the 5 parts before the pause kept
     assert np.array_equal(det_sdk.load_predictions(out), reference)
 
 
