@@ -43,7 +43,8 @@ class StopAgreement:
     The reason agreed is the first process's, in rank order, among those that ask;
     the chief asks when a stop reached it or when the master asks (a signal it received
     wins: the user said why). One process decides without a collective; N processes
-    with one allgather of (local reason, the chief's master flag, ``carry``).
+    with one allgather of (local reason, the chief's master flag, ``carry``), preceded,
+    when nothing is carried, by one ``any`` of the flags that skips it when nobody asks.
 
     ``acknowledge``: when the chief sees the master's request at a decision, tell the
     master that the trial stops because it was asked (as ``preempt.should_preempt()``
@@ -54,6 +55,7 @@ class StopAgreement:
     >>> class Dist:
     ...     size, is_chief = 2, True
     ...     def allgather(self, row): return [row, ("SIGTERM", False, 0.2)]
+    ...     def any(self, flag): return True
     >>> class Master:
     ...     def requested(self): return False
     >>> agreement = StopAgreement(Dist(), Master(), lambda: None)
@@ -79,6 +81,11 @@ class StopAgreement:
         master = bool(self.preempt.requested()) if self.dist.is_chief else False
         if self.dist.size == 1:
             rows = [(mine, master, carry)]
+        elif carry is None and not self.dist.any(mine is not None or master):
+            # nobody asks (nearly every decision): one flag reduced, about 1 ms against
+            # 4 for an object allgather under Horovod; the reasons only when asked
+            self.master, self.carried = False, [None] * self.dist.size
+            return None
         else:
             rows = self.dist.allgather((mine, master, carry))
         self.master = bool(rows[0][1])

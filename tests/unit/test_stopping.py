@@ -23,6 +23,12 @@ class _Ranks:
         self.collectives += 1
         return [value if r == self.rank else v for r, v in enumerate(self.others)]
 
+    def any(self, flag: bool) -> bool:
+        # the others ask when their row has a reason or (the chief's) the master's flag
+        self.collectives += 1
+        return flag or any(v is not None and (v[0] is not None or v[1])
+                           for r, v in enumerate(self.others) if r != self.rank)
+
 
 class _Preempt:
     """A core context's ``preempt``: the master's request as this process knows it, and
@@ -54,12 +60,12 @@ def test_one_process_decides_alone_a_signal_before_the_master() -> None:
     assert _decide(0, [None], STOP_REQUESTED)[0] == "set_stop_requested"
 
 
-def test_two_processes_agree_on_the_first_rank_that_asks_with_one_allgather() -> None:
+def test_two_processes_agree_on_the_first_rank_that_asks() -> None:
     # rank 1 got SIGTERM, the chief has nothing: both stop for SIGTERM
     chief = _decide(0, [None, ("SIGTERM", False, None)], None)
     other = _decide(1, [(None, False, None), None], "SIGTERM")
     assert chief[0] == other[0] == "SIGTERM"
-    assert chief[1].collectives == other[1].collectives == 1
+    assert chief[1].collectives == other[1].collectives == 2  # the flag, then the reasons
     # the chief's own reason comes first, and the master's request is the chief's
     chief = _decide(0, [None, ("SIGINT", False, None)], None, asked=True)
     other = _decide(1, [(None, True, None), None], "SIGINT")
@@ -67,7 +73,7 @@ def test_two_processes_agree_on_the_first_rank_that_asks_with_one_allgather() ->
     chief = _decide(0, [None, ("SIGINT", False, None)], "SIGTERM", asked=True)
     other = _decide(1, [("SIGTERM", True, None), None], "SIGINT")
     assert chief[0] == other[0] == "SIGTERM"
-    # nobody asks: train on, still one collective each
+    # nobody asks (nearly every decision): train on after one reduced flag, no allgather
     chief = _decide(0, [None, (None, False, None)], None)
     assert chief[0] is None and chief[1].collectives == 1
 
