@@ -10,5 +10,7 @@ Keras, Horovod or torch. Every front (``det_sdk.keras``, ``det_sdk.pytorch``,
   record it.
 - :mod:`det_sdk.engine.signals`: ``catch_stop_signals``, SIGTERM and Ctrl-C as a request
   to checkpoint and stop.
+- :mod:`det_sdk.engine.stopping`: ``StopAgreement``, the processes' one decision to stop
+  (a signal, ``set_stop_requested``, the master's request), for every front.
 - :mod:`det_sdk.engine.writer`: the background checkpoint writer (one write at a time).
 """

@@ -27,6 +27,7 @@ from det_sdk.config import Length
 from det_sdk.core._train import TrainContext
 from det_sdk.distributed import Processes, SingleProcess  # noqa: F401 (doctests)
 from det_sdk.engine.position import Position
+from det_sdk.engine.stopping import StopAgreement
 from det_sdk.errors import UsageError
 from det_sdk.keras import _compat
 from det_sdk.stages import DEFAULT_STAGE
@@ -547,36 +548,32 @@ class Preempted(Exception):
 class StopOnSignal(_Callback):
     """After the current batch, checkpoint and leave ``fit`` when asked to stop.
 
-    ``should_stop()`` must be cheap: it reads a flag set by a signal handler or by a
-    background poller of the master. With several processes the decision is
-    collective (any process asked: all stop at the same batch, so that the
-    checkpoint, itself collective, is taken by all), made every ``every`` batches.
+    ``agreement``: the processes' decision (:class:`det_sdk.engine.stopping.
+    StopAgreement`: a signal, the master's request; with several processes a
+    collective, so that all stop at the same batch and take the checkpoint, itself
+    collective, together), asked every ``every`` batches and at each epoch end.
 
-    >>> cb = StopOnSignal(lambda: None, save=lambda: "uuid", dist=SingleProcess())
+    >>> from det_sdk.engine.stopping import StopAgreement
+    >>> class Master:
+    ...     def requested(self): return False
+    >>> agreement = StopAgreement(SingleProcess(), Master(), lambda: None)
+    >>> cb = StopOnSignal(agreement, save=lambda: "uuid")
     """
 
     def __init__(
         self,
-        should_stop: Callable[[], str | None],
+        agreement: StopAgreement,
         save: Callable[[], str | None],
-        dist: Processes,
         every: int = 1,
     ) -> None:
         super().__init__()
-        self.should_stop = should_stop
+        self.agreement = agreement
         self.save = save
-        self.dist = dist
         self.every = every
         self._batches = 0
 
     def _check(self) -> None:
-        reason = self.should_stop()
-        if self.dist.size > 1 and self.dist.any(reason is not None):
-            # someone asked: learn why (rare, so the object allgather is affordable)
-            reasons = [r for r in self.dist.allgather(reason) if r]
-            reason = reasons[0]
-        elif self.dist.size > 1:
-            reason = None
+        reason = self.agreement.decide()
         if reason:
             raise Preempted(reason, self.save())
 

@@ -45,7 +45,8 @@ from det_sdk.core._context import Context
 from det_sdk.core._distributed import TFWorkers
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position
-from det_sdk.engine.signals import MASTER_STOP, catch_stop_signals
+from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.engine.stopping import StopAgreement
 from det_sdk.errors import ArgumentTypeError, DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras import _checkpoint, _compat
@@ -187,6 +188,10 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._saved_at: int | None = None
         self._signals: contextlib.ExitStack | None = None
         self._signal_received: Any = lambda: None
+        # each epoch end: a signal to any process, or the master's request (acknowledged
+        # when seen, as should_preempt() does)
+        self._agreement = StopAgreement(self._dist, core_context.preempt,
+                                        lambda: self._signal_received(), acknowledge=True)
         self._reporter: MetricsReporter | None = None
         self._saver: Saver | None = None
         self._restored_validation: dict[str, float] = {}
@@ -318,11 +323,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._each("on_epoch_end", epoch, logs)
         if self._target is not None and self._reached(self._target):
             self._complete(logs or {})
-        preempted = self._core.preempt.should_preempt()  # a collective: every rank the same
-        reason = self._signal_received() or (MASTER_STOP if preempted else None)
-        if self._dist.size > 1:  # a signal may reach one process only
-            reasons = [r for r in self._dist.allgather(reason) if r]
-            reason = reasons[0] if reasons else None
+        reason = self._agreement.decide()  # a collective: every rank the same
         if reason:
             self._stopped = reason
             self._save()

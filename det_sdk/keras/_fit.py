@@ -14,9 +14,8 @@ context decides what a stop means for the script.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,8 @@ import tensorflow as tf
 
 from det_sdk.config import Length
 from det_sdk.engine.position import Position
-from det_sdk.engine.signals import MASTER_STOP, catch_stop_signals
+from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.engine.stopping import StopAgreement
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.keras import _callback_state, _compat, _data, _inputs
 from det_sdk.keras._callbacks import (
@@ -306,10 +306,13 @@ class FitRun:
         """One searcher operation after another (off the cluster: the script's epochs),
         until the searcher says stop, a callback ends training, or a stop is asked for."""
         outcome = FitOutcome(trainer.history, position=self.position)
-        with _stop_requests(self.loop) as should_stop:
+        with catch_stop_signals() as stop_signal:
+            # the master's request is acknowledged by _exit_stopped, once the checkpoint
+            # is saved (acknowledge=False)
             hooks["stopper"] = StopOnSignal(
-                should_stop, save if self.policy.checkpoint_period else lambda: None,
-                self.dist, every=1 if self.dist.size == 1 else STOP_CHECK_EVERY,
+                StopAgreement(self.dist, self.core.preempt, stop_signal),
+                save if self.policy.checkpoint_period else lambda: None,
+                every=1 if self.dist.size == 1 else STOP_CHECK_EVERY,
             )
             trainer.callbacks = lambda extra: callbacks_in_order({**hooks, **extra},
                                                                  user_callbacks)
@@ -380,17 +383,6 @@ def _finish_writes_quietly(loop: TrainingLoop) -> None:
         loop.wait_for_checkpoints()
     except Exception as err:  # already failing: say it, do not hide the first error
         log.error("det_sdk: %s", err)
-
-
-@contextlib.contextmanager
-def _stop_requests(loop: TrainingLoop) -> Iterator[Callable[[], str | None]]:
-    """A cheap ``should_stop()``: a stop signal received, or the master's preemption."""
-    with catch_stop_signals() as stop_signal:
-        def should_stop() -> str | None:
-            return stop_signal() or (MASTER_STOP
-                                     if loop.core.preempt.requested() else None)
-
-        yield should_stop
 
 
 class _Trainer:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from det_sdk.engine.signals import catch_stop_signals
+from det_sdk.engine.stopping import STOP_REQUESTED, StopAgreement
 from det_sdk.engine.writer import CheckpointWriter
 from det_sdk.errors import DetSdkError
 from det_sdk.pytorch._data import DataLoader
@@ -224,6 +225,8 @@ class Trainer:
             if hasattr(trial, "build_callbacks") else {}
         self.batches_trained = 0
         self._stop_signal: Any = lambda: None  # catch_stop_signals' during fit
+        self._stop_agreement = StopAgreement(self.dist, self.core.preempt,
+                                             self._local_stop_reason, acknowledge=True)
         self._train_loader = self._checked_loader(trial.build_training_data_loader(),
                                                   "build_training_data_loader")
         # no validation data (context.fit without validation_data): nothing to validate
@@ -314,29 +317,33 @@ class Trainer:
             for cb in self.callbacks.values():
                 cb.on_trial_shutdown()
 
-    def _should_stop(self, n: int) -> tuple[bool, bool]:
-        """(stop asked here: SIGTERM or set_stop_requested, the master asks to stop), the
-        same on every rank.
+    def _should_stop(self, n: int) -> str | None:
+        """Why every rank stops after batch ``n`` (the same on each), None: train on
+        (:class:`StopAgreement`: SIGTERM or set_stop_requested on any rank, the master's
+        request, acknowledged when seen).
 
-        One process reads both flags every batch. N ranks agree through collectives,
-        which cost about 1 ms (10% of a small model's step on 2 shared cores): they are
-        asked at the same batches on every rank, spaced to about STOP_CHECK_S of
-        training by the slowest rank's batch time (gathered with the flags, so every
-        rank computes the same next batch).
+        One process decides every batch. N ranks agree through a collective, which
+        costs about 1 ms (10% of a small model's step on 2 shared cores): asked at the
+        same batches on every rank, spaced to about STOP_CHECK_S of training by the
+        slowest rank's batch time (carried by the agreement, so every rank computes the
+        same next batch).
         """
-        local = self.context.get_stop_requested() or self._stop_signal() is not None
         if self.dist.size == 1:
-            return local, self.core.preempt.should_preempt()
+            return self._stop_agreement.decide()
         if n < self._next_check:
-            return False, False
+            return None
         now = time.perf_counter()
         per_batch = (now - self._check_time) / max(1, n - self._check_n)
         self._check_time, self._check_n = now, n
-        preempt = self.core.preempt.should_preempt()
-        rows = self.dist.allgather((bool(local), per_batch))
-        slowest = max(t for _, t in rows)
+        reason = self._stop_agreement.decide(carry=per_batch)
+        slowest = max(self._stop_agreement.carried)
         self._next_check = n + max(1, min(100, int(STOP_CHECK_S / max(slowest, 1e-6))))
-        return any(flag for flag, _ in rows), preempt
+        return reason
+
+    def _local_stop_reason(self) -> str | None:
+        """Why this rank asks to stop: a signal it received, set_stop_requested."""
+        return self._stop_signal() or (STOP_REQUESTED if self.context.get_stop_requested()
+                                       else None)
 
     def _train_to(self, target: int, op: Any, ckpt_period: Batch | None,
                   val_period: Batch | None, rep_period: Batch) -> tuple[bool, float]:
@@ -380,9 +387,9 @@ class Trainer:
                 if every["ckpt"] and n % every["ckpt"] == 0:
                     self._checkpoint(epoch, last_val)
                     last_ckpt = n
-                stop, preempt = self._should_stop(n)
-                if stop or preempt or n >= target:
-                    stopped = (stop or preempt) and n < target
+                reason = self._should_stop(n)
+                if reason or n >= target:
+                    stopped = bool(reason) and n < target
                     break
             if self.batches_trained % per_epoch == 0:
                 for s in self.context.lr_schedulers:
