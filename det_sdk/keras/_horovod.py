@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
@@ -30,6 +29,9 @@ class HorovodProcesses(Processes):
     """
 
     def __init__(self) -> None:
+        # imported here: a script on one process never loads Horovod (nor needs it)
+        import horovod.tensorflow as hvd
+
         hvd.init()
         self._hvd = hvd
         self.rank, self.size = hvd.rank(), hvd.size()
