@@ -8,6 +8,7 @@ in a fresh Python process as a user would, and reading a JSON-lines file.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,12 @@ def steered_job_reference(tmp: Path, *, rows: int, batch: int) -> Any:
         "ROWS": str(rows), "BATCH": str(batch)}, cwd=tmp, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return det_sdk.load_predictions(tmp / "out")
+
+
+def pid_gone(pid: int) -> bool:
+    """True once no process (not even a zombie) has this pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

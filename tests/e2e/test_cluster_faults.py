@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from harness.master import Cluster, create, describe, wait_until
+from tests.support import pid_gone
 
 # Stack-neutral: the master's handling of faults; a Horovod pause on both stacks: test_horovod.py.
 pytestmark = pytest.mark.stack_neutral
@@ -74,14 +75,6 @@ def _group(pgid: int) -> list[tuple[int, str]]:
             out.append((int(entry.name), cmdline))
     return out
 
-
-def _gone(pid: int) -> bool:
-    """True once no process (not even a zombie) has this pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _assert_one_value_per_step(cluster: Cluster, trial_id: int, epochs: int) -> None:
@@ -143,8 +136,8 @@ def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> 
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, signal.SIGKILL)
     os.killpg(alloc["pid"], signal.SIGKILL)  # the shell and the training python
-    wait_until("the old master and the trial to be gone", lambda: _gone(master_pid) and not
-           _group(alloc["pid"]) and _gone(alloc["pid"]), timeout=60)
+    wait_until("the old master and the trial to be gone", lambda: pid_gone(master_pid) and not
+           _group(alloc["pid"]) and pid_gone(alloc["pid"]), timeout=60)
     # the trial cannot have finished: it had (at least) one more epoch of >= 1 s to go
     assert not (Path(alloc["workdir"]).parent / f"{alloc['id']}.exit_code").exists()
 

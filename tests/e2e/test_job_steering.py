@@ -27,7 +27,7 @@ import pytest
 
 import det_sdk
 from harness.master import Cluster, run_to_the_end, wait_until
-from tests.support import STEERED_JOB, steered_job_config, steered_job_reference
+from tests.support import STEERED_JOB, pid_gone, steered_job_config, steered_job_reference
 
 HERE = STEERED_JOB
 ROWS, BATCH = 3000, 100  # 30 parts
@@ -161,7 +161,7 @@ def test_a_job_writing_parts_outlives_a_master_killed_with_sigkill(
     master = int((cluster.data_dir / "master.pid").read_text())
     gate.touch()  # released: from now on its parts are being written, 0.05 s a batch
     os.kill(master, signal.SIGKILL)
-    wait_until("the master to be gone", lambda: _gone(master), timeout=30)
+    wait_until("the master to be gone", lambda: pid_gone(master), timeout=30)
     time.sleep(0.5)  # it predicts and writes on, with no master to report to
     assert len(list((tmp_path / "out").glob("part-*.json"))) > 12
     cluster.up()
@@ -174,10 +174,3 @@ def test_a_job_writing_parts_outlives_a_master_killed_with_sigkill(
     assert f"RESULT {ROWS} {ROWS // BATCH} 0" in log
     assert np.array_equal(det_sdk.load_predictions(tmp_path / "out"), reference)
 
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
