@@ -4,7 +4,7 @@ Every exception class det_sdk defines derives from :class:`DetSdkError` and keep
 builtin base that says what kind of error it is (``ValueError``, ``LookupError``,
 ``OSError``, ``RuntimeError``...), so ``except ValueError`` in a user's code still works
 and ``except DetSdkError`` catches whatever det_sdk refused or could not do. The one
-exception is ``det_sdk.keras._callbacks.Preempted``: control flow (leave ``fit`` after
+exception is ``det_sdk.keras._fit_run.Preempted``: control flow (leave ``fit`` after
 a preemption checkpoint), caught inside ``context.fit``, never an error.
 
 >>> issubclass(DivergenceError, DetSdkError)

@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["Position", "position_of"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Position:
     """Where training is: ``batch`` batches of epoch ``epoch`` are done."""
 

@@ -11,12 +11,13 @@ import tensorflow as tf
 
 from det_sdk.core._context import Context
 from det_sdk.engine.policy import TrainingPolicy
+from det_sdk.engine.position import Position
 from det_sdk.engine.signals import MASTER_STOP
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
 from det_sdk.keras import _checkpoint, _compat, _data, _fit
-from det_sdk.keras._callbacks import Preempted
+from det_sdk.keras._fit_run import Preempted
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.stages import DEFAULT_STAGE, RunStages, check_stage_name
 
@@ -177,7 +178,7 @@ class KerasContext:
         pos = outcome.position
         self._stage_positions[current.name] = (pos.steps_completed, pos.epoch)
         if outcome.stopped is not None:
-            self._exit_stopped(outcome.stopped)
+            self._exit_stopped(outcome.stopped, pos)
         return outcome.history
 
     def _run_stages(self) -> RunStages:
@@ -191,10 +192,9 @@ class KerasContext:
                 searched=self._searched_stage)
         return self._stages
 
-    def _exit_stopped(self, stop: Preempted) -> None:
+    def _exit_stopped(self, stop: Preempted, pos: Position) -> None:
         """A stop (signal, preemption) ends the script once its checkpoint is saved."""
-        pos = self._loop.position
-        where = f"epoch {pos.epoch}, batch {pos.batch}" if pos else "the start"
+        where = f"epoch {pos.epoch}, batch {pos.batch}"
         if self.distributed.is_chief:
             if stop.reason == MASTER_STOP:  # a stop to resume, not the end
                 self.core.preempt.acknowledge_preemption_signal()

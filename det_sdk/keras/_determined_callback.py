@@ -57,9 +57,9 @@ from det_sdk.keras._callbacks import (
     RecordHistory,
     TrackPosition,
 )
+from det_sdk.keras._fit_run import FitRun
 from det_sdk.keras._horovod import HorovodProcesses
 from det_sdk.keras._loop import TrainingLoop
-from det_sdk.keras._saver import Saver
 
 __all__ = ["BatchSplitError", "DeterminedCallback", "TensorBoard", "continues"]
 
@@ -179,22 +179,17 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
             report_every=self._report_every, searcher_metric=core_context.searcher_metric[0],
             max_length=core_context.max_length,
         ), HParams(core_context.info.hparams))
-        self._position = Position(0, 0, 0)
-        self._history = _compat.keras.callbacks.History()
+        self._run: FitRun | None = None  # the fit under way (or the last): it decides
         self._hooks: list[Any] = []
         self._target: Length | None = None
         self._searcher_done = False
         self._stopped: str | None = None
-        self._saved_at: int | None = None
         self._signals: contextlib.ExitStack | None = None
         self._signal_received: Any = lambda: None
         # each epoch end: a signal to any process, or the master's request (acknowledged
         # when seen, as should_preempt() does)
         self._agreement = StopAgreement(self._dist, core_context.preempt,
                                         lambda: self._signal_received(), acknowledge=True)
-        self._reporter: MetricsReporter | None = None
-        self._saver: Saver | None = None
-        self._restored_validation: dict[str, float] = {}
         # N processes that no tf.distribute strategy trains: det_sdk averages and splits
         self._split: _SplitBatches | None = None
         if self._dist.size > 1 and not isinstance(self._dist, TFWorkers):
@@ -215,12 +210,15 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
     @property
     def position(self) -> Position:
         """Where training is: epoch, batch, batches trained (also those before a resume)."""
-        return self._position
+        return self._run.position if self._run is not None else Position(0, 0, 0)
 
-    def _restore(self, model: Any) -> None:
+    def _restore(self, model: Any) -> FitRun:
+        """The fit's :class:`FitRun`, from where ``checkpoint`` left off when it continues
+        this run (a warm start or none: from the start)."""
         uuid = self._checkpoint
+        fresh = FitRun(self._loop, model, checkpoints=True, extra={_CONTINUE_ID: self._continue_id})
         if uuid is None:
-            return
+            return fresh
         if not model.built:
             raise UsageError("DeterminedCallback: the model must be built before fit to load "
                              f"checkpoint {uuid} (give it an Input or call model.build)")
@@ -229,24 +227,19 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if not continues(meta, self._continue_id):
             _checkpoint.load_weights(path, model)
             log.info("det_sdk: warm start from checkpoint %s (weights only)", uuid)
-            return
+            return fresh
         # The optimizer's variables must exist before its state can be assigned.
         for opt in self._loop.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
         self._loop.restore(model, uuid)
-        self._position = Position(int(meta["epoch"]), 0, int(meta["steps_completed"]))
-        record = meta.get("history") or {}
-        self._history.history = {k: list(v) for k, v in (record.get("history") or {}).items()}
-        self._history.epoch = list(record.get("epoch") or [])
-        self._saved_at = self._position.steps_completed
-        self._restored_validation = dict(meta.get("metrics") or {})
-        _start_at_epoch(model, self._position.epoch)
-        log.info("det_sdk: continuing from checkpoint %s at epoch %d", uuid, self._position.epoch)
-
-    def _save(self) -> None:
-        """A checkpoint at the current position (collective; once per position)."""
-        assert self._saver is not None
-        self._saver()
+        epoch = int(meta["epoch"])
+        _start_at_epoch(model, epoch)
+        log.info("det_sdk: continuing from checkpoint %s at epoch %d", uuid, epoch)
+        return FitRun(self._loop, model, checkpoints=True,
+                      start=Position(epoch, 0, int(meta["steps_completed"])),
+                      past=meta.get("history") or {}, saved=True,
+                      last_validation=meta.get("metrics") or {},
+                      extra={_CONTINUE_ID: self._continue_id})
 
     # --- Keras hooks ---------------------------------------------------------------------
 
@@ -259,12 +252,7 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         if _compat.model_optimizer(model) is None:
             raise UsageError("DeterminedCallback: compile the model before fit")
         self._stopped, self._searcher_done = None, False
-        self._position = Position(0, 0, 0)
-        self._history = _compat.keras.callbacks.History()
-        self._history.history, self._history.epoch = {}, []
-        self._saved_at = None
-        self._restored_validation = {}
-        self._restore(model)
+        self._run = run = self._restore(model)
         self._checkpoint = None  # a later fit in this process goes on from where this one ends
         if self._split is not None:
             self._split.install(model, self._loop)
@@ -273,20 +261,15 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         epochs = int((self.params or {}).get("epochs") or 0)
         total = self._target or self._core.max_length or Length(epochs=max(epochs, 1))
         total_steps = total.batches or (total.epochs * steps if steps else None)
-        self._reporter = MetricsReporter(
-            self._core.train, self._position, self._dist, publish=self._dist.is_chief,
+        reporter = MetricsReporter(
+            self._core.train, run, self._dist, publish=self._dist.is_chief,
             report_every=self._report_every, total_steps=total_steps)
-        self._reporter.last_validation = self._restored_validation
-        self._saver = Saver(self._loop, model, self._position, self._reporter, self._history,
-                            extra={_CONTINUE_ID: self._continue_id}, saved_at=self._saved_at)
-        self._hooks = [TrackPosition(self._position), self._reporter,
-                       RecordHistory(self._history)]
+        self._hooks = [TrackPosition(run), reporter, RecordHistory(run)]
         if self._split is not None:  # the whole batch's metrics, and a check the ranks agree
             self._hooks[1:1] = [_AggregateTraining(self._dist),
                                 _InSync(lambda e: self._in_sync(model, e))]
         if self._checkpoint_epochs:
-            self._hooks.append(PeriodicCheckpoint(Length(epochs=self._checkpoint_epochs),
-                                                  self._position, self._save))
+            self._hooks.append(PeriodicCheckpoint(Length(epochs=self._checkpoint_epochs), run))
         for cb in self._hooks:
             cb.set_model(model)
             cb.set_params(self.params)
@@ -323,40 +306,40 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         self._each("on_epoch_end", epoch, logs)
         if self._target is not None and self._reached(self._target):
             self._complete(logs or {})
-        reason = self._agreement.decide()  # a collective: every rank the same
-        if reason:
-            self._stopped = reason
-            self._save()
+        assert self._run is not None
+        stop = self._run.stop(self._agreement)  # a collective: every rank the same
+        if stop is not None:
+            self._stopped = stop.reason
             self.model.stop_training = True
-            log.info("det_sdk: stopping after epoch %d: %s", epoch + 1, reason)
+            log.info("det_sdk: stopping after epoch %d: %s", epoch + 1, stop.reason)
 
     def _reached(self, target: Length) -> bool:
+        assert self._run is not None
         if target.epochs is not None:
-            return self._position.epoch >= target.epochs
-        return self._position.steps_completed >= target.value
+            return self._run.epoch >= target.epochs
+        return self._run.steps_completed >= target.value
 
     def _complete(self, logs: Mapping[str, Any]) -> None:
         """The searcher's length is trained: checkpoint, report its metric, get the next."""
-        self._save()
-        self._loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
-        assert self._target is not None
-        self._target = self._core.searcher.complete_from(
-            self._target, logs, self._core.searcher_metric[0], among="this epoch's metrics",
+        assert self._run is not None and self._target is not None
+        self._target = self._run.complete(
+            self._target, logs, among="this epoch's metrics",
             hint="pass validation_data to fit or name one of them in the experiment config")
         if self._target is None:
             self._searcher_done = True
             self.model.stop_training = True
 
     def on_train_end(self, logs: Any = None) -> None:
+        run = self._run
         try:
-            if self._reporter is not None and self._position.steps_completed:
-                self._save()  # whatever was trained since the last checkpoint
-            if self._target is not None and self._reporter is not None \
+            if run is not None and run.steps_completed:
+                run.save()  # whatever was trained since the last checkpoint
+            if self._target is not None and run is not None \
                     and not self._searcher_done and not self._stopped \
                     and self._reached(self._target):
                 # Resumed from a checkpoint at the searcher's length (the trial stopped
                 # before the searcher heard): no epoch ran; report the saved validation.
-                self._complete(self._reporter.last_validation)
+                self._complete(run.last_validation)
             self._loop.wait_for_checkpoints()
         finally:
             _start_at_epoch(self.model, None)

@@ -7,6 +7,11 @@ metric", then continue or stop as the searcher says). ``_plan.plan_calls`` cuts
 each stretch into ``model.fit`` calls that start and end where needed (mid-epoch
 resumption, mid-epoch validation).
 
+What the fit is at, and every save, stop and searcher decision, is one
+:class:`det_sdk.keras._fit_run.FitRun`; this module plans the ``model.fit`` calls that
+drive it (:class:`PlannedFit`) and puts det_sdk's callbacks, thin adapters to the
+FitRun, around the script's.
+
 ``run_fit`` never exits the process: it returns a :class:`FitOutcome` that says
 whether training was stopped (a signal, the master's preemption) and where; the
 context decides what a stop means for the script.
@@ -33,7 +38,6 @@ from det_sdk.keras._callbacks import (
     AverageStepOutputs,
     CheckInSync,
     MetricsReporter,
-    Preempted,
     RecordHistory,
     SequenceEpochEnd,
     StopAt,
@@ -45,12 +49,12 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
+from det_sdk.keras._fit_run import FitRun, Preempted, history_from
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
-from det_sdk.keras._saver import Saver
 from det_sdk.stages import Stage, StageMismatchError
 
-__all__ = ["FitOutcome", "FitRun", "callbacks_in_order", "history_from", "run_fit"]
+__all__ = ["FitOutcome", "PlannedFit", "callbacks_in_order", "run_fit"]
 
 log = logging.getLogger("det_sdk.keras")
 
@@ -63,7 +67,8 @@ Callback = Any  # keras.callbacks.Callback of the running Keras
 
 @dataclass
 class FitOutcome:
-    """What ``run_fit`` did: the History, and the stop that ended it early, if any."""
+    """What ``run_fit`` did: the History, the stop that ended it early, if any, and
+    where training got to (a value)."""
 
     history: Any
     stopped: Preempted | None = None
@@ -154,15 +159,16 @@ def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
             stage: Stage) -> FitOutcome:
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
     (det_sdk.stages: where it resumes, whether the searcher's length applies)."""
-    return FitRun(loop, model, kwargs, stage).run()
+    return PlannedFit(loop, model, kwargs, stage).run()
 
 
-class FitRun:
-    """One ``context.fit``, and every decision it makes, in the order it makes them:
-    the data as each process takes it, the lengths (the script's epochs or the
-    searcher's operations), where it resumes, det_sdk's callbacks around the user's,
-    then training to each target, completing each searcher operation, and the last
-    checkpoint. ``run_fit`` is ``FitRun(...).run()``."""
+class PlannedFit:
+    """One ``context.fit``, in the order it goes: the data as each process takes it,
+    the lengths (the script's epochs or the searcher's operations), where it resumes
+    (which makes its :class:`FitRun`), det_sdk's callbacks around the user's, then the
+    ``model.fit`` calls to each target, completing each searcher operation, and the
+    last checkpoint. The FitRun decides; this plans. ``run_fit`` is
+    ``PlannedFit(...).run()``."""
 
     def __init__(self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
                  stage: Stage) -> None:
@@ -174,38 +180,37 @@ class FitRun:
                              "(model.compile(optimizer=...))")
         self.loop, self.model, self.kwargs, self.stage = loop, model, kwargs, stage
         self.dist, self.core, self.policy = loop.distributed, loop.core, loop.policy
-        self.position = Position(0, 0, 0)  # where it starts: set by _resume
 
     def run(self) -> FitOutcome:
         data_options, first_padding = self._shape_inputs()
         self.loop.prepare(self.model, _sample_input(self.kwargs, self.policy.seed),
                           _sample_batch(self.kwargs))
         operation, script_epochs, steps, period = self._lengths()
-        uuid, past = self._resume()
+        start, uuid, past = self._resume()
         if self.stage.finished:
-            return _restored_stage(self.loop, self.model, self.stage, self.position, past)
+            return _restored_stage(self.loop, self.model, self.stage, start, past)
         user_callbacks, callback_states = self._user_callbacks(uuid)
         searched = self.stage.searched
+        run = FitRun(self.loop, self.model, checkpoints=self.policy.checkpoint_period is not None,
+                     start=start, past=past, callback_states=callback_states,
+                     stage=self.stage.name, searched=searched)
+        self.loop.current = run
         reporter = MetricsReporter(
-            self.core.train, self.position, self.dist, publish=self.dist.is_chief,
+            self.core.train, run, self.dist, publish=self.dist.is_chief,
             report_every=self.policy.report_every,
             total_steps=_inputs.length_in_steps(
                 (self.policy.max_length if searched else None) or operation
                 or Length(epochs=script_epochs), steps),
             stage=self.stage.name, searched=searched,
         )
-        trainer = _Trainer(self.loop, self.model, self.kwargs, self.position, steps, period,
-                           past, data_options)
-        save = Saver(self.loop, self.model, self.position, reporter, trainer.history,
-                     callback_states, stage=self.stage.name, searched=searched)
-        hooks = self._hooks(reporter, trainer, callback_states, first_padding, save)
-        outcome = self._train(trainer, hooks, user_callbacks, operation, script_epochs,
-                              reporter, save)
-        if outcome.stopped is None and self.policy.checkpoint_period is not None \
-                and trainer.trained:
-            save()
+        trainer = _Trainer(self.loop, self.model, self.kwargs, run, steps, period, data_options)
+        hooks = self._hooks(run, reporter, callback_states, first_padding)
+        outcome = self._train(run, trainer, hooks, user_callbacks, operation, script_epochs)
+        if outcome.stopped is None and trainer.trained:
+            run.save()
         self.loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
-        _compat.set_history_model(trainer.history, self.model)
+        _compat.set_history_model(run.history, self.model)
+        outcome.position = run.position
         return outcome
 
     def _shape_inputs(self) -> tuple[dict[str, Any], Any]:
@@ -236,17 +241,15 @@ class FitRun:
         period = _inputs.validation_period(self.policy.validation_period, self.kwargs)
         return operation, script_epochs, steps, period
 
-    def _resume(self) -> tuple[str | None, dict[str, Any] | None]:
+    def _resume(self) -> tuple[Position, str | None, dict[str, Any] | None]:
         """Where this stage starts (its own latest checkpoint, or the script's
         ``initial_epoch``), restored, and rank 0's state on every process."""
         initial_epoch = int(self.kwargs.pop("initial_epoch", 0))
         resume, uuid, past = _stage_resume(self.loop, self.stage)
-        self.position = resume or Position(initial_epoch, 0, 0)
-        self.loop.position = self.position
         if uuid is not None:
             _restore(self.loop, self.model, uuid, self.stage)
         self.loop.broadcast(self.model)  # rank 0's state everywhere before the first step
-        return uuid, past
+        return resume or Position(initial_epoch, 0, 0), uuid, past
 
     def _user_callbacks(self, uuid: str | None
                         ) -> tuple[list[Callback], _callback_state.CallbackStates]:
@@ -267,17 +270,16 @@ class FitRun:
             self.kwargs["verbose"] = 0  # one progress bar, rank 0's
         return user_callbacks, states
 
-    def _hooks(self, reporter: MetricsReporter, trainer: _Trainer,
-               states: _callback_state.CallbackStates, first_padding: Any,
-               save: Saver) -> dict[str, Any]:
+    def _hooks(self, run: FitRun, reporter: MetricsReporter,
+               states: _callback_state.CallbackStates, first_padding: Any) -> dict[str, Any]:
         """det_sdk's callbacks by their place in ``_ORDER`` (the stopper comes in
         ``_train``, with the stop requests it reads)."""
-        dist, model, loop, position = self.dist, self.model, self.loop, self.position
+        dist, model, loop = self.dist, self.model, self.loop
         x = self.kwargs.get("x")
         hooks: dict[str, Any] = {
-            "track": TrackPosition(position),
+            "track": TrackPosition(run),
             "reporter": reporter,
-            "history": RecordHistory(trainer.history),
+            "history": RecordHistory(run),
             "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
             "states_in": states.before_user(),
             "states": states,
@@ -289,29 +291,27 @@ class FitRun:
             hooks["moving_stats"] = AverageMovingStatistics(
                 lambda: loop.average_moving_statistics(model))
             hooks["sync"] = CheckInSync(
-                lambda where, state: loop.check_in_sync(model, where, state), position)
+                lambda where, state: loop.check_in_sync(model, where, state), run)
             hooks["average"] = AggregateMetrics(dist)
             if first_padding is not None:
-                hooks["padding"] = UndoPaddingMetrics(first_padding, position)
+                hooks["padding"] = UndoPaddingMetrics(first_padding, run)
         if dist.is_chief and self.core.tensorboard_dir is not None:
-            hooks["tensorboard"] = TensorBoardScalars(self.core.tensorboard_dir, position)
+            hooks["tensorboard"] = TensorBoardScalars(self.core.tensorboard_dir, run)
         if self.policy.checkpoint_period is not None:
-            hooks["checkpoint"] = periodic_checkpoint(self.policy.checkpoint_period, position,
-                                                      save)
+            hooks["checkpoint"] = periodic_checkpoint(self.policy.checkpoint_period, run)
         return hooks
 
-    def _train(self, trainer: _Trainer, hooks: dict[str, Any], user_callbacks: list[Callback],
-               operation: Length | None, script_epochs: int, reporter: MetricsReporter,
-               save: Saver) -> FitOutcome:
+    def _train(self, run: FitRun, trainer: _Trainer, hooks: dict[str, Any],
+               user_callbacks: list[Callback], operation: Length | None,
+               script_epochs: int) -> FitOutcome:
         """One searcher operation after another (off the cluster: the script's epochs),
         until the searcher says stop, a callback ends training, or a stop is asked for."""
-        outcome = FitOutcome(trainer.history, position=self.position)
+        outcome = FitOutcome(run.history)
         with catch_stop_signals() as stop_signal:
             # the master's request is acknowledged by _exit_stopped, once the checkpoint
             # is saved (acknowledge=False)
             hooks["stopper"] = StopOnSignal(
-                StopAgreement(self.dist, self.core.preempt, stop_signal),
-                save if self.policy.checkpoint_period else lambda: None,
+                StopAgreement(self.dist, self.core.preempt, stop_signal), run,
                 every=1 if self.dist.size == 1 else STOP_CHECK_EVERY,
             )
             trainer.callbacks = lambda extra: callbacks_in_order({**hooks, **extra},
@@ -319,8 +319,8 @@ class FitRun:
             try:
                 target = operation or Length(epochs=script_epochs)
                 while trainer.train_to(target) and operation is not None:
-                    operation = _complete_operation(self.loop, self.model, self.kwargs,
-                                                    operation, self.position, reporter, save)
+                    operation = _complete_operation(run, self.kwargs, operation,
+                                                    hooks["reporter"])
                     if operation is None:
                         break  # the searcher says stop
                     target = operation
@@ -364,20 +364,6 @@ def _restored_stage(loop: TrainingLoop, model: Any, stage: Stage, position: Posi
     return FitOutcome(history, position=position)
 
 
-def history_from(past: dict[str, Any] | None) -> Any:
-    """A Keras History holding what a checkpoint's ``past`` recorded (empty: a fresh one).
-
-    >>> history_from({"history": {"loss": [0.5]}, "epoch": [0]}).history
-    {'loss': [0.5]}
-    """
-    history = _compat.keras.callbacks.History()
-    past = past or {}
-    history.history = {k: list(v) for k, v in past.get("history", {}).items()}
-    history.epoch = list(past.get("epoch", []))
-    history.params = {}
-    return history
-
-
 def _finish_writes_quietly(loop: TrainingLoop) -> None:
     try:
         loop.wait_for_checkpoints()
@@ -389,17 +375,13 @@ class _Trainer:
     """The ``model.fit`` calls that take training to a target, collected in one History."""
 
     def __init__(
-        self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
-        position: Position, steps: int | None, period: Length | None,
-        past: dict[str, Any] | None = None, data_options: dict[str, Any] | None = None,
+        self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any], run: FitRun,
+        steps: int | None, period: Length | None, data_options: dict[str, Any] | None = None,
     ) -> None:
-        self.loop, self.model, self.kwargs = loop, model, kwargs
+        self.loop, self.model, self.kwargs, self.run = loop, model, kwargs, run
         self.data_options = data_options or {}
-        self.position, self.steps, self.period = position, steps, period
+        self.steps, self.period = steps, period
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
-        # The whole run's History: what the checkpoint resumed from had recorded,
-        # then every epoch end of this fit (RecordHistory appends them).
-        self.history = history_from(past)
         self.trained = False
 
     def train_to(self, target: Length) -> bool:
@@ -407,57 +389,45 @@ class _Trainer:
 
         False when a callback (EarlyStopping, ...) ended training before it.
         """
-        pos = self.position
-        for call in plan_calls(pos.epoch, pos.batch, target=target,
+        run = self.run
+        for call in plan_calls(run.epoch, run.batch, target=target,
                                steps_per_epoch=self.steps, validation_period=self.period):
             call_kwargs = {**self.kwargs, **_inputs.call_inputs(
                 self.kwargs, call, self.loop.policy.seed, **self.data_options)}
             _inputs.check_same_steps(self.loop.distributed, call_kwargs)
-            extra = {"stop_at": StopAt(pos, call.stop_at)} if call.stop_at else {}
+            extra = {"stop_at": StopAt(run, call.stop_at)} if call.stop_at else {}
             h = self.model.fit(
                 **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
                 callbacks=self.callbacks(extra),
             )
             self.trained = True
-            self.history.params = h.params
-            if self.model.stop_training and not _reached(pos, call.stop_at):
+            run.history.params = h.params
+            if self.model.stop_training and not run.reached(call.stop_at):
                 return False
         return True
 
 
-def _reached(position: Position, stop_at: tuple[int, int] | None) -> bool:
-    return stop_at is not None and (position.epoch, position.batch) >= stop_at
-
-
-def _complete_operation(
-    loop: TrainingLoop, model: Any, kwargs: dict[str, Any], operation: Length,
-    position: Position, reporter: MetricsReporter, save: Saver,
-) -> Length | None:
+def _complete_operation(run: FitRun, kwargs: dict[str, Any], operation: Length,
+                        reporter: MetricsReporter) -> Length | None:
     """Tell the searcher its length is trained, with its metric; its next length, or None.
 
     The plan validated at the target. A trial resumed exactly there (it stopped
     after its checkpoint, before telling the master) validates again: the same
-    weights give the same metric. A checkpoint is taken first, so a trial the
-    searcher stops keeps it, and a promoted one that crashes resumes from here.
+    weights give the same metric. ``run.complete`` checkpoints first.
     """
-    dist = loop.distributed
+    loop = run.loop
     if kwargs.get("validation_data") is None:
         raise UsageError(
             f"context.fit: the searcher decides by the validation metric "
             f"{loop.policy.searcher_metric!r}, and this fit has no validation data; pass "
             "validation_data=(x_val, y_val), x_val=/y_val= or validation_split=<fraction> "
             "to the fit the searcher sets the length of")
-    if reporter.last_validation_steps != position.steps_completed:
-        reporter.last_validation = _validate_now(loop, model, kwargs)
-        reporter.last_validation_steps = position.steps_completed
-        if dist.is_chief:
-            reporter.report("validation", position.steps_completed, reporter.last_validation)
-    if loop.policy.checkpoint_period is not None:
-        save()
-        loop.wait_for_checkpoints()  # on disk and reported before the searcher decides
-    return loop.searcher.complete_from(
-        operation, reporter.last_validation, loop.policy.searcher_metric,
-        among="the validation metrics", hint="name one of them in the experiment config")
+    if not run.validated_here:
+        run.validated(_validate_now(loop, run.model, kwargs))
+        if loop.distributed.is_chief:
+            reporter.report("validation", run.steps_completed, run.last_validation)
+    return run.complete(operation, run.last_validation, among="the validation metrics",
+                        hint="name one of them in the experiment config")
 
 
 def _validate_now(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> dict[str, float]:

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid as uuidlib
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -36,6 +36,9 @@ from det_sdk.keras._callbacks import (
 )
 from det_sdk.keras._inputs import batch_rows
 from det_sdk.stages import DEFAULT_STAGE
+
+if TYPE_CHECKING:
+    from det_sdk.keras._fit_run import FitRun
 
 __all__ = ["TrainingLoop"]
 
@@ -60,7 +63,8 @@ class TrainingLoop:
         # The checkpoint a resumed run continues from: the first fit consumes it; a
         # later fit in the same process trains its model afresh.
         self.resume_uuid: str | None = core.checkpoint.latest_checkpoint
-        self.position: Position | None = None  # where the latest fit got to
+        # The latest fit (it owns where training is: read its position, hold no copy)
+        self.current: FitRun | None = None
         # (id(model), with non-trainable state) -> compiled fingerprint fn
         self._fingerprints: dict[tuple[int, bool], Any] = {}
         # Where the state of the fit under way lives: found at its first save rather
@@ -191,8 +195,8 @@ class TrainingLoop:
 
     def peek_position(self) -> Position:
         """Where training is: the latest fit's position, or the resume checkpoint's."""
-        if self.position is not None:
-            return self.position
+        if self.current is not None:
+            return self.current.position
         if self.resume_uuid is not None:
             return position_of(self._metadata(self.resume_uuid))
         return Position(0, 0, 0)
