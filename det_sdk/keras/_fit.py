@@ -49,7 +49,7 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
-from det_sdk.keras._fit_run import FitRun, Preempted, history_from
+from det_sdk.keras._fit_run import FitRun, Preempted
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
 from det_sdk.stages import Stage, StageMismatchError
@@ -187,8 +187,10 @@ class PlannedFit:
                           _sample_batch(self.kwargs))
         operation, script_epochs, steps, period = self._lengths()
         start, uuid, past = self._resume()
-        if self.stage.finished:
-            return _restored_stage(self.loop, self.model, self.stage, start, past)
+        if self.stage.finished:  # nothing to train: a FitRun that only says where it is
+            self.loop.current = FitRun(self.loop, self.model, checkpoints=False, start=start,
+                                       past=past)
+            return _restored_stage(self.loop.current, self.stage)
         user_callbacks, callback_states = self._user_callbacks(uuid)
         searched = self.stage.searched
         run = FitRun(self.loop, self.model, checkpoints=self.policy.checkpoint_period is not None,
@@ -352,16 +354,14 @@ def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage) -> None:
             "stages, same models in the same order)") from None
 
 
-def _restored_stage(loop: TrainingLoop, model: Any, stage: Stage, position: Position,
-                    past: dict[str, Any] | None) -> FitOutcome:
+def _restored_stage(run: FitRun, stage: Stage) -> FitOutcome:
     """A stage the resumed run had finished: its model restored, nothing trained."""
-    history = history_from(past)
-    _compat.set_history_model(history, model)
-    if loop.distributed.is_chief:
+    _compat.set_history_model(run.history, run.model)
+    if run.loop.distributed.is_chief:
         log.warning("det_sdk: stage %r was finished before the resume: its model restored from "
                     "checkpoint %s (epoch %d, batch %d), not trained again", stage.name,
-                    stage.resume_uuid, position.epoch, position.batch)
-    return FitOutcome(history, position=position)
+                    stage.resume_uuid, run.epoch, run.batch)
+    return FitOutcome(run.history, position=run.position)
 
 
 def _finish_writes_quietly(loop: TrainingLoop) -> None:
