@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import det_sdk
 from det_sdk.env import setting
@@ -76,12 +76,15 @@ NOUN_ALIASES = {"experiment": ["e"], "trial": ["t"], "checkpoint": ["c"], "job":
 VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"]}
 
 
-def _add_task_commands(sub: argparse._SubParsersAction) -> None:
+def _add_task_commands(sub: argparse._SubParsersAction,
+                       words: set[str] | None) -> None:
     from det_sdk.cli.tasks import COMMANDS
 
     for noun, verbs in COMMANDS.items():
-        p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)",
-                           aliases=NOUN_ALIASES.get(noun, []))
+        aliases = NOUN_ALIASES.get(noun, [])
+        p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)", aliases=aliases)
+        if words is not None and noun not in words and not words.intersection(aliases):
+            continue  # not this command: its actions' parsers are never looked at
         verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
         for verb, (func, help_text, arguments) in verbs.items():
             v = verbs_sub.add_parser(verb, help=help_text, aliases=VERB_ALIASES.get(verb, []))
@@ -150,7 +153,16 @@ def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
     tb.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "tensorboard"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every ``det`` command; with ``words`` (a command line's), the
+    actions of a master's nouns (``experiment list``, ``job kill``...) only for a noun
+    among them: ``det --help`` and ``det master up`` then build 14 parsers, not 39 (each
+    costs argparse about 0.4 ms, most of it looking for gettext translations), and
+    ``det experiment list`` 22. The command line parses the same either way.
+
+    >>> build_parser(["experiment", "list"]).parse_args(["experiment", "list"]).limit
+    20
+    """
     parser = argparse.ArgumentParser(
         prog="det",
         description="det_sdk: train Keras models locally, under Horovod, or on a cluster.",
@@ -161,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                              f"(DET_MASTER; default {DEFAULT_MASTER})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_master_commands(sub)
-    _add_task_commands(sub)
+    _add_task_commands(sub, None if words is None else set(words))
     _add_ui_commands(sub)  # det ui, det tensorboard (issue 12)
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
@@ -174,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

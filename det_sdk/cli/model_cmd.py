@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from argparse import Namespace
 
 from det_sdk.cli.render import print_json, table
@@ -25,6 +24,8 @@ def _client(args: Namespace) -> Any:
 
 
 def model_create(args: Namespace) -> int:
+    import json
+
     metadata = json.loads(args.metadata) if args.metadata else {}
     row = _client(args).request("POST", "/api/v1/models", json={
         "name": args.name, "description": args.description or "", "metadata": metadata})
@@ -54,6 +55,8 @@ def model_describe(args: Namespace) -> int:
         return 0
     print(f"model {model['name']} (id {model['id']}): {model['description']}")
     if model["metadata"]:
+        import json
+
         print(f"  metadata: {json.dumps(model['metadata'])}")
     print(table(["VERSION", "CHECKPOINT"], [[v["version"], v["checkpoint_uuid"]]
                                             for v in versions]))

@@ -32,6 +32,22 @@ def test_405_names_the_methods_of_every_router_on_the_path(tmp_path: Path) -> No
     assert r.json()["detail"] == "Method Not Allowed"
 
 
+def test_a_task_s_reports_are_matched_first(tmp_path: Path) -> None:
+    # FastAPI walks the included routers in order, every route of each before the one
+    # that answers: the report routes (the master's hot path, bench_master_metrics.py)
+    # lead, and a GET on the same path still reaches the trials router
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    app = create_app(master)
+    first = app.router.routes[0]
+    branch = getattr(getattr(first, "original_router", None), "routes", [first])
+    assert {(r.path, m) for r in branch for m in getattr(r, "methods", ())} >= {
+        ("/api/v1/trials/{trial_id}/metrics", "POST"),
+        ("/api/v1/trials/{trial_id}/progress", "POST"), ("/api/v1/checkpoints", "POST")}
+    http = TestClient(app, headers={"Authorization": f"Bearer {master.user_token()}"})
+    r = http.get("/api/v1/trials/1/metrics")
+    assert r.status_code == 404 and r.json() == {"detail": "no trial 1"}
+
+
 def test_pause_answers_the_state_through_master(tmp_path: Path) -> None:
     master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
     http = TestClient(create_app(master),
