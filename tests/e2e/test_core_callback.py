@@ -92,10 +92,17 @@ def _run_local(config: Path, runs: Path, processes: int = 1, *, horovodrun: bool
 
 
 def _pause_then_activate(cluster: Cluster, exp_id: int) -> tuple[dict, str]:
-    """Pause as the trial starts (it stops at its first epoch end), activate, wait."""
-    wait_until("the trial to start", lambda: describe(cluster, exp_id)["trials"][0]["state"]
-               == "RUNNING")
-    assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    """Pause as the trial starts (it stops at its first epoch end), activate, wait.
+
+    The wait and the pause go over HTTP: a ``det`` call costs a Python start-up, and on a
+    loaded machine a few of them took longer than the trial's whole training (it then
+    completed before the pause reached it). The pause lands while the trial imports
+    TensorFlow; ``det experiment pause`` is tested in tests/e2e/test_cluster.py."""
+    with cluster.http() as http:
+        wait_until("the trial to start", lambda: http.get(
+            f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["state"] == "RUNNING",
+            every=0.05)
+        assert http.post(f"/api/v1/experiments/{exp_id}/pause").status_code == 200
     wait_until("PAUSED", lambda: describe(cluster, exp_id)["state"] == "PAUSED", every=0.3)
     (trial,) = describe(cluster, exp_id)["trials"]
     assert trial["state"] == "PAUSED" and 0 < trial["epoch"] < 3, trial
