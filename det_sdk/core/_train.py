@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
-from det_sdk.session import Session
+from det_sdk.session import MetricGroup, Session
 from det_sdk.stages import DEFAULT_STAGE
 
 __all__ = ["TrainContext"]
@@ -69,8 +69,8 @@ class TrainContext:
             self._epoch = int(epoch)
         if self._dist.is_chief:
             # group: a str checked above to be one of the MetricGroup literals
-            self._session.report_metrics(group, steps_completed, self._epoch,  # type: ignore[arg-type]
-                                         metrics, stage=stage, searched=searched)
+            self._session.report_metrics(cast(MetricGroup, group), steps_completed,
+                                         self._epoch, metrics, stage=stage, searched=searched)
 
     def report_training_metrics(self, steps_completed: int, metrics: Mapping[str, Any],
                                 epoch: int | None = None) -> None:

@@ -34,7 +34,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from det_sdk.api import AllocationState, ExperimentState, JobState, TrialState
 from det_sdk.master.errors import IllegalTransition, NotFound
@@ -374,8 +374,8 @@ class Lifecycle:
                 self.store.update_trial(trial_id, **fields)
             if new is not old:
                 log.info("trial %s: %s -> %s (%s)", trial_id, old.value, new.value, event.value)
-                if new in _ENDED:  # (ignore: the row with updated columns is still a TrialRow)
-                    self.on_trial_ended({**t, **fields})  # type: ignore[typeddict-item]
+                if new in _ENDED:  # the row with updated columns is still a TrialRow
+                    self.on_trial_ended(cast(TrialRow, {**t, **fields}))
                 if new in (T.STOPPING_PAUSED, T.STOPPING_CANCELED):
                     self.on_stop_requested()
                 if new is T.QUEUED:
@@ -460,8 +460,8 @@ class Lifecycle:
                 self.store.update_job(job_id, **fields)
             if new is not old:
                 log.info("job %s: %s -> %s (%s)", job_id, old.value, new.value, event.value)
-                if new in _JOB_ENDED:  # (ignore: the row with updated columns is still a JobRow)
-                    self.on_job_ended({**j, **fields})  # type: ignore[typeddict-item]
+                if new in _JOB_ENDED:  # the row with updated columns is still a JobRow
+                    self.on_job_ended(cast(JobRow, {**j, **fields}))
                 if new in (J.STOPPING_PAUSED, J.STOPPING_CANCELED):
                     self.on_stop_requested()
                 if new is J.QUEUED:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from det_sdk.api import decode_metric, encode_metric
 from det_sdk.master.rows import (
@@ -701,8 +701,8 @@ class Store:
                 hi is not None and hi > e["best_max"]) else e["best_max"]
         for e in exps:
             e["progress"] = e["progress"] / e["trials"] if e["trials"] else 0.0
-        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
-        return exps, int(total)  # type: ignore[return-value]
+        # SQLite's rows are plain dicts of exactly the row type's columns
+        return cast("list[ExperimentSummaryRow]", exps), int(total)
 
     def trial_page(self, exp_id: int, after_id: int | None, limit: int
                    ) -> tuple[list[TrialRow], dict[int, list[dict[str, Any]]]]:
@@ -713,18 +713,17 @@ class Store:
             trials = [_row(r) for r in self._db.execute(
                 "SELECT * FROM trials WHERE experiment_id = ? AND id > ? ORDER BY id LIMIT ?",
                 (exp_id, -1 if after_id is None else after_id, limit))]
-            # (ignore: a trial row is a dict; mypy reads _row's TypedDict as unindexable here)
             rungs = self._db.execute(
                 "SELECT * FROM rungs WHERE trial_id IN"
                 f" ({', '.join('?' for _ in trials)}) ORDER BY trial_id, rung",
-                [t["id"] for t in trials]).fetchall() if trials else []  # type: ignore[index]
+                [t["id"] for t in trials if t is not None]).fetchall() if trials else []
         out: dict[int, list[dict[str, Any]]] = {}
         for r in rungs:
             out.setdefault(r["trial_id"], []).append(
                 {"rung": r["rung"], "metric": r["metric"], "promoted": bool(r["promoted"]),
                  "order": r["seq"]})
-        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
-        return trials, out  # type: ignore[return-value]
+        # SQLite's rows are plain dicts of exactly the row type's columns
+        return cast("list[TrialRow]", trials), out
 
     def trial_state_counts(self, exp_id: int) -> tuple[dict[str, int], float]:
         """How many of an experiment's trials are in each state, and their mean progress."""
@@ -747,8 +746,8 @@ class Store:
                 " FROM jobs WHERE id < ? ORDER BY id DESC LIMIT ?",
                 (_before(before_id), limit))]
             (total,) = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
-        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
-        return jobs, int(total)  # type: ignore[return-value]
+        # SQLite's rows are plain dicts of exactly the row type's columns
+        return cast("list[JobSummaryRow]", jobs), int(total)
 
     def checkpoint_page(self, trial_id: int | None, before_seq: int | None, limit: int
                         ) -> tuple[list[CheckpointListRow], int]:
@@ -768,8 +767,8 @@ class Store:
                 "SELECT COUNT(*) FROM checkpoints" if trial_id is None else
                 "SELECT COUNT(*) FROM checkpoints WHERE trial_id = ?",
                 () if trial_id is None else (trial_id,)).fetchone()
-        # (ignore: SQLite's rows are plain dicts of exactly the row type's columns)
-        return rows, int(total)  # type: ignore[return-value]
+        # SQLite's rows are plain dicts of exactly the row type's columns
+        return cast("list[CheckpointListRow]", rows), int(total)
 
     def metrics_after(self, trial_id: int, group: str, after_steps: int | None,
                       limit: int) -> list[MetricsRow]:
