@@ -608,12 +608,14 @@ class MasterSession(Session):
         while not self._closed.is_set() and not self._preempt.is_set():
             try:
                 if self.client.preemption(self.info.allocation_id, timeout_seconds=20):
+                    # The flag first: the training thread stops at its next batch, while
+                    # the line below may wait on a full log pipe.
+                    self._preempt.set()
                     # In the task's log: why a healthy trial (or job) is about to stop.
                     what = "trial" if self.info.task_type == "TRIAL" else "job"
                     print(f"det_sdk: the master asks this {what} to stop (a pause or a "
                           "preemption): it checkpoints and exits at its next stopping point",
                           file=sys.stderr, flush=True)
-                    self._preempt.set()
             except Exception:
                 time.sleep(1.0)  # master away: keep training, ask again
 
