@@ -345,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--params", type=int, default=200_000,
                         help="model parameters, about (default 200000)")
-    parser.add_argument("--samples", type=int, default=16384)
+    # Enough for the pause to land mid-epoch: at 16,384 (256 batches) a machine at 5.5 ms
+    # a batch had ended the epoch by --train-s, and the stop waited out its validation
+    # (p_batch 125-142 ms, not one batch).
+    parser.add_argument("--samples", type=int, default=65536,
+                        help="training rows (default 65536: one epoch outlasts --train-s)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--train-s", type=float, default=1.5,
                         help="seconds of training before the pause")
