@@ -6,8 +6,8 @@ that asks which kind it is), as Keras splits its own input handling into one dat
 adapter per kind:
 
 * numpy arrays, lists/dicts of them, ``wrap_data``'s views: ``_arrays.ArrayAdapter``
-* a ``keras.utils.Sequence`` / ``PyDataset``: ``_sequence.SequenceAdapter``
-* a ``tf.data.Dataset``: ``_dataset.DatasetAdapter``
+* a ``keras.utils.Sequence`` / ``PyDataset``: ``_sequence.KerasSequenceAdapter``
+* a ``tf.data.Dataset``: ``_dataset.TFDatasetAdapter``
 * a generator, an iterator, anything else: ``_generator.GeneratorAdapter`` (no ``x``:
   ``NoData``)
 
@@ -39,9 +39,9 @@ from det_sdk.errors import UsageError
 from det_sdk.keras import _compat, _data
 from det_sdk.keras._fit_inputs._adapter import DataAdapter
 from det_sdk.keras._fit_inputs._arrays import ArrayAdapter
-from det_sdk.keras._fit_inputs._dataset import DatasetAdapter
+from det_sdk.keras._fit_inputs._dataset import TFDatasetAdapter
 from det_sdk.keras._fit_inputs._generator import GeneratorAdapter, NoData
-from det_sdk.keras._fit_inputs._sequence import SequenceAdapter
+from det_sdk.keras._fit_inputs._sequence import KerasSequenceAdapter
 from det_sdk.keras._fit_inputs._validation import (
     Validation,
     fold_validation_data,
@@ -68,9 +68,9 @@ def adapter_for(x: Any) -> type[DataAdapter]:
     if _data.is_array_data(x):
         return ArrayAdapter
     if isinstance(x, _compat.SequenceBase):
-        return SequenceAdapter
+        return KerasSequenceAdapter
     if isinstance(x, tf.data.Dataset):
-        return DatasetAdapter
+        return TFDatasetAdapter
     if x is None:
         return NoData
     return GeneratorAdapter

@@ -15,11 +15,11 @@ from det_sdk.keras import _data
 from det_sdk.keras._fit_inputs._adapter import DataAdapter
 from det_sdk.keras._plan import FitCall
 
-__all__ = ["DatasetAdapter"]
+__all__ = ["TFDatasetAdapter"]
 
 
 @dataclass(frozen=True, eq=False)
-class DatasetAdapter(DataAdapter):
+class TFDatasetAdapter(DataAdapter):
     """A dataset. ``padding_from``: this process's first padding batch of each pass
     (None: no padding)."""
 

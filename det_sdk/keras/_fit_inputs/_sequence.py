@@ -3,7 +3,7 @@
 
 det_sdk feeds it through its own pipeline (``_data.sequence_pipeline``), addressed by
 (epoch, batch) on both Keras majors; Keras then no longer calls ``on_epoch_end``,
-which :attr:`SequenceAdapter.sequence` names for ``SequenceEpochEnd`` to call.
+which :attr:`KerasSequenceAdapter.sequence` names for ``SequenceEpochEnd`` to call.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from det_sdk.keras import _data
 from det_sdk.keras._fit_inputs._adapter import DataAdapter
 from det_sdk.keras._plan import FitCall
 
-__all__ = ["SequenceAdapter"]
+__all__ = ["KerasSequenceAdapter"]
 
 
 @dataclass(frozen=True, eq=False)
-class SequenceAdapter(DataAdapter):
+class KerasSequenceAdapter(DataAdapter):
     """A Sequence: every process runs ``ceil(batches / processes)`` steps."""
 
     def _own_steps(self) -> int | None:
