@@ -48,10 +48,8 @@ class ThreadRanks(Processes):
 def _on_ranks(size: int, fn: Callable[[ThreadRanks], Any]
               ) -> tuple[list[ThreadRanks], list[Any], list[BaseException | None]]:
     """``fn`` on every rank at once: (the ranks, their results, their errors)."""
-    barrier = threading.Barrier(size, timeout=60)
-    ranks = [ThreadRanks(r, size, [None] * size, barrier) for r in range(size)]
-    for r in ranks:
-        r.slots = ranks[0].slots  # one board
+    barrier, slots = threading.Barrier(size, timeout=60), [None] * size
+    ranks = [ThreadRanks(r, size, slots, barrier) for r in range(size)]
     results: list[Any] = [None] * size
     errors: list[BaseException | None] = [None] * size
 
