@@ -24,14 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import tensorflow as tf
-
 from det_sdk.config import Length
 from det_sdk.engine.position import Position
 from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.engine.stopping import StopAgreement
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
-from det_sdk.keras import _callback_state, _compat, _data, _inputs
+from det_sdk.keras import _callback_state, _compat, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
     AverageMovingStatistics,
@@ -49,6 +47,7 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
+from det_sdk.keras._fit_inputs import FitInputs, Validation, fit_inputs
 from det_sdk.keras._fit_run import FitRun, Preempted
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import plan_calls
@@ -115,46 +114,6 @@ def callbacks_in_order(hooks: dict[str, Any], user: list[Callback]) -> list[Call
     return out
 
 
-def _sample_input(kwargs: dict[str, Any], seed: int) -> Callable[[], Any]:
-    """One batch of inputs of the training data (to build an unbuilt model)."""
-
-    def sample() -> Any:
-        x = kwargs.get("x")
-        if _data.is_array_data(x):
-            return _data.slice_rows(_data.full_data(x), 0, 2)
-        if isinstance(x, _compat.SequenceBase):
-            batch = x[0]
-        elif isinstance(x, tf.data.Dataset):
-            batch = next(iter(x.take(1)))
-        else:
-            raise UsageError("context.fit: cannot build the model from this input; build it first "
-                             "(give the first layer an input shape, or call model.build)")
-        return batch[0] if isinstance(batch, (tuple, list)) else batch
-
-    return sample
-
-
-def _sample_batch(kwargs: dict[str, Any]) -> Callable[[], Any]:
-    """One batch of the training data as ``train_step`` receives it (to create what a
-    custom ``train_step`` builds on first use)."""
-
-    def sample() -> Any:
-        x = kwargs.get("x")
-        if _data.is_array_data(x):
-            rows = max(1, min(int(kwargs.get("batch_size") or 32), _data.num_rows(x)))
-            parts = [_data.slice_rows(_data.full_data(p), 0, rows)
-                     for p in (x, kwargs.get("y"), kwargs.get("sample_weight")) if p is not None]
-            return parts[0] if len(parts) == 1 else tuple(parts)
-        if isinstance(x, _compat.SequenceBase):
-            return x[0]
-        if isinstance(x, tf.data.Dataset):
-            return next(iter(x.take(1)))
-        raise UsageError("context.fit: cannot build the model from this input; build it first "
-                         "(give the first layer an input shape, or call model.build)")
-
-    return sample
-
-
 def run_fit(loop: TrainingLoop, model: Any, kwargs: dict[str, Any],
             stage: Stage) -> FitOutcome:
     """See :meth:`KerasContext.fit`. ``stage``: the stage of the run this fit is
@@ -182,9 +141,8 @@ class PlannedFit:
         self.dist, self.core, self.policy = loop.distributed, loop.core, loop.policy
 
     def run(self) -> FitOutcome:
-        data_options, first_padding = self._shape_inputs()
-        self.loop.prepare(self.model, _sample_input(self.kwargs, self.policy.seed),
-                          _sample_batch(self.kwargs))
+        inputs = self._shape_inputs()
+        self.loop.prepare(self.model, inputs.sample_input, inputs.sample_batch)
         operation, script_epochs, steps, period = self._lengths()
         start, uuid, past = self._resume()
         if self.stage.finished:  # nothing to train: a FitRun that only says where it is
@@ -205,8 +163,8 @@ class PlannedFit:
                 or Length(epochs=script_epochs), steps),
             stage=self.stage.name, searched=searched,
         )
-        trainer = _Trainer(self.loop, self.model, self.kwargs, run, steps, period, data_options)
-        hooks = self._hooks(run, reporter, callback_states, first_padding)
+        trainer = _Trainer(self.loop, self.model, self.kwargs, inputs, run, steps, period)
+        hooks = self._hooks(run, reporter, callback_states, inputs)
         outcome = self._train(run, trainer, hooks, user_callbacks, operation, script_epochs)
         if outcome.stopped is None and trainer.trained:
             run.save()
@@ -215,22 +173,13 @@ class PlannedFit:
         outcome.position = run.position
         return outcome
 
-    def _shape_inputs(self) -> tuple[dict[str, Any], Any]:
-        """The data as each process takes it: the same number of steps everywhere (padded
-        with weight-0 rows or batches), validation shared out, class weights in the
-        pipeline. Returns the options each model.fit call's inputs are cut with, and the
-        first step that holds padding (its metric updates are undone)."""
-        dist, kwargs = self.dist, self.kwargs
-        _inputs.fold_validation_data(kwargs)
-        _inputs.split_arrays(dist, kwargs)
-        _inputs.default_batch_size(dist, kwargs)  # Keras's 32 rows a step, over all processes
-        _inputs.local_validation(dist, kwargs)
-        dataset_padding = _inputs.even_out_dataset(dist, kwargs)
-        class_weight = _inputs.take_class_weight(kwargs)
-        padded = _inputs.padded_rows(dist, kwargs)
-        data_options: dict[str, Any] = {"class_weight": class_weight, "padded": padded}
-        first_padding = _inputs.first_padding_step(dist, kwargs, padded, dataset_padding)
-        return data_options, first_padding
+    def _shape_inputs(self) -> FitInputs:
+        """The data as each process takes it, made once (``_fit_inputs``: one adapter for
+        the training data's kind): the same number of steps everywhere (padded with
+        weight-0 rows or batches), validation shared out, class weights in the
+        pipeline. Its keywords leave ``self.kwargs``, which keeps the fit's others."""
+        self.inputs = fit_inputs(self.dist, self.kwargs)
+        return self.inputs
 
     def _lengths(self) -> tuple[Length | None, int, int | None, Length | None]:
         """(the searcher's current operation, the script's epochs, steps per epoch, the
@@ -239,8 +188,10 @@ class PlannedFit:
         the other stages, or when the experiment gives no length)."""
         operation = self.loop.searcher.current_length() if self.stage.searched else None
         script_epochs = int(self.kwargs.pop("epochs", 1))
-        steps = _inputs.steps_per_epoch(self.dist, self.kwargs)
-        period = _inputs.validation_period(self.policy.validation_period, self.kwargs)
+        steps = self.inputs.steps_per_epoch()
+        period = _inputs.validation_period(self.policy.validation_period,
+                                           self.kwargs.pop("validation_freq", None),
+                                           self.inputs.validation is not None)
         return operation, script_epochs, steps, period
 
     def _resume(self) -> tuple[Position, str | None, dict[str, Any] | None]:
@@ -273,19 +224,19 @@ class PlannedFit:
         return user_callbacks, states
 
     def _hooks(self, run: FitRun, reporter: MetricsReporter,
-               states: _callback_state.CallbackStates, first_padding: Any) -> dict[str, Any]:
+               states: _callback_state.CallbackStates, inputs: FitInputs) -> dict[str, Any]:
         """det_sdk's callbacks by their place in ``_ORDER`` (the stopper comes in
         ``_train``, with the stop requests it reads)."""
         dist, model, loop = self.dist, self.model, self.loop
-        x = self.kwargs.get("x")
+        seq = inputs.sequence
         hooks: dict[str, Any] = {
             "track": TrackPosition(run),
             "reporter": reporter,
             "history": RecordHistory(run),
-            "sequence": SequenceEpochEnd(x) if isinstance(x, _compat.SequenceBase) else None,
+            "sequence": SequenceEpochEnd(seq) if seq is not None else None,
             "states_in": states.before_user(),
             "states": states,
-            "outputs": AverageStepOutputs(dist, _inputs.validation_rows(self.kwargs)),
+            "outputs": AverageStepOutputs(dist, inputs.validation_rows()),
         }
         if dist.is_chief:
             hooks["random"] = WarnUnsavedRandomness(log)
@@ -295,8 +246,8 @@ class PlannedFit:
             hooks["sync"] = CheckInSync(
                 lambda where, state: loop.check_in_sync(model, where, state), run)
             hooks["average"] = AggregateMetrics(dist)
-            if first_padding is not None:
-                hooks["padding"] = UndoPaddingMetrics(first_padding, run)
+            if inputs.first_padding is not None:
+                hooks["padding"] = UndoPaddingMetrics(inputs.first_padding, run)
         if dist.is_chief and self.core.tensorboard_dir is not None:
             hooks["tensorboard"] = TensorBoardScalars(self.core.tensorboard_dir, run)
         if self.policy.checkpoint_period is not None:
@@ -321,7 +272,7 @@ class PlannedFit:
             try:
                 target = operation or Length(epochs=script_epochs)
                 while trainer.train_to(target) and operation is not None:
-                    operation = _complete_operation(run, self.kwargs, operation,
+                    operation = _complete_operation(run, self.inputs, operation,
                                                     hooks["reporter"])
                     if operation is None:
                         break  # the searcher says stop
@@ -372,14 +323,15 @@ def _finish_writes_quietly(loop: TrainingLoop) -> None:
 
 
 class _Trainer:
-    """The ``model.fit`` calls that take training to a target, collected in one History."""
+    """The ``model.fit`` calls that take training to a target, collected in one History.
+    ``kwargs``: the fit's keywords other than the data's, which ``inputs`` gives each
+    call."""
 
     def __init__(
-        self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any], run: FitRun,
-        steps: int | None, period: Length | None, data_options: dict[str, Any] | None = None,
+        self, loop: TrainingLoop, model: Any, kwargs: dict[str, Any], inputs: FitInputs,
+        run: FitRun, steps: int | None, period: Length | None,
     ) -> None:
-        self.loop, self.model, self.kwargs, self.run = loop, model, kwargs, run
-        self.data_options = data_options or {}
+        self.loop, self.model, self.kwargs, self.inputs, self.run = loop, model, kwargs, inputs, run
         self.steps, self.period = steps, period
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
         self.trained = False
@@ -392,9 +344,7 @@ class _Trainer:
         run = self.run
         for call in plan_calls(run.epoch, run.batch, target=target,
                                steps_per_epoch=self.steps, validation_period=self.period):
-            call_kwargs = {**self.kwargs, **_inputs.call_inputs(
-                self.kwargs, call, self.loop.policy.seed, **self.data_options)}
-            _inputs.check_same_steps(self.loop.distributed, call_kwargs)
+            call_kwargs = {**self.kwargs, **self.inputs.call_inputs(call, self.loop.policy.seed)}
             extra = {"stop_at": StopAt(run, call.stop_at)} if call.stop_at else {}
             h = self.model.fit(
                 **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
@@ -407,7 +357,7 @@ class _Trainer:
         return True
 
 
-def _complete_operation(run: FitRun, kwargs: dict[str, Any], operation: Length,
+def _complete_operation(run: FitRun, inputs: FitInputs, operation: Length,
                         reporter: MetricsReporter) -> Length | None:
     """Tell the searcher its length is trained, with its metric; its next length, or None.
 
@@ -416,26 +366,23 @@ def _complete_operation(run: FitRun, kwargs: dict[str, Any], operation: Length,
     weights give the same metric. ``run.complete`` checkpoints first.
     """
     loop = run.loop
-    if kwargs.get("validation_data") is None:
+    if inputs.validation is None:
         raise UsageError(
             f"context.fit: the searcher decides by the validation metric "
             f"{loop.policy.searcher_metric!r}, and this fit has no validation data; pass "
             "validation_data=(x_val, y_val), x_val=/y_val= or validation_split=<fraction> "
             "to the fit the searcher sets the length of")
     if not run.validated_here:
-        run.validated(_validate_now(loop, run.model, kwargs))
+        run.validated(_validate_now(loop, run.model, inputs.validation))
         if loop.distributed.is_chief:
             reporter.report("validation", run.steps_completed, run.last_validation)
     return run.complete(operation, run.last_validation, among="the validation metrics",
                         hint="name one of them in the experiment config")
 
 
-def _validate_now(loop: TrainingLoop, model: Any, kwargs: dict[str, Any]) -> dict[str, float]:
+def _validate_now(loop: TrainingLoop, model: Any, validation: Validation) -> dict[str, float]:
     """The validation metrics of the model as it is (``val_`` names, as fit reports them)."""
-    data = kwargs["validation_data"]
-    parts = data if isinstance(data, tuple) else (data,)
-    x, y, sw = (*parts, None, None)[:3]
+    x, y, sw = validation.parts
     results = loop.evaluate_all(model, x, y, sample_weight=sw, verbose=0,
-                                batch_size=kwargs.get("validation_batch_size")
-                                or kwargs.get("batch_size"))
+                                batch_size=validation.batch_size)
     return {f"val_{k}": float(v) for k, v in results.items()}
