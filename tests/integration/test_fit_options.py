@@ -129,3 +129,38 @@ def test_validation_freq_is_honoured_with_the_last_epoch_always_validated(
     val_steps = [r["steps_completed"] for r in _rows(tmp_path / "1", "validation")]
     assert val_steps == [20, 40, 50]
     assert len(hist.history["val_loss"]) == 3
+
+
+def _batches(x, y, batch: int = 20):
+    while True:
+        for i in range(0, len(x), batch):
+            yield x[i:i + batch], y[i:i + batch]
+
+
+def _fit_with_class_weight(fit, model, x, y):
+    try:
+        fit(model, _batches(x, y), steps_per_epoch=5, epochs=2, verbose=0,
+            class_weight={0: 1.0, 1: 5.0})
+    except ValueError as err:
+        return ("refused", type(err), "class_weight" in str(err))
+    return ("trained", [w.tolist() for w in model.get_weights()])
+
+
+def test_class_weight_with_a_generator_does_what_model_fit_does(tmp_path: Path) -> None:
+    """Never dropped: Keras 2 weights a generator's batches by class, Keras 3 refuses the
+    argument; context.fit gives the same outcome (the same weights, or the same error)."""
+    ctx, model, x, y = _setup(tmp_path)
+    start = model.get_weights()
+    ours = _fit_with_class_weight(lambda m, *a, **k: ctx.fit(m, *a, **k), model, x, y)
+    ctx.close()
+    plain = tf.keras.models.clone_model(model)
+    plain.set_weights(start)
+    plain.compile(tf.keras.optimizers.SGD(0.1), "binary_crossentropy")
+    theirs = _fit_with_class_weight(lambda m, *a, **k: m.fit(*a, **k), plain, x, y)
+    assert ours == theirs
+    if ours[0] == "trained":  # and the weight changed training (it was applied)
+        unweighted = tf.keras.models.clone_model(model)
+        unweighted.set_weights(start)
+        unweighted.compile(tf.keras.optimizers.SGD(0.1), "binary_crossentropy")
+        unweighted.fit(_batches(x, y), steps_per_epoch=5, epochs=2, verbose=0)
+        assert [w.tolist() for w in unweighted.get_weights()] != ours[1]

@@ -4,6 +4,7 @@ anything else Keras takes): handed to ``model.fit`` as given; and no data at all
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,12 @@ __all__ = ["GeneratorAdapter", "NoData"]
 @dataclass(frozen=True, eq=False)
 class GeneratorAdapter(DataAdapter):
     """A generator or iterator: Keras reads it; its length is ``steps_per_epoch``'s."""
+
+    @classmethod
+    def _take_class_weight(cls, data: dict[str, Any]) -> Mapping[int, float] | None:
+        # Left for Keras, which does what model.fit does with it: Keras 2 weights the
+        # generator's batches, Keras 3 refuses it naming class_weight (never dropped)
+        return None
 
 
 @dataclass(frozen=True, eq=False)
