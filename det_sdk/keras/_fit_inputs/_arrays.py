@@ -92,9 +92,8 @@ class ArrayAdapter(DataAdapter):
         if _data.is_wrapped(x):
             rows, size = _data.num_rows(_data.full_data(x)), self.dist.size
         else:
-            # Agreed again (an allgather of the value ``padded`` holds): the collectives
-            # stay those the fit made before its inputs were one object.
-            rows, size = _padded_rows(self.dist, self.data) or _data.num_rows(x), 1
+            # the rows every process pads to, agreed once while shaping
+            rows, size = self.padded or _data.num_rows(x), 1
         return math.ceil(rows / (self._batch_size * size))
 
     def _first_padding(self) -> int | None:
