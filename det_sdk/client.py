@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -129,23 +129,60 @@ class MasterClient:
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.TransportError as err:
-            raise MasterUnreachable(f"no master answers at {self.url} ({err})") from None
+            raise self._transport_error(err, method, path) from None
         if resp.status_code >= 400:
-            try:
-                detail = resp.json().get("detail", resp.text)
-            except ValueError:
-                detail = resp.text
-            if isinstance(detail, list):  # FastAPI validation errors
-                detail = "; ".join(
-                    f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}"
-                    for d in detail
-                )
-            raise MasterError(resp.status_code, f"master: {detail} (HTTP {resp.status_code})")
+            raise self._master_error(resp)
         if resp.status_code == 204 or not resp.content:
             return None
         if resp.headers.get("content-type", "").startswith("application/json"):
             return resp.json()
         return resp.content
+
+    def _transport_error(self, err: httpx.TransportError, method: str,
+                         path: str) -> MasterUnreachable:
+        """What went wrong on the way, in words: nobody answering, an answer that went
+        silent (the client's timeout is for silence, not for a whole transfer), or a
+        connection that broke."""
+        if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return MasterUnreachable(f"no master answers at {self.url} ({err})")
+        if isinstance(err, httpx.TimeoutException):
+            silence = self._http.timeout.read
+            return MasterUnreachable(
+                f"the master at {self.url} sent nothing for {silence:g} s while answering "
+                f"{method} {path} ({type(err).__name__}): it is busy or stuck; try again, "
+                "or give the client a longer timeout")
+        return MasterUnreachable(f"the connection to the master at {self.url} broke during "
+                                 f"{method} {path}: {type(err).__name__}: {err}")
+
+    @staticmethod
+    def _master_error(resp: httpx.Response) -> MasterError:
+        try:
+            detail = resp.json().get("detail", resp.text)
+        except ValueError:
+            detail = resp.text
+        if isinstance(detail, list):  # FastAPI validation errors
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}"
+                for d in detail
+            )
+        return MasterError(resp.status_code, f"master: {detail} (HTTP {resp.status_code})")
+
+    def stream_to(self, path: str, out: IO[bytes]) -> int:
+        """GET ``path`` and write its body to ``out`` as it arrives (a download of
+        hundreds of MB is neither held in memory nor timed as a whole: only silence
+        longer than the client's timeout ends it). Returns the bytes written."""
+        written = 0
+        try:
+            with self._http.stream("GET", path) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise self._master_error(resp)
+                for chunk in resp.iter_bytes(1 << 20):
+                    out.write(chunk)
+                    written += len(chunk)
+        except httpx.TransportError as err:
+            raise self._transport_error(err, "GET", path) from None
+        return written
 
     # --- experiments, trials, jobs ------------------------------------------------------
 
@@ -327,6 +364,27 @@ class MasterClient:
         """The files trial or job ``task_id`` (``kind``: ``"trials"`` or ``"jobs"``) wrote
         into its working directory, kept when it ended, as a .tar.gz."""
         return self.request("GET", f"/api/v1/{kind}/{task_id}/files")
+
+    def download_files_to(self, kind: str, task_id: int, out: IO[bytes],
+                          wait: float = 600.0) -> int:
+        """:meth:`download_files`, streamed into ``out``; while the master answers that
+        the task's files are still being kept (409, just after it ended), asked again
+        for up to ``wait`` seconds. Returns the bytes written."""
+        import time
+
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self.stream_to(f"/api/v1/{kind}/{task_id}/files", out)
+            except MasterError as err:
+                if err.status != 409 or "being kept" not in str(err) or \
+                        time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
+
+    def download_checkpoint_to(self, uuid: str, out: IO[bytes]) -> int:
+        """:meth:`download_checkpoint`, streamed into ``out``."""
+        return self.stream_to(f"/api/v1/checkpoints/{uuid}/download", out)
 
     # --- what a running task reports ----------------------------------------------------------
 

@@ -54,6 +54,7 @@ import re
 import secrets
 import threading
 import time
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,8 @@ import xxhash
 from det_sdk.atomic import fsync_path, write_atomic
 from det_sdk.errors import CheckpointWriteError, DetSdkError, StateError
 
-__all__ = ["PartStore", "PartWriter", "PredictionsCorruptError", "PredictionsDiskFullError",
+__all__ = ["PartStore", "PartWriter", "PredictionsBusyError", "PredictionsCorruptError",
+           "PredictionsDiskFullError",
            "PredictionsIncompleteError", "PredictionsMismatchError", "StopAsked",
            "StreamedPredictions",
            "flatten_outputs", "gather_failures", "load_predictions", "open_store", "part_stem",
@@ -73,7 +75,13 @@ __all__ = ["PartStore", "PartWriter", "PredictionsCorruptError", "PredictionsDis
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+LOCK = ".predict.lock"  # held (flock) by the chief of the run writing the directory
 _PART = re.compile(r"^part-(\d{9})\.(npy|npz|json)$")
+_KINDS = ("array", "list", "tuple", "dict")
+# this process's locks, by directory: a second predict into the same directory from the
+# same process (a rerun after a failure in a notebook) continues under the same lock
+_HELD: dict[str, int] = {}
+_HELD_LOCK = threading.Lock()
 
 
 class PredictionsMismatchError(DetSdkError, ValueError):
@@ -86,6 +94,10 @@ class PredictionsIncompleteError(DetSdkError, RuntimeError):
 
 class PredictionsCorruptError(DetSdkError, RuntimeError):
     """A part's bytes do not match its sidecar, or a model's outputs changed shape."""
+
+
+class PredictionsBusyError(PredictionsMismatchError):
+    """Another live process is writing into the output directory (its lock file)."""
 
 
 class PredictionsDiskFullError(DetSdkError, OSError):
@@ -173,6 +185,95 @@ def digest_arrays(arrays: Iterable[np.ndarray]) -> str:
     return h.hexdigest()
 
 
+# --- control files are data: validated before use -------------------------------------------
+
+# what reading a damaged part may raise: a bad header (ValueError), a cut zip
+# (BadZipFile), a file gone (OSError), a missing member (KeyError), a short read (EOFError)
+_UNREADABLE: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, EOFError,
+                                                zipfile.BadZipFile)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _is_int(v: Any, least: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _structure_ok(st: Any) -> bool:
+    """Whether ``st`` is a structure as :func:`flatten_outputs` describes one."""
+    if not isinstance(st, dict) or st.get("kind") not in _KINDS:
+        return False
+    leaves = st.get("leaves")
+    if not isinstance(leaves, list) or not leaves or (st["kind"] == "array"
+                                                      and len(leaves) != 1):
+        return False
+    for leaf in leaves:
+        if not (isinstance(leaf, dict) and isinstance(leaf.get("name"), str)
+                and isinstance(leaf.get("dtype"), str) and isinstance(leaf.get("shape"), list)
+                and all(_is_int(d) for d in leaf["shape"])):
+            return False
+        try:
+            if np.dtype(leaf["dtype"]).hasobject:
+                return False
+        except TypeError:
+            return False
+    return True
+
+
+def _part_files(index: int) -> tuple[str, str]:
+    stem = part_stem(index)
+    return f"{stem}.npy", f"{stem}.npz"
+
+
+def _sidecar_ok(meta: Any, index: int) -> bool:
+    """Whether a part's sidecar is whole: its own index, its own file's name (``.npy``
+    for one output, ``.npz`` for several), counts and a digest."""
+    return (isinstance(meta, dict) and meta.get("index") == index
+            and meta.get("file") in _part_files(index)
+            and _is_int(meta.get("rows")) and _is_int(meta.get("bytes"), 1)
+            and isinstance(meta.get("xxh3"), str) and _structure_ok(meta.get("structure"))
+            and meta["file"].endswith(".npy") == (meta["structure"]["kind"] == "array"))
+
+
+def _manifest_problem(text: bytes) -> str | None:
+    """What is wrong with a manifest's text (None: nothing): its fields, and once it
+    says complete, its table of parts (each part's own file, rows in order)."""
+    try:
+        m = json.loads(text)
+    except ValueError as err:
+        return f"not JSON: {err}"
+    if not isinstance(m, dict):
+        return "not a JSON object"
+    if not isinstance(m.get("fingerprint", {}), dict) or not isinstance(m.get("model", {}),
+                                                                         dict):
+        return "its fingerprint or model is not an object"
+    if not m.get("complete"):
+        return None
+    st = m.get("structure")
+    if st is not None and not _structure_ok(st):
+        return "its output structure is not one a model's outputs have"
+    parts, rows = m.get("parts"), m.get("rows")
+    if not isinstance(parts, list) or not _is_int(rows):
+        return "it says complete without a table of parts and rows"
+    start = 0
+    for i, part in enumerate(parts):
+        if not (isinstance(part, dict) and part.get("index") == i
+                and part.get("file") in _part_files(i) and part.get("start") == start
+                and _is_int(part.get("rows")) and _is_int(part.get("bytes"), 1)
+                and isinstance(part.get("xxh3"), str)):
+            return f"its entry for part {i} is not a part's (index, file, start, rows, digest)"
+        start += part["rows"]
+    if start != rows:
+        return f"its parts hold {start} rows, it says {rows}"
+    if st is None and rows:
+        return "it has rows but no output structure"
+    return None
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 
@@ -204,8 +305,13 @@ class PartStore:
     # the chief, before any process writes
     def begin(self, fingerprint: Mapping[str, Any], model: Mapping[str, Any]) -> None:
         """Create the directory and its manifest, or check that its manifest is this job's
-        (same input fingerprint and model); sweep temporary files a killed run left."""
+        (same input fingerprint and model); sweep temporary files a killed run left.
+
+        Takes the directory's lock file (:data:`LOCK`, held by this process until
+        :meth:`finish` or its end): a second run into a directory that a live run is
+        writing is refused (:class:`PredictionsBusyError`), never sweeping its files."""
         self.path.mkdir(parents=True, exist_ok=True)
+        self._lock()
         manifest = self.read_manifest()
         if manifest is None:
             stray = [p.name for p in self.path.iterdir() if _PART.match(p.name)]
@@ -255,19 +361,85 @@ class PartStore:
                 f"({manifest.get('model')} there, {dict(model)} now); give another output= or "
                 "remove it")
 
+    def _lock(self) -> None:
+        import fcntl  # here: `import det_sdk` stays light (and POSIX only where it runs)
+
+        key = os.path.realpath(self.path)
+        lock = self.path / LOCK
+        with _HELD_LOCK:
+            if key in _HELD:
+                return
+            while True:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as err:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    if err.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    raise PredictionsBusyError(
+                        f"predict: output directory {self.path} is being written by another "
+                        f"run ({holder or 'a process'}, holding {LOCK}): wait for it to end, "
+                        "or give another output=") from None
+                try:  # the file a finished run removed after we opened it: again
+                    same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
+                os.close(fd)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"process {os.getpid()} on {_hostname()}\n".encode(), 0)
+            _HELD[key] = fd
+
+    def release(self) -> None:
+        """Let another run write the directory (done by :meth:`finish`): the lock file
+        goes, then its lock."""
+        import fcntl
+
+        with _HELD_LOCK:
+            fd = _HELD.pop(os.path.realpath(self.path), None)
+            if fd is not None:
+                (self.path / LOCK).unlink(missing_ok=True)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
     def read_manifest(self) -> dict[str, Any] | None:
-        """The manifest, or None where there is none yet."""
+        """The manifest, or None where there is none yet; a damaged one (not JSON, not
+        an object, not the format's fields) is refused naming it, never a crash."""
         try:
-            return json.loads((self.path / MANIFEST).read_text())
+            text = (self.path / MANIFEST).read_bytes()
         except FileNotFoundError:
             return None
+        problem = _manifest_problem(text)
+        if problem:
+            raise PredictionsCorruptError(
+                f"predict: {self.path / MANIFEST} is damaged ({problem}): nothing tells "
+                "which job its parts are; remove the directory (or give another output=) "
+                "to predict again")
+        return json.loads(text)
+
+    def read_sidecar(self, index: int) -> dict[str, Any] | None:
+        """Part ``index``'s sidecar when it is whole and names this part's own file in
+        the directory; None when it is absent or damaged (the part is then written
+        again: its ``file`` field is never followed anywhere else)."""
+        try:
+            meta = json.loads((self.path / f"{part_stem(index)}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return meta if _sidecar_ok(meta, index) else None
 
     def structure(self) -> dict[str, Any] | None:
-        """The output structure the parts written so far have (None before the first)."""
+        """The output structure the parts written so far have (None before the first;
+        damaged sidecars are passed over)."""
         if self._structure is None:
             for p in sorted(self.path.glob("part-*.json")):
-                self._structure = json.loads(p.read_text())["structure"]
-                break
+                m = _PART.match(p.name)
+                meta = self.read_sidecar(int(m.group(1))) if m else None
+                if meta is not None:
+                    self._structure = meta["structure"]
+                    break
         return self._structure
 
     # every process
@@ -282,20 +454,21 @@ class PartStore:
 
     def _is_complete(self, index: int, verify: bool) -> bool:
         stem = part_stem(index)
-        try:
-            meta = json.loads((self.path / f"{stem}.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return False
-        data = self.path / meta["file"]
-        try:
-            ok = data.stat().st_size == meta["bytes"]
-            if ok and verify:
-                ok = _digest(_read_leaves(data)) == meta["xxh3"]
-        except (OSError, ValueError):
-            ok = False
-        if not ok:  # a damaged part: written again
-            (self.path / f"{stem}.json").unlink(missing_ok=True)
-            data.unlink(missing_ok=True)
+        meta = self.read_sidecar(index)
+        ok = meta is not None
+        if meta is not None:
+            try:
+                data = self.path / meta["file"]  # the part's own name (read_sidecar)
+                ok = data.stat().st_size == meta["bytes"]
+                if ok and verify:
+                    leaves = _read_leaves(data)
+                    ok = (_digest(leaves) == meta["xxh3"]
+                          and all(len(a) == meta["rows"] for a in leaves))
+            except _UNREADABLE:
+                ok = False
+        if not ok:  # a damaged part (or sidecar): written again
+            for name in (f"{stem}.json", f"{stem}.npy", f"{stem}.npz"):
+                (self.path / name).unlink(missing_ok=True)
         return ok
 
     def write_part(self, index: int, outputs: Any) -> int:
@@ -335,11 +508,11 @@ class PartStore:
         manifest = self.read_manifest() or {}
         table, start = [], 0
         for i in range(parts):
-            try:
-                meta = json.loads((self.path / f"{part_stem(i)}.json").read_text())
-            except FileNotFoundError:
+            meta = self.read_sidecar(i)
+            if meta is None:
                 raise PredictionsIncompleteError(
-                    f"predict: part {i} of {parts} is missing in {self.path}") from None
+                    f"predict: part {i} of {parts} is missing or damaged in {self.path}: "
+                    "run again with the same output= to write it")
             table.append({"index": i, "file": meta["file"], "start": start,
                           "rows": meta["rows"], "bytes": meta["bytes"], "xxh3": meta["xxh3"]})
             start += meta["rows"]
@@ -351,6 +524,7 @@ class PartStore:
             write_atomic(self.path / MANIFEST, _dumps(manifest))
         except OSError as err:  # the old manifest stays: a rerun writes the final one
             raise _disk_full(err, self.path, MANIFEST) from err
+        self.release()
         return manifest
 
 
@@ -577,8 +751,14 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
 
     ``mmap=True`` returns memory-mapped arrays, for outputs larger than memory: on the
     first such read the parts are copied, in order, into one ``combined-<output>.npy``
-    per output in the directory (a plain ``.npy`` any tool opens; later reads map it
-    at once). Without it the arrays are read into memory, each part once.
+    per output in the directory (a plain ``.npy`` any tool opens; later reads map it).
+    Without it the arrays are read into memory, each part once.
+
+    Every read is verified against the digests the writer stored (xxh3, about 10 GB/s):
+    each part against the manifest's table, a combined file against its own sidecar
+    (``combined-<output>.json``; a combined file that does not verify is made again from
+    the parts). A damaged part raises :class:`PredictionsCorruptError` naming it: run
+    the job again with the same ``output=``, which writes it again.
 
     Raises :class:`PredictionsIncompleteError` while parts are missing (the job has
     not finished: rerun it to complete them).
@@ -590,11 +770,16 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
     """
     root = Path(path)
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
+        text = (root / MANIFEST).read_bytes()
     except FileNotFoundError:
         raise PredictionsIncompleteError(
             f"load_predictions: {root} has no manifest.json: not a predictions directory "
             "(context.predict(..., output=DIR) writes one)") from None
+    problem = _manifest_problem(text)
+    if problem:
+        raise PredictionsCorruptError(f"load_predictions: {root / MANIFEST} is damaged "
+                                      f"({problem})")
+    manifest = json.loads(text)
     if not manifest.get("complete"):
         raise PredictionsIncompleteError(
             f"load_predictions: the predictions in {root} are not complete: the job stopped "
@@ -603,17 +788,16 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
     if structure is None:
         return np.empty((0,))
     total = manifest["rows"]
-    outs = []
-    for k, leaf in enumerate(structure["leaves"]):
-        shape, dtype = (total, *leaf["shape"]), np.dtype(leaf["dtype"])
-        if mmap:
-            outs.append(_combined(root, manifest, k, shape, dtype))
-            continue
-        out = np.empty(shape, dtype)
+    shapes = [((total, *leaf["shape"]), np.dtype(leaf["dtype"]))
+              for leaf in structure["leaves"]]
+    if mmap:
+        outs = [_combined(root, manifest, k, shape, dtype)
+                for k, (shape, dtype) in enumerate(shapes)]
+    else:
+        outs = [np.empty(shape, dtype) for shape, dtype in shapes]
         for part in manifest["parts"]:
-            out[part["start"]:part["start"] + part["rows"]] = _read_leaves(
-                root / part["file"], mmap=True)[k]
-        outs.append(out)
+            for out, leaf in zip(outs, _verified_part(root, part, structure)):
+                out[part["start"]:part["start"] + part["rows"]] = leaf
     names = [leaf["name"] for leaf in structure["leaves"]]
     kind = structure["kind"]
     if kind == "array":
@@ -623,23 +807,82 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
     return outs if kind == "list" else tuple(outs)
 
 
+def _verified_part(root: Path, part: Mapping[str, Any],
+                   structure: Mapping[str, Any]) -> list[np.ndarray]:
+    """A part's arrays (memory-mapped where it is a ``.npy``) once its size, layout and
+    digest match the manifest's entry; :class:`PredictionsCorruptError` naming it if not."""
+    data = root / part["file"]
+    try:
+        size = data.stat().st_size
+        why = f"{size} bytes, the manifest says {part['bytes']}" \
+            if size != part["bytes"] else None
+        leaves = [] if why else _read_leaves(data, mmap=True)
+    except _UNREADABLE as err:
+        why, leaves = f"unreadable: {type(err).__name__}: {err}", []
+    if why is None:
+        expected = [(np.dtype(leaf["dtype"]), (part["rows"], *leaf["shape"]))
+                    for leaf in structure["leaves"]]
+        if [(a.dtype, a.shape) for a in leaves] != expected:
+            why = "its arrays are not the shape and dtype the manifest says"
+        elif _digest(leaves) != part["xxh3"]:
+            why = "its bytes do not match the digest stored when it was written"
+    if why is not None:
+        raise PredictionsCorruptError(
+            f"load_predictions: part {part['index']} ({data}) is damaged: {why}; run the "
+            "job again with the same output= to write it again")
+    return leaves
+
+
+def _parts_key(manifest: Mapping[str, Any]) -> str:
+    """What a combined file was made from: the digests of the parts, in order."""
+    return xxhash.xxh3_64_hexdigest(" ".join(p["xxh3"] for p in manifest["parts"]).encode())
+
+
+def _file_digest(arr: np.ndarray) -> str:
+    """xxh3 of a (memory-mapped) array's bytes, read in blocks of 64 MiB."""
+    h = xxhash.xxh3_64()
+    flat = arr.reshape(-1).view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    step = 64 << 20
+    for i in range(0, len(flat), step):
+        h.update(np.ascontiguousarray(flat[i:i + step]).data)
+    return h.hexdigest()
+
+
 def _combined(root: Path, manifest: Mapping[str, Any], k: int, shape: tuple[int, ...],
               dtype: np.dtype) -> np.ndarray:
-    """Output ``k`` as one memory-mapped ``.npy``, made from the parts on first use."""
+    """Output ``k`` as one memory-mapped ``.npy``, made from the verified parts on
+    first use, verified on every later one (its sidecar: the parts it was made from
+    and its digest); made again when it does not verify."""
     name = manifest["structure"]["leaves"][k]["name"]
     target = root / f"combined-{name}.npy"
-    if not target.exists():
-        tmp = root / f".combined-{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    sidecar = root / f"combined-{name}.json"
+    key = _parts_key(manifest)
+    if target.exists():
         try:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-            for part in manifest["parts"]:
-                out[part["start"]:part["start"] + part["rows"]] = _read_leaves(
-                    root / part["file"], mmap=True)[k]
-            out.flush()
-            del out
-            fsync_path(tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            meta = json.loads(sidecar.read_bytes())
+            arr = np.load(target, mmap_mode="r")
+            if (isinstance(meta, dict) and meta.get("parts") == key
+                    and arr.shape == shape and arr.dtype == dtype
+                    and meta.get("xxh3") == _file_digest(arr)):
+                return arr
+        except _UNREADABLE:
+            pass
+        target.unlink(missing_ok=True)  # stale or damaged: made again from the parts
+    structure = manifest["structure"]
+    tmp = root / f".combined-{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        h = xxhash.xxh3_64()
+        for part in manifest["parts"]:
+            leaf = np.ascontiguousarray(_verified_part(root, part, structure)[k])
+            out[part["start"]:part["start"] + part["rows"]] = leaf
+            h.update(leaf.reshape(-1).view(np.uint8).data if leaf.size else b"")
+        out.flush()
+        del out
+        fsync_path(tmp)
+        write_atomic(sidecar, _dumps({"parts": key, "xxh3": h.hexdigest()}))
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return np.load(target, mmap_mode="r")

@@ -357,29 +357,70 @@ def checkpoint_list(args: Namespace) -> int:
     return 0
 
 
-def _extract(data: bytes, directory: str) -> Path:
-    import io
+def _download(fetch: Any, what: str, directory: str) -> Path:
+    """Stream an archive (``fetch(file)`` writes it) to a temporary file beside
+    ``directory``, unpack it into a temporary directory there, then move what it holds
+    into ``directory``: a download that fails (the master goes, the archive is cut short)
+    leaves nothing behind and says what happened, never a part of the files."""
+    import gzip
+    import os
+    import shutil
     import tarfile
+    import tempfile
+    import zlib
+
+    from det_sdk.errors import DetSdkError
 
     dest = Path(directory)
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        if hasattr(tarfile, "data_filter"):  # Python 3.12, 3.11.4+: refuse links out, devices
-            tar.extractall(dest, filter="data")
-        else:
-            tar.extractall(dest)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"dir: {dest} exists and is not a directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.download-", dir=dest.parent))
+    try:
+        archive = staging / "archive.tar.gz"
+        with open(archive, "wb") as f:
+            fetch(f)
+        unpacked = staging / "files"
+        unpacked.mkdir()
+        try:
+            with tarfile.open(archive, mode="r:gz") as tar:
+                if hasattr(tarfile, "data_filter"):  # 3.12, 3.11.4+: no links out, devices
+                    tar.extractall(unpacked, filter="data")
+                else:
+                    tar.extractall(unpacked)
+        except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise DetSdkError(f"the {what} sent by the master is not a whole .tar.gz "
+                              f"({archive.stat().st_size} bytes received; {err}): the "
+                              "transfer was cut short; nothing was written to "
+                              f"{dest}") from None
+        dest.mkdir(exist_ok=True)
+        for item in sorted(unpacked.iterdir()):
+            target = dest / item.name
+            if target.is_dir() and not target.is_symlink() and item.is_dir():
+                shutil.copytree(item, target, dirs_exist_ok=True)
+            else:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                os.replace(item, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return dest
 
 
 def checkpoint_download(args: Namespace) -> int:
-    dest = _extract(_client(args).download_checkpoint(args.uuid), args.dir)
+    client = _client(args)
+    dest = _download(lambda f: client.download_checkpoint_to(args.uuid, f),
+                     f"checkpoint {args.uuid}", args.dir)
     print(f"checkpoint {args.uuid} -> {dest}")
     return 0
 
 
 def _files_download(args: Namespace, kind: str) -> int:
-    """The files a trial or job wrote into its working directory (kept when it ended)."""
-    dest = _extract(_client(args).download_files(kind, args.id), args.dir)
+    """The files a trial or job wrote into its working directory (kept when it ended;
+    while they are still being copied the master answers 409: asked again)."""
+    client = _client(args)
+    dest = _download(lambda f: client.download_files_to(kind, args.id, f),
+                     f"files of {kind[:-1]} {args.id}", args.dir)
     print(f"{kind[:-1]} {args.id} files -> {dest}")
     return 0
 

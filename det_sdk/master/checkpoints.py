@@ -15,6 +15,12 @@ prefix, so that checkpoint paths stay ``<host_path>/<uuid>``. Directories withou
 one (local runs, checkpoints saved before det_sdk wrote owner files) are never
 deleted by a master.
 
+Deleting a checkpoint of 20,000 files takes seconds: under the lifecycle lock it would
+stall every route that takes the lock (issue 46). Under the lock a dropped directory is
+only renamed to ``.<uuid>.deleting`` (one rename: from then on no report can see or
+claim it); :meth:`Checkpoints.empty_trash` deletes the renamed ones after the lock is
+released, and a master starting again deletes what a crash left renamed.
+
 >>> is_checkpoint_name("0f5b6a1e-6bb4-4c37-9c43-5e0c3a3c2b11"), is_checkpoint_name("data")
 (True, False)
 """
@@ -23,8 +29,10 @@ from __future__ import annotations
 
 import builtins
 import logging
+import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -48,6 +56,8 @@ log = logging.getLogger("det_sdk.master.checkpoints")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _UUID_IN_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _NOTE_LINES = 5
+_TRASH = re.compile(r"^\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+                    r"\.deleting$")
 
 
 def _searched(row: CheckpointRow) -> bool:
@@ -69,6 +79,8 @@ class Checkpoints:
         self.lifecycle = lifecycle
         self.data_dir = data_dir
         self.config_of = config_of  # trial id -> its experiment config
+        self._trash: builtins.list[Path] = []  # renamed under the lock, deleted after it
+        self._trash_lock = threading.Lock()
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
@@ -84,7 +96,16 @@ class Checkpoints:
         directory that no task of this trial wrote (its owner file): a task token
         cannot take over (and so delete) a checkpoint it did not write. The uuid is a
         canonical lowercase UUID (:class:`InvalidRequest` otherwise).
+
+        The files retention drops are deleted after the lock is released, before this
+        returns: call it off the event loop (the route is a plain ``def``).
         """
+        try:
+            self._report(report)
+        finally:
+            self.empty_trash()
+
+    def _report(self, report: dict[str, Any]) -> None:
         trial_id = report["trial_id"]
         with self.lifecycle.lock:
             self.lifecycle.trial_event(trial_id, TrialEvent.CHECKPOINTED)
@@ -198,10 +219,30 @@ class Checkpoints:
         if not path.is_dir():
             return
         if is_checkpoint_name(path.name) and self._written_by(path, trial_id):
-            shutil.rmtree(path, ignore_errors=True)
+            self._to_trash(path)
         else:
             log.warning("kept %s: not a checkpoint directory written by trial %d of this "
                         "master (its record is dropped)", path, trial_id)
+
+    def _to_trash(self, path: Path) -> None:
+        """Rename checkpoint directory ``path`` for :meth:`empty_trash` (under the lock)."""
+        trash = path.with_name(f".{path.name}.deleting")
+        try:
+            os.rename(path, trash)
+        except OSError as err:
+            log.warning("could not delete %s: %s", path, err)
+            return
+        with self._trash_lock:
+            self._trash.append(trash)
+
+    def empty_trash(self) -> builtins.list[Path]:
+        """Delete the directories renamed for deletion; call it without the lifecycle
+        lock (it may take seconds). Returns what was deleted."""
+        with self._trash_lock:
+            trash, self._trash = self._trash, []
+        for path in trash:
+            shutil.rmtree(path, ignore_errors=True)
+        return trash
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -261,7 +302,9 @@ class Checkpoints:
         this master go: another master sharing the storage, a local run, or an older
         det_sdk wrote the others, and this master cannot know that they are unused.
         The caller makes sure that no trial writing to a base runs (its report may
-        still be on the way). Returns what was deleted.
+        still be on the way), and holds the lifecycle lock: the directories are renamed,
+        then deleted by :meth:`empty_trash` once the lock is released. Returns what
+        goes. What a crash left renamed goes too.
         """
         recorded = {c["uuid"] for c in self.store.checkpoints()}
         gone = []
@@ -269,9 +312,12 @@ class Checkpoints:
             if not base.is_dir():
                 continue
             for p in base.iterdir():
-                if (is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir()
+                if _TRASH.match(p.name) and p.is_dir() and not p.is_symlink():
+                    with self._trash_lock:
+                        self._trash.append(p)
+                elif (is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir()
                         and self._written_by(p)):
-                    shutil.rmtree(p, ignore_errors=True)
+                    self._to_trash(p)
                     gone.append(p)
         if gone:
             log.info("deleted %d unrecorded checkpoint directories", len(gone))

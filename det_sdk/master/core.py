@@ -29,7 +29,6 @@ import errno
 import logging
 import os
 import secrets
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
+from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
 from det_sdk.master.job_records import JobRecords, throughput
@@ -98,6 +98,7 @@ class Master:
                 os.chmod(data_dir / name, 0o600)
         self.url = url
         self._lock = threading.RLock()
+        self.disk_work = DiskWork()  # keeping a task's files: off the lock and the loop
         self._configs: dict[int, ExperimentConfig] = {}  # by experiment id
         self._experiment_of: dict[int, int] = {}  # trial id -> experiment id
         # called (from any thread) when trials are asked to stop: wakes the long-polls
@@ -130,6 +131,7 @@ class Master:
         self._sweep_uploads()
         with self._lock:
             self.scheduler.sweep_idle_checkpoint_dirs()
+        self.checkpoint_store.empty_trash()
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -164,12 +166,21 @@ class Master:
 
     def _trial_ended(self, t: TrialRow) -> None:
         """A trial reached COMPLETED, CANCELED or ERROR: its working directory goes, the
-        files it wrote there kept."""
-        self.scheduler.keep_files("trials", t["id"])
-        shutil.rmtree(self.tasks_dir / "trials" / str(t["id"]) / "workdir", ignore_errors=True)
+        files it wrote there kept, in the disk-work thread (called under the lock)."""
+        self.disk_work.submit(f"keep trial {t['id']}'s files", self.scheduler.keep_files,
+                              "trials", t["id"])
 
     def _job_ended(self, j: JobRow) -> None:
-        self.scheduler.job_ended(j)
+        self.disk_work.submit(f"keep job {j['id']}'s files", self.scheduler.job_ended, j)
+
+    def files_kept(self, kind: str, task_id: int) -> bool:
+        """Whether an ended task's kept files are whole (they are copied after it ends)."""
+        return self.scheduler.files_kept(kind, task_id)
+
+    def wait_disk_work(self, timeout: float = 60.0) -> bool:
+        """Whether the disk work submitted so far (kept files) is done within
+        ``timeout`` seconds (for tests and tools)."""
+        return self.disk_work.wait_idle(timeout)
 
     def _experiment_ended(self, exp: ExperimentRow) -> None:
         """An experiment ended: nothing will unpack its upload again."""
@@ -186,9 +197,13 @@ class Master:
                 for p in folder.iterdir():
                     if str(p) not in live:
                         p.unlink(missing_ok=True)
+        # a crash while an ended task's files were kept (or before): kept again, whole
         for t in self.store.trials():
-            if t["state"] in TERMINAL:
+            if t["state"] in TERMINAL and self.scheduler.workdir("trials", t["id"]).exists():
                 self._trial_ended(t)
+        for j in self.store.jobs():
+            if j["state"] in TERMINAL and self.scheduler.workdir("jobs", j["id"]).exists():
+                self._job_ended(j)
 
     # --- experiments ----------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from det_sdk.master.root_cause import failure_note, last_error, read_tail, root_
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.search import Search
 from det_sdk.master.store import Store
-from det_sdk.master.task_files import keep_task_files
+from det_sdk.master.task_files import files_kept, keep_and_clear
 
 __all__ = ["LOG_TAIL_LINES", "Scheduler"]
 
@@ -69,16 +69,20 @@ class Scheduler:
         """Where the files a trial or job wrote into its working directory are kept."""
         return self.data_dir / kind / str(task_id) / "files"
 
+    def workdir(self, kind: str, task_id: int) -> Path:
+        return self.data_dir / kind / str(task_id) / "workdir"
+
     def keep_files(self, kind: str, task_id: int) -> None:
-        """Before a task's working directory goes: keep what the task wrote there
-        (det_sdk.master.task_files); a log line when some of it did not fit."""
-        try:
-            note = keep_task_files(self.data_dir / kind / str(task_id) / "workdir",
-                                   self.files_path(kind, task_id))
-        except OSError as err:
-            note = f"the files it wrote could not be kept: {err}"
+        """An ended task's working directory goes, what the task wrote there kept first
+        (det_sdk.master.task_files); a log line when some of it did not fit. Slow (a
+        task may have written 50,000 files): called in the master's disk-work thread."""
+        note = keep_and_clear(self.workdir(kind, task_id), self.files_path(kind, task_id))
         if note:
             self._append_log(kind, task_id, f"det_sdk: {note}\n")
+
+    def files_kept(self, kind: str, task_id: int) -> bool:
+        """Whether an ended task's kept files are whole (det_sdk.master.task_files)."""
+        return files_kept(self.workdir(kind, task_id), self.files_path(kind, task_id))
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -200,6 +204,7 @@ class Scheduler:
                 trial_id = alloc["trial_id"]
                 assert trial_id is not None  # a trial's allocation
                 self._trial_exited(trial_id, code, alloc)
+        self.checkpoints.empty_trash()  # the sweep's, deleted without the lock
         self.wakeup.set()
 
     def _job_exited(self, alloc: AllocationRow, code: int) -> None:
@@ -253,9 +258,8 @@ class Scheduler:
 
     def job_ended(self, job: JobRow) -> None:
         """A job's directory and upload go when it ends; its log and the files it wrote
-        into the directory stay."""
+        into the directory stay (in the disk-work thread: :meth:`keep_files`)."""
         self.keep_files("jobs", job["id"])
-        shutil.rmtree(self.data_dir / "jobs" / str(job["id"]) / "workdir", ignore_errors=True)
         Path(job["archive"]).unlink(missing_ok=True)
 
     # --- a master restart -----------------------------------------------------------------

@@ -15,6 +15,11 @@ Python's ``__pycache__`` is left out. Bounded: at most :data:`MAX_KEPT_BYTES` in
 (smallest files first, so one huge file does not push out the many small ones); what
 does not fit is listed in ``files/NOT_KEPT.txt`` and the returned note says so.
 
+Whole or not at all: the copy runs after the task has ended (in the master's disk-work
+thread, never under its lock nor on its event loop), so the files are served only once
+:func:`keep_and_clear` has written the marker ``files.kept`` beside ``files/``, last
+(:func:`files_kept`); until then the API answers 409 "being kept".
+
 >>> import tempfile, time, os
 >>> from pathlib import Path
 >>> work = Path(tempfile.mkdtemp()) / "workdir"; work.mkdir()
@@ -36,7 +41,8 @@ import shutil
 import time
 from pathlib import Path
 
-__all__ = ["MAX_KEPT_BYTES", "NOT_KEPT", "keep_task_files", "mark_unpacked", "unpacked_marker"]
+__all__ = ["MAX_KEPT_BYTES", "NOT_KEPT", "files_kept", "keep_and_clear", "keep_task_files",
+           "kept_marker", "mark_unpacked", "unpacked_marker"]
 
 log = logging.getLogger("det_sdk.master.task_files")
 
@@ -106,4 +112,38 @@ def keep_task_files(workdir: Path, dest: Path, limit: int = MAX_KEPT_BYTES) -> s
     dest.mkdir(parents=True, exist_ok=True)
     (dest / NOT_KEPT).write_text(note + "\n\n" + "".join(
         f"{rel}\t{size}\n" for rel, size in left_out))
+    return note
+
+
+def kept_marker(dest: Path) -> Path:
+    """The file beside ``dest`` (a task's ``files/``) written once its copy is whole."""
+    return dest.parent / f"{dest.name}.kept"
+
+
+def files_kept(workdir: Path, dest: Path) -> bool:
+    """Whether the task's kept files (``dest``) are whole: its marker is there, or no
+    working directory is left to copy from (a master before the marker kept them under
+    its lock, before the task was reported ended; or the task never unpacked one)."""
+    return kept_marker(dest).exists() or not workdir.exists()
+
+
+def keep_and_clear(workdir: Path, dest: Path, limit: int = MAX_KEPT_BYTES) -> str | None:
+    """:func:`keep_task_files`, then the marker that says the copy is whole, then the
+    working directory goes: after a crash at any point, calling it again completes the
+    same result (a copy already marked whole is not made twice). The note as
+    :func:`keep_task_files`'s."""
+    marker = kept_marker(dest)
+    note = None
+    if not workdir.exists():
+        return None  # kept and cleared already, or never unpacked
+    if not marker.exists():
+        try:
+            note = keep_task_files(workdir, dest, limit)
+        except OSError as err:
+            note = f"the files it wrote could not be kept: {err}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_name(marker.name + ".tmp")
+        tmp.write_text(note or "kept\n")
+        os.replace(tmp, marker)  # last: from now on the files are served
+    shutil.rmtree(workdir, ignore_errors=True)
     return note

@@ -7,9 +7,14 @@ documented error answers, and the answers that are files or pages.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import queue
 import tarfile
-from collections.abc import Awaitable, Callable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -40,6 +45,8 @@ __all__ = [
     "tar_gz_response",
     "task_files",
 ]
+
+log = logging.getLogger("det_sdk.master.routes")
 
 CURSOR_DOC = "a page's `next_cursor`, unchanged; none: the first page"
 Id = Annotated[int, Path(ge=0, le=api.MAX_INT)]
@@ -133,43 +140,103 @@ def as_json(model: Any, value: Any = None) -> Response:
     return Response(body, media_type="application/json")
 
 
-def tar_gz_response(path: FilePath) -> Response:
-    """Directory ``path`` as a .tar.gz answer, packed into a spooled temporary file (in
-    memory up to 16 MiB, then on disk) and streamed from it in 1 MiB reads: a
-    checkpoint of several GB costs the master neither its size in memory (twice, as a
-    BytesIO and its value did) nor a read of it at once. Level-1 gzip: weights hardly
-    compress, and level 9 took minutes a GB."""
-    import tempfile
+class _QueueWriter(io.RawIOBase):
+    """A write-only file whose bytes go, in pieces of about :data:`_PIECE`, into a
+    bounded queue that the answer reads: the packing thread waits while the client is
+    slow, and stops (:class:`_Gone`) once the client has gone."""
 
+    def __init__(self, out: queue.Queue[bytes | BaseException | None],
+                 gone: threading.Event) -> None:
+        self.out, self.gone, self.buf = out, gone, bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.buf += b
+        if len(self.buf) >= _PIECE:
+            self.flush_piece()
+        return len(b)
+
+    def flush_piece(self) -> None:
+        if self.buf:
+            self.put(bytes(self.buf))
+            self.buf.clear()
+
+    def put(self, item: bytes | BaseException | None) -> None:
+        while not self.gone.is_set():
+            try:
+                self.out.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+        raise _Gone
+
+
+class _Gone(Exception):
+    """The client stopped reading the answer."""
+
+
+_PIECE = 1 << 20
+
+
+def tar_gz_response(path: FilePath) -> Response:
+    """Directory ``path`` as a .tar.gz answer, streamed as it is packed (issue 46): a
+    thread packs into a queue of a few 1 MiB pieces that the answer sends, so the first
+    bytes leave at once, a checkpoint of several GB costs the master neither its size on
+    disk twice nor in memory, and a client's timeout measures silence, not the whole
+    transfer. Level-1 gzip: weights hardly compress, and level 9 took minutes a GB. A
+    failure while packing ends the answer early: the client's gzip reader sees the
+    archive cut short (never a whole-looking part)."""
     from fastapi.responses import StreamingResponse
 
     from det_sdk.storage import OWNER_FILE
 
-    spool = tempfile.SpooledTemporaryFile(max_size=16 << 20)  # noqa: SIM115 (the stream closes it)
-    try:
-        with tarfile.open(fileobj=spool, mode="w:gz", compresslevel=1) as tar:
-            # the owner file is the master's bookkeeping, not part of the checkpoint
-            tar.add(path, arcname=".", filter=lambda info: None
-                    if info.name == f"./{OWNER_FILE}" else info)
-        size = spool.tell()
-        spool.seek(0)
-    except BaseException:
-        spool.close()
-        raise
+    if not path.is_dir():
+        raise HTTPException(404, f"{path.name} is gone")
+    pieces: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=8)
+    gone = threading.Event()
 
-    def chunks() -> Any:
-        with spool:
-            while data := spool.read(1 << 20):
-                yield data
+    def pack() -> None:
+        writer = _QueueWriter(pieces, gone)
+        try:
+            with tarfile.open(fileobj=writer, mode="w|gz", compresslevel=1) as tar:
+                # the owner file is the master's bookkeeping, not part of the checkpoint
+                tar.add(path, arcname=".", filter=lambda info: None
+                        if info.name == f"./{OWNER_FILE}" else info)
+            writer.flush_piece()
+            writer.put(None)
+        except _Gone:
+            return
+        except BaseException as err:  # noqa: BLE001 (handed to the answer, which ends)
+            with contextlib.suppress(_Gone):
+                writer.put(err)
 
-    return StreamingResponse(chunks(), media_type="application/gzip",
-                             headers={"Content-Length": str(size)})
+    def chunks() -> Iterator[bytes]:
+        threading.Thread(target=pack, daemon=True, name="tar-gz-answer").start()
+        try:
+            while True:
+                item = pieces.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    log.warning("packing %s failed mid-answer: %s", path, item)
+                    return  # the answer ends short: the archive reads as truncated
+                yield item
+        finally:
+            gone.set()
+
+    return StreamingResponse(chunks(), media_type="application/gzip")
 
 
 def task_files(master: Master, kind: str, task_id: int, state: str) -> Response:
     """The files task ``task_id`` (``kind``: ``trials`` or ``jobs``) kept, as a .tar.gz;
-    404 saying why when there are none."""
+    404 saying why when there are none; 409 while they are being copied (after the
+    task ended): never a part of them."""
     path = master.files_path(kind, task_id)
+    if state in ENDED and not master.files_kept(kind, task_id):
+        raise HTTPException(409, f"{kind[:-1]} {task_id} has ended ({state}) and the files it "
+                                 "wrote are being kept: ask again in a few seconds")
     if not path.is_dir():
         what = kind[:-1]
         raise HTTPException(404, f"{what} {task_id} kept no files: it wrote none into its "

@@ -2,9 +2,10 @@
 operations, checkpoints) and the preemption signal it polls and acknowledges.
 
 A task's token acts on its own trial and allocation only; the user's token may act on
-any (tests and tools report by hand). The report routes are ``async def``: they touch
-in-memory caches and short SQLite statements, and running them on the event loop saves
-a thread hand-off per report (the hot path).
+any (tests and tools report by hand). The metric and progress reports are ``async def``:
+they touch in-memory caches and short SQLite statements (the lifecycle lock is never held
+over disk work), and running them on the event loop saves a thread hand-off per report
+(the hot path). The checkpoint report deletes files: a plain ``def``.
 
 >>> # app.include_router(tasks_router(master, principal))
 """
@@ -92,8 +93,10 @@ def tasks_router(master: Master, principal: Dependency) -> APIRouter:
         return api.SearcherOperation(**op) if op else None
 
     @router.post("/api/v1/checkpoints", status_code=204)
-    async def report_checkpoint(report: api.CheckpointReport,
-                                p: Principal = Depends(principal)) -> Response:
+    def report_checkpoint(report: api.CheckpointReport,
+                          p: Principal = Depends(principal)) -> Response:
+        """A plain ``def`` (FastAPI's thread pool): recording waits for the lifecycle
+        lock, and retention then deletes the checkpoints it drops (issue 46)."""
         own_trial(report.trial_id, p)
         master.report_checkpoint(report.model_dump())
         return Response(status_code=204)
