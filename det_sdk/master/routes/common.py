@@ -8,6 +8,7 @@ documented error answers, and the answers that are files or pages.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import logging
 import os
@@ -173,6 +174,10 @@ class _QueueWriter(io.RawIOBase):
         raise _Gone
 
 
+class PackingError(RuntimeError):
+    """A directory being streamed as a .tar.gz could not be read to its end."""
+
+
 class _Gone(Exception):
     """The client stopped reading the answer."""
 
@@ -200,7 +205,9 @@ def tar_gz_response(path: FilePath) -> Response:
     def pack() -> None:
         writer = _QueueWriter(pieces, gone)
         try:
-            with tarfile.open(fileobj=writer, mode="w|gz", compresslevel=1) as tar:
+            # gzip by hand: tarfile's stream mode has no compresslevel before 3.12
+            with gzip.GzipFile(fileobj=writer, mode="wb", compresslevel=1, mtime=0) as gz, \
+                    tarfile.open(fileobj=gz, mode="w|") as tar:
                 # the owner file is the master's bookkeeping, not part of the checkpoint
                 tar.add(path, arcname=".", filter=lambda info: None
                         if info.name == f"./{OWNER_FILE}" else info)
@@ -220,8 +227,10 @@ def tar_gz_response(path: FilePath) -> Response:
                 if item is None:
                     return
                 if isinstance(item, BaseException):
-                    log.warning("packing %s failed mid-answer: %s", path, item)
-                    return  # the answer ends short: the archive reads as truncated
+                    # the connection is cut (no last chunk): the client sees a transfer
+                    # that broke, never an archive that looks whole
+                    raise PackingError(f"packing {path} failed mid-answer: "
+                                       f"{type(item).__name__}: {item}") from item
                 yield item
         finally:
             gone.set()
