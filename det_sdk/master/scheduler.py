@@ -11,7 +11,6 @@ it RUNNING without a process.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path

@@ -80,7 +80,7 @@ def test_a_damaged_npz_part_is_refused_not_a_zip_error(tmp_path: Path) -> None:
     _run(tmp_path, multi=True)
     part = tmp_path / f"{part_stem(2)}.npz"
     part.write_bytes(part.read_bytes()[:40].ljust(part.stat().st_size, b"\0"))  # same size
-    with pytest.raises(PredictionsCorruptError, match="part 2.*unreadable"):
+    with pytest.raises(PredictionsCorruptError, match=r"part 2.*unreadable"):
         load_predictions(tmp_path)
     _run(tmp_path, multi=True)
     got = load_predictions(tmp_path)
@@ -127,9 +127,9 @@ def test_a_damaged_manifest_is_refused_naming_it(tmp_path: Path) -> None:
                 json.dumps({**good, "parts": [{**good["parts"][0], "file": "/etc/passwd"},
                                               *good["parts"][1:]]}).encode()):
         manifest.write_bytes(bad)
-        with pytest.raises(PredictionsCorruptError, match="manifest.json is damaged"):
+        with pytest.raises(PredictionsCorruptError, match=r"manifest\.json is damaged"):
             load_predictions(tmp_path)
-        with pytest.raises(DetSdkError, match="manifest.json is damaged"):
+        with pytest.raises(DetSdkError, match=r"manifest\.json is damaged"):
             PartStore(tmp_path).begin(FP, MODEL)
 
 

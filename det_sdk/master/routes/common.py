@@ -215,7 +215,7 @@ def tar_gz_response(path: FilePath) -> Response:
             writer.put(None)
         except _Gone:
             return
-        except BaseException as err:  # noqa: BLE001 (handed to the answer, which ends)
+        except BaseException as err:
             with contextlib.suppress(_Gone):
                 writer.put(err)
 
