@@ -156,6 +156,7 @@ def test_an_ended_task_s_files_are_served_whole_or_not_at_all(cluster: Cluster) 
         r = cluster.get(path)
         answers.append(r.status_code)
         if r.status_code == 200:
+            assert "content-length" not in r.headers  # streamed as packed, no whole tar
             names = _names(r.content)
             assert len(names) == 500 and "./predictions.npy" in names  # never a part
             break
