@@ -1,11 +1,13 @@
-"""``det model create/list/describe/register-version``: the master's model registry
-(det_sdk.master.models), as Determined's ``det model`` commands."""
+"""``det model create/list/describe/register-version/delete``: the master's model registry
+(det_sdk.master.models), as Determined's ``det model`` commands. What the master holds
+(names, descriptions, metadata) is printed with control characters escaped."""
 
 from __future__ import annotations
 
 from argparse import Namespace
 
-from det_sdk.cli.render import print_json, table
+from det_sdk.cli.render import escape, print_json, table
+from det_sdk.errors import UsageError
 
 # `det --help` builds this command table: typing (4 ms) only for the type checker
 TYPE_CHECKING = False
@@ -26,13 +28,19 @@ def _client(args: Namespace) -> Any:
 def model_create(args: Namespace) -> int:
     import json
 
-    metadata = json.loads(args.metadata) if args.metadata else {}
+    try:
+        metadata = json.loads(args.metadata) if args.metadata else {}
+    except ValueError as err:
+        raise UsageError(f"--metadata: not JSON ({err}); give a JSON object, e.g. "
+                         """'{"team": "vision"}'""") from None
+    if not isinstance(metadata, dict):
+        raise UsageError(f"--metadata: expected a JSON object, got {type(metadata).__name__}")
     row = _client(args).request("POST", "/api/v1/models", json={
         "name": args.name, "description": args.description or "", "metadata": metadata})
     if args.json:
         print_json(row)
     else:
-        print(f"Created model {row['name']} (id {row['id']})")
+        print(escape(f"Created model {row['name']} (id {row['id']})"))
     return 0
 
 
@@ -53,11 +61,12 @@ def model_describe(args: Namespace) -> int:
     if args.json:
         print_json({**model, "versions": versions})
         return 0
-    print(f"model {model['name']} (id {model['id']}): {model['description']}")
+    print(escape(f"model {model['name']} (id {model['id']}): {model['description']}"))
     if model["metadata"]:
         import json
 
-        print(f"  metadata: {json.dumps(model['metadata'])}")
+        # json.dumps writes control characters as \u001b already; escape() for the rest
+        print(escape(f"  metadata: {json.dumps(model['metadata'])}"))
     print(table(["VERSION", "CHECKPOINT"], [[v["version"], v["checkpoint_uuid"]]
                                             for v in versions]))
     return 0
@@ -69,8 +78,18 @@ def model_register_version(args: Namespace) -> int:
     if args.json:
         print_json(row)
     else:
-        print(f"Registered checkpoint {args.uuid} as version {row['version']} of "
-              f"{row['model_name']}")
+        print(escape(f"Registered checkpoint {args.uuid} as version {row['version']} of "
+                     f"{row['model_name']}"))
+    return 0
+
+
+def model_delete(args: Namespace) -> int:
+    row = _client(args).request("DELETE", f"/api/v1/models/{args.name}")
+    if args.json:
+        print_json(row)
+    else:
+        print(escape(f"Deleted model {row['name']} (id {row['id']}) and its "
+                     f"{row['num_versions']} version(s); their checkpoints stay"))
     return 0
 
 
@@ -83,4 +102,6 @@ COMMANDS: dict[str, tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]
     "describe": (model_describe, "a model and its versions", [_NAME]),
     "register-version": (model_register_version, "register a checkpoint as the model's "
                          "next version", [_NAME, ("uuid",)]),
+    "delete": (model_delete, "delete a model and its versions (the checkpoints stay)",
+               [_NAME]),
 }

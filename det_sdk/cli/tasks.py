@@ -530,7 +530,8 @@ def job_describe(args: Namespace) -> int:
     if args.json:
         print_json(j)
         return 0
-    print("\n".join(job_describe_lines(j)))
+    # what the job and its script sent (a name, an output path) may hold control characters
+    print("\n".join(escape(line) for line in job_describe_lines(j)))
     return 0
 
 

@@ -12,11 +12,14 @@ import json
 import re
 import sqlite3
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 
-__all__ = ["ModelRegistry", "registered_checkpoints"]
+__all__ = ["MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "ModelRegistry", "metadata_problem",
+           "registered_checkpoints"]
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS models (
@@ -29,8 +32,40 @@ _TABLES = (
         created REAL NOT NULL, PRIMARY KEY (model_id, version))""",
 )
 
-#: a model's name: what a URL path and a shell take without quoting
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: a model's name: what a URL path and a shell take without quoting (matched whole:
+#: ``$`` alone would let a trailing newline through)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: a model's metadata: nested at most this deep, at most this many bytes as JSON (a
+#: deeper value once made every answer listing models fail)
+MAX_METADATA_DEPTH = 32
+MAX_METADATA_BYTES = 64 * 1024
+
+
+def metadata_problem(value: Any) -> str | None:
+    """What is over the limits in a metadata value (None: nothing), found without
+    recursion (a value nested 100,000 deep costs a loop, not the stack).
+
+    >>> metadata_problem({"a": [1, {"b": 2}]}) is None
+    True
+    >>> metadata_problem(json.loads("[" * 40 + "]" * 40))
+    'nested 33 levels deep, over the limit of 32 (MAX_METADATA_DEPTH)'
+    """
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_METADATA_DEPTH:
+                return (f"nested {depth} levels deep, over the limit of {MAX_METADATA_DEPTH} "
+                        "(MAX_METADATA_DEPTH)")
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    try:  # what JSON (and so the answers) can carry: no NaN, no infinity
+        size = len(json.dumps(value, allow_nan=False).encode())
+    except ValueError as err:
+        return str(err)
+    if size > MAX_METADATA_BYTES:
+        return (f"{size} bytes as JSON, over the limit of {MAX_METADATA_BYTES} "
+                "(MAX_METADATA_BYTES)")
+    return None
 
 
 def registered_checkpoints(store: Any) -> set[str]:
@@ -47,15 +82,28 @@ def registered_checkpoints(store: Any) -> set[str]:
 class ModelRegistry:
     """Models and their versions in ``store``'s database (a ``det_sdk.master.store.Store``)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any,
+                 checkpoint_info: Callable[[str], dict[str, Any]] | None = None) -> None:
+        """``checkpoint_info``: a checkpoint's record with its ``path`` and ``damaged``
+        (``Master.checkpoint_info``), to refuse registering one whose files are gone or
+        damaged; without it only the record is looked up."""
         self.store = store
+        self.checkpoint_info = checkpoint_info
         with store.tx() as db:
             for sql in _TABLES:
                 db.execute(sql)
 
     def _model_row(self, row: Any) -> dict[str, Any]:
         out = dict(row)
-        out["metadata"] = json.loads(out["metadata"])
+        try:
+            meta = json.loads(out["metadata"])
+            problem = metadata_problem(meta)
+        except (ValueError, RecursionError) as err:
+            meta, problem = None, f"not readable: {err}"
+        if problem:  # stored before the limits: shown as a note, never an error answer
+            meta = {"det_sdk_note": f"this model's metadata is {problem}: not shown; "
+                                    "delete the model (det model delete) to recreate it"}
+        out["metadata"] = meta
         with self.store.tx() as db:
             out["num_versions"] = db.execute(
                 "SELECT COUNT(*) FROM model_versions WHERE model_id = ?", (out["id"],)
@@ -64,13 +112,13 @@ class ModelRegistry:
 
     def create(self, name: str, description: str = "",
                metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-        if not NAME.match(name or ""):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise InvalidRequest(f"model name {name!r}: expected letters, digits, '.', '_' "
                                  f"or '-' (1-128, starting with a letter or digit)")
-        try:  # what JSON (and so the answers) can carry: no NaN, no infinity
-            meta = json.dumps(metadata or {}, allow_nan=False)
-        except ValueError as err:
-            raise InvalidRequest(f"model metadata: {err}") from None
+        problem = metadata_problem(metadata or {})
+        if problem:
+            raise InvalidRequest(f"metadata: {problem}")
+        meta = json.dumps(metadata or {}, allow_nan=False)
         with self.store.tx() as db:
             if db.execute("SELECT 1 FROM models WHERE name = ?", (name,)).fetchone():
                 raise Conflict(f"model {name!r} already exists")
@@ -101,6 +149,14 @@ class ModelRegistry:
         ckpt = self.store.checkpoint(checkpoint_uuid)
         if ckpt is None:
             raise NotFound(f"no checkpoint {checkpoint_uuid!r}")
+        if ckpt.get("damaged"):
+            raise Conflict(f"checkpoint {checkpoint_uuid} is damaged ({ckpt['damaged']}): a "
+                           "model version must be one that restores; register another")
+        if self.checkpoint_info is not None:
+            path = self.checkpoint_info(checkpoint_uuid).get("path")
+            if path is None or not Path(path).is_dir():
+                raise Conflict(f"checkpoint {checkpoint_uuid}'s files are gone (no directory "
+                               f"{path}): a model version must be one that restores")
         with self.store.tx() as db:
             (last,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM model_versions "
                                  "WHERE model_id = ?", (model["id"],)).fetchone()
@@ -108,6 +164,15 @@ class ModelRegistry:
                        "created) VALUES (?, ?, ?, ?)",
                        (model["id"], last + 1, checkpoint_uuid, time.time()))
         return self.version(ident, last + 1)
+
+    def delete(self, ident: str | int) -> dict[str, Any]:
+        """Delete a model and its versions (their checkpoints are then kept or dropped by
+        retention as any other); the deleted model as it was."""
+        model = self.get(ident)
+        with self.store.tx() as db:
+            db.execute("DELETE FROM model_versions WHERE model_id = ?", (model["id"],))
+            db.execute("DELETE FROM models WHERE id = ?", (model["id"],))
+        return model
 
     # builtins.list: in this class `list` is the method above
     def versions(self, ident: str | int) -> builtins.list[dict[str, Any]]:

@@ -34,7 +34,7 @@ def models_router(master: Any, user: Any) -> APIRouter:
 
     >>> # app.include_router(models_router(master, user))
     """
-    registry = ModelRegistry(master.store)
+    registry = ModelRegistry(master.store, master.checkpoint_info)
     router = APIRouter(prefix="/api/v1/models", dependencies=[Depends(user)])
 
     @router.post("")
@@ -48,6 +48,11 @@ def models_router(master: Any, user: Any) -> APIRouter:
     @router.get("/{ident}")
     def get_model(ident: str) -> dict[str, Any]:
         return registry.get(ident)
+
+    @router.delete("/{ident}")
+    def delete_model(ident: str) -> dict[str, Any]:
+        """The model and its versions go (the checkpoints stay, for retention to judge)."""
+        return registry.delete(ident)
 
     @router.post("/{ident}/versions")
     def register_version(ident: str, body: RegisterVersion) -> dict[str, Any]:

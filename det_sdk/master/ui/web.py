@@ -197,8 +197,16 @@ class UiAuth:
             raise HTTPException(401, "sign in at /ui/signin (det ui prints a link)")
 
     def action_header(self, request: Request) -> None:
-        if ACTION_HEADER not in request.headers and "authorization" not in request.headers:
-            raise HTTPException(403, f"state-changing calls need the {ACTION_HEADER} header")
+        """403 unless the request carries the action header, or is a script's with a
+        user's bearer token (no browser sends that by itself); any other
+        ``Authorization`` header (Basic, a stray value) is no such proof."""
+        if ACTION_HEADER in request.headers:
+            return
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer ") and \
+                self.master.is_user_token(header[7:].strip()):
+            return
+        raise HTTPException(403, f"state-changing calls need the {ACTION_HEADER} header")
 
     def action(self, request: Request) -> None:
         self.user(request)
