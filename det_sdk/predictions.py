@@ -185,6 +185,19 @@ def digest_arrays(arrays: Iterable[np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def _release(path: Path) -> None:
+    """Give up this process's lock on output directory ``path`` (if it holds it): the
+    lock file goes, then its lock."""
+    import fcntl
+
+    with _HELD_LOCK:
+        fd = _HELD.pop(os.path.realpath(path), None)
+        if fd is not None:
+            (path / LOCK).unlink(missing_ok=True)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
 # --- control files are data: validated before use -------------------------------------------
 
 # what reading a damaged part may raise: a bad header (ValueError), a cut zip
@@ -394,16 +407,9 @@ class PartStore:
             _HELD[key] = fd
 
     def release(self) -> None:
-        """Let another run write the directory (done by :meth:`finish`): the lock file
-        goes, then its lock."""
-        import fcntl
-
-        with _HELD_LOCK:
-            fd = _HELD.pop(os.path.realpath(self.path), None)
-            if fd is not None:
-                (self.path / LOCK).unlink(missing_ok=True)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+        """Let another run write the directory (done by :meth:`finish`, and by
+        :func:`gather_failures` when the run failed)."""
+        _release(self.path)
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The manifest, or None where there is none yet; a damaged one (not JSON, not
@@ -586,9 +592,12 @@ def gather_failures(dist: Any, path: Path, failure: BaseException | None,
                     local: int, resumed: int) -> list[tuple[str | None, int, int]]:
     """Every process's (failure, parts it holds, parts kept from an earlier run), after
     its loop, failed or not (so that none waits on a dead one); raises this process's
-    failure, or a :class:`~det_sdk.errors.StateError` naming another's."""
+    failure, or a :class:`~det_sdk.errors.StateError` naming another's. A failed run
+    gives up the directory's lock (:data:`LOCK`) here."""
     results: list[tuple[str | None, int, int]] = dist.allgather(
         (repr(failure) if failure else None, local, resumed))
+    if failure is not None or any(e for e, _, _ in results):
+        _release(path)  # the run is over: the directory is free for the next one
     if failure is not None:
         raise failure
     failed = [(r, e) for r, (e, _, _) in enumerate(results) if e]
