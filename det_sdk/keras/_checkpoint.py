@@ -39,6 +39,7 @@ import det_sdk
 from det_sdk.arrayfile import ArrayFileWriter, read_exactly
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DetSdkError, UsageError
 from det_sdk.keras import _compat
+from det_sdk.storage import OWNER_FILE
 
 __all__ = [
     "CheckpointCorruptError",
@@ -538,12 +539,14 @@ def _must_verify(path: Path, meta: Any = None) -> bool:
     """Whether checkpoint ``path``'s files are checked against ``checksums.json``.
 
     Always, but for a genuine format-1 checkpoint: it has neither ``checksums.json`` nor
-    ``keras_major`` (both came with format 2). What the metadata claims cannot switch
-    the check off: a directory with ``checksums.json`` is verified whatever its
-    ``format_version`` says, and a format-2 one (or one naming its Keras major, which
-    only the format-2 writer does) without it is incomplete.
+    ``keras_major`` (both came with format 2), nor a master's owner file (which came
+    after format 2: a checkpoint a master's task saved is format 2 or later). What the
+    metadata claims cannot switch the check off: a directory with ``checksums.json`` or
+    an owner file is verified whatever its ``format_version`` says, and a format-2 one
+    (or one naming its Keras major, which only the format-2 writer does) without it is
+    incomplete: damaged, which the master marks (never retried as "another Keras").
     """
-    if (path / CHECKSUMS).exists():
+    if (path / CHECKSUMS).exists() or (path / OWNER_FILE).exists():
         return True
     if meta is None:
         meta = _read_json(path / "metadata.json")
