@@ -31,7 +31,6 @@ import builtins
 import logging
 import os
 import re
-import shutil
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,6 +43,7 @@ from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.models import registered_checkpoints
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
+from det_sdk.master.task_files import remove_tree
 from det_sdk.stages import kept_per_stage, stage_of
 from det_sdk.storage import best_first, read_owner
 
@@ -241,7 +241,7 @@ class Checkpoints:
         with self._trash_lock:
             trash, self._trash = self._trash, []
         for path in trash:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
         return trash
 
     # --- reading ----------------------------------------------------------------------------

@@ -50,3 +50,34 @@ def test_a_directory_unpacked_by_an_older_master_keeps_nothing(tmp_path: Path) -
     (work / "out.txt").write_text("x")
     assert keep_task_files(work, tmp_path / "files") is None
     assert not (tmp_path / "files").exists()
+
+
+def test_kept_whole_then_marked_and_a_second_call_changes_nothing(tmp_path: Path) -> None:
+    from det_sdk.master.task_files import files_kept, keep_and_clear, kept_marker
+
+    work = _workdir(tmp_path)
+    (work / "predictions.npy").write_bytes(b"\x93NUMPY")
+    dest = tmp_path / "files"
+    assert not files_kept(work, dest)  # ended, not yet copied: not served
+    assert keep_and_clear(work, dest) is None
+    assert kept_marker(dest).is_file() and not work.exists() and files_kept(work, dest)
+    (dest / "predictions.npy").write_bytes(b"served")
+    assert keep_and_clear(work, dest) is None  # a restart: nothing copied twice
+    assert (dest / "predictions.npy").read_bytes() == b"served"
+
+
+def test_remove_tree_deletes_links_never_what_they_point_at(tmp_path: Path) -> None:
+    from det_sdk.master.task_files import remove_tree
+
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "keep.txt").write_text("x")
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    for i in range(40):
+        (tree / "a" / "b" / f"{i}.bin").write_bytes(b"w")
+    (tree / "a" / "dirlink").symlink_to(outside / "sub")
+    (tree / "filelink").symlink_to(outside / "sub" / "keep.txt")
+    remove_tree(tree)
+    assert not tree.exists() and (outside / "sub" / "keep.txt").read_text() == "x"
+    remove_tree(tmp_path / "never-there")  # nothing to do: no error

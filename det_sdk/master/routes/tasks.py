@@ -2,10 +2,12 @@
 operations, checkpoints) and the preemption signal it polls and acknowledges.
 
 A task's token acts on its own trial and allocation only; the user's token may act on
-any (tests and tools report by hand). The metric and progress reports are ``async def``:
-they touch in-memory caches and short SQLite statements (the lifecycle lock is never held
-over disk work), and running them on the event loop saves a thread hand-off per report
-(the hot path). The checkpoint report deletes files: a plain ``def``.
+any (tests and tools report by hand). The training metric reports are ``async def``: they
+touch in-memory caches and short SQLite statements, and running them on the event loop
+saves a thread hand-off per report (the hot path). Whatever takes the lifecycle lock (the
+progress and checkpoint reports, a validation report) runs in the thread pool: the lock
+may be held while a task is launched (its archive unpacked), and the event loop never
+waits for it (issue 46).
 
 >>> # app.include_router(tasks_router(master, principal))
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from det_sdk import api
 from det_sdk.master.core import Master
@@ -66,14 +70,23 @@ def tasks_router(master: Master, principal: Dependency) -> APIRouter:
     @router.post("/api/v1/trials/{trial_id}/metrics", status_code=204)
     async def report_metrics(trial_id: Id, report: api.MetricsReport,
                              p: Principal = Depends(principal)) -> Response:
+        """Training reports (the hot path) on the event loop; a validation report may
+        take the lifecycle lock (a time-metric ASHA rung): in the thread pool, so that
+        the loop never waits for the lock (issue 46)."""
         own_trial(trial_id, p)
-        master.report_metrics(trial_id, report.group, report.steps_completed, report.epoch,
-                              report.metrics, stage=report.stage, searched=report.searched)
+        call = functools.partial(
+            master.report_metrics, trial_id, report.group, report.steps_completed,
+            report.epoch, report.metrics, stage=report.stage, searched=report.searched)
+        if report.group == "validation":
+            await run_in_threadpool(call)
+        else:
+            call()
         return Response(status_code=204)
 
     @router.post("/api/v1/trials/{trial_id}/progress", status_code=204)
-    async def report_progress(trial_id: Id, report: api.ProgressReport,
-                              p: Principal = Depends(principal)) -> Response:
+    def report_progress(trial_id: Id, report: api.ProgressReport,
+                        p: Principal = Depends(principal)) -> Response:
+        """A plain ``def``: it takes the lifecycle lock."""
         own_trial(trial_id, p)
         master.report_progress(trial_id, report.progress)
         return Response(status_code=204)
