@@ -8,10 +8,8 @@ signed-in user (``det_sdk.master.ui.web.UiAuth``). The queries are
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from fastapi.responses import Response
 
 from det_sdk.api import MAX_PAGE_LIMIT, STAGE_PATTERN
 from det_sdk.master.core import Master
+from det_sdk.master.routes.common import tar_gz_response
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.views import (
     CURVE_POINTS,
@@ -125,11 +124,11 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
         path = Path(master.checkpoint_info(uuid)["path"])
         if not path.is_dir():
             raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            tar.add(path, arcname=".")
-        return Response(buf.getvalue(), media_type="application/gzip", headers={
-            "Content-Disposition": f'attachment; filename="checkpoint-{uuid}.tar.gz"'})
+        # streamed as packed, as the API's download (no whole archive in memory first)
+        response = tar_gz_response(path)
+        response.headers["Content-Disposition"] = \
+            f'attachment; filename="checkpoint-{path.name}.tar.gz"'
+        return response
 
     # --- jobs and models ----------------------------------------------------------------------
 
