@@ -25,6 +25,16 @@ def _client(args: Namespace) -> Any:
     return client(args)
 
 
+def _quoted(name: str) -> str:
+    """A model's name as one URL path segment: ``../jobs`` names a model (which the
+    master refuses as a name), never another route."""
+    from urllib.parse import quote
+
+    if name in (".", ".."):
+        raise UsageError(f"name: {name!r} is not a model's name")
+    return quote(name, safe="")
+
+
 def model_create(args: Namespace) -> int:
     import json
 
@@ -56,8 +66,8 @@ def model_list(args: Namespace) -> int:
 
 def model_describe(args: Namespace) -> int:
     client = _client(args)
-    model = client.request("GET", f"/api/v1/models/{args.name}")
-    versions = client.request("GET", f"/api/v1/models/{args.name}/versions")["versions"]
+    model = client.request("GET", f"/api/v1/models/{_quoted(args.name)}")
+    versions = client.request("GET", f"/api/v1/models/{_quoted(args.name)}/versions")["versions"]
     if args.json:
         print_json({**model, "versions": versions})
         return 0
@@ -73,7 +83,7 @@ def model_describe(args: Namespace) -> int:
 
 
 def model_register_version(args: Namespace) -> int:
-    row = _client(args).request("POST", f"/api/v1/models/{args.name}/versions",
+    row = _client(args).request("POST", f"/api/v1/models/{_quoted(args.name)}/versions",
                                 json={"checkpoint_uuid": args.uuid})
     if args.json:
         print_json(row)
@@ -84,7 +94,7 @@ def model_register_version(args: Namespace) -> int:
 
 
 def model_delete(args: Namespace) -> int:
-    row = _client(args).request("DELETE", f"/api/v1/models/{args.name}")
+    row = _client(args).request("DELETE", f"/api/v1/models/{_quoted(args.name)}")
     if args.json:
         print_json(row)
     else:

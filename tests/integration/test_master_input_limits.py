@@ -149,6 +149,10 @@ def test_the_cli_prints_control_characters_escaped_and_refuses_bad_input_plainly
     assert "det: error: --metadata: not JSON" in err and "Traceback" not in err
     assert cli_main.main(["model", "create", "n", "--metadata", "[1]"]) == 1
     assert "expected a JSON object" in capsys.readouterr().err
+    for name in ("../jobs", "..", "a/../../jobs"):  # a name is one path segment, never a route
+        assert cli_main.main(["model", "describe", name]) == 1
+        err = capsys.readouterr().err
+        assert "det: error:" in err and "Traceback" not in err, err
     # a job whose chief reported an output path with control characters
     from det_sdk.config import parse_job_config
     from det_sdk.master.lifecycle import JobEvent
