@@ -568,23 +568,26 @@ def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path:
 def open_store(dist: Any, path: Path, fingerprint: Mapping[str, Any],
                model: Mapping[str, Any]) -> PartStore:
     """The chief begins ``path`` (:meth:`PartStore.begin`); every process gets its store,
-    or the chief's refusal (another job's directory, a full disk) raised alike, so that
-    none waits on another. ``dist``: a DistributedContext (``is_chief``, ``broadcast``)."""
+    or the chief's refusal (another job's directory, another run holding it, a damaged
+    manifest, a full disk) raised alike, so that none waits on another. ``dist``: a
+    DistributedContext (``is_chief``, ``broadcast``)."""
     store = PartStore(path)
-    problem: tuple[bool, str] | None = None
+    problem: tuple[str, str] | None = None
     if dist.is_chief:
         try:
             store.begin(fingerprint, model)
         except PredictionsDiskFullError as err:
-            problem = (True, str(err.strerror))
-        except PredictionsMismatchError as err:
-            problem = (False, str(err))
+            problem = ("full", str(err.strerror))
+        except (PredictionsMismatchError, PredictionsCorruptError) as err:
+            problem = (type(err).__name__, str(err))
     problem = dist.broadcast(problem)
     if problem is not None:
-        full, message = problem
-        if full:
+        kind, message = problem
+        if kind == "full":
             raise PredictionsDiskFullError(errno.ENOSPC, message)
-        raise PredictionsMismatchError(message)
+        raise {"PredictionsBusyError": PredictionsBusyError,
+               "PredictionsCorruptError": PredictionsCorruptError}.get(
+                   kind, PredictionsMismatchError)(message)
     return store
 
 

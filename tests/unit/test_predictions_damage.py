@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from det_sdk.predictions import (
     PredictionsBusyError,
     PredictionsCorruptError,
     load_predictions,
+    open_store,
     part_stem,
 )
 
@@ -152,3 +154,53 @@ def test_a_second_run_is_refused_while_another_holds_the_directory(tmp_path: Pat
     _run(tmp_path)  # now it may, and sweeps what the dead run left
     assert not tmp.exists() and not (tmp_path / LOCK).exists()
     assert np.array_equal(load_predictions(tmp_path), X)
+
+
+class _ThreadRank:
+    """One of two ranks on threads: the chief's broadcast reaches the other (a barrier)."""
+
+    shared: dict[str, object] = {}
+
+    def __init__(self, rank: int, barrier: threading.Barrier) -> None:
+        self.rank, self.size, self.is_chief, self.barrier = rank, 2, rank == 0, barrier
+
+    def broadcast(self, value: object) -> object:
+        if self.is_chief:
+            self.shared["value"] = value
+        self.barrier.wait(timeout=10)
+        return self.shared["value"]
+
+
+def _both_ranks_open(path: Path) -> list[BaseException | None]:
+    barrier, out = threading.Barrier(2), [None, None]
+
+    def rank(r: int) -> None:
+        try:
+            open_store(_ThreadRank(r, barrier), path, FP, MODEL)
+        except BaseException as err:  # the rank's own refusal
+            out[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert not any(t.is_alive() for t in threads), "a rank waits for the other"
+    return out  # type: ignore[return-value]
+
+
+def test_every_rank_gets_the_chief_s_refusal_never_a_wait(tmp_path: Path) -> None:
+    _run(tmp_path)
+    (tmp_path / "manifest.json").write_bytes(b"{")
+    errors = _both_ranks_open(tmp_path)
+    assert all(isinstance(e, PredictionsCorruptError) and "manifest.json is damaged" in str(e)
+               for e in errors), errors
+    other = tmp_path.parent / f"{tmp_path.name}-busy"
+    other.mkdir()
+    fd = os.open(other / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        errors = _both_ranks_open(other)
+        assert all(isinstance(e, PredictionsBusyError) for e in errors), errors
+    finally:
+        os.close(fd)
