@@ -235,8 +235,8 @@ def experiment_create(args: Namespace) -> int:
     """Determined's ``det e create CONFIG [DIR] [--config K=V] [--paused] [-t] [-f]``."""
     import tempfile
 
-    from det_sdk.cli.tasks import _pack, _read_config
     from det_sdk.cli.render import progress_bar
+    from det_sdk.cli.tasks import _pack, _read_config
 
     if args.paused and (args.follow_first_trial or args.follow):
         raise UsageError("--paused with --follow-first-trial: a paused experiment has no "
@@ -382,17 +382,6 @@ def experiment_label_remove(args: Namespace) -> int:
     _edit(args, labels=[x for x in _labels(args) if x != args.label])
     print(f"Removed label '{args.label}' from experiment {args.id}")
     return 0
-
-
-def experiment_wait(args: Namespace) -> int:
-    """Determined's ``det e wait ID``: exit 1 unless it ends COMPLETED."""
-    client = _client(args)
-    while True:
-        state = client.experiment(args.id)["state"]
-        if state in ENDED:
-            print(f"experiment {args.id}: {state}", file=sys.stderr)
-            return 0 if state == "COMPLETED" else 1
-        time.sleep(args.polling_interval)
 
 
 # --- downloads ------------------------------------------------------------------------------

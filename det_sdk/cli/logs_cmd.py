@@ -110,8 +110,9 @@ LOG_OPTIONS: list[tuple[Any, ...]] = [
                           "help": "print the log as it grows, until the task ends"}),
     ("--head", {"type": _non_negative, "metavar": "N", "help": "the first N lines"}),
     ("--tail", {"type": _non_negative, "metavar": "N", "help": "the last N lines"}),
-    ("--json", {"action": "store_true",
-                "help": "refused: det_sdk's logs are plain text (Determined: JSON records)"}),
+    ("--json", _refused("Determined prints its log records (timestamp, rank, level, "
+                        "source) as JSON; det_sdk keeps logs as the plain text the task "
+                        "wrote: drop --json", takes_value=False)),
     *((flag, _refused(f"{_NO_RECORDS}"))
       for flag in ("--agent-id", "--container-id", "--rank-id", "--timestamp-before",
                    "--timestamp-after", "--level", "--source", "--stdtype")),

@@ -95,7 +95,7 @@ class _Refused(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        parser.error(f"{option_string}: {self.help}")
+        parser.error(f"{option_string}: refused by det_sdk: {self.help}")
 
 
 def refused(why: str, takes_value: bool = False) -> dict[str, object]:
@@ -205,6 +205,7 @@ def _refusal(why: str) -> Any:
 
         raise UsageError(why)
 
+    refuse.refusal = why  # type: ignore[attr-defined]  # what the compat table reads
     return refuse
 
 

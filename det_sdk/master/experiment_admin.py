@@ -23,7 +23,7 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import ExperimentEvent, TrialEvent
 from det_sdk.master.models import registered_checkpoints
 
-__all__ = ["ExperimentAdmin", "ENDED"]
+__all__ = ["ENDED", "ExperimentAdmin"]
 
 ENDED = ("COMPLETED", "CANCELED", "ERROR")
 MAX_LABEL = 255  # a label's length (Determined's labels are short tags)

@@ -63,7 +63,7 @@ def test_logs_downloads_and_listings(master: Cluster) -> None:
     assert ok(c, "t", "logs", str(trial["id"]), "--tail", "1") == full.splitlines(True)[-1]
     assert ok(c, "t", "logs", str(trial["id"]), "-f") == full  # ended: all, then exit 0
     refused = c.det("t", "logs", str(trial["id"]), "--json")
-    assert refused.returncode == 1 and "plain text" in refused.stderr
+    assert refused.returncode == 2 and "plain text" in refused.stderr
     # --config K=V over the file; a second experiment
     b = create(c, "--config", "hyperparameters.lines=3", "--config", "name=renamed-by-flag")
     b_info = ended(c, b)
