@@ -90,10 +90,8 @@ def experiment_list(args: Namespace) -> int:
     """Determined's ``det e list``: every experiment (``--limit`` is the page size, every
     page fetched; ``--pages 1`` one page from ``--offset``), archived ones with ``--all``."""
     exps = _all_experiments(_client(args), None if args.all else False, args.limit)
-    if args.pages == "1":
-        exps = exps[args.offset:args.offset + args.limit]
-    else:
-        exps = exps[args.offset:]
+    end = args.offset + args.limit if args.pages == "1" else None
+    exps = exps[args.offset:end]
     if args.json:
         print_json(exps)
         return 0

@@ -33,7 +33,7 @@ def last_lines(text: str, n: int) -> str:
 
 def _read_all(client: Any, kind: str, task_id: int, offset: int = 0) -> tuple[str, int]:
     """The log from ``offset`` to its current end (the master answers 1 MiB a call)."""
-    parts = []
+    parts: list[str] = []
     while True:
         chunk = client.logs(kind, task_id, offset)
         if not chunk["text"]:

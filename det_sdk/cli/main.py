@@ -129,9 +129,9 @@ def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str
                 v.add_argument("--follow", "-f", action="store_true",
                                help="print logs until it ends; exit 0 only if it completed")
             elif name.startswith("--"):
-                v.add_argument(name, type=_ARG_TYPES.get(name), help="filter by trial id")
+                v.add_argument(name, type=_ARG_TYPES.get(name, str), help="filter by trial id")
             else:
-                v.add_argument(name, type=_ARG_TYPES.get(name), help=_ARG_HELP[name])
+                v.add_argument(name, type=_ARG_TYPES.get(name, str), help=_ARG_HELP[name])
         if not json_given:
             v.add_argument("--json", action="store_true", help="machine-readable output")
         v.set_defaults(func=func)

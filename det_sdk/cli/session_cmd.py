@@ -157,7 +157,7 @@ def master_logs(args: Namespace) -> int:
     client = _client(args)
 
     def read(offset: int) -> tuple[str, int]:
-        parts = []
+        parts: list[str] = []
         while True:
             out = client.request("GET", "/api/v1/master/logs", params={"offset": offset})
             if not out["text"]:

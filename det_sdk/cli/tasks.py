@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     #: noun -> verb -> (the command, its help, its arguments: (name,) or (name, options))
-    CommandTable = dict[str, dict[str, tuple[Callable[[Namespace], int], str,
-                                              list[tuple[Any, ...]]]]]
+    Command = tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]]
+    #: a verb is a command, or a group of them (`det e set name`)
+    CommandTable = dict[str, dict[str, Command | dict[str, Command]]]
 
 __all__ = ["COMMANDS"]
 
@@ -637,7 +638,7 @@ COMMANDS: CommandTable = {
         "download": (job_download, "copy the files the job wrote into its working "
                      "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },
-    "model": _MODEL_COMMANDS,  # the master's model registry: det_sdk.cli.model_cmd
+    "model": {**_MODEL_COMMANDS},  # the master's model registry: det_sdk.cli.model_cmd
     "user": _s.USER_COMMANDS,
     "task": _s.TASK_COMMANDS,
 }
