@@ -30,8 +30,11 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e list --pages 1 --limit 10 --offset 20", "same", "one page"),
     ("det e list --csv", "same", ""),
     ("det e list --show_project", "refused", "no workspaces or projects"),
-    ("det e describe 1,2", "same", "comma lists; --json a list"),
-    ("det e describe 1 --json", "same", ""),
+    ("det e describe 1,2", "same", "comma lists"),
+    ("det e describe 1,2 --json", "different", "a list of det_sdk's objects (not Determined's "
+                                               "schema)"),
+    ("det e describe 1 --json", "different", "det_sdk's object of the experiment, not in a "
+                                             "list; --json everywhere is det_sdk's schema"),
     ("det e describe 1 --metrics", "refused", "every report: det t describe"),
     ("det e config 1", "same", "YAML"),
     ("det e logs 1", "same", "the first trial's log"),
@@ -75,7 +78,9 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e label remove 1 red", "same", ""),
     ("det e download 1", "same", "checkpoints/UUID of the best trial"),
     ("det e download 1 -o out --top-n 2 --sort-by loss --smaller-is-better true", "same", ""),
-    ("det e continue 1", "not built", "planned: train a trial further from its checkpoint"),
+    ("det e continue 1", "not built", "the master deletes an experiment's uploaded directory "
+                                      "when it ends: create a new experiment whose script "
+                                      "loads the checkpoint"),
     ("det e move 1 ws proj", "not built", "no workspaces or projects"),
     ("det e set gc-policy 1 --save-experiment-best 1 --save-trial-best 1 "
      "--save-trial-latest 1", "not built", "retention is the config's checkpoint_storage"),
@@ -119,9 +124,10 @@ FORMS: list[tuple[str, str, str]] = [
                                 "det job batches"),
     ("det j ls", "refused", ""),
     ("det job update 1 --priority 3", "not built", "no priorities"),
-    ("det tensorboard start 1", "not built", "planned; today: det tensorboard 1 (foreground)"),
-    ("det tensorboard list", "not built", "planned"),
-    ("det tensorboard kill ID", "not built", "planned"),
+    ("det tensorboard start 1", "not built", "det tensorboard 1 runs it in the foreground "
+                                             "until Ctrl-C"),
+    ("det tensorboard list", "not built", "det tensorboard runs in the foreground"),
+    ("det tensorboard kill ID", "not built", "Ctrl-C the det tensorboard that runs it"),
 ]
 
 

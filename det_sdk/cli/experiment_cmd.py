@@ -110,13 +110,15 @@ def experiment_list(args: Namespace) -> int:
 
 
 def experiment_describe(args: Namespace) -> int:
-    """Determined's ``det e describe 1,2``: each experiment (``--json``: a list)."""
+    """Determined's ``det e describe 1,2``: each experiment (``--json``: a list; one id:
+    its object, as det_sdk's scripts read it)."""
     from det_sdk.cli.tasks import experiment_describe as describe_one
 
     ids = parse_ids(args.experiment_ids)
-    if args.json:
+    if args.json:  # det_sdk's schema: one id, its object; a comma list, a list of them
         client = _client(args)
-        print_json([client.experiment(i, all_trials=args.all) for i in ids])
+        got = [client.experiment(i, all_trials=args.all) for i in ids]
+        print_json(got if "," in args.experiment_ids else got[0])
         return 0
     for n, exp_id in enumerate(ids):
         if n:

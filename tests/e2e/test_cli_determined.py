@@ -39,7 +39,7 @@ def create(c: Cluster, *extra: str) -> int:
 
 
 def exp(c: Cluster, exp_id: int) -> dict:
-    return json.loads(ok(c, "e", "describe", str(exp_id), "--json"))[0]
+    return json.loads(ok(c, "e", "describe", str(exp_id), "--json"))
 
 
 def ended(c: Cluster, exp_id: int, timeout: float = 120) -> dict:
