@@ -420,7 +420,7 @@ def checkpoint_delete(args: Namespace) -> int:
         print("Stopping deletion of checkpoints.")
         return 0
     uuids = [u for u in args.checkpoints_uuids.split(",") if u]
-    _client(args).request("POST", "/api/v1/checkpoints/delete", json={"uuids": uuids})
+    _client(args).request("DELETE", "/api/v1/checkpoints", json={"uuids": uuids})
     print(f"Deleted checkpoints {args.checkpoints_uuids}")
     return 0
 

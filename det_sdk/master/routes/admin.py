@@ -32,7 +32,7 @@ class ExperimentEdit(BaseModel):
 
 
 class CheckpointDeletion(BaseModel):
-    """``POST /api/v1/checkpoints/delete``: the checkpoints to delete."""
+    """``DELETE /api/v1/checkpoints`` (Determined's route): the checkpoints to delete."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -78,7 +78,7 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
         """Stop this trial's process now (CANCELED); the experiment's others go on."""
         return {"state": admin.kill_trial(trial_id)}
 
-    @router.post("/api/v1/checkpoints/delete")
+    @router.delete("/api/v1/checkpoints")
     def delete_checkpoints(body: CheckpointDeletion,
                            p: Principal = Depends(user)) -> dict[str, list[str]]:
         """Delete checkpoints, files and records (none if one cannot go)."""
