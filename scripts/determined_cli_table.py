@@ -24,7 +24,8 @@ FORMS: list[tuple[str, str, str]] = [
     ("det version", "same", "the client's and the master's versions, as YAML"),
     ("det -m host:8080 e list", "same", "a bare host:port is http://host:port"),
     ("det e", "same", "a bare noun lists"),
-    ("det e list", "same", "every experiment, archived ones left out"),
+    ("det e list", "same", "every experiment, archived ones left out (columns: ID, Name, "
+                           "State, Progress, Trials; no owner, pool or times)"),
     ("det e ls --all", "same", "archived ones too (det_sdk has one user)"),
     ("det e list --limit 10", "same", "a page's size: every page is read"),
     ("det e list --pages 1 --limit 10 --offset 20", "same", "one page"),
@@ -50,6 +51,9 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e create c.yaml . -t", "same", "one trial of one scheduling unit, followed, archived"),
     ("det e create c.yaml . -f", "same", "follows the first trial's log"),
     ("det e create c.yaml . --follow-first-trial", "same", ""),
+    ("det e create c.yaml . --follow", "same", "argparse's abbreviation of --follow-first-trial, "
+                                               "as in Determined (exit 0; det e wait ID for the "
+                                               "end state)"),
     ("det e create c.yaml . -i extra.py", "refused", "put the files in the directory"),
     ("det e create c.yaml . --local", "refused", "python train.py"),
     ("det e create c.yaml . --project_id 3", "refused", "no projects"),
@@ -85,6 +89,7 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e set gc-policy 1 --save-experiment-best 1 --save-trial-best 1 "
      "--save-trial-latest 1", "not built", "retention is the config's checkpoint_storage"),
     ("det t describe 1", "same", ""),
+    ("det t describe 1 --metrics", "refused", "the reports are always shown"),
     ("det t logs 1", "same", ""),
     ("det t logs 1 -f", "same", "exit 0 when the log ends"),
     ("det t logs 1 --tail 20", "same", ""),

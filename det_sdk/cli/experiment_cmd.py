@@ -238,7 +238,7 @@ def experiment_create(args: Namespace) -> int:
     from det_sdk.cli.render import progress_bar
     from det_sdk.cli.tasks import _pack, _read_config
 
-    if args.paused and (args.follow_first_trial or args.follow):
+    if args.paused and args.follow_first_trial:
         raise UsageError("--paused with --follow-first-trial: a paused experiment has no "
                          "trial running to follow (activate it with `det e activate ID`)")
     raw = _read_config(args.config_file, "experiment")
@@ -273,10 +273,6 @@ def experiment_create(args: Namespace) -> int:
         print_log(client, "trials", trial_id, lambda: client.trial(trial_id)["state"],
                   Namespace(follow=True, head=None, tail=None))
         return 0
-    if args.follow:  # det_sdk's own: every trial's log, exit 0 only if COMPLETED
-        from det_sdk.cli.tasks import experiment_wait
-
-        return experiment_wait(Namespace(**{**vars(args), "id": exp_id, "logs": True}))
     return 0
 
 

@@ -520,9 +520,6 @@ COMMANDS: CommandTable = {
                                   "searcher.max_length.epochs=2"}),
             (("-f", "--follow-first-trial"), {"action": "store_true",
                                               "help": "follow the first trial's log"}),
-            ("--follow", {"action": "store_true",
-                          "help": "det_sdk's: wait until it ends with every trial's log; "
-                                  "exit 0 only if COMPLETED"}),
             ("--paused", {"action": "store_true", "help": "do not activate the experiment"}),
             (("-t", "--test-mode"), {"action": "store_true",
                                      "help": "a one-trial run of one scheduling unit, "
@@ -594,7 +591,12 @@ COMMANDS: CommandTable = {
         "describe": (trial_describe, "state and metrics of a trial",
                      [("id",), ("--all", {"action": "store_true",
                                           "help": "every metric report (default: the first "
-                                                  f"{METRICS_LIMIT})"})]),
+                                                  f"{METRICS_LIMIT})"}),
+                      ("--metrics", _refused("det_sdk's describe always shows the metric "
+                                             "reports (the first 1000; --all for every one)")),
+                      ("--metrics-summary", _refused("det t describe shows each report; "
+                                                     "--json for a script")),
+                      ("--csv", _refused("det t describe ID --json"))]),
         "logs": (_x.trial_logs, "a trial's log", [_TRIAL, *_LOG]),
         "download": (_x.trial_download, "a checkpoint of the trial (--best, --latest, --uuid)",
                      [_TRIAL, ("--best", {"action": "store_true"}),
