@@ -152,6 +152,10 @@ def test_paused_kill_cancel_and_the_master(master: Cluster) -> None:
     tasks = json.loads(ok(c, "task", "list", "--json"))
     assert len(tasks) == 2 and all(t["task_id"].startswith("trial-") for t in tasks)
     assert "line 40" in ok(c, "task", "logs", tasks[0]["task_id"], "--tail", "50")
+    running = c.det("e", "archive", str(killed))  # only an ended one, as in Determined
+    assert running.returncode == 1 and "only an ended experiment" in running.stderr
+    running = c.det("e", "delete", str(killed), "--yes")
+    assert running.returncode == 1 and "has ended" in running.stderr
     trial_id = exp(c, killed)["trials"][0]["id"]
     ok(c, "t", "kill", str(trial_id))
     assert ended(c, killed)["state"] == "CANCELED"
@@ -161,6 +165,14 @@ def test_paused_kill_cancel_and_the_master(master: Cluster) -> None:
     assert "asked to stop" in ok(c, "e", "logs", str(canceled))  # it stopped when asked
     ok(c, "e", "activate", str(paused))
     assert ended(c, paused)["state"] == "COMPLETED"
+    # -t: one trial of one scheduling unit, followed to its end, then archived
+    out = ok(c, "e", "create", str(CONFIG), str(MODEL), "-t")
+    test_exp = int(out.split("Created test experiment ")[1].split()[0])
+    assert "line 40" in out
+    assert exp(c, test_exp)["config"]["searcher"]["max_length"]["batches"] == 100
+    assert test_exp not in [e["id"] for e in json.loads(ok(c, "e", "list", "--json"))]
+    assert {e["id"]: e["archived"] for e in json.loads(ok(c, "e", "list", "-a", "--json"))
+            }[test_exp] is True
 
     # the master, the user, the version
     assert f"url: {c.url}" in ok(c, "master", "info")
