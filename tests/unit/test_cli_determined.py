@@ -45,7 +45,9 @@ def test_determined_defaults() -> None:
     assert parse("t download 1 --best").output_dir is None
     created = parse("e create c.yaml --config a=1 --config b.c=x -f --paused")
     assert created.model_def is None and created.config == ["a=1", "b.c=x"]
-    assert created.follow_first_trial and created.paused and not created.follow
+    assert created.follow_first_trial and created.paused
+    # argparse's abbreviation, as in Determined: --follow is --follow-first-trial
+    assert parse("e create c.yaml . --follow").follow_first_trial
 
 
 def test_comma_lists_overrides_and_log_slices() -> None:
