@@ -125,9 +125,12 @@ FORMS: list[tuple[str, str, str]] = [
     ("det task list", "same", "what runs now: trial-N, job-N"),
     ("det task logs trial-1", "same", ""),
     ("det task logs trial-1 -f", "same", ""),
-    ("det job list", "refused", "no scheduler queue: det task list; det_sdk's batch jobs: "
-                                "det job batches"),
-    ("det j ls", "refused", ""),
+    ("det job list", "same", "the scheduler's queue: experiments and batch jobs waiting for or "
+                             "holding slots, first submitted first (no priority or user "
+                             "columns); det_sdk's batch-job history: det job batches"),
+    ("det j ls --json", "same", ""),
+    ("det job", "same", "a bare noun lists the queue"),
+    ("det job list -p pool", "refused", "one pool of slots"),
     ("det job update 1 --priority 3", "not built", "no priorities"),
     ("det tensorboard start 1", "not built", "det tensorboard 1 runs it in the foreground "
                                              "until Ctrl-C"),

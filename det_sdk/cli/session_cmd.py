@@ -137,6 +137,38 @@ def task_logs(args: Namespace) -> int:
     return 0
 
 
+def job_list(args: Namespace) -> int:
+    """Determined's ``det job list``: the scheduler's queue, first submitted first."""
+    import datetime
+
+    jobs = _client(args).request("GET", "/api/v1/job-queue")["jobs"]
+    jobs = jobs[args.offset:args.offset + args.limit] if args.pages == "1" \
+        else jobs[args.offset:]
+    if args.reverse:
+        jobs = jobs[::-1]
+    if args.json:
+        print_json(jobs)
+        return 0
+    if args.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(jobs, sort_keys=False))
+        return 0
+    headers = ["#", "ID", "Type", "Job Name", "Submitted", "Slots (acquired/needed)", "Status"]
+    rows = [[n, j["id"], j["type"], j["name"] or "",
+             datetime.datetime.fromtimestamp(j["submitted"]).strftime("%Y-%m-%d %H:%M:%S"),
+             f"{j['acquired']}/{j['needed']}", j["state"]] for n, j in enumerate(jobs)]
+    if args.csv:
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(headers)
+        w.writerows(rows)
+    else:
+        print(table(headers, rows))
+    return 0
+
+
 def master_info(args: Namespace) -> int:
     info = _client(args).request("GET", "/api/v1/master")
     if args.json:

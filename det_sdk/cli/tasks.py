@@ -620,11 +620,18 @@ COMMANDS: CommandTable = {
                    [("checkpoints_uuids", {"help": "comma-separated UUIDs"}), _YES]),
     },
     "job": {
-        "list": (_refuse_verb(
-            "Determined's `det job list` shows the scheduler's queue, which det_sdk does not "
-            "keep as such: `det task list` shows what runs now, `det e list` the experiments, "
-            "and `det job batches` det_sdk's batch jobs"),
-            "refused: Determined's scheduler queue (det task list; det job batches)", []),
+        "list": (_s.job_list, "the scheduler's queue: experiments and batch jobs waiting "
+                 "for or holding slots", [
+                     (("-p", "--resource-pool"), _refused("det_sdk has one pool of slots",
+                                                          True)),
+                     ("--limit", {"type": _positive_int, "default": 100, "metavar": "N",
+                                  "help": "rows per page (every page unless --pages 1)"}),
+                     ("--offset", {"type": int, "default": 0, "help": "rows to skip"}),
+                     ("--pages", {"choices": ["all", "1"], "default": "all"}),
+                     ("--reverse", {"action": "store_true", "help": "the last first"}),
+                     ("--yaml", {"action": "store_true"}), ("--table", {"action": "store_true",
+                                                                       "help": "the default"}),
+                     _CSV]),
         "run": (job_run, "det_sdk's: run a generic job (batch inference): CONFIG DIR",
                 [("config",), ("model_dir",), ("--follow",)]),
         "batches": (job_list, f"det_sdk's: list the newest batch jobs ({LIST_LIMIT}; --all)",

@@ -23,7 +23,7 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import ExperimentEvent, TrialEvent
 from det_sdk.master.models import registered_checkpoints
 
-__all__ = ["ENDED", "ExperimentAdmin"]
+__all__ = ["ENDED", "ExperimentAdmin", "job_queue"]
 
 ENDED = ("COMPLETED", "CANCELED", "ERROR")
 MAX_LABEL = 255  # a label's length (Determined's labels are short tags)
@@ -145,6 +145,40 @@ class ExperimentAdmin:
             db.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
         with contextlib.suppress(OSError):
             Path(exp["archive"]).unlink()
+
+
+#: the states of work the scheduler holds: waiting for slots, or running on them
+_QUEUED_OR_RUNNING = ("QUEUED", "RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")
+
+
+def job_queue(master: Any) -> list[dict[str, Any]]:
+    """Determined's job queue (``det job list``): each experiment with trials waiting
+    for or holding slots, and each batch job, in the order they were submitted (det_sdk
+    schedules first come, first served): slots held and needed, QUEUED or SCHEDULED."""
+    held: dict[tuple[str, int], int] = {}
+    for a in master.store.running_allocations():
+        key = ("trial", a["trial_id"]) if a["trial_id"] is not None else ("job", a["job_id"])
+        held[key] = held.get(key, 0) + int(a["slots"])
+    rows: list[dict[str, Any]] = []
+    by_exp: dict[int, list[Any]] = {}
+    for t in master.store.trials_in_states(_QUEUED_OR_RUNNING):
+        by_exp.setdefault(t["experiment_id"], []).append(t)
+    for exp_id, trials in by_exp.items():
+        exp = master.store.experiment(exp_id)
+        per_trial = master.trial_config(trials[0]["id"]).resources.slots_per_trial
+        acquired = sum(held.get(("trial", t["id"]), 0) for t in trials)
+        rows.append({"type": "EXPERIMENT", "id": exp_id, "name": exp["name"] if exp else None,
+                     "submitted": exp["created"] if exp else 0.0, "acquired": acquired,
+                     "needed": per_trial * len(trials),
+                     "state": "SCHEDULED" if acquired else "QUEUED"})
+    for j in master.store.jobs_in_states(_QUEUED_OR_RUNNING):
+        acquired = held.get(("job", j["id"]), 0)
+        rows.append({"type": "BATCH_JOB", "id": j["id"], "name": j["name"],
+                     "submitted": j["created"], "acquired": acquired,
+                     "needed": int((j["config"].get("resources") or {}).get("slots", 1)),
+                     "state": "SCHEDULED" if acquired else "QUEUED"})
+    rows.sort(key=lambda r: r["submitted"])
+    return rows
 
 
 def _extra_trial_tables(db: sqlite3.Connection) -> list[str]:

@@ -149,6 +149,10 @@ def test_paused_kill_cancel_and_the_master(master: Cluster) -> None:
     for e in (killed, canceled):
         wait_until("its trial to print", lambda e=e: "done" not in ok(c, "e", "logs", str(e))
                    and "line 40" in ok(c, "e", "logs", str(e)))
+    queue = json.loads(ok(c, "job", "list", "--json"))  # Determined's: the scheduler's queue
+    assert [(j["type"], j["id"], j["state"], j["acquired"], j["needed"]) for j in queue] == [
+        ("EXPERIMENT", killed, "SCHEDULED", 1, 1), ("EXPERIMENT", canceled, "SCHEDULED", 1, 1)]
+    assert paused not in [j["id"] for j in queue]  # paused: not waiting for slots
     tasks = json.loads(ok(c, "task", "list", "--json"))
     assert len(tasks) == 2 and all(t["task_id"].startswith("trial-") for t in tasks)
     assert "line 40" in ok(c, "task", "logs", tasks[0]["task_id"], "--tail", "50")

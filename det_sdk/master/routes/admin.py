@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
 from det_sdk.master.core import Master
-from det_sdk.master.experiment_admin import ExperimentAdmin
+from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue
 from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
 
 __all__ = ["admin_router"]
@@ -89,6 +89,12 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
                     p: Principal = Depends(user)) -> dict[str, Any]:
         """The master's own log from byte `offset` (the next offset follows it)."""
         return read_log(master.data_dir / "master.log", offset)
+
+    @router.get("/api/v1/job-queue")
+    def queue(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
+        """The scheduler's queue: experiments and batch jobs waiting for or holding
+        slots, first submitted first (`det job list`)."""
+        return {"jobs": job_queue(master)}
 
     @router.get("/api/v1/tasks")
     def tasks(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
