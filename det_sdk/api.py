@@ -184,6 +184,8 @@ class CreateExperimentRequest(_Model):
 
     config: dict[str, Any]
     model_definition: str = Field(description="base64 of a .tar.gz of the model directory")
+    activate: bool = Field(True, description="false: created PAUSED, as Determined's "
+                           "`det e create --paused` (`det e activate` starts it)")
 
 
 class CreateExperimentResponse(_Model):
@@ -382,6 +384,7 @@ class ExperimentInfo(_Model):
     num_trials: int = 0  # all its trials, not only those in ``trials``
     trial_states: dict[str, int] = Field(default_factory=dict)  # how many in each state
     trials_next_cursor: str | None = None
+    archived: bool = False  # det experiment archive: left out of `det experiment list`
 
 
 class TrialPage(_Model):
@@ -408,6 +411,7 @@ class ExperimentSummary(_Model):
     progress: float = 0.0
     num_trials: int = 0
     trial_states: dict[str, int] = Field(default_factory=dict)
+    archived: bool = False  # det experiment archive: left out of `det experiment list`
 
 
 class ExperimentPage(_Model):

@@ -22,6 +22,10 @@ import det_sdk
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 
+TYPE_CHECKING = False  # typing costs `det --help` 4 ms: for the type checker only
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 #: ``det master up --resource-manager``'s choices (det_sdk.master.resources.KINDS, which
 #: the CLI does not import for its help; tests/unit/test_startup.py checks they agree)
@@ -70,10 +74,70 @@ _ARG_HELP = {
 }
 _ARG_TYPES = {"id": int, "--trial": int}
 
-# Determined's CLI aliases (its `e|xperiment`, `t|rial`, `c|heckpoint`, `j|ob` nouns and
-# `list ls`, `activate unpause` verbs), for the commands det_sdk has
-NOUN_ALIASES = {"experiment": ["e"], "trial": ["t"], "checkpoint": ["c"], "job": ["j"]}
-VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"]}
+# Determined's CLI aliases (its `e|xperiment`, `t|rial`, `c|heckpoint`, `j|ob`, `m|odel`,
+# `u|ser` nouns and `list ls`, `activate unpause`, `list-trials lt`... verbs)
+NOUN_ALIASES = {"experiment": ["e"], "trial": ["t"], "checkpoint": ["c"], "job": ["j"],
+                "model": ["m"], "user": ["u"]}
+VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"], "list-trials": ["lt"],
+                "list-checkpoints": ["lc"]}
+#: the verb a bare noun runs, as in Determined (`det e` lists experiments)
+DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "list",
+                 "tensorboard": "list", "user": "whoami"}
+
+
+class _Refused(argparse.Action):
+    """A Determined option det_sdk cannot honour: parsing it stops with ``help`` (what
+    Determined does with it and what to use instead), never a flag accepted and ignored."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        kwargs.setdefault("nargs", 0)
+        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        parser.error(f"{option_string}: refused by det_sdk: {self.help}")
+
+
+def refused(why: str, takes_value: bool = False) -> dict[str, object]:
+    """The options of a refused Determined flag (see :class:`_Refused`).
+
+    >>> refused("no ranks here")["help"]
+    'no ranks here'
+    """
+    return {"action": _Refused, "help": why, "nargs": 1 if takes_value else 0,
+            "default": argparse.SUPPRESS}
+
+
+def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
+    """A noun's (or a verb's: `e set name`) subcommands from a command table."""
+    verbs_sub = parent.add_subparsers(dest=dest, metavar="ACTION")
+    for verb, spec in verbs.items():
+        aliases = VERB_ALIASES.get(verb, [])
+        if isinstance(spec, dict):  # a group: `det e set name ID NAME`
+            g = verbs_sub.add_parser(verb, help=f"{verb} ...", aliases=aliases)
+            _add_verbs(g, spec, dest + "_" + verb.replace("-", "_"))
+            continue
+        func, help_text, arguments = spec
+        v = verbs_sub.add_parser(verb, help=help_text, aliases=aliases)
+        json_given = False
+        for name, *options in arguments:
+            names = name if isinstance(name, tuple) else (name,)
+            json_given |= "--json" in names
+            if options:  # argparse options given with the command (--all, --limit)
+                v.add_argument(*names, **options[0])
+            elif name == "--follow":
+                v.add_argument("--follow", "-f", action="store_true",
+                               help="print logs until it ends; exit 0 only if it completed")
+            elif name.startswith("--"):
+                v.add_argument(name, type=_ARG_TYPES.get(name, str), help="filter by trial id")
+            else:
+                v.add_argument(name, type=_ARG_TYPES.get(name, str), help=_ARG_HELP[name])
+        if not json_given:
+            v.add_argument("--json", action="store_true", help="machine-readable output")
+        v.set_defaults(func=func)
+
+
+_NOUN_OF = {alias: noun for noun, aliases in NOUN_ALIASES.items() for alias in aliases}
 
 
 def _add_task_commands(sub: argparse._SubParsersAction,
@@ -85,21 +149,7 @@ def _add_task_commands(sub: argparse._SubParsersAction,
         p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)", aliases=aliases)
         if words is not None and noun not in words and not words.intersection(aliases):
             continue  # not this command: its actions' parsers are never looked at
-        verbs_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-        for verb, (func, help_text, arguments) in verbs.items():
-            v = verbs_sub.add_parser(verb, help=help_text, aliases=VERB_ALIASES.get(verb, []))
-            for name, *options in arguments:
-                if options:  # argparse options given with the command (--all, --limit)
-                    v.add_argument(name, **options[0])
-                elif name == "--follow":
-                    v.add_argument("--follow", "-f", action="store_true",
-                                   help="print logs until it ends; exit 0 only if it completed")
-                elif name.startswith("--"):
-                    v.add_argument(name, type=_ARG_TYPES.get(name), help="filter by trial id")
-                else:
-                    v.add_argument(name, type=_ARG_TYPES.get(name), help=_ARG_HELP[name])
-            v.add_argument("--json", action="store_true", help="machine-readable output")
-            v.set_defaults(func=func)
+        _add_verbs(p, verbs, "action")
 
 
 def _add_master_commands(sub: argparse._SubParsersAction) -> None:
@@ -130,9 +180,33 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
     status = m.add_parser("status", help="is the master up? (exit 3 if not)")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_Lazy(master_cmd, "master_status"))
+    # Determined's `det master info` and `det master logs` (det_sdk.cli.session_cmd)
+    info = m.add_parser("info", help="the master's address, version and slots")
+    info.add_argument("--json", action="store_true")
+    info.add_argument("--yaml", action="store_true", help="YAML (the default)")
+    info.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "master_info"))
+    logs = m.add_parser("logs", help="the master's own log")
+    logs.add_argument("-f", "--follow", action="store_true", help="until interrupted")
+    logs.add_argument("--tail", type=int, metavar="N", help="the last N lines")
+    logs.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "master_logs"))
+    config = m.add_parser("config", help="refused: det_sdk's master has no config file")
+    config.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    config.set_defaults(func=_refusal("det master config: det_sdk's master takes its "
+                                      "settings as `det master up` options (det master up "
+                                      "--help); `det master info` shows them"))
     for q in (up, down, status):
         q.add_argument("--data-dir", help="state, logs, checkpoints (default ~/.det/master, "
                                            "or DET_MASTER_DIR)")
+
+
+def _refusal(why: str) -> Any:
+    def refuse(args: argparse.Namespace) -> int:
+        from det_sdk.errors import UsageError
+
+        raise UsageError(why)
+
+    refuse.refusal = why  # type: ignore[attr-defined]  # what the compat table reads
+    return refuse
 
 
 def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
@@ -156,18 +230,19 @@ def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
 def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every ``det`` command; with ``words`` (a command line's), the
     actions of a master's nouns (``experiment list``, ``job kill``...) only for a noun
-    among them: ``det --help`` and ``det master up`` then build 14 parsers, not 39 (each
+    among them: ``det --help`` and ``det master up`` then build 20 parsers, not 72 (each
     costs argparse about 0.4 ms, most of it looking for gettext translations), and
-    ``det experiment list`` 22. The command line parses the same either way.
+    ``det experiment list`` 45. The command line parses the same either way.
 
     >>> build_parser(["experiment", "list"]).parse_args(["experiment", "list"]).limit
-    20
+    200
     """
     parser = argparse.ArgumentParser(
         prog="det",
         description="det_sdk: train Keras models locally, under Horovod, or on a cluster.",
     )
-    parser.add_argument("--version", action="version", version=f"det_sdk {det_sdk.__version__}")
+    parser.add_argument("-v", "--version", action="version",
+                        version=f"det_sdk {det_sdk.__version__}")
     parser.add_argument("-m", "--master", default=setting("DET_MASTER") or DEFAULT_MASTER,
                         help=f"the master's URL, or host:port for http://host:port "
                              f"(DET_MASTER; default {DEFAULT_MASTER})")
@@ -175,6 +250,9 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
     _add_master_commands(sub)
     _add_task_commands(sub, None if words is None else set(words))
     _add_ui_commands(sub)  # det ui, det tensorboard (issue 12)
+
+    ver = sub.add_parser("version", help="the client's and the master's versions")
+    ver.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "version"))
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
     runs_sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -186,11 +264,18 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        noun = _NOUN_OF.get(args.command or "", args.command)
+        if noun in DEFAULT_VERBS and getattr(args, "action", None) is None:
+            # a bare noun runs its default verb, as Determined's `det e` lists experiments
+            words.append(DEFAULT_VERBS[noun])
+            args = parser.parse_args(words)
+        else:
+            parser.print_help()
+            return 2
     try:
         from det_sdk._master_url import master_url
 

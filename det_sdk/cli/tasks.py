@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     #: noun -> verb -> (the command, its help, its arguments: (name,) or (name, options))
-    CommandTable = dict[str, dict[str, tuple[Callable[[Namespace], int], str,
-                                              list[tuple[Any, ...]]]]]
+    Command = tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]]
+    #: a verb is a command, or a group of them (`det e set name`)
+    CommandTable = dict[str, dict[str, Command | dict[str, Command]]]
 
 __all__ = ["COMMANDS"]
 
@@ -136,44 +137,6 @@ def _follow(client: Any, kind: str, task_id: int, done: Any) -> str:
 # --- experiments ----------------------------------------------------------------------------
 
 
-def experiment_create(args: Namespace) -> int:
-    config = _read_config(args.config, "experiment")
-    archive = _pack(args.model_dir)
-    client = _client(args)
-    created = client.submit_experiment(config, archive,
-                                       progress_bar("uploading model directory"))
-    exp_id = created["id"]
-    for warning in created["warnings"]:  # stderr: --json output stays parseable
-        print(f"warning: {escape(warning, multiline=True)}", file=sys.stderr)
-    if args.json:
-        print_json({"id": exp_id})
-    else:
-        print(f"Created experiment {exp_id}")
-    if args.follow:
-        return experiment_wait(Namespace(**{**vars(args), "id": exp_id, "logs": True}))
-    return 0
-
-
-def experiment_list(args: Namespace) -> int:
-    exps, total = _newest(_client(args), "/api/v1/experiments", "experiments", args)
-    if args.json:
-        print_json(exps)
-        return 0
-
-    def trials(e: dict[str, Any]) -> str:
-        running = sum(n for s, n in e["trial_states"].items()
-                      if s in ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED"))
-        return f"{e['num_trials']} ({running} running)" if running else str(e["num_trials"])
-
-    rows = [[e["id"], e["name"] or "", e["state"], trials(e),
-             f"{100 * e['progress']:.0f}%"] for e in exps]
-    print(table(["ID", "NAME", "STATE", "TRIALS", "PROGRESS"], rows))
-    footer = page_footer(len(exps), total, "experiments")
-    if footer:
-        print(footer)
-    return 0
-
-
 # TARGET: the length the searcher has the trial train to (ASHA: its current rung)
 _TRIAL_HEADERS = ["TRIAL", "STATE", "BATCHES", "EPOCHS", "TARGET", "BEST", "RESTARTS", "HPARAMS"]
 
@@ -234,7 +197,7 @@ def experiment_wait(args: Namespace) -> int:
             _follow(client, "trials", t["id"], lambda tid=t["id"]: client.trial(tid)["state"])
     final = state()
     while final not in TERMINAL:
-        time.sleep(0.5)
+        time.sleep(getattr(args, "polling_interval", 0.5))
         final = state()
     print(f"experiment {args.id}: {final}", file=sys.stderr)
     if final != "COMPLETED":
@@ -270,14 +233,6 @@ def experiment_pause(args: Namespace) -> int:
 def experiment_activate(args: Namespace) -> int:
     out = _client(args).activate_experiment(args.id)
     print(f"experiment {args.id}: {out['state']}")
-    return 0
-
-
-def experiment_logs(args: Namespace) -> int:
-    client = _client(args)
-    for t in client.trials(args.id):
-        print(f"==> trial {t['id']} <==")
-        sys.stdout.write(client.logs("trials", t["id"])["text"])
     return 0
 
 
@@ -332,10 +287,6 @@ def _print_logs(args: Namespace, kind: str) -> int:
         return 0 if final == "COMPLETED" else 1
     sys.stdout.write(client.logs(kind, args.id)["text"])
     return 0
-
-
-def trial_logs(args: Namespace) -> int:
-    return _print_logs(args, "trials")
 
 
 # --- checkpoints ------------------------------------------------------------------------------
@@ -425,7 +376,7 @@ def _files_download(args: Namespace, kind: str) -> int:
     return 0
 
 
-def trial_download(args: Namespace) -> int:
+def trial_files(args: Namespace) -> int:
     return _files_download(args, "trials")
 
 
@@ -559,44 +510,174 @@ def job_kill(args: Namespace) -> int:
                                        "stopped; CANCELED once it has exited)"})
 
 
+from det_sdk.cli import experiment_cmd as _x  # noqa: E402
+from det_sdk.cli import session_cmd as _s  # noqa: E402
+from det_sdk.cli.logs_cmd import LOG_OPTIONS as _LOG  # noqa: E402
+from det_sdk.cli.main import refused as _refused  # noqa: E402
 from det_sdk.cli.model_cmd import COMMANDS as _MODEL_COMMANDS  # noqa: E402
 
 _FILES_DIR = ("dir", {"help": "where to put the files"})
+_ID = ("id", {"type": int, "help": "the experiment's id"})
+_TRIAL = ("trial_id", {"type": int, "help": "the trial's id"})
+_YES = ("--yes", {"action": "store_true", "help": "do not ask for confirmation"})
+_CSV = ("--csv", {"action": "store_true", "help": "print as CSV"})
+_QUIET = (("-q", "--quiet"), {"action": "store_true", "help": "print only the path"})
+_SORT = [("--sort-by", {"help": "a validation metric to rank by (default: the searcher's)"}),
+         ("--smaller-is-better", {"type": _x.bool_text, "metavar": "(true|false)",
+                                  "help": "with --sort-by: its order"})]
+# Determined's pagination (harness/determined/cli/_util.py): --limit is a page size and
+# every page is read unless --pages 1
+_PAGES = [("--limit", {"type": _positive_int, "default": 200, "metavar": "N",
+                       "help": "rows per request (every page is read unless --pages 1)"}),
+          ("--offset", {"type": int, "default": 0, "help": "rows to skip"}),
+          ("--pages", {"choices": ["all", "1"], "default": "all",
+                       "help": "all (default): every page; 1: one page of --limit rows"})]
+_NO_SCHEDULER = ("det_sdk schedules trials first come, first served on its slots: it has no "
+                 "{what} (Determined's {scheduler} scheduler). Order work by when you create "
+                 "it, or pause (det e pause) what should wait")
+
+
+def _refuse_verb(why: str) -> Any:
+    """A Determined verb det_sdk cannot do: its handler says why and what to use instead."""
+    def run(args: Namespace) -> int:
+        raise UsageError(why)
+
+    run.refusal = why  # type: ignore[attr-defined]  # what the compat table reads
+    return run
+
+
+def _set_refused(what: str, scheduler: str) -> tuple[Any, str, list[tuple[Any, ...]]]:
+    return (_refuse_verb(_NO_SCHEDULER.format(what=what, scheduler=scheduler)),
+            f"refused: no {what} in det_sdk's scheduler",
+            [_ID, ("value", {"help": "the value Determined would set"})])
+
 
 COMMANDS: CommandTable = {
     "experiment": {
-        "create": (experiment_create, "submit an experiment: CONFIG DIR",
-                   [("config",), ("model_dir",), ("--follow",)]),
-        "list": (experiment_list, f"list the newest experiments ({LIST_LIMIT}; --all)",
-                 [_LIMIT, _ALL]),
-        "describe": (experiment_describe, "trials, states and metrics of one",
-                     [("id",), ("--all", {"action": "store_true",
-                                          "help": "every trial (default: the first "
-                                                  f"{DESCRIBE_LIMIT})"})]),
-        "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [("id",)]),
-        "kill": (experiment_kill, "stop its trials (CANCELED)", [("id",)]),
+        "create": (_x.experiment_create, "submit an experiment: CONFIG [DIR]", [
+            ("config_file", {"help": "experiment config file (.yaml)"}),
+            ("model_def", {"nargs": "?", "help": "the directory to upload (default: none)"}),
+            ("--config", {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                          "help": "a config setting over the file's, e.g. "
+                                  "searcher.max_length.epochs=2"}),
+            (("-f", "--follow-first-trial"), {"action": "store_true",
+                                              "help": "follow the first trial's log"}),
+            ("--paused", {"action": "store_true", "help": "do not activate the experiment"}),
+            (("-t", "--test-mode"), {"action": "store_true",
+                                     "help": "a one-trial run of one scheduling unit, "
+                                             "followed, then archived"}),
+            (("-i", "--include"), _refused("det_sdk uploads one directory: put the extra "
+                                           "files in the model directory", True)),
+            ("--local", _refused("run the script on this machine instead: python train.py "
+                                 "(docs/local-runs.md)")),
+            ("--template", _refused("det_sdk has no config templates: merge the template "
+                                    "into the config file", True)),
+            ("--project_id", _refused("det_sdk has no workspaces or projects", True)),
+            (("-p", "--publish"), _refused("det_sdk does not publish task ports: a task's "
+                                           "ports are on the machine it runs on", True)),
+        ]),
+        "list": (_x.experiment_list, "list experiments (all of them; archived with --all)", [
+            (("--all", "-a"), {"action": "store_true", "help": "archived ones too"}),
+            ("--show_project", _refused("det_sdk has no workspaces or projects")),
+            *_PAGES, _CSV]),
+        "describe": (_x.experiment_describe, "trials, states and metrics: IDS (1,2,3)", [
+            ("experiment_ids", {"help": "comma-separated experiment ids"}),
+            ("--all", {"action": "store_true",
+                       "help": f"every trial (default: the first {DESCRIBE_LIMIT})"}),
+            ("--metrics", _refused("det_sdk's describe shows each trial's best metric; every "
+                                   "report: det trial describe TRIAL_ID")),
+            ("--csv", _refused("det e describe --json, or det e lt ID --csv")),
+            ("--outdir", _refused("redirect the output: det e describe ID --json > FILE",
+                                  True))]),
+        "config": (_x.experiment_config, "its config (YAML)", [_ID]),
+        "logs": (_x.experiment_logs, "the first trial's log (det t logs for the others)",
+                 [_ID, *_LOG]),
+        "list-trials": (_x.experiment_list_trials, "its trials", [_ID, *_PAGES, _CSV]),
+        "list-checkpoints": (_x.experiment_list_checkpoints, "its checkpoints", [
+            _ID, ("--best", {"type": int, "metavar": "N",
+                             "help": "the best N by the searcher metric"}), _CSV]),
+        "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [
+            _ID, ("--polling-interval", {"type": float, "default": 0.5,
+                                         "help": "seconds between checks (default 0.5; "
+                                                 "Determined's: 5)"})]),
+        "kill": (experiment_kill, "stop its trials now (CANCELED)", [("id",)]),
+        "cancel": (_x.experiment_cancel, "ask its trials to stop (CANCELED)", [_ID]),
         "pause": (experiment_pause, "checkpoint and stop its trials (PAUSED)", [("id",)]),
         "activate": (experiment_activate, "continue a paused experiment", [("id",)]),
-        "logs": (experiment_logs, "logs of its trials", [("id",)]),
+        "archive": (_x.experiment_archive, "hide an ended experiment from `e list`", [_ID]),
+        "unarchive": (_x.experiment_unarchive, "show it in `e list` again", [_ID]),
+        "delete": (_x.experiment_delete, "delete it with its checkpoints and logs",
+                   [_ID, _YES]),
+        "download": (_x.experiment_download, "the best checkpoints of its top-N trials", [
+            _ID, (("-o", "--output-dir"), {"default": "checkpoints",
+                                           "help": "checkpoints go to OUTPUT_DIR/UUID"}),
+            ("--top-n", {"type": int, "default": 1, "help": "how many trials' best"}),
+            *_SORT, _QUIET]),
+        "set": {
+            "name": (_x.experiment_set_name, "set its name",
+                     [_ID, ("name", {"help": "the new name"})]),
+            "description": (_x.experiment_set_description, "set its description",
+                            [_ID, ("description", {"help": "the new description"})]),
+            "max-slots": _set_refused("max_slots", "fair-share"),
+            "weight": _set_refused("weights", "fair-share"),
+            "priority": _set_refused("priorities", "priority"),
+        },
+        "label": {
+            "add": (_x.experiment_label_add, "add a label",
+                    [_ID, ("label", {"help": "the label"})]),
+            "remove": (_x.experiment_label_remove, "remove a label",
+                       [_ID, ("label", {"help": "the label"})]),
+        },
     },
     "trial": {
         "describe": (trial_describe, "state and metrics of a trial",
                      [("id",), ("--all", {"action": "store_true",
                                           "help": "every metric report (default: the first "
-                                                  f"{METRICS_LIMIT})"})]),
-        "logs": (trial_logs, "a trial's logs", [("id",), ("--follow",)]),
-        "download": (trial_download, "copy the files the trial wrote into its working "
-                     "directory into DIR (kept when it ended)", [("id",), _FILES_DIR]),
+                                                  f"{METRICS_LIMIT})"}),
+                      ("--metrics", _refused("det_sdk's describe always shows the metric "
+                                             "reports (the first 1000; --all for every one)")),
+                      ("--metrics-summary", _refused("det t describe shows each report; "
+                                                     "--json for a script")),
+                      ("--csv", _refused("det t describe ID --json"))]),
+        "logs": (_x.trial_logs, "a trial's log", [_TRIAL, *_LOG]),
+        "download": (_x.trial_download, "a checkpoint of the trial (--best, --latest, --uuid)",
+                     [_TRIAL, ("--best", {"action": "store_true"}),
+                      ("--latest", {"action": "store_true"}), ("--uuid", {}),
+                      (("-o", "--output-dir"), {"help": "default: checkpoints/UUID"}),
+                      *_SORT, _QUIET]),
+        "files": (trial_files, "det_sdk's: copy the files the trial wrote into its working "
+                  "directory into DIR (kept when it ended)", [("id",), _FILES_DIR]),
+        "kill": (_x.trial_kill, "stop this trial now (CANCELED); the others go on", [_TRIAL]),
     },
     "checkpoint": {
-        "list": (checkpoint_list, "the newest checkpoints (of one trial with --trial)",
+        "list": (checkpoint_list, "det_sdk's: the newest checkpoints (--trial: of one)",
                  [("--trial",), _LIMIT, _ALL]),
-        "download": (checkpoint_download, "copy a checkpoint into DIR", [("uuid",), ("dir",)]),
+        "describe": (_x.checkpoint_describe, "a checkpoint's trial, step, size, metrics",
+                     [("uuid",)]),
+        "download": (_x.checkpoint_download, "copy a checkpoint (default: checkpoints/UUID)",
+                     [("uuid",), (("-o", "--output-dir"), {"help": "default: checkpoints/UUID"}),
+                      _QUIET,
+                      ("--mode", _refused("det_sdk downloads through the master only", True))]),
+        "delete": (_x.checkpoint_delete, "delete checkpoints: UUIDS (a,b,c)",
+                   [("checkpoints_uuids", {"help": "comma-separated UUIDs"}), _YES]),
     },
     "job": {
-        "run": (job_run, "run a generic job (batch inference): CONFIG DIR",
+        "list": (_s.job_list, "the scheduler's queue: experiments and batch jobs waiting "
+                 "for or holding slots", [
+                     (("-p", "--resource-pool"), _refused("det_sdk has one pool of slots",
+                                                          True)),
+                     ("--limit", {"type": _positive_int, "default": 100, "metavar": "N",
+                                  "help": "rows per page (every page unless --pages 1)"}),
+                     ("--offset", {"type": int, "default": 0, "help": "rows to skip"}),
+                     ("--pages", {"choices": ["all", "1"], "default": "all"}),
+                     ("--reverse", {"action": "store_true", "help": "the last first"}),
+                     ("--yaml", {"action": "store_true"}), ("--table", {"action": "store_true",
+                                                                       "help": "the default"}),
+                     _CSV]),
+        "run": (job_run, "det_sdk's: run a generic job (batch inference): CONFIG DIR",
                 [("config",), ("model_dir",), ("--follow",)]),
-        "list": (job_list, f"list the newest jobs ({LIST_LIMIT}; --all)", [_LIMIT, _ALL]),
+        "batches": (job_list, f"det_sdk's: list the newest batch jobs ({LIST_LIMIT}; --all)",
+                    [_LIMIT, _ALL]),
         "logs": (job_logs, "a job's logs", [("id",), ("--follow",)]),
         "describe": (job_describe, "state, progress (rows, rows/s, time left), output and "
                      "restarts of a job", [("id",)]),
@@ -608,5 +689,7 @@ COMMANDS: CommandTable = {
         "download": (job_download, "copy the files the job wrote into its working "
                      "directory (e.g. predictions) into DIR", [("id",), _FILES_DIR]),
     },
-    "model": _MODEL_COMMANDS,  # the master's model registry: det_sdk.cli.model_cmd
+    "model": {**_MODEL_COMMANDS},  # the master's model registry: det_sdk.cli.model_cmd
+    "user": _s.USER_COMMANDS,
+    "task": _s.TASK_COMMANDS,
 }

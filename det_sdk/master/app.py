@@ -23,6 +23,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from det_sdk.master.core import Master
+from det_sdk.master.routes.admin import admin_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.common import RESPONSES, auth_dependencies
@@ -69,6 +70,8 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(checkpoints_router(master, principal))
     app.include_router(jobs_router(master, principal, user))  # det job ... (issue 40)
     app.include_router(models_router(master, user))  # the model registry (issue 38)
+    # Determined's CLI verbs on finished work and the master's log (issue 48)
+    app.include_router(admin_router(master, user))
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -207,9 +207,11 @@ class Master:
 
     # --- experiments ----------------------------------------------------------------------
 
-    def create_experiment(self, raw_config: dict[str, Any], model_b64: str) -> int:
+    def create_experiment(self, raw_config: dict[str, Any], model_b64: str,
+                          activate: bool = True) -> int:
         """Validate everything, then store the upload and the experiment with all its
-        trials: a refused request writes nothing."""
+        trials: a refused request writes nothing. ``activate=False``: created PAUSED
+        (Determined's ``det e create --paused``), no trial started."""
         config = _experiment_config(raw_config)
         if config.resources.slots_per_trial > self.launcher.slots:
             raise InvalidRequest(
@@ -228,6 +230,8 @@ class Master:
             with self._lock:
                 exp_id = self.store.create_experiment_with_trials(stored, str(archive_path),
                                                                   trials)
+                if not activate:  # under the lock: the scheduler never sees it active
+                    self.lifecycle.experiment_event(exp_id, ExperimentEvent.PAUSE)
         except BaseException:
             archive_path.unlink(missing_ok=True)
             raise

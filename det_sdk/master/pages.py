@@ -82,7 +82,8 @@ def _next(kind: str, rows: list[Any], limit: int, key: str) -> str | None:
 # --- experiments and their trials ------------------------------------------------------
 
 
-def experiment_page(master: Any, limit: int, cursor: str | None) -> api.ExperimentPage:
+def experiment_page(master: Any, limit: int, cursor: str | None,
+                    archived: bool | None = None) -> api.ExperimentPage:
     """The newest experiments first: summaries (state, counts, progress, best metric).
 
     ``master`` is a ``det_sdk.master.core.Master``. One row more than ``limit`` is read
@@ -91,7 +92,7 @@ def experiment_page(master: Any, limit: int, cursor: str | None) -> api.Experime
     >>> # page = experiment_page(master, 20, None); experiment_page(master, 20, page.next_cursor)
     """
     before = None if cursor is None else decode_cursor("experiments", cursor)
-    rows, total = master.store.experiment_page(before, limit + 1)
+    rows, total = master.store.experiment_page(before, limit + 1, archived)
     out = []
     for r in rows[:limit]:
         smaller = r["smaller_is_better"] is None or bool(r["smaller_is_better"])
@@ -99,7 +100,8 @@ def experiment_page(master: Any, limit: int, cursor: str | None) -> api.Experime
             id=r["id"], name=r["name"], state=r["state"], created=r["created"],
             ended=r["ended"], searcher=r["searcher"], metric=r["metric"],
             smaller_is_better=smaller, best_metric=r["best_min"] if smaller else r["best_max"],
-            progress=r["progress"], num_trials=r["trials"], trial_states=r["trial_states"]))
+            progress=r["progress"], num_trials=r["trials"], trial_states=r["trial_states"],
+            archived=bool(r["archived"])))
     return api.ExperimentPage(experiments=out, total=total,
                               next_cursor=_next("experiments", rows, limit, "id"))
 
@@ -167,7 +169,8 @@ def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.Experi
     return api.ExperimentInfo(
         id=exp["id"], name=exp["name"], state=exp["state"], config=exp["config"],
         created=exp["created"], trials=trials, progress=progress,
-        num_trials=sum(counts.values()), trial_states=counts, trials_next_cursor=next_cursor)
+        num_trials=sum(counts.values()), trial_states=counts, trials_next_cursor=next_cursor,
+        archived=bool(exp.get("archived")))
 
 
 # --- jobs and checkpoints ----------------------------------------------------------------

@@ -24,6 +24,7 @@ class ExperimentRow(TypedDict):
     archive: str  # the uploaded model directory (deleted when the experiment ends)
     created: float
     ended: float | None
+    archived: int  # det experiment archive: left out of lists
 
 
 class TrialRow(TypedDict):
@@ -127,6 +128,7 @@ class ExperimentSummaryRow(TypedDict):
     progress: float  # the mean of its trials' progress
     best_min: float | None  # the lowest and highest best searcher metric of its trials
     best_max: float | None
+    archived: int
 
 
 class JobSummaryRow(TypedDict):

@@ -105,6 +105,8 @@ _ADDED_COLUMNS = {
     # jobs that resume (issue 40): relaunches after a failure; activate once stopped (an
     # activate while it still stops); the chief's latest progress report (rows, where its
     # output goes, when) and the first report of the current allocation (the rate's base)
+    # det experiment archive (det_sdk.master.experiment_admin): left out of lists
+    "experiments": ("archived INTEGER NOT NULL DEFAULT 0",),
     "jobs": ("restarts INTEGER NOT NULL DEFAULT 0", "reactivate INTEGER NOT NULL DEFAULT 0",
              "rows_done INTEGER", "rows_total INTEGER", "output TEXT", "progress_at REAL",
              "rate_alloc TEXT", "rate_rows INTEGER", "rate_at REAL"),
@@ -661,11 +663,13 @@ class Store:
     # ``WHERE key < last ORDER BY key DESC LIMIT n`` walks an index from the cursor, where
     # OFFSET would read and drop every row before the page.
 
-    def experiment_page(self, before_id: int | None, limit: int
+    def experiment_page(self, before_id: int | None, limit: int,
+                        archived: bool | None = None
                         ) -> tuple[list[ExperimentSummaryRow], int]:
         """Up to ``limit`` experiments with ids below ``before_id`` (from the newest if
         None), newest first, each with its trials' counts by state, mean progress and best
-        metrics; and how many experiments there are. Three statements.
+        metrics; and how many experiments there are. Three statements. ``archived``:
+        only the archived (True) or the others (False); None: all.
 
         >>> s = Store(":memory:")
         >>> _ = [s.create_experiment_with_trials({"name": n}, "a", []) for n in "xyz"]
@@ -673,20 +677,25 @@ class Store:
         >>> [r["name"] for r in rows], total
         (['z', 'y'], 3)
         """
+        archived_filter = "" if archived is None else " AND archived = ?"
+        archived_arg = () if archived is None else (int(archived),)
         with self._lock:
             exps = [dict(r) for r in self._db.execute(
                 "SELECT id, name, state, created, ended,"
                 " json_extract(config, '$.searcher.name') AS searcher,"
                 " json_extract(config, '$.searcher.metric') AS metric,"
-                " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better"
-                " FROM experiments WHERE id < ? ORDER BY id DESC LIMIT ?",
-                (_before(before_id), limit))]
+                " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better,"
+                " archived FROM experiments WHERE id < ?"
+                f"{archived_filter} ORDER BY id DESC LIMIT ?",
+                (_before(before_id), *archived_arg, limit))]
             aggregates = self._db.execute(
                 "SELECT experiment_id, state, COUNT(*), SUM(progress), MIN(best_metric),"
                 " MAX(best_metric) FROM trials WHERE experiment_id IN"
                 f" ({', '.join('?' for _ in exps)}) GROUP BY experiment_id, state",
                 [e["id"] for e in exps]).fetchall() if exps else []
-            (total,) = self._db.execute("SELECT COUNT(*) FROM experiments").fetchone()
+            (total,) = self._db.execute(
+                f"SELECT COUNT(*) FROM experiments WHERE 1{archived_filter}",
+                archived_arg).fetchone()
         by_id = {e["id"]: e for e in exps}
         for e in exps:
             e.update(trial_states={}, trials=0, progress=0.0, best_min=None, best_max=None)

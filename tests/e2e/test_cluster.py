@@ -95,7 +95,7 @@ def test_example_trains_on_the_cluster_then_batch_inference(cluster: Cluster,
     with np.load(mnist_npz) as f:
         x = np.expand_dims(f["x_test"].astype("float32") / 255, -1)
     np.testing.assert_allclose(preds, model.predict(x, verbose=0), atol=1e-6)
-    jobs = json.loads(cluster.det("job", "list", "--json").stdout)
+    jobs = json.loads(cluster.det("job", "batches", "--json").stdout)
     assert jobs[-1]["state"] == "COMPLETED"
 
 
@@ -278,12 +278,12 @@ def test_kill_cancels_and_stops_the_processes(cluster: Cluster) -> None:
 def test_checkpoint_download_and_openapi(cluster: Cluster) -> None:
     ckpts = json.loads(cluster.det("checkpoint", "list", "--json").stdout)
     dest = cluster.root / "downloaded"
-    out = cluster.det("checkpoint", "download", ckpts[0]["uuid"], str(dest))
+    out = cluster.det("checkpoint", "download", ckpts[0]["uuid"], "-o", str(dest))
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in dest.iterdir()) == [
         "checksums.json", "metadata.json", "model.json", "state.bin", "state.json"]
     assert (dest / "state.bin").read_bytes() == (Path(ckpts[0]["path"]) / "state.bin").read_bytes()
-    bad = cluster.det("checkpoint", "download", "no-such-uuid", str(dest))
+    bad = cluster.det("checkpoint", "download", "no-such-uuid", "-o", str(dest))
     assert bad.returncode == 1 and "no checkpoint" in bad.stderr
     assert httpx.get(f"{cluster.url}/openapi.json").status_code == 401  # the user's only
     spec = httpx.get(f"{cluster.url}/openapi.json",

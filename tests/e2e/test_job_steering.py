@@ -80,9 +80,9 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     # the 12 batches done are its progress (each part complete), and the master has it
     assert paused["rows_done"] == 12 * BATCH > running["rows_done"]
     assert paused["progress"] == pytest.approx(12 * BATCH / ROWS)
-    listed = json.loads(cluster.det("job", "list", "--json").stdout)
+    listed = json.loads(cluster.det("job", "batches", "--json").stdout)
     assert next(j for j in listed if j["id"] == job)["progress"] == paused["progress"]
-    assert "PAUSED" in cluster.det("job", "list").stdout
+    assert "PAUSED" in cluster.det("job", "batches").stdout
     assert cluster.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
     done = _state(cluster, job, "COMPLETED", "ERROR", "CANCELED")
     log = _log(cluster, job)

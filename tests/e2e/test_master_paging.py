@@ -21,25 +21,25 @@ from harness.master import Cluster
 pytestmark = pytest.mark.stack_neutral
 
 
-def test_det_lists_show_the_newest_page_and_all_with_all(cluster: Cluster) -> None:
+def test_det_lists_show_every_row_or_the_newest_page(cluster: Cluster) -> None:
     fill_history(cluster.data_dir / "master.db", 45, trials_per_experiment=2, jobs=23)
-    out = cluster.det("experiment", "list")
+    # Determined's `det e list`: every experiment, oldest first (--limit: a page's size)
+    out = cluster.det("experiment", "list", "--limit", "20")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[-1] == "showing the newest 20 of 45 experiments; --all for everything"
-    ids = [int(line.split()[0]) for line in lines[1:-1]]
-    assert ids == list(range(26, 46))  # the newest 20, the newest at the bottom
+    ids = [int(line.split()[0]) for line in lines[1:]]
+    assert ids == list(range(1, 46))  # all 45 over 3 pages, the newest at the bottom
     assert "2" in lines[1].split()  # TRIALS: the count from the summary
 
-    every = cluster.det("experiment", "list", "--all", "--json")
+    every = cluster.det("experiment", "list", "--json")
     assert [e["id"] for e in json.loads(every.stdout)] == list(range(1, 46))
-    assert "showing" not in cluster.det("experiment", "list", "--all").stdout
-    five = json.loads(cluster.det("experiment", "list", "--limit", "5", "--json").stdout)
-    assert [e["id"] for e in five] == [41, 42, 43, 44, 45]
+    page = json.loads(cluster.det("experiment", "list", "--pages", "1", "--limit", "5",
+                                  "--offset", "40", "--json").stdout)
+    assert [e["id"] for e in page] == [41, 42, 43, 44, 45]
 
-    jobs = cluster.det("job", "list")
+    jobs = cluster.det("job", "batches")
     assert jobs.stdout.splitlines()[-1] == "showing the newest 20 of 23 jobs; --all for everything"
-    assert len(json.loads(cluster.det("job", "list", "--all", "--json").stdout)) == 23
+    assert len(json.loads(cluster.det("job", "batches", "--all", "--json").stdout)) == 23
     ckpts = cluster.det("checkpoint", "list", "--limit", "3")
     assert ckpts.stdout.splitlines()[-1].startswith("showing the newest 3 of 90 checkpoints")
 

@@ -26,7 +26,9 @@ def cluster_router(master: Master, principal: Dependency) -> APIRouter:
 
     @router.get("/api/v1/master")
     def master_info(p: Principal = Depends(principal)) -> dict[str, Any]:
-        return {"url": master.url, "slots": master.launcher.slots,
+        from det_sdk import __version__
+
+        return {"url": master.url, "version": __version__, "slots": master.launcher.slots,
                 "free_slots": master.launcher.free_slots()}
 
     return router

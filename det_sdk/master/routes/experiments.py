@@ -35,7 +35,7 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
     @router.post("/api/v1/experiments", status_code=201)
     def create_experiment(req: api.CreateExperimentRequest,
                           p: Principal = Depends(user)) -> api.CreateExperimentResponse:
-        exp_id = master.create_experiment(req.config, req.model_definition)
+        exp_id = master.create_experiment(req.config, req.model_definition, req.activate)
         ignored = ignored_fields(req.config)  # accepted: the config validated above
         warnings = [ignored_fields_warning(ignored)] if ignored else []
         warnings += launch_warnings(parse_experiment_config(req.config))
@@ -45,9 +45,11 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
 
     @router.get("/api/v1/experiments", response_model=api.ExperimentPage)
     def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
+                         archived: bool | None = None,
                          p: Principal = Depends(user)) -> Response:
-        """The newest experiments first, as summaries; `next_cursor` continues."""
-        return as_json(experiment_page(master, limit, cursor))
+        """The newest experiments first, as summaries; `next_cursor` continues.
+        `archived`: only the archived (true) or the others (false); absent: all."""
+        return as_json(experiment_page(master, limit, cursor, archived))
 
     @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
     def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,

@@ -1,0 +1,183 @@
+"""Determined 0.38.1's daily `det` command lines and what det_sdk's `det` does with each:
+the table of docs/determined-compat.md ("CLI: Determined's command lines"), generated from
+det's own argparse tree (issue 48).
+
+Each form is parsed by ``det_sdk.cli.main.build_parser``: a form marked ``same`` or
+``different`` must parse to a command; ``refused`` must stop with a message naming what to
+use instead (a parse error from a refused flag, or a handler that refuses);
+``not built`` must not parse. tests/unit/test_cli_determined.py checks every row.
+
+    python scripts/determined_cli_table.py          # print the markdown table
+    python scripts/determined_cli_table.py --check  # exit 1 if a row does not hold
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import sys
+
+#: (Determined's command line, status, why) — status: same, different, refused, not built
+FORMS: list[tuple[str, str, str]] = [
+    ("det -v", "same", "prints the version"),
+    ("det version", "same", "the client's and the master's versions, as YAML"),
+    ("det -m host:8080 e list", "same", "a bare host:port is http://host:port"),
+    ("det e", "same", "a bare noun lists"),
+    ("det e list", "same", "every experiment, archived ones left out (columns: ID, Name, "
+                           "State, Progress, Trials; no owner, pool or times)"),
+    ("det e ls --all", "same", "archived ones too (det_sdk has one user)"),
+    ("det e list --limit 10", "same", "a page's size: every page is read"),
+    ("det e list --pages 1 --limit 10 --offset 20", "same", "one page"),
+    ("det e list --csv", "same", ""),
+    ("det e list --show_project", "refused", "no workspaces or projects"),
+    ("det e describe 1,2", "same", "comma lists"),
+    ("det e describe 1,2 --json", "different", "a list of det_sdk's objects (not Determined's "
+                                               "schema)"),
+    ("det e describe 1 --json", "different", "det_sdk's object of the experiment, not in a "
+                                             "list; --json everywhere is det_sdk's schema"),
+    ("det e describe 1 --metrics", "refused", "every report: det t describe"),
+    ("det e config 1", "same", "YAML"),
+    ("det e logs 1", "same", "the first trial's log"),
+    ("det e logs 1 -f", "same", "until the trial ends"),
+    ("det e logs 1 --head 5", "same", ""),
+    ("det e logs 1 --tail 5", "same", ""),
+    ("det e logs 1 --json", "refused", "logs are plain text, not JSON records"),
+    ("det e logs 1 --rank-id 0", "refused", "no per-line records: filter the text"),
+    ("det e create c.yaml .", "same", ""),
+    ("det e create c.yaml", "same", "no model directory: an empty one"),
+    ("det e create c.yaml . --config resources.slots_per_trial=2", "same", ""),
+    ("det e create c.yaml . --paused", "same", "created PAUSED"),
+    ("det e create c.yaml . -t", "same", "one trial of one scheduling unit, followed, archived"),
+    ("det e create c.yaml . -f", "same", "follows the first trial's log"),
+    ("det e create c.yaml . --follow-first-trial", "same", ""),
+    ("det e create c.yaml . --follow", "same", "argparse's abbreviation of --follow-first-trial, "
+                                               "as in Determined (exit 0; det e wait ID for the "
+                                               "end state)"),
+    ("det e create c.yaml . -i extra.py", "refused", "put the files in the directory"),
+    ("det e create c.yaml . --local", "refused", "python train.py"),
+    ("det e create c.yaml . --project_id 3", "refused", "no projects"),
+    ("det e create c.yaml . --template t", "refused", "no templates"),
+    ("det e lt 1", "same", ""),
+    ("det e list-trials 1 --csv", "same", ""),
+    ("det e lc 1", "same", ""),
+    ("det e list-checkpoints 1 --best 2", "same", "by the searcher metric"),
+    ("det e wait 1", "different", "polls every 0.5 s (Determined: 5) unless --polling-interval"),
+    ("det e wait 1 --polling-interval 5", "same", ""),
+    ("det e pause 1", "same", ""),
+    ("det e activate 1", "same", ""),
+    ("det e unpause 1", "same", ""),
+    ("det e kill 1", "same", ""),
+    ("det e cancel 1", "same", "its trials are asked to stop; CANCELED"),
+    ("det e archive 1", "same", "an ended experiment, hidden from e list"),
+    ("det e unarchive 1", "same", ""),
+    ("det e delete 1", "same", "asks first (refuses without a terminal: --yes)"),
+    ("det e delete 1 --yes", "same", "with its checkpoints' files and logs"),
+    ("det e set name 1 new", "same", ""),
+    ("det e set description 1 text", "same", "kept as the config's description"),
+    ("det e set max-slots 1 2", "refused", "no max_slots in det_sdk's scheduler"),
+    ("det e set weight 1 2", "refused", "no weights in det_sdk's scheduler"),
+    ("det e set priority 1 2", "refused", "no priorities in det_sdk's scheduler"),
+    ("det e label add 1 red", "same", "kept as the config's labels"),
+    ("det e label remove 1 red", "same", ""),
+    ("det e download 1", "same", "checkpoints/UUID of the best trial"),
+    ("det e download 1 -o out --top-n 2 --sort-by loss --smaller-is-better true", "same", ""),
+    ("det e continue 1", "not built", "the master deletes an experiment's uploaded directory "
+                                      "when it ends: create a new experiment whose script "
+                                      "loads the checkpoint"),
+    ("det e move 1 ws proj", "not built", "no workspaces or projects"),
+    ("det e set gc-policy 1 --save-experiment-best 1 --save-trial-best 1 "
+     "--save-trial-latest 1", "not built", "retention is the config's checkpoint_storage"),
+    ("det t describe 1", "same", ""),
+    ("det t describe 1 --metrics", "refused", "the reports are always shown"),
+    ("det t logs 1", "same", ""),
+    ("det t logs 1 -f", "same", "exit 0 when the log ends"),
+    ("det t logs 1 --tail 20", "same", ""),
+    ("det t logs 1 --json", "refused", "logs are plain text"),
+    ("det t download 1 --best", "same", "to checkpoints/UUID"),
+    ("det t download 1 --best -o out", "same", ""),
+    ("det t download 1 --latest", "same", ""),
+    ("det t download 1 --uuid U -o out", "same", ""),
+    ("det t download 1 --best --sort-by loss --smaller-is-better true", "same", ""),
+    ("det t kill 1", "same", "this trial CANCELED; the others go on"),
+    ("det t files 1 out", "different", "det_sdk's own: the trial's working directory "
+                                       "(was det trial download)"),
+    ("det c describe U", "same", ""),
+    ("det c download U", "same", "to checkpoints/U"),
+    ("det c download U -o out", "same", ""),
+    ("det c download U -o out -q", "same", ""),
+    ("det c download U --mode direct", "refused", "through the master only"),
+    ("det c delete U1,U2", "same", "asks first"),
+    ("det c delete U1,U2 --yes", "same", "files and records"),
+    ("det m list", "same", ""),
+    ("det m create name", "same", ""),
+    ("det m describe name", "same", ""),
+    ("det m register-version name U", "same", ""),
+    ("det master info", "same", "address, version, slots"),
+    ("det master logs", "same", ""),
+    ("det master logs -f", "same", "until interrupted"),
+    ("det master logs --tail 20", "same", ""),
+    ("det master config", "refused", "settings are det master up's options"),
+    ("det user login", "same", "the master's one user: its token checked and saved"),
+    ("det user login determined", "same", ""),
+    ("det user logout", "same", "the saved token forgotten"),
+    ("det user whoami", "same", ""),
+    ("det task list", "same", "what runs now: trial-N, job-N"),
+    ("det task logs trial-1", "same", ""),
+    ("det task logs trial-1 -f", "same", ""),
+    ("det job list", "same", "the scheduler's queue: experiments and batch jobs waiting for or "
+                             "holding slots, first submitted first (no priority or user "
+                             "columns); det_sdk's batch-job history: det job batches"),
+    ("det j ls --json", "same", ""),
+    ("det job", "same", "a bare noun lists the queue"),
+    ("det job list -p pool", "refused", "one pool of slots"),
+    ("det job update 1 --priority 3", "not built", "no priorities"),
+    ("det tensorboard start 1", "not built", "det tensorboard 1 runs it in the foreground "
+                                             "until Ctrl-C"),
+    ("det tensorboard list", "not built", "det tensorboard runs in the foreground"),
+    ("det tensorboard kill ID", "not built", "Ctrl-C the det tensorboard that runs it"),
+]
+
+
+def outcome(line: str) -> str:
+    """What det_sdk's det does with ``line``: "parses", "refused" or "no such form"."""
+    from det_sdk.cli.main import build_parser
+
+    words = shlex.split(line)[1:]
+    parser = build_parser(words)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(words)
+    except SystemExit as done:
+        if done.code == 0:  # --version, --help
+            return "parses"
+        return "refused" if "refused by det_sdk" in err.getvalue() else "no such form"
+    func = getattr(args, "func", None)
+    if func is None:  # a bare noun: its default verb
+        return "parses"
+    return "refused" if getattr(func, "refusal", None) else "parses"
+
+
+EXPECTED = {"same": "parses", "different": "parses", "refused": "refused",
+            "not built": "no such form"}
+
+
+def check() -> list[str]:
+    """The rows whose outcome is not what their status says."""
+    return [f"{line}: {status}, but det {outcome(line)}" for line, status, _ in FORMS
+            if outcome(line) != EXPECTED[status]]
+
+
+def table() -> str:
+    rows = ["| Determined's command line | det_sdk | Why / how |", "|---|---|---|"]
+    rows += [f"| `{line}` | {status} | {why} |" for line, status, why in FORMS]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    if "--check" in sys.argv:
+        bad = check()
+        print("\n".join(bad) or "every row holds")
+        sys.exit(1 if bad else 0)
+    print(table())
