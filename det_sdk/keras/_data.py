@@ -47,9 +47,9 @@ __all__ = [
     "local_part",
     "num_rows",
     "pad_dataset",
+    "refuse_same_batches",
     "sequence_pipeline",
     "sequence_steps",
-    "refuse_same_batches",
     "slice_rows",
     "wrap_data",
 ]
@@ -99,6 +99,7 @@ class ShardedArray(np.ndarray):
     det_cut: str | None
     det_size: int
     det_processes: Processes | None
+    det_warned: bool = False  # check_not_cut's one-process warning given for this array
 
     def __array_finalize__(self, obj: Any) -> None:
         self.det_shard = None
@@ -126,7 +127,7 @@ def _keeps_rows(key: Any, n: int) -> bool:
     [False, False, False, False, False, False]
     """
     first = key[0] if isinstance(key, tuple) and key else key
-    if isinstance(key, tuple) and not key or first is Ellipsis:
+    if (isinstance(key, tuple) and not key) or first is Ellipsis:
         return True
     if isinstance(first, slice):
         return range(*first.indices(n)) == range(n)
@@ -376,7 +377,7 @@ def _first_batch_digest(ds: tf.data.Dataset) -> str | None:
     for element in ds.take(1):
         h = xxhash.xxh3_64()
         for part in tf.nest.flatten(element, expand_composites=True):
-            h.update(_digest(np.asarray(part.numpy() if hasattr(part, "numpy") else part)))
+            h.update(_digest(np.asarray(part.numpy() if hasattr(part, "numpy") else part)).encode())
         return h.hexdigest()
     return None
 
