@@ -109,6 +109,25 @@ def test_trial_id_is_the_run_id_on_every_process(two: dict) -> None:
     assert two["rank_trial_ids"] == [1, 1]
 
 
+def test_rows_cut_from_wrapped_views_and_alike_datasets_are_refused(two: dict,
+                                                                    one: dict) -> None:
+    # issue 49: each process would validate its own part's first 16 rows (32 in all)
+    assert "rows cut from context.wrap_data's arrays ([:16])" in two["cut_validation_refused"]
+    assert "before wrap_data" in two["cut_validation_refused"]
+    assert "the same batches" in two["unwrapped_dataset_refused"]
+    assert one["cut_validation_refused"] is None  # one process: what the script means
+    assert one["unwrapped_dataset_refused"] is None
+
+
+def test_preprocessing_adapted_on_wrapped_data_equals_one_process(two: dict, one: dict) -> None:
+    # issue 49: was each rank's half, then rank 0's broadcast
+    reference = one["adapted"][0]
+    for rank_state in two["adapted"]:
+        for got, want in zip(rank_state, reference):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(two["adapted_val_loss"], one["adapted_val_loss"], rtol=1e-5)
+
+
 @pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])
 def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(tmp_path: Path, sig: str,
                                                              code: int) -> None:
