@@ -5,6 +5,10 @@ process (the reference); the tests read its JSON reports. Cases that need no sec
 process (checkpoint weights into a subclassed model, run ids, retention, stopping
 before fit, resuming random draws) run here or as one script.
 
+Issue 49 adds one section to the same run (no new process): rows cut from wrapped views
+and an unwrapped dataset alike on every process are refused, and preprocessing adapted on
+wrapped data equals one process's.
+
 This module's other half, the tests that start no process: tests/integration/test_same_on_n.py.
 """
 
