@@ -38,6 +38,7 @@ __all__ = ["adapt_over_all_rows", "adapting_classes"]
 
 _lock = threading.Lock()
 _MARK = "__det_over_all_rows__"
+_installed = False  # every wrap_data asks; the classes are scanned once
 
 
 def adapting_classes() -> list[type]:
@@ -59,11 +60,15 @@ def adapting_classes() -> list[type]:
 
 def adapt_over_all_rows() -> None:
     """Wrap every preprocessing layer class's ``adapt`` (once per process; idempotent)."""
+    global _installed
+    if _installed:
+        return
     with _lock:
         for cls in adapting_classes():
             adapt = vars(cls)["adapt"]
             if not getattr(adapt, _MARK, False):
                 cls.adapt = _over_all_rows(adapt)  # type: ignore[attr-defined]
+        _installed = True
 
 
 def _over_all_rows(adapt: Callable[..., Any]) -> Callable[..., Any]:
