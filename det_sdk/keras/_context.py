@@ -16,7 +16,7 @@ from det_sdk.engine.signals import MASTER_STOP
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
-from det_sdk.keras import _checkpoint, _compat, _data, _fit
+from det_sdk.keras import _checkpoint, _compat, _data, _fit, _preprocessing
 from det_sdk.keras._fit_run import Preempted
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.stages import DEFAULT_STAGE, RunStages, check_stage_name
@@ -121,7 +121,11 @@ class KerasContext:
             x, y, w = context.wrap_data(x, y, w)      # with sample weights
             seq = context.wrap_data(seq)              # keras.utils.Sequence
             ds = context.wrap_data(ds)                # tf.data.Dataset: ds.shard()
+
+        Preprocessing layers adapted on what it returns adapt over all the rows, as on
+        one process (``_preprocessing``).
         """
+        _preprocessing.adapt_over_all_rows()
         return _data.wrap_data(self.distributed, x, y, sample_weight)
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
@@ -276,7 +280,7 @@ class KerasContext:
             return predict_to(dist, self.core, model, x, output, **kwargs)
         if dist.size == 1:
             return model.predict(x, **kwargs)
-        x, _, _, rows, _ = _data.local_part(dist, x)
+        x, _, _, rows, _ = _data.local_part(dist, x, where="context.predict: x")
         if not dist.is_chief:
             kwargs["verbose"] = 0
         if rows == 0:  # fewer rows than processes: an empty block of the right shape

@@ -16,7 +16,9 @@ a checkpoint starts exactly where it stopped, in the same data order.
 
 from __future__ import annotations
 
+import logging
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,20 +36,25 @@ __all__ = [
     "ShardedSequence",
     "array_pipeline",
     "as_per_process",
+    "check_not_cut",
     "class_weights",
     "dataset_batches",
     "full_data",
+    "full_rows",
     "is_array_data",
     "is_per_process",
     "is_wrapped",
     "local_part",
     "num_rows",
     "pad_dataset",
+    "refuse_same_batches",
     "sequence_pipeline",
     "sequence_steps",
     "slice_rows",
     "wrap_data",
 ]
+
+log = logging.getLogger(__name__)
 
 
 # --- numpy ----------------------------------------------------------------------------------
@@ -73,20 +80,163 @@ class ShardedArray(np.ndarray):
     ``fit`` trains on it as it is, padding the processes with fewer rows with
     weight-0 rows to the same number of steps; ``evaluate`` and ``predict`` take
     it as this process's part rather than sharding it again.
+
+    Derived arrays carry ``det_size`` (the processes the data was wrapped for),
+    ``det_processes`` (their collectives, for :func:`full_rows`) and ``det_cut``: a
+    description of the first index that selected *rows* (``[:64]``, a mask, indices)
+    rather than keeping all of them in order. Such rows are a different set on N
+    processes than on one (each process cuts its own part; ``len()`` is its part's),
+    so ``fit``, ``evaluate``, ``predict`` and ``adapt`` refuse them on several
+    processes (:func:`check_not_cut`) and say to cut before ``wrap_data``.
+
+    >>> from det_sdk.distributed import SingleProcess
+    >>> xs = wrap_data(SingleProcess(), np.arange(10.0)[:, None])
+    >>> (xs * 2)[..., 0].det_cut, xs[:4].det_cut, xs[::-1][:, 0].det_cut
+    (None, '[:4]', '[::-1]')
+    >>> xs[[2, 0, 1]].det_cut  # a permutation too: shuffle before wrap_data (fit shuffles)
+    '[<indices>]'
+
     """
 
     det_shard: Shard | None
+    det_cut: str | None
+    det_size: int
+    det_processes: Processes | None
+    det_warned: bool = False  # check_not_cut's one-process warning given for this array
 
     def __array_finalize__(self, obj: Any) -> None:
         self.det_shard = None
+        self.det_cut = getattr(obj, "det_cut", None)
+        self.det_size = getattr(obj, "det_size", 1)
+        self.det_processes = getattr(obj, "det_processes", None)
+
+    def __getitem__(self, key: Any) -> Any:
+        out = super().__getitem__(key)
+        if isinstance(out, ShardedArray) and out.det_cut is None and self.ndim \
+                and not _keeps_rows(key):
+            out.det_cut = _describe_index(key)
+        return out
+
+
+def _keeps_rows(key: Any) -> bool:
+    """Whether ``a[key]`` keeps all rows of ``a``, in order, as rows (columns and new
+    trailing axes do; slices with a bound, masks, indices, a row, a new leading axis do
+    not).
+
+    Decided from how the index is written, never from the rows it picks: the processes
+    hold different numbers of rows (16 and 17), so ``a[:16]`` takes all of one's and
+    not the other's, and a decision from the data would differ between the processes
+    (one refusing while the other goes on to a collective).
+
+    >>> [_keeps_rows(k) for k in (slice(None), (Ellipsis, None), (slice(None), 1),
+    ...                           slice(0, None, 1), ())]
+    [True, True, True, True, True]
+    >>> [_keeps_rows(k) for k in (slice(None, 4), slice(None, None, -1), 0, None,
+    ...                           [0, 1, 2], np.ones(4, bool))]
+    [False, False, False, False, False, False]
+    """
+    if isinstance(key, tuple):
+        if not key:
+            return True
+        key = key[0]
+    if key is Ellipsis:
+        return True
+    return isinstance(key, slice) and key.start in (None, 0) and key.stop is None \
+        and key.step in (None, 1)
+
+
+def _describe_index(key: Any) -> str:
+    """How a script wrote a row-selecting index, for error messages.
+
+    >>> _describe_index(slice(-5, None)), _describe_index((np.zeros(3, bool), 0))
+    ('[-5:]', '[<boolean mask>, ...]')
+    """
+    def one(k: Any) -> str:
+        if isinstance(k, slice):
+            parts = ["" if v is None else str(v) for v in (k.start, k.stop)]
+            return ":".join(parts) + ("" if k.step is None else f":{k.step}")
+        if k is Ellipsis:
+            return "..."
+        if isinstance(k, (int, np.integer)) or k is None:
+            return str(k)
+        arr = np.asarray(k) if isinstance(k, (list, np.ndarray)) else None
+        return "<boolean mask>" if arr is not None and arr.dtype == bool else "<indices>"
+
+    first = key[0] if isinstance(key, tuple) and key else key
+    more = ", ..." if isinstance(key, tuple) and len(key) > 1 else ""
+    return f"[{one(first)}{more}]"
 
 
 def _shard(arr: np.ndarray, dist: Processes) -> ShardedArray:
+    arr = np.asarray(arr)
     n = len(arr)
     start, stop = n * dist.rank // dist.size, n * (dist.rank + 1) // dist.size
     view = arr[start:stop].view(ShardedArray)
     view.det_shard = Shard(full=arr, start=start, stop=stop, rank=dist.rank, size=dist.size)
+    view.det_size, view.det_processes = dist.size, dist
     return view
+
+
+def check_not_cut(struct: Any, where: str) -> None:
+    """Refuse arrays cut by rows from ``wrap_data``'s views (see :class:`ShardedArray`)
+    when they were wrapped for several processes; on one process (where they are what
+    the script means) say once that several would refuse them.
+
+    >>> from det_sdk.distributed import SingleProcess
+    >>> xs = wrap_data(SingleProcess(), np.zeros((4, 1)))
+    >>> check_not_cut({"x": xs * 2}, "context.fit: x")  # row-preserving: fine
+    """
+    cut = [a for a in _leaves(struct) if isinstance(a, ShardedArray) and a.det_cut]
+    if not cut:
+        return
+    first = cut[0]
+    size = max(a.det_size for a in cut)
+    if size > 1:
+        raise UsageError(
+            f"{where}: rows cut from context.wrap_data's arrays ({first.det_cut}). Each of the "
+            f"{size} processes holds 1/{size} of the rows and would cut its own part (len() "
+            "is the part's), so the processes together would use a different set of rows "
+            "than one process does. Cut the rows before wrap_data, on the whole arrays: e.g. "
+            "x_val, y_val = x[-n:], y[-n:]; x, y = context.wrap_data(x[:-n], y[:-n]) (pass "
+            "x_val, y_val as they are: det_sdk shares them out), or use validation_split")
+    if not getattr(first, "det_warned", False):
+        first.det_warned = True
+        log.warning("det_sdk: %s: rows cut from context.wrap_data's arrays (%s): right on one "
+                    "process, refused on several (each would cut its own part). Cut the rows "
+                    "before wrap_data.", where, first.det_cut)
+
+
+def full_rows(data: Any, where: str) -> Any:
+    """``data`` as one process would hold it, for code that needs all of its rows at once
+    (a preprocessing layer's ``adapt``): ``wrap_data``'s views give their whole arrays,
+    arrays derived from them row by row give every process's rows in rank order (one
+    allgather: each process derived the same from its part), datasets ``wrap_data``
+    sharded give the whole dataset. Rows cut from views, and datasets built on a
+    sharded one, are refused; anything else is returned as it is.
+
+    >>> from det_sdk.distributed import SingleProcess
+    >>> xs = wrap_data(SingleProcess(), np.arange(3.0))
+    >>> type(full_rows(xs / 2, "adapt")).__name__
+    'ndarray'
+    """
+    if isinstance(data, ShardedArray):
+        if data.det_shard is not None:
+            return data.det_shard.full
+        check_not_cut(data, where)
+        if data.det_processes is None or data.det_size == 1:
+            return np.asarray(data)
+        return data.det_processes.gather_arrays(np.asarray(data))
+    if isinstance(data, tf.data.Dataset):
+        whole = _SHARDED_DATASETS.get(data)
+        if whole is not None:
+            return whole
+        if _built_on_shard(data):
+            raise UsageError(
+                f"{where}: the dataset is built on context.wrap_data's shard of a dataset "
+                "(this process's 1/N of it), so it would see a different set of rows than one "
+                "process does. Build it on the dataset before wrap_data: e.g. "
+                "layer.adapt(ds.map(lambda x, y: x)); ds = context.wrap_data(ds)")
+    return data
 
 
 def _leaves(struct: Any) -> list[Any]:
@@ -155,7 +305,11 @@ def wrap_data(dist: Processes, x: Any, y: Any = None, sample_weight: Any = None)
         if y is not None or sample_weight is not None:
             raise UsageError("wrap_data: with a tf.data.Dataset, pass only the dataset (its "
                              "elements carry the targets)")
-        return x if dist.size == 1 else x.shard(dist.size, dist.rank)
+        if dist.size == 1:
+            return x
+        shard = x.shard(dist.size, dist.rank)
+        _SHARDED_DATASETS[shard] = x  # for full_rows (a layer's adapt) and refuse_same_batches
+        return shard
     if isinstance(x, _compat.SequenceBase):
         if y is not None or sample_weight is not None:
             raise UsageError("wrap_data: with a keras.utils.Sequence, pass only the sequence (its "
@@ -173,9 +327,82 @@ def wrap_data(dist: Processes, x: Any, y: Any = None, sample_weight: Any = None)
     named = {"x": x, "y": y, "sample_weight": sample_weight}
     _check_arrays(named)
     if dist.size > 1:
+        _refuse_parts(named)
         _check_same_everywhere(dist, named)
     out = [_map(lambda a: _shard(a, dist), s) for s in (x, y, sample_weight) if s is not None]
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def _refuse_parts(named: dict[str, Any]) -> None:
+    """Refuse wrapping arrays that are already one process's part (``wrap_data``'s views
+    or arrays derived from them): their digests would differ between the processes
+    anyway; this names the fix."""
+    for name, struct in named.items():
+        if struct is not None and any(isinstance(a, ShardedArray) for a in _leaves(struct)):
+            raise UsageError(
+                f"wrap_data: {name} comes from context.wrap_data already (this process's "
+                "part of the rows, or rows cut from it). Pass the whole arrays: cut or "
+                "transform them before wrap_data, then wrap each part once")
+
+
+# Datasets wrap_data sharded -> the whole dataset. Weak keys: a shard dropped by the
+# script drops its entry.
+_SHARDED_DATASETS: weakref.WeakKeyDictionary[tf.data.Dataset, tf.data.Dataset] = \
+    weakref.WeakKeyDictionary()
+
+
+def _built_on_shard(ds: tf.data.Dataset) -> bool:
+    """Whether ``ds`` is, or is built on (``.map``, ``.batch``, ...), a dataset that
+    ``wrap_data`` sharded: walks the pipeline's inputs."""
+    seen: set[int] = set()
+    todo = [ds]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node in _SHARDED_DATASETS:
+            return True
+        inputs = getattr(node, "_inputs", None)  # tf.data's own graph walk (private, stable)
+        try:
+            todo.extend(inputs() if callable(inputs) else [])
+        except Exception:  # a dataset kind that cannot list its inputs: nothing to walk
+            continue
+    return False
+
+
+def _first_batch_digest(ds: tf.data.Dataset) -> str | None:
+    """A digest of ``ds``'s first element (None when empty): one iteration of it."""
+    for element in ds.take(1):
+        h = xxhash.xxh3_64()
+        for part in tf.nest.flatten(element, expand_composites=True):
+            h.update(_digest(np.asarray(part.numpy() if hasattr(part, "numpy") else part)).encode())
+        return h.hexdigest()
+    return None
+
+
+def refuse_same_batches(dist: Processes, ds: tf.data.Dataset, where: str) -> None:
+    """Refuse a dataset not sharded by ``wrap_data`` whose first batch is the same on
+    every process: every process would train on the same batches (``init()`` seeds
+    TensorFlow alike everywhere, so even a ``shuffle()`` draws alike), N processes
+    training one process's batches N times. One iteration of its first batch and one
+    small allgather; datasets built on ``wrap_data``'s shard are not iterated.
+
+    Not sharded here: where a shard goes in a pipeline matters (before ``shuffle`` and
+    ``batch`` for rows, after for batches), and a Horovod script's ``steps_per_epoch``
+    is often divided by the number of processes already; the error names the fixes.
+    """
+    if dist.size == 1 or _built_on_shard(ds):
+        return
+    mine = _first_batch_digest(ds)
+    every = dist.allgather(mine)
+    if mine is not None and all(d == mine for d in every):
+        raise UsageError(
+            f"{where}: the {dist.size} processes' datasets give the same batches (the same "
+            "first batch on every process; init() seeds TensorFlow alike everywhere, so "
+            "shuffle() draws alike too): every process would train on the same data. Pass "
+            "the dataset through context.wrap_data(ds) (each process takes its part), or "
+            "shard it yourself (ds.shard(context.distributed.size, context.distributed.rank))")
 
 
 def _digest(a: np.ndarray) -> str:
@@ -303,6 +530,7 @@ def array_pipeline(
 
     Returns the dataset and the number of steps per epoch.
     """
+    check_not_cut([s for s in (x, y, sample_weight) if s is not None], "context.fit: x, y")
     geometry = _shard_geometry([s for s in (x, y, sample_weight) if s is not None])
     rank, size = geometry or (0, 1)
     may_pad = size > 1 or padded_rows is not None
@@ -454,7 +682,8 @@ def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
 
 
 def local_part(
-    dist: Processes, x: Any, y: Any = None, sample_weight: Any = None
+    dist: Processes, x: Any, y: Any = None, sample_weight: Any = None,
+    where: str = "context.fit: validation_data",
 ) -> tuple[Any, Any, Any, int | None, bool]:
     """The data this process evaluates or predicts on, for data as a user passes it.
 
@@ -465,6 +694,7 @@ def local_part(
     """
     if is_array_data(x):
         given = [s for s in (x, y, sample_weight) if s is not None]
+        check_not_cut(given, where)
         if dist.size > 1 and _shard_geometry(given) is None and not is_per_process(given):
             _check_arrays({"x": x, "y": y, "sample_weight": sample_weight})
 

@@ -369,7 +369,8 @@ class TrainingLoop:
         whole data.
         """
         dist = self.distributed
-        x, y, sw, rows, _ = _data.local_part(dist, x, y, kwargs.pop("sample_weight", None))
+        x, y, sw, rows, _ = _data.local_part(dist, x, y, kwargs.pop("sample_weight", None),
+                                             where="context.evaluate: x, y")
         # What a custom test_step returns besides metrics: mean over batches by rows
         outputs = AverageStepOutputs(dist, batch_rows(x, kwargs.get("batch_size")))
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), outputs]

@@ -86,6 +86,7 @@ def _leaves(struct: Any) -> list[np.ndarray]:
 def _plan(dist: Processes, x: Any, batch_size: int) -> _Plan:
     rank, size = dist.rank, dist.size
     if _data.is_array_data(x):
+        _data.check_not_cut(x, "context.predict: x")
         if size > 1 and _data.is_per_process(x):
             return _per_process_plan(dist, x, batch_size)
         full = _data.full_data(x)

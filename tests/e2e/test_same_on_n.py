@@ -5,6 +5,10 @@ process (the reference); the tests read its JSON reports. Cases that need no sec
 process (checkpoint weights into a subclassed model, run ids, retention, stopping
 before fit, resuming random draws) run here or as one script.
 
+Issue 49 adds one section to the same run (no new process): rows cut from wrapped views
+and an unwrapped dataset alike on every process are refused, and preprocessing adapted on
+wrapped data equals one process's.
+
 This module's other half, the tests that start no process: tests/integration/test_same_on_n.py.
 """
 
@@ -107,6 +111,25 @@ def test_callbacks_that_write_files_run_on_rank_0_only(two: dict) -> None:
 
 def test_trial_id_is_the_run_id_on_every_process(two: dict) -> None:
     assert two["rank_trial_ids"] == [1, 1]
+
+
+def test_rows_cut_from_wrapped_views_and_alike_datasets_are_refused(two: dict,
+                                                                    one: dict) -> None:
+    # issue 49: each process would validate its own part's first 16 rows (32 in all)
+    assert "rows cut from context.wrap_data's arrays ([:16])" in two["cut_validation_refused"]
+    assert "before wrap_data" in two["cut_validation_refused"]
+    assert "the same batches" in two["unwrapped_dataset_refused"]
+    assert one["cut_validation_refused"] is None  # one process: what the script means
+    assert one["unwrapped_dataset_refused"] is None
+
+
+def test_preprocessing_adapted_on_wrapped_data_equals_one_process(two: dict, one: dict) -> None:
+    # issue 49: was each rank's half, then rank 0's broadcast
+    reference = one["adapted"][0]
+    for rank_state in two["adapted"]:
+        for got, want in zip(rank_state, reference):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(two["adapted_val_loss"], one["adapted_val_loss"], rtol=1e-5)
 
 
 @pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])

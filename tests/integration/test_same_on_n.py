@@ -5,6 +5,10 @@ process (the reference); the tests read its JSON reports. Cases that need no sec
 process (checkpoint weights into a subclassed model, run ids, retention, stopping
 before fit, resuming random draws) run here or as one script.
 
+Issue 49's data cases (rows cut from wrapped views, unwrapped datasets alike on every
+process, preprocessing adapted on wrapped data) run here on thread ranks (two ranks as
+two threads of this process: tests/integration/test_fit_inputs.py's ``_on_ranks``).
+
 This module's other half, its end-to-end tests (real processes): tests/e2e/test_same_on_n.py.
 """
 
@@ -20,7 +24,13 @@ import pytest
 import tensorflow as tf
 
 import det_sdk as det
-from det_sdk.keras import _compat
+from det_sdk.distributed import SingleProcess
+from det_sdk.errors import UsageError
+from det_sdk.keras import _compat, _preprocessing
+from det_sdk.keras import _data as sdk_data
+from det_sdk.keras._fit_inputs import fit_inputs
+from det_sdk.keras._plan import FitCall
+from tests.integration.test_fit_inputs import _on_ranks
 
 keras = tf.keras
 
@@ -131,3 +141,126 @@ def test_random_draws_in_a_custom_train_step_resume_exactly(tmp_path: Path) -> N
     # the draws matter: without the noise generators' state the run ends elsewhere
     fresh = _fit(det.keras.init(runs_dir=tmp_path / "other", seed=4), noise=0.5, epochs=1)
     assert not np.array_equal(fresh.get_weights()[0], whole[0])
+
+
+# --- Issue 49: data on N processes means what it means on one (thread ranks) -------------
+
+
+def _rows(n: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(49)
+    x = rng.normal(loc=3.0, size=(n, 2)).astype("float32") * np.array([1, 10], "float32")
+    return x, (x[:, :1] > 3).astype("float32")
+
+
+@pytest.mark.parametrize("cut", [
+    lambda a: a[:4], lambda a: a[-4:], lambda a: a[a[:, 0] > 3], lambda a: a[[0, 2, 4]],
+    lambda a: (a / 2)[1:],
+    lambda a: a[:6],  # all of rank 0's 6 rows, not of rank 1's 7: refused on both alike
+    lambda a: a[np.arange(len(a))],  # indices, even all of them: decided by how it is written
+])
+def test_rows_cut_from_wrapped_views_are_refused_on_two_processes(cut) -> None:
+    x, y = _rows(13)
+
+    def shape(d):
+        xs, ys = sdk_data.wrap_data(d, x, y)
+        fit_inputs(d, {"x": xs, "y": ys, "batch_size": 2, "validation_data": (cut(xs), ys[:4])})
+
+    _, _, errors = _on_ranks(2, shape)
+    assert all(isinstance(e, UsageError) and "context.fit: validation_data" in str(e)
+               and "before wrap_data" in str(e) for e in errors), errors
+
+    def train(d):
+        xs, ys = sdk_data.wrap_data(d, x, y)
+        inputs = fit_inputs(d, {"x": cut(xs), "y": cut(ys), "batch_size": 2})
+        inputs.call_inputs(FitCall(0, 1, 0, None, [1]), seed=0)
+
+    _, _, errors = _on_ranks(2, train)
+    assert all(isinstance(e, UsageError) and "context.fit: x, y" in str(e) for e in errors)
+
+
+def test_row_preserving_derivations_and_one_process_cuts_still_train(caplog) -> None:
+    x, y = _rows()
+
+    def shape(d):
+        xs, ys = sdk_data.wrap_data(d, x, y)
+        derived = (xs * 2.0)[..., None][..., 0].astype("float64")[:, ::-1]
+        inputs = fit_inputs(d, {"x": derived, "y": ys, "batch_size": 2,
+                                "validation_data": (xs[0:, :1] + 1, ys[:])})
+        return inputs.steps_per_epoch()
+
+    _, results, errors = _on_ranks(2, shape)
+    assert errors == [None, None] and results == [3, 3]
+    # on one process a cut is what the script means: it trains, with a warning
+    xs, ys = sdk_data.wrap_data(SingleProcess(), x, y)
+    inputs = fit_inputs(SingleProcess(), {"x": xs[:8], "y": ys[:8], "batch_size": 2,
+                                          "validation_data": (xs[:4], ys[:4])})
+    assert inputs.validation.parts[0].shape == (4, 2)
+    call = inputs.call_inputs(FitCall(0, 1, 0, None, [1]), seed=0)
+    assert call["steps_per_epoch"] == 4
+    assert "refused on several" in caplog.text
+
+
+def test_an_unwrapped_dataset_alike_on_every_process_is_refused() -> None:
+    x, y = _rows(32)
+
+    def dataset(d, wrap: bool, per_rank: bool = False):
+        ds = tf.data.Dataset.from_tensor_slices((x, y))
+        if wrap:
+            ds = sdk_data.wrap_data(d, ds)
+        # the same seed on every rank, as init() gives TensorFlow's global seed
+        ds = ds.repeat().shuffle(32, seed=7 + (d.rank if per_rank else 0)).batch(4)
+        return fit_inputs(d, {"x": ds, "steps_per_epoch": 2})
+
+    _, _, errors = _on_ranks(2, lambda d: dataset(d, wrap=False))
+    assert all(isinstance(e, UsageError) and "the same batches" in str(e)
+               and "context.wrap_data(ds)" in str(e) for e in errors), errors
+    _, _, errors = _on_ranks(2, lambda d: dataset(d, wrap=True))
+    assert errors == [None, None]  # wrap_data's shards
+    _, _, errors = _on_ranks(2, lambda d: dataset(d, wrap=False, per_rank=True))
+    assert errors == [None, None]  # each process's own data (Horovod's per-rank seeds)
+
+
+def _adapted(make, data):
+    layer = make()
+    layer.adapt(data)
+    return layer
+
+
+def test_preprocessing_adapted_on_wrapped_data_equals_one_process() -> None:
+    _preprocessing.adapt_over_all_rows()
+    layers = keras.layers
+    x, y = _rows(13)  # 6 and 7 rows
+    words = np.array([["a"], ["b"], ["b"], ["c"], ["c"], ["c"], ["d"]] * 2, dtype=object)
+    one = {
+        "norm": _adapted(layers.Normalization, x).get_weights(),
+        "scaled": _adapted(layers.Normalization, x / 255.0).get_weights(),
+        "bins": _adapted(lambda: layers.Discretization(num_bins=4), x[:, 1]).bin_boundaries,
+        "words": _adapted(layers.StringLookup, words).get_vocabulary(),
+        "ds": _adapted(layers.Normalization,
+                       tf.data.Dataset.from_tensor_slices(x).batch(4)).get_weights(),
+    }
+
+    def on_rank(d):
+        xs, _ = sdk_data.wrap_data(d, x, y)
+        ws = sdk_data.wrap_data(d, words)
+        ds = sdk_data.wrap_data(d, tf.data.Dataset.from_tensor_slices(x).batch(4))
+        got = {
+            "norm": _adapted(layers.Normalization, xs).get_weights(),
+            "scaled": _adapted(layers.Normalization, xs / 255.0).get_weights(),  # gathered
+            "bins": _adapted(lambda: layers.Discretization(num_bins=4), xs[:, 1]).bin_boundaries,
+            "words": _adapted(layers.StringLookup, ws).get_vocabulary(),
+            "ds": _adapted(layers.Normalization, ds).get_weights(),
+        }
+        for refused in (lambda: xs[:4], lambda: ds.map(lambda a: a * 2)):
+            with pytest.raises(UsageError, match=r"adapt.*before wrap_data"):
+                _adapted(layers.Normalization, refused())
+        return got
+
+    _, results, errors = _on_ranks(2, on_rank)
+    assert errors == [None, None], errors
+    for got in results:
+        assert got["words"] == one["words"]
+        np.testing.assert_allclose(got["bins"], one["bins"], rtol=1e-6)
+        for key in ("norm", "scaled", "ds"):
+            for a, b in zip(got[key], one[key]):
+                np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=key)

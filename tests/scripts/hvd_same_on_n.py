@@ -197,6 +197,42 @@ dist.barrier()
 report["csv_ranks"] = sorted((out_dir / "csv_ranks.txt").read_text().split())
 report["plain_ranks"] = sorted((out_dir / "plain_ranks.txt").read_text().split())
 
+# 9. Issue 49: data means on N processes what it means on one.
+#    a) validation rows cut from wrap_data's views (each process would cut its own part):
+#       trains on one process, refused on several, naming the fix.
+def refused(fn):
+    try:
+        fn()
+    except det.errors.UsageError as err:
+        return str(err)
+    return None
+
+
+report["cut_validation_refused"] = refused(lambda: context.fit(
+    make_model(), x=xs, y=ys, batch_size=bs, epochs=1, validation_data=(xs[:16], ys[:16]),
+    verbose=0))
+#    b) an unwrapped dataset shuffled alike everywhere (init() seeds TensorFlow alike):
+#       every process would train the same batches, refused.
+alike = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(33).batch(bs)
+report["unwrapped_dataset_refused"] = refused(lambda: context.fit(
+    make_model(), x=alike, steps_per_epoch=2, epochs=1, verbose=0))
+#    c) Normalization adapted on wrapped data (and on arrays derived from it): over all
+#       the rows, as on one process; a model using it trains to one process's loss.
+norm = keras.layers.Normalization()
+norm.adapt(xs)
+scaled = keras.layers.Normalization()
+scaled.adapt(xs / 2.0)
+report["adapted"] = dist.allgather(
+    [np.asarray(w).ravel().tolist() for w in (*norm.get_weights(), *scaled.get_weights())])
+inp = keras.Input((4,))
+nmodel = keras.Model(inp, keras.layers.Dense(1, activation="sigmoid")(norm(inp)))
+nmodel.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
+               loss="binary_crossentropy")
+x32, y32 = context.wrap_data(x[:32], y[:32])
+hist = context.fit(nmodel, x=x32, y=y32, batch_size=bs, epochs=2, validation_data=(x, y),
+                   verbose=0)
+report["adapted_val_loss"] = hist.history["val_loss"]
+
 if dist.is_chief:
     with open(os.environ["SAME_OUT"], "w") as f:
         json.dump(report, f, indent=1, default=float)

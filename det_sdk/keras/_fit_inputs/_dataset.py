@@ -37,6 +37,7 @@ class TFDatasetAdapter(DataAdapter):
         x = data["x"]
         if dist.size == 1:
             return {}
+        _data.refuse_same_batches(dist, x, "context.fit: x")
         counts = dist.allgather(_data.dataset_batches(x))
         listing = ", ".join(f"rank {r}: {'infinite' if c < 0 else c}"
                             for r, c in enumerate(counts))
