@@ -27,6 +27,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import det_sdk as det  # noqa: E402
+from det_sdk.errors import UsageError  # noqa: E402
 from det_sdk.keras import _compat  # noqa: E402
 from tests.support import SCRIPTS, assert_arrays_equal  # noqa: E402
 
@@ -54,18 +55,28 @@ class _SigtermAfter(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _swap_for_validation(variant: str) -> list:
+    """Keras 3's SwapEMAWeights (validation on the averages) with one variant that keeps
+    averages apart: it swaps them in and out around each validation."""
+    if oo.K3 and variant.startswith("ema-"):
+        return [keras.callbacks.SwapEMAWeights()]
+    return []
+
+
 @pytest.mark.parametrize("variant", list(oo.VARIANTS))
 def test_optimizer_options_resume_bit_equal_after_a_mid_epoch_stop(
         tmp_path: Path, variant: str) -> None:
-    whole, whole_hist = oo.fit(det.keras.init(runs_dir=tmp_path / "whole", seed=3), variant)
+    whole, whole_hist = oo.fit(det.keras.init(runs_dir=tmp_path / "whole", seed=3), variant,
+                               _swap_for_validation(variant))
     runs = tmp_path / "stopped"
     with pytest.raises(SystemExit) as stop:
-        oo.fit(det.keras.init(runs_dir=runs, seed=3), variant, [_SigtermAfter(STOP_AFTER)])
+        oo.fit(det.keras.init(runs_dir=runs, seed=3), variant,
+               [*_swap_for_validation(variant), _SigtermAfter(STOP_AFTER)])
     assert stop.value.code == 0
     ctx = det.keras.init(runs_dir=runs, resume=1)
     saved = ctx.core._session.read_checkpoints()[-1]
     assert (saved["epoch"], saved["batch"]) == (0, 4)  # mid-epoch
-    resumed, resumed_hist = oo.fit(ctx, variant)
+    resumed, resumed_hist = oo.fit(ctx, variant, _swap_for_validation(variant))
     weights, slots = oo.state(whole)
     weights_r, slots_r = oo.state(resumed)
     assert_arrays_equal(weights, weights_r)
@@ -90,3 +101,12 @@ def test_a_fit_with_ema_ends_on_the_averages_and_its_last_checkpoint_holds_them(
     assert_arrays_equal([np.asarray(w) for w in model.trainable_weights], averages)
     loaded = ctx.load_checkpoint_model(trial_id=ctx.trial_id)
     assert_arrays_equal(model.get_weights(), loaded.get_weights())
+
+
+@pytest.mark.skipif(not oo.K3, reason="SwapEMAWeights is Keras 3's")
+def test_swapping_averages_in_between_epochs_is_refused_naming_the_callback(
+        tmp_path: Path) -> None:
+    ctx = det.keras.init(runs_dir=tmp_path, seed=3)
+    swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True)
+    with pytest.raises(UsageError, match=r"SwapEMAWeights\[0\], SwapEMAWeights\(swap_on_epoch"):
+        oo.fit(ctx, "ema-adamw-schedule-global_clipnorm", [swap])

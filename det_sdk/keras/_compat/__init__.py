@@ -33,7 +33,11 @@ True
 
 from __future__ import annotations
 
-from det_sdk.keras._compat._callbacks import callback_state_attributes, set_history_model
+from det_sdk.keras._compat._callbacks import (
+    callback_state_attributes,
+    set_history_model,
+    swaps_averages_in_between_epochs,
+)
 from det_sdk.keras._compat._data import SequenceBase, predict_batches
 from det_sdk.keras._compat._finalize import FinalizeOnce, overwrites_weights
 from det_sdk.keras._compat._fresh_buffers import arm_fresh_buffers, fresh_buffer_updates
@@ -137,6 +141,7 @@ __all__ = [
     "set_learning_rate",
     "set_seeds",
     "shared_state_variables",
+    "swaps_averages_in_between_epochs",
     "trace_train_step",
     "turn_off_xla",
     "unsaved_random_ops",
