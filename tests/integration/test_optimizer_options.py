@@ -28,7 +28,7 @@ tf = pytest.importorskip("tensorflow")
 
 import det_sdk as det  # noqa: E402
 from det_sdk.errors import UsageError  # noqa: E402
-from det_sdk.keras import _compat  # noqa: E402
+from det_sdk.keras import _checkpoint, _compat  # noqa: E402
 from tests.support import SCRIPTS, assert_arrays_equal  # noqa: E402
 
 sys.path.insert(0, str(SCRIPTS))
@@ -110,3 +110,20 @@ def test_swapping_averages_in_between_epochs_is_refused_naming_the_callback(
     swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True)
     with pytest.raises(UsageError, match=r"SwapEMAWeights\[0\], SwapEMAWeights\(swap_on_epoch"):
         oo.fit(ctx, "ema-adamw-schedule-global_clipnorm", [swap])
+
+
+def test_determined_callback_saves_the_averages_a_fit_with_ema_ends_on(tmp_path: Path) -> None:
+    """The script's own model.fit with DeterminedCallback: Keras overwrites the weights by
+    their averages as the fit ends; the last checkpoint holds them."""
+    make, _ = oo.VARIANTS["ema-adamw-schedule-global_clipnorm"]
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=make(), loss="mse")
+    x, y = oo.data()
+    with det.core.init(runs_dir=tmp_path, seed=1) as ctx:
+        cb = det.keras.DeterminedCallback(ctx, checkpoint=None, continue_id=1)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+        path = ctx.checkpoint.checkpoint_path(ctx._session.latest_checkpoint)
+    averages = [np.asarray(v) for v in model.optimizer.variables
+                if "average" in _compat.variable_name(v)]
+    assert_arrays_equal(model.get_weights(), averages)
+    assert_arrays_equal(model.get_weights(), _checkpoint._read_arrays(path)["model"])
