@@ -50,7 +50,7 @@ from det_sdk.keras._callbacks import (
 from det_sdk.keras._fit_inputs import FitInputs, Validation, fit_inputs
 from det_sdk.keras._fit_run import FitRun, Preempted
 from det_sdk.keras._loop import TrainingLoop
-from det_sdk.keras._plan import plan_calls
+from det_sdk.keras._plan import FitCall, plan_calls
 from det_sdk.stages import Stage, StageMismatchError
 
 __all__ = ["FitOutcome", "PlannedFit", "callbacks_in_order", "run_fit"]
@@ -355,9 +355,7 @@ class _Trainer:
         for call in calls:
             call_kwargs = {**self.kwargs, **self.inputs.call_inputs(call, self.loop.policy.seed)}
             extra = {"stop_at": StopAt(run, call.stop_at)} if call.stop_at else {}
-            self.finalize.ends_training_when(
-                lambda call=call: (last and call is calls[-1])
-                or (self.model.stop_training and not run.reached(call.stop_at)))
+            self.finalize.ends_training_when(self._ends_training(call, last and call is calls[-1]))
             h = self.model.fit(
                 **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
                 callbacks=self.callbacks(extra),
@@ -367,6 +365,11 @@ class _Trainer:
             if self.model.stop_training and not run.reached(call.stop_at):
                 return False
         return True
+
+    def _ends_training(self, call: FitCall, last: bool) -> Callable[[], bool]:
+        """Asked as ``call`` ends: whether training ends with it (the last call to the final
+        target, or a callback such as EarlyStopping stopped it before its planned end)."""
+        return lambda: last or (self.model.stop_training and not self.run.reached(call.stop_at))
 
 
 def _complete_operation(run: FitRun, inputs: FitInputs, operation: Length,

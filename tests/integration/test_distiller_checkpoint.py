@@ -15,7 +15,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
