@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.keras import _compat
 
 log = logging.getLogger("det_sdk.keras")
@@ -246,6 +246,7 @@ class CallbackStates(_compat.keras.callbacks.Callback):
 
     def __init__(self, every: Sequence[Any], running: Sequence[Any]) -> None:
         super().__init__()
+        _refuse_inexact(every)
         ids = {id(cb) for cb in running}
         self._named = [(name, cb) for name, cb in zip(callback_names(every), every)
                        if id(cb) in ids]
@@ -299,6 +300,21 @@ class CallbackStates(_compat.keras.callbacks.Callback):
     def on_train_end(self, logs: Any = None) -> None:
         self._carried = {name: state for name, cb in self._named
                          if (state := _state_of(cb)) is not None}
+
+
+def _refuse_inexact(callbacks: Sequence[Any]) -> None:
+    """Refuse a callback whose effect no checkpoint can carry across a resume."""
+    for name, cb in zip(callback_names(callbacks), callbacks):
+        if _compat.swaps_averages_in_between_epochs(cb):
+            raise UsageError(
+                f"context.fit: callbacks {name}, SwapEMAWeights(swap_on_epoch=True), cannot "
+                "resume exactly: between epochs the model holds the optimizer's moving "
+                "averages and the optimizer the weights (a checkpoint there saves them "
+                "swapped), and at the last epoch of each model.fit call (context.fit makes "
+                "several: a resume, a mid-epoch validation) it keeps the averages as the "
+                "weights for good. Pass SwapEMAWeights() (swap_on_epoch=False: validation on the "
+                "averages); the fit ends with the weights overwritten by the averages "
+                "anyway (use_ema=True)")
 
 
 class _BeforeUser(_compat.keras.callbacks.Callback):

@@ -333,6 +333,11 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
         run = self._run
         try:
             if run is not None and run.steps_completed:
+                if not self._stopped and _compat.overwrites_weights(self.model.optimizer):
+                    # Keras's fit just overwrote the weights by their moving averages: the
+                    # last checkpoint holds the model as fit leaves it (a stop's holds the
+                    # weights before, which a resumed fit continues from)
+                    run.state_changed()
                 run.save()  # whatever was trained since the last checkpoint
             if self._target is not None and run is not None \
                     and not self._searcher_done and not self._stopped \

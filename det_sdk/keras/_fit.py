@@ -50,7 +50,7 @@ from det_sdk.keras._callbacks import (
 from det_sdk.keras._fit_inputs import FitInputs, Validation, fit_inputs
 from det_sdk.keras._fit_run import FitRun, Preempted
 from det_sdk.keras._loop import TrainingLoop
-from det_sdk.keras._plan import plan_calls
+from det_sdk.keras._plan import FitCall, plan_calls
 from det_sdk.stages import Stage, StageMismatchError
 
 __all__ = ["FitOutcome", "PlannedFit", "callbacks_in_order", "run_fit"]
@@ -165,8 +165,13 @@ class PlannedFit:
         )
         trainer = _Trainer(self.loop, self.model, self.kwargs, inputs, run, steps, period)
         hooks = self._hooks(run, reporter, callback_states, inputs)
-        outcome = self._train(run, trainer, hooks, user_callbacks, operation, script_epochs)
-        if outcome.stopped is None and trainer.trained:
+        # use_ema's overwrite of the weights, once where one model.fit would (_compat._finalize)
+        with _compat.FinalizeOnce(self.model) as trainer.finalize:
+            outcome = self._train(run, trainer, hooks, user_callbacks, operation, script_epochs)
+            finalized = outcome.stopped is None and trainer.finalize.finish()
+        if finalized:
+            run.state_changed()  # a checkpoint of this position holds the weights before
+        if outcome.stopped is None and (trainer.trained or finalized):
             run.save()
         self.loop.wait_for_checkpoints()  # a stop or the end reports only what is on disk
         _compat.set_history_model(run.history, self.model)
@@ -271,7 +276,8 @@ class PlannedFit:
                                                                  user_callbacks)
             try:
                 target = operation or Length(epochs=script_epochs)
-                while trainer.train_to(target) and operation is not None:
+                while trainer.train_to(target, last=operation is None) \
+                        and operation is not None:
                     operation = _complete_operation(run, self.inputs, operation,
                                                     hooks["reporter"])
                     if operation is None:
@@ -335,17 +341,21 @@ class _Trainer:
         self.steps, self.period = steps, period
         self.callbacks: Callable[[dict[str, Any]], list[Callback]] = lambda extra: []
         self.trained = False
+        self.finalize = _compat.FinalizeOnce(model)
 
-    def train_to(self, target: Length) -> bool:
+    def train_to(self, target: Length, last: bool = True) -> bool:
         """Train from the current position to ``target``, validating as planned.
+        ``last``: training ends at ``target`` (not a searcher's length, which may go on).
 
         False when a callback (EarlyStopping, ...) ended training before it.
         """
         run = self.run
-        for call in plan_calls(run.epoch, run.batch, target=target,
-                               steps_per_epoch=self.steps, validation_period=self.period):
+        calls = plan_calls(run.epoch, run.batch, target=target,
+                           steps_per_epoch=self.steps, validation_period=self.period)
+        for call in calls:
             call_kwargs = {**self.kwargs, **self.inputs.call_inputs(call, self.loop.policy.seed)}
             extra = {"stop_at": StopAt(run, call.stop_at)} if call.stop_at else {}
+            self.finalize.ends_training_when(self._ends_training(call, last and call is calls[-1]))
             h = self.model.fit(
                 **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
                 callbacks=self.callbacks(extra),
@@ -355,6 +365,11 @@ class _Trainer:
             if self.model.stop_training and not run.reached(call.stop_at):
                 return False
         return True
+
+    def _ends_training(self, call: FitCall, last: bool) -> Callable[[], bool]:
+        """Asked as ``call`` ends: whether training ends with it (the last call to the final
+        target, or a callback such as EarlyStopping stopped it before its planned end)."""
+        return lambda: last or (self.model.stop_training and not self.run.reached(call.stop_at))
 
 
 def _complete_operation(run: FitRun, inputs: FitInputs, operation: Length,

@@ -202,6 +202,12 @@ class FitRun:
             self._saved = (self._steps, uuid)
         return self._saved[1]
 
+    def state_changed(self) -> None:
+        """The model changed without training (Keras's end of fit overwrote the weights by
+        their averages): the next :meth:`save` writes a checkpoint even at a position
+        already saved."""
+        self._saved = None
+
     def stop(self, agreement: StopAgreement) -> Preempted | None:
         """Whether the processes agree to stop here (a collective on N): the stop, its
         checkpoint saved, or None to go on."""

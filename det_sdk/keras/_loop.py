@@ -76,6 +76,8 @@ class TrainingLoop:
         self.searcher = core.searcher
         # Random-state variables already given this rank's own seeds (once each)
         self._distinct_rng: set[int] = set()
+        # Inner models' own optimizers a checkpoint leaves out, with their step counts
+        self._left_out: dict[int, list[tuple[Any, int]]] = {}  # by id(model)
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -96,11 +98,34 @@ class TrainingLoop:
     def tracked_optimizers(self, model: tf.keras.Model) -> list[Any]:
         """The optimizers whose state a checkpoint holds: the model's first, then the
         other wrapped ones that train this model's variables (another model's
-        optimizer, or one not used yet, is not this model's state)."""
+        optimizer, or one not used yet, is not this model's state; nor is the optimizer
+        a model inside it was compiled with, which that model's own fit trained: a
+        distiller's teacher's)."""
         own = _compat.model_optimizer(model)
         extra = [o for o in self._optimizers if o is not own
-                 and _compat.optimizer_trains_only(o, model.trainable_variables)]
+                 and _compat.optimizer_trains_only(o, model.trainable_variables)
+                 and not _inner_models_optimizer(o, model)]
         return [own, *extra] if own is not None else extra
+
+    def _note_left_out(self, model: tf.keras.Model) -> None:
+        """Remember the step counts of the optimizers a checkpoint of ``model`` leaves out
+        for being an inner model's own (:meth:`tracked_optimizers`): one that steps while
+        ``model`` trains is refused at the next checkpoint (:meth:`_check_left_out`)."""
+        self._left_out[id(model)] = [(o, int(o.iterations.numpy())) for o in self._optimizers
+                                     if _inner_models_optimizer(o, model)
+                                     and _compat.optimizer_built(o)]
+
+    def _check_left_out(self, model: tf.keras.Model) -> None:
+        for opt, steps in self._left_out.get(id(model), []):
+            if int(opt.iterations.numpy()) != steps:
+                raise UsageError(
+                    f"context.fit: the optimizer {type(opt).__name__} that a model inside "
+                    "the one being trained was compiled with updated weights during this "
+                    "fit (its train_step applies it): checkpoints leave a model's inner "
+                    "models' own optimizers out (their own fits trained them), so a resume "
+                    "would not restore its state. Give the optimizer to the outer model "
+                    "(an attribute set in its compile(), as a GAN's d_optimizer) or compile "
+                    "the outer model with it")
 
     def _optimizer_state(self, model: tf.keras.Model) -> list[Any]:
         variables: list[Any] = []
@@ -130,6 +155,7 @@ class TrainingLoop:
             self._distinct_rng.update(id(v) for v in fresh)
         for opt in self.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
+        self._note_left_out(model)
         # A new fit: the model may have changed since the last. The first read of a
         # model's variables costs ~2 ms (TensorFlow sets up each handle once): paid here,
         # not at the first epoch's end (and not at all when nothing is checkpointed).
@@ -307,6 +333,7 @@ class TrainingLoop:
         ``stage`` and ``searched``: the stage (det_sdk.stages) the checkpoint is
         reported as, taken now (it is written and reported in the background).
         """
+        self._check_left_out(model)
         layout = self._state_layout(model)
         self.average_moving_statistics(model)  # the state a resumed run starts from on all
         rng_states = None  # one process: its own, read with the rest
@@ -386,3 +413,13 @@ class TrainingLoop:
             logs = model.evaluate(x, y, sample_weight=sw, return_dict=True, **kwargs)
         combined = combine_logs(logs, aggregated_results(model, dist), dist)
         return {**combined, **outputs.combined(model)}
+
+
+def _inner_models_optimizer(opt: Any, model: tf.keras.Model) -> bool:
+    """Whether ``opt`` is the optimizer a model inside ``model`` was compiled with (a
+    distiller's teacher's, trained by the teacher's own fit) and not one ``model`` holds
+    itself (a GAN's ``d_optimizer``, given to its ``compile``)."""
+    if any(value is opt for value in vars(model).values()):
+        return False
+    return any(inner is not model and _compat.model_optimizer(inner) is opt
+               for inner in _compat.layers_of(model) if isinstance(inner, _compat.keras.Model))

@@ -18,6 +18,8 @@ hides behind small functions, one module per concern:
 - ``_optimizers``: optimizer internals, and averaging gradients where the optimizer
   applies them (``apply`` on Keras 3, ``apply_gradients`` on Keras 2); ``_share``:
   this process's share of a step's gradients;
+- ``_finalize``: the weights' overwrite by their averages (``use_ema``) that ends a
+  ``fit``, done once per training however many ``model.fit`` calls it takes;
 - ``_fresh_buffers`` (and ``_switch``): updates into new buffers after a snapshot;
 - ``_metrics`` and ``_callbacks``: metric state, ``evaluate``'s order, callbacks'
   state attributes and small API moves (``History.model`` is read-only on Keras 3).
@@ -31,8 +33,13 @@ True
 
 from __future__ import annotations
 
-from det_sdk.keras._compat._callbacks import callback_state_attributes, set_history_model
+from det_sdk.keras._compat._callbacks import (
+    callback_state_attributes,
+    set_history_model,
+    swaps_averages_in_between_epochs,
+)
 from det_sdk.keras._compat._data import SequenceBase, predict_batches
+from det_sdk.keras._compat._finalize import FinalizeOnce, overwrites_weights
 from det_sdk.keras._compat._fresh_buffers import arm_fresh_buffers, fresh_buffer_updates
 from det_sdk.keras._compat._metrics import metric_results, metric_variables, metrics_in_order
 from det_sdk.keras._compat._model import (
@@ -95,6 +102,7 @@ __all__ = [
     "UNSAVED_RANDOM_FIX",
     "UNSAVED_RANDOM_OPS",
     "AverageFn",
+    "FinalizeOnce",
     "SequenceBase",
     "arm_fresh_buffers",
     "average_in_place",
@@ -124,6 +132,7 @@ __all__ = [
     "overrides_compile",
     "overrides_test_step",
     "overrides_train_step",
+    "overwrites_weights",
     "predict_batches",
     "read_variables",
     "refresh_preprocessing",
@@ -132,6 +141,7 @@ __all__ = [
     "set_learning_rate",
     "set_seeds",
     "shared_state_variables",
+    "swaps_averages_in_between_epochs",
     "trace_train_step",
     "turn_off_xla",
     "unsaved_random_ops",

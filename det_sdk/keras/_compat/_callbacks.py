@@ -8,7 +8,7 @@ from typing import Any
 from det_sdk.keras._compat._impl import impl
 from det_sdk.keras._compat._version import keras
 
-__all__ = ["callback_state_attributes", "set_history_model"]
+__all__ = ["callback_state_attributes", "set_history_model", "swaps_averages_in_between_epochs"]
 
 
 def set_history_model(history: Any, model: Any) -> None:
@@ -42,3 +42,15 @@ def callback_state_attributes() -> list[tuple[type, tuple[str, ...]]]:
         if cls is not None:
             out.append((cls, attrs + extra.get(name, ())))
     return out
+
+
+def swaps_averages_in_between_epochs(cb: Any) -> bool:
+    """Whether ``cb`` puts the optimizer's moving averages in the model's weights at each
+    epoch's end and the weights back at the next epoch's start: Keras 3's
+    ``SwapEMAWeights(swap_on_epoch=True)`` (Keras 2 has no such callback).
+
+    >>> swaps_averages_in_between_epochs(keras.callbacks.History())
+    False
+    """
+    swap = getattr(keras.callbacks, "SwapEMAWeights", None)
+    return swap is not None and isinstance(cb, swap) and bool(getattr(cb, "swap_on_epoch", False))

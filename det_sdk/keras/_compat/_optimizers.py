@@ -101,13 +101,31 @@ def _averaging_class(base: type) -> type[Any]:
     return cls
 
 
+def _rebuild_config(opt: Any) -> dict[str, Any]:
+    """``opt``'s config, for ``from_config`` to make its like: a learning-rate schedule or
+    callable as the object itself. The config names it (a function by its name alone, a
+    schedule class by its registered name), which ``from_config`` cannot find for one
+    the script defines; the object is stateless between steps (a schedule is a function
+    of the step count), so the two optimizers can share it."""
+    lr = getattr(opt, "_learning_rate", None)
+    if not callable(lr) or impl.is_variable(lr):
+        return dict(opt.get_config())
+    opt._learning_rate = 0.0  # a schedule without get_config would make get_config raise
+    try:
+        config = dict(opt.get_config())
+    finally:
+        opt._learning_rate = lr
+    config["learning_rate"] = lr
+    return config
+
+
 def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
     """A new optimizer like ``opt`` (same class and config) that averages gradients.
 
     ``average`` takes the list of gradients (None for variables without one) and
     returns them averaged over all processes.
     """
-    wrapped = _averaging_class(type(opt)).from_config(opt.get_config())
+    wrapped = _averaging_class(type(opt)).from_config(_rebuild_config(opt))
     wrapped._det_average = average
     gradient_share()  # made now, outside any traced step
     return wrapped
