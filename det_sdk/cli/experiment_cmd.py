@@ -385,10 +385,10 @@ def experiment_label_remove(args: Namespace) -> int:
 
 def _download(client: Any, uuid: str, output_dir: str | None, quiet: bool) -> Path:
     """A checkpoint where Determined puts it: ``output_dir``, or ``checkpoints/UUID``."""
-    from det_sdk.cli.tasks import _extract
+    from det_sdk.cli.tasks import _download as stream_into
 
-    dest = _extract(client.download_checkpoint(uuid),
-                    output_dir if output_dir is not None else str(Path("checkpoints", uuid)))
+    dest = stream_into(lambda f: client.download_checkpoint_to(uuid, f), f"checkpoint {uuid}",
+                       output_dir if output_dir is not None else str(Path("checkpoints", uuid)))
     print(dest if quiet else f"Local checkpoint path: {dest}")
     return dest
 

@@ -358,14 +358,6 @@ def _download(fetch: Any, what: str, directory: str) -> Path:
     return dest
 
 
-def checkpoint_download(args: Namespace) -> int:
-    client = _client(args)
-    dest = _download(lambda f: client.download_checkpoint_to(args.uuid, f),
-                     f"checkpoint {args.uuid}", args.dir)
-    print(f"checkpoint {args.uuid} -> {dest}")
-    return 0
-
-
 def _files_download(args: Namespace, kind: str) -> int:
     """The files a trial or job wrote into its working directory (kept when it ended;
     while they are still being copied the master answers 409: asked again)."""
