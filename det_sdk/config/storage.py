@@ -80,6 +80,19 @@ class CheckpointStorageConfig(_Strict):
                               "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, ...)")
         return self
 
+    def for_trials(self, default_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        """What a master's trials get: the config as given, a shared folder's
+        ``host_path`` filled in with ``default_dir`` (the master's data directory) where
+        the config has none; an object store as it is.
+
+        >>> CheckpointStorageConfig().for_trials("/data/checkpoints")["host_path"]
+        '/data/checkpoints'
+        """
+        given = self.model_dump(mode="json", exclude_none=True)
+        if self.type == "shared_fs":
+            given["host_path"] = self.host_path or str(default_dir)
+        return given
+
     def printable(self) -> dict[str, Any]:
         """The config as JSON with its secrets masked: what describe output, stored run
         records and messages show."""

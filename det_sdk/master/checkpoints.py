@@ -37,7 +37,7 @@ from det_sdk.master.models import registered_checkpoints
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
 from det_sdk.stages import kept_per_stage, stage_of
-from det_sdk.storage import best_first, read_owner
+from det_sdk.storage import CheckpointStorage, best_first, open_storage, read_owner
 
 __all__ = ["Checkpoints", "is_checkpoint_name"]
 
@@ -75,6 +75,12 @@ class Checkpoints:
         host_path = config.checkpoint_storage.host_path
         return Path(host_path) if host_path else self.data_dir / "checkpoints"
 
+    def storage(self, config: ExperimentConfig) -> CheckpointStorage:
+        """The store an experiment's checkpoints are in (its ``checkpoint_storage``: a
+        folder, :meth:`directory`, or an object store's bucket)."""
+        return open_storage(config.checkpoint_storage.for_trials(self.directory(config)),
+                            owner={})
+
     # --- registering ------------------------------------------------------------------------
 
     def report(self, report: dict[str, Any]) -> None:
@@ -92,10 +98,11 @@ class Checkpoints:
                 raise InvalidRequest(f"uuid: {report['uuid']!r} is not a canonical lowercase "
                                      "UUID (8-4-4-4-12 hex digits)")
             known = self.store.checkpoint(report["uuid"])
-            path = self.directory(self.config_of(trial_id)) / report["uuid"]
-            if known is None and path.is_dir() and not self._written_by(path, trial_id):
-                raise Conflict(f"checkpoint directory {path} was not written by trial "
-                               f"{trial_id} of this master")
+            storage = self.storage(self.config_of(trial_id))
+            if known is None and storage.exists(report["uuid"]) and not self._owned(
+                    storage.read_owner(report["uuid"]), trial_id):
+                raise Conflict(f"checkpoint directory {storage.describe()}/{report['uuid']} "
+                               f"was not written by trial {trial_id} of this master")
             owner = self.store.put_checkpoint(report)
             if owner != trial_id:
                 raise Conflict(f"checkpoint {report['uuid']} belongs to trial {owner}, "
@@ -176,32 +183,41 @@ class Checkpoints:
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         keep |= registered_checkpoints(self.store)  # a model version's checkpoint stays
-        base = self.directory(cfg)
+        storage = self.storage(cfg)
         for r in rows:
             if r["uuid"] not in keep:
-                self._delete_files(base / r["uuid"], trial_id)
+                self._delete_files(storage, r["uuid"], trial_id)
                 self.store.delete_checkpoint(r["uuid"])
 
     def _written_by(self, path: Path, trial_id: int | None = None) -> bool:
         """Whether checkpoint directory ``path`` was saved by a task of this master (of
         trial ``trial_id`` if given), as its owner file says."""
-        owner = read_owner(path)
+        return self._owned(read_owner(path), trial_id)
+
+    def _owned(self, owner: dict[str, Any] | None, trial_id: int | None = None) -> bool:
+        """Whether an owner record names a task of this master (of ``trial_id`` if
+        given): masters sharing a storage never delete each other's checkpoints."""
         alloc_id = owner.get("allocation_id") if owner else None
         alloc = self.store.allocation(alloc_id) if isinstance(alloc_id, str) else None
         if alloc is None or alloc["trial_id"] is None:
             return False
         return trial_id is None or alloc["trial_id"] == trial_id
 
-    def _delete_files(self, path: Path, trial_id: int) -> None:
-        """Delete a dropped checkpoint's directory if it is one of ``trial_id``'s (a
-        uuid-named directory its task wrote); anything else stays, logged."""
-        if not path.is_dir():
+    def _delete_files(self, storage: CheckpointStorage, uuid: str, trial_id: int) -> None:
+        """Delete a dropped checkpoint's files (a folder, or an object store's objects) if
+        it is one of ``trial_id``'s (uuid-named, written by its task); anything else
+        stays, logged."""
+        if not is_checkpoint_name(uuid) or not storage.exists(uuid):
             return
-        if is_checkpoint_name(path.name) and self._written_by(path, trial_id):
-            shutil.rmtree(path, ignore_errors=True)
+        if self._owned(storage.read_owner(uuid), trial_id):
+            try:
+                storage.delete(uuid)
+            except (OSError, LookupError) as err:  # gone meanwhile, or the store away
+                log.warning("could not delete checkpoint %s/%s: %s", storage.describe(),
+                            uuid, err)
         else:
-            log.warning("kept %s: not a checkpoint directory written by trial %d of this "
-                        "master (its record is dropped)", path, trial_id)
+            log.warning("kept %s/%s: not a checkpoint directory written by trial %d of this "
+                        "master (its record is dropped)", storage.describe(), uuid, trial_id)
 
     # --- reading ----------------------------------------------------------------------------
 

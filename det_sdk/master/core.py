@@ -37,6 +37,7 @@ from typing import Any, cast
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
+from det_sdk.config.storage import mask_config_secrets
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
@@ -196,6 +197,7 @@ class Master:
         """Validate everything, then store the upload and the experiment with all its
         trials: a refused request writes nothing."""
         config = _experiment_config(raw_config)
+        self._probe_storage(config)
         if config.resources.slots_per_trial > self.launcher.slots:
             raise InvalidRequest(
                 f"resources.slots_per_trial: {config.resources.slots_per_trial} is more than "
@@ -244,6 +246,20 @@ class Master:
         self.lifecycle.experiment_event(exp_id, ExperimentEvent.ACTIVATE)
         self._wake()
 
+    def _probe_storage(self, config: ExperimentConfig) -> None:
+        """Refuse (:class:`InvalidRequest`) a checkpoint storage the trials could not
+        write to: an object store gets a small write and delete (a wrong key, a missing
+        bucket, a bad endpoint); a folder is made where it is missing, as trials would."""
+        from det_sdk.errors import StorageError
+
+        storage = self.checkpoint_store.storage(config)
+        try:
+            storage.check()
+        except StorageError as err:
+            raise InvalidRequest(f"invalid experiment config:\n  {err}") from None
+        finally:
+            storage.close()
+
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
         rungs = self.store.experiment_rungs(exp_id)  # one query, not one per trial
@@ -253,7 +269,8 @@ class Master:
         progress = sum(t["progress"] for t in trials) / len(trials) if trials else 0.0
         return {
             "id": exp["id"], "name": exp["name"], "state": exp["state"],
-            "config": exp["config"], "created": exp["created"], "trials": trials,
+            "config": mask_config_secrets(exp["config"]), "created": exp["created"],
+            "trials": trials,
             "progress": progress,
         }
 

@@ -91,6 +91,11 @@ class CheckpointStorage:
     def exists(self, uuid: str) -> bool:
         return uuid in self.list()
 
+    def read_owner(self, uuid: str) -> dict[str, Any] | None:
+        """The :data:`OWNER_FILE` record of checkpoint ``uuid`` (which master's task saved
+        it); None if it has none or it cannot be read."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         """Where it is, for messages (a path, an ``s3://`` URL): never a secret."""
         raise NotImplementedError
@@ -190,6 +195,10 @@ class SharedFSStorage(CheckpointStorage):
 
     def describe(self) -> str:
         return str(self.base)
+
+    def read_owner(self, uuid: str) -> dict[str, Any] | None:
+        check_uuid(uuid)
+        return read_owner(self.base / uuid)
 
     def list(self) -> list[str]:
         if not self.base.is_dir():

@@ -61,14 +61,15 @@ def encode(manifest: dict[str, Any]) -> bytes:
 def decode(data: bytes, where: str) -> dict[str, Any]:
     try:
         manifest = json.loads(data)
-        files = manifest["files"]
-        if not isinstance(files, dict) or any(
-                not isinstance(v, dict) or "size" not in v or "sha256" not in v
-                for v in files.values()):
-            raise ValueError("bad files")
-    except (ValueError, KeyError, TypeError) as err:
-        raise CheckpointCorruptError(f"checkpoint {where}: its manifest is unreadable "
-                                     f"({err})") from None
+    except ValueError as err:
+        raise CheckpointCorruptError(f"checkpoint {where}: its manifest is not JSON ({err})"
+                                     ) from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or any(
+            not isinstance(v, dict) or "size" not in v or "sha256" not in v
+            for v in files.values()):
+        raise CheckpointCorruptError(f"checkpoint {where}: its manifest has no valid 'files' "
+                                     "(each a size and a sha256)")
     return manifest
 
 

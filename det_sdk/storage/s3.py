@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from det_sdk.errors import CheckpointCorruptError, MissingExtraError, StorageError
+from det_sdk.errors import CheckpointCorruptError, DetSdkError, MissingExtraError, StorageError
 from det_sdk.storage import (
     OWNER_FILE,
     CheckpointNotFoundError,
@@ -49,6 +49,10 @@ THREADS = 10  # parallel transfers per checkpoint
 ABANDONED_AFTER = datetime.timedelta(days=1)  # another host's unfinished upload: swept after
 
 _T = TypeVar("_T")
+
+
+class _ObjectMissing(DetSdkError, FileNotFoundError):
+    """An object that is not in the store (caught inside this module)."""
 
 
 def _obstore() -> Any:
@@ -111,7 +115,7 @@ class S3Storage(CheckpointStorage):
         except FileNotFoundError:
             raise
         except obs.exceptions.NotFoundError as err:
-            raise FileNotFoundError(str(err).split("\n", 1)[0]) from None
+            raise _ObjectMissing(str(err).split("\n", 1)[0]) from None
         except obs.exceptions.BaseError as err:
             first = str(err).split("\n", 1)[0][:400]
             if isinstance(err, (obs.exceptions.PermissionDeniedError,

@@ -206,3 +206,45 @@ def test_wrong_secret_refused_at_init_naming_the_field_not_the_secret(
     assert f"s3://{BUCKET}/refused" in message
     assert WRONG_SECRET not in message and WRONG_SECRET not in repr(err.value)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_objects(
+        s3: SeaweedFS, fakes) -> None:  # type: ignore[no-untyped-def]
+    """A master's experiment with type s3: its fake trials store through the seam, the
+    master's retention deletes the dropped checkpoint's objects, a trial cannot take over
+    (and so delete) another's, describe masks the secret, and a wrong secret is refused
+    at create naming the field."""
+    from tests.lifecycle_harness import config
+
+    storage_cfg = {**_storage_config(s3, "master"), "save_trial_latest": 1,
+                   "save_trial_best": 0}
+    with fakes.http() as http:
+        bad = {**storage_cfg, "secret_key": WRONG_SECRET}
+        r = http.post("/api/v1/experiments", json={
+            "config": config(fakes.control, checkpoint_storage=bad),
+            "model_definition": fakes.archive})
+        assert r.status_code == 400, r.text
+        assert "checkpoint_storage.access_key / secret_key" in r.text
+        assert WRONG_SECRET not in r.text
+    exp_a, trial_a, _ = fakes.start_trial(checkpoint_storage=storage_cfg)
+    _, trial_b, _ = fakes.start_trial(checkpoint_storage=storage_cfg)
+    described = json.dumps(fakes.experiment(exp_a))
+    assert SECRET_KEY not in described and ACCESS_KEY not in described
+    assert "********" in described
+    first = fakes.send(trial_a, "checkpoint")["uuid"]
+    other = fakes.send(trial_b, "orphan_checkpoint")["uuid"]  # stored, never reported
+    storage = _storage(s3, "master")
+    assert sorted(storage.list()) == sorted([first, other])
+    assert storage.read_owner(first)["trial_id"] == trial_a
+    # trial a reports b's as its own (to have retention delete it): refused, b's stay
+    token = fakes.running_allocation(trial_a)["token"]
+    with fakes.cluster.http(token=token) as task:
+        r = task.post("/api/v1/checkpoints", json={"uuid": other, "trial_id": trial_a,
+                                                   "steps_completed": 1, "epoch": 0})
+        assert r.status_code == 409 and f"not written by trial {trial_a}" in r.text, r.text
+    second = fakes.send(trial_a, "checkpoint")["uuid"]  # retention (latest 1) drops first
+    assert sorted(storage.list()) == sorted([second, other])
+    assert not [k for k in _keys(s3, "master") if k.startswith(first)]
+    for trial in (trial_a, trial_b):
+        fakes.send(trial, "finish")
+    fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
