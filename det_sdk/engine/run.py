@@ -35,7 +35,7 @@ from det_sdk.config import (
 )
 from det_sdk.distributed import Processes
 from det_sdk.env import local_run
-from det_sdk.errors import ArgumentTypeError, UsageError
+from det_sdk.errors import ArgumentTypeError, DetSdkError, StateError, UsageError
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 
@@ -200,18 +200,26 @@ def _open_local(dist: Processes, runs: Path, target: str | None,
     The checkpoint storage is tried first (a small write and delete on an object store),
     so a wrong key or bucket is refused before a run is made."""
     if dist.is_chief:
-        if storage_config is not None:
-            probe = open_storage(storage_config, runs)
-            probe.check()
-            probe.close()
-        if target is not None:
-            session = LocalSession.reopen(runs, target, storage_config=storage_config)
-        else:
-            session = LocalSession.create(runs, **new_run, storage_config=storage_config)
+        try:
+            if storage_config is not None:
+                probe = open_storage(storage_config, runs)
+                probe.check()
+                probe.close()
+            if target is not None:
+                session = LocalSession.reopen(runs, target, storage_config=storage_config)
+            else:
+                session = LocalSession.create(runs, **new_run, storage_config=storage_config)
+        except DetSdkError as err:  # the others wait on the broadcast: tell them, then raise
+            if dist.size > 1:
+                dist.broadcast(f"{type(err).__name__}: {err}")
+            raise
         dist.broadcast(session.run_id)
         return session
-    run_id = cast(int, dist.broadcast(None))  # rank 0's (what the others send is ignored)
-    return LocalSession.reopen(runs, run_id, writer=False, storage_config=storage_config)
+    got = dist.broadcast(None)  # rank 0's run id (what the others send is ignored)
+    if isinstance(got, str):
+        raise StateError(f"rank 0 could not open the run: {got}")
+    return LocalSession.reopen(runs, cast(int, got), writer=False,
+                               storage_config=storage_config)
 
 
 def _local_info(session: LocalSession, task_type: Any, hp: HParams | None) -> ClusterInfo:

@@ -22,10 +22,12 @@ deleted by a master.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import json
 import logging
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,7 @@ class Checkpoints:
         self.lifecycle = lifecycle
         self.data_dir = data_dir
         self.config_of = config_of  # trial id -> its experiment config
+        self._storages: dict[str, CheckpointStorage] = {}  # by their config (storage())
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
@@ -78,8 +81,12 @@ class Checkpoints:
     def storage(self, config: ExperimentConfig) -> CheckpointStorage:
         """The store an experiment's checkpoints are in (its ``checkpoint_storage``: a
         folder, :meth:`directory`, or an object store's bucket)."""
-        return open_storage(config.checkpoint_storage.for_trials(self.directory(config)),
-                            owner={})
+        given = config.checkpoint_storage.for_trials(self.directory(config))
+        key = json.dumps(given, sort_keys=True)
+        storage = self._storages.get(key)
+        if storage is None:  # one client per store, not one per call (listings call often)
+            storage = self._storages[key] = open_storage(given, owner={})
+        return storage
 
     # --- registering ------------------------------------------------------------------------
 
@@ -221,6 +228,18 @@ class Checkpoints:
 
     # --- reading ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def restore(self, uuid: str) -> Iterator[Path]:
+        """A local directory with recorded checkpoint ``uuid``'s files for the block (an
+        object store's: downloaded and verified, removed after). NotFound if it is not
+        recorded; :class:`~det_sdk.storage.CheckpointNotFoundError` if its files are gone."""
+        c = self.store.checkpoint(uuid)
+        if c is None:
+            raise NotFound(f"no checkpoint {uuid}")
+        storage = self.storage(self.config_of(c["trial_id"]))
+        with storage.restore(uuid) as path:
+            yield path
+
     def info(self, uuid: str) -> dict[str, Any]:
         c = self.store.checkpoint(uuid)
         if c is None:
@@ -233,8 +252,8 @@ class Checkpoints:
     def _out(self, c: CheckpointRow) -> dict[str, Any]:
         t = self.store.trial(c["trial_id"])
         path = None
-        if t is not None:
-            path = str(self.directory(self.config_of(t["id"])) / c["uuid"])
+        if t is not None:  # a folder's path, or the object store's URL of it
+            path = f"{self.storage(self.config_of(t['id'])).describe()}/{c['uuid']}"
         return {
             "uuid": c["uuid"], "trial_id": c["trial_id"],
             "experiment_id": t["experiment_id"] if t else None,

@@ -252,13 +252,10 @@ class Master:
         bucket, a bad endpoint); a folder is made where it is missing, as trials would."""
         from det_sdk.errors import StorageError
 
-        storage = self.checkpoint_store.storage(config)
         try:
-            storage.check()
+            self.checkpoint_store.storage(config).check()
         except StorageError as err:
             raise InvalidRequest(f"invalid experiment config:\n  {err}") from None
-        finally:
-            storage.close()
 
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)

@@ -245,6 +245,25 @@ def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_object
     second = fakes.send(trial_a, "checkpoint")["uuid"]  # retention (latest 1) drops first
     assert sorted(storage.list()) == sorted([second, other])
     assert not [k for k in _keys(s3, "master") if k.startswith(first)]
+    # the master's download (`det checkpoint download`) goes through the store, verified
+    import io
+    import tarfile
+
+    import obstore
+
+    with fakes.http() as http:
+        r = http.get(f"/api/v1/checkpoints/{second}/download")
+        assert r.status_code == 200, r.text
+        with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
+            assert json.loads(tar.extractfile("./state.json").read()) == {"steps": 0}
+            assert "./.det_sdk-owner.json" not in tar.getnames()
+        info = http.get(f"/api/v1/checkpoints/{second}").json()
+        assert info["path"] == f"s3://{BUCKET}/master/{second}", info
+        raw = s3.store(BUCKET, "master")
+        obstore.put(raw, f"{second}/state.json", b'{"steps": 9}')  # same size, altered
+        r = http.get(f"/api/v1/checkpoints/{second}/download")
+        assert r.status_code == 409 and "state.json" in r.text, r.text
+        obstore.put(raw, f"{second}/state.json", b'{"steps": 0}')
     for trial in (trial_a, trial_b):
         fakes.send(trial, "finish")
     fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
