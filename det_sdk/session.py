@@ -312,8 +312,12 @@ class LocalSession(Session):
         """The run's latest (``best``: best by the searcher metric) checkpoint of ``stage``;
         no stage given: of the stage the run checkpointed last."""
         run_dir = resolve_run_dir(self.runs_dir, trial_id)
-        rows = (self._read_rows() if run_dir.resolve() == self.run_dir.resolve()
-                else _read_checkpoint_rows(run_dir))
+        if run_dir.resolve() == self.run_dir.resolve():
+            rows = self._read_rows()
+        else:  # another run's: in its own folder, or in this run's store (the same bucket)
+            stored = set(self.storage.list())
+            rows = [r for r in _read_jsonl(run_dir / "checkpoints.jsonl")
+                    if r.get("uuid") in stored or (run_dir / "checkpoints" / r["uuid"]).is_dir()]
         if not rows:
             raise CheckpointNotFoundError(f"local run {trial_id} ({run_dir}) has no checkpoint")
         stage = stage_of(rows[-1]) if stage is None else stage

@@ -103,6 +103,17 @@ def test_fit_stopped_by_sigterm_and_resumed_from_s3_equals_uninterrupted(
                  resumed.stderr, resumed.stdout]:
         assert SECRET_KEY not in text
     assert "********" in (run_dir / "run.json").read_text()
+    # a later run with the same storage finds run 1's checkpoint in the bucket (as a batch
+    # inference script's load_checkpoint_model(trial_id=1) does), downloaded and verified
+    from det_sdk.session import LocalSession
+
+    later = LocalSession.create(tmp_path / "runs-resumed", hparams={}, seed=0, config={},
+                                storage_config=_storage_config(s3, "resumed"))
+    assert later.checkpoint_for_trial(1) == rows[-1]["uuid"]
+    local = later.checkpoint_path(rows[-1]["uuid"])
+    assert (local / "metadata.json").is_file() and (local / "state.bin").is_file()
+    later.close()
+    assert not local.exists()  # the downloaded copy goes with the session
 
 
 def test_core_upload_download_verified_and_a_flipped_byte_is_damage(
