@@ -169,8 +169,8 @@ _UPLOADER = textwrap.dedent("""
                             "endpoint_url": sys.argv[2], "access_key": sys.argv[3],
                             "secret_key": sys.argv[4]})
     with storage.store("5f0e7a52-1111-4222-8333-444455556666") as (uuid, path):
-        for i in range(6):
-            (path / f"w{i}.bin").write_bytes(os.urandom(48 << 20))
+        for i in range(40):  # uploaded 10 at a time: the first ones land long before the last
+            (path / f"w{i}.bin").write_bytes(os.urandom(4 << 20))
         print("uploading", flush=True)
     print("done", flush=True)
 """)
@@ -190,8 +190,9 @@ def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    assert proc.wait(10) == -signal.SIGKILL  # killed mid-upload, not finished
     keys = _keys(s3, "killed")
+    assert any(k.endswith(".bin") for k in keys), keys  # objects of the unfinished upload
     assert not any(k.endswith(".det_sdk-manifest.json") for k in keys), keys
     storage = _storage(s3, "killed")
     assert storage.list() == []
