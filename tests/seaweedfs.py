@@ -61,6 +61,7 @@ class SeaweedFS:
         self.proc: subprocess.Popen[bytes] | None = None
         self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
         self.endpoint_url = ""
+        self.ports: dict[str, int] | None = None
 
     def start(self, timeout: float = 60.0) -> SeaweedFS:
         binary = weed_binary()
@@ -72,11 +73,12 @@ class SeaweedFS:
             "name": "det-sdk", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
         (self.workdir / "s3.json").write_text(json.dumps(identities))
-        ports = {name: free_port_pair() for name in ("master", "volume", "filer", "s3")}
-        while len(set(ports.values())) < 4:
-            ports = {name: free_port_pair() for name in ports}
+        ports = self.ports  # a restart keeps its ports and data: clients see the same server
+        while ports is None or len(set(ports.values())) < 4:
+            ports = {name: free_port_pair() for name in ("master", "volume", "filer", "s3")}
+        self.ports = ports
         self.endpoint_url = f"http://127.0.0.1:{ports['s3']}"
-        self.log = open(self.workdir / "weed.log", "wb")  # noqa: SIM115
+        self.log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [binary, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
              f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
@@ -141,6 +143,13 @@ class SeaweedFS:
                 raise
         obstore.put(self.store(name), ".probe", b"x")
         obstore.delete(self.store(name), ".probe")
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would; :meth:`start` brings it back."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -87,14 +87,22 @@ class S3Storage(CheckpointStorage):
             config.update(access_key_id=access_key, secret_access_key=secret_key)
         if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
             config["region"] = "us-east-1"  # S3's default; a custom endpoint ignores it
-        self._store = S3Store(
-            bucket, prefix=self.prefix or None, config=config,  # type: ignore[arg-type]
-            client_options={"allow_http": bool(endpoint_url and endpoint_url.startswith(
-                "http://")), "connect_timeout": "10s", "timeout": "300s"},
-            retry_config={"max_retries": 6, "retry_timeout": datetime.timedelta(seconds=120),
-                          "backoff": {"init_backoff": datetime.timedelta(milliseconds=200),
-                                      "max_backoff": datetime.timedelta(seconds=15),
-                                      "base": 2}})
+        def make(retry_seconds: float) -> Any:
+            return S3Store(
+                bucket, prefix=self.prefix or None, config=config,  # type: ignore[arg-type]
+                client_options={"allow_http": bool(endpoint_url and endpoint_url.startswith(
+                    "http://")), "connect_timeout": "10s", "timeout": "300s"},
+                # bounded by time, not count: object_store's jittered backoff can spend ten
+                # retries in 5 s, less than a server restart (tests: killed for 5 s mid-save)
+                retry_config={"max_retries": 40,
+                              "retry_timeout": datetime.timedelta(seconds=retry_seconds),
+                              "backoff": {"init_backoff": datetime.timedelta(milliseconds=500),
+                                          "max_backoff": datetime.timedelta(seconds=10),
+                                          "base": 2}})
+
+        self._store = make(120.0)
+        # the probe before training (check()): a bad endpoint answers in seconds, not minutes
+        self._probe_store = make(10.0)
         self._swept = False
         self._cache: Path | None = None  # downloaded checkpoints (path()), removed at close
 
@@ -357,8 +365,8 @@ class S3Storage(CheckpointStorage):
         refuses writes raises :class:`StorageError` naming the config field."""
         obs = _obstore()
         key = f".det_sdk-probe-{uuidlib.uuid4()}"
-        self._call("a test write", lambda: obs.put(self._store, key, b"det_sdk probe"))
-        self._call("a test delete", lambda: obs.delete(self._store, key))
+        self._call("a test write", lambda: obs.put(self._probe_store, key, b"det_sdk probe"))
+        self._call("a test delete", lambda: obs.delete(self._probe_store, key))
 
     def close(self) -> None:
         if self._cache is not None:

@@ -218,6 +218,15 @@ def test_wrong_secret_refused_at_init_naming_the_field_not_the_secret(
     assert f"s3://{BUCKET}/refused" in message
     assert WRONG_SECRET not in message and WRONG_SECRET not in repr(err.value)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    # an endpoint where nothing answers: refused within the probe's short retry budget
+    from tests.seaweedfs import free_port_pair
+
+    nowhere = {**config["checkpoint_storage"], "secret_key": SECRET_KEY,
+               "endpoint_url": f"http://127.0.0.1:{free_port_pair()}"}
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"checkpoint_storage\.endpoint_url"):
+        det_sdk.core.init(config={"checkpoint_storage": nowhere}, runs_dir=tmp_path / "runs")
+    assert time.monotonic() - started < 30
 
 
 def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_objects(
@@ -279,3 +288,39 @@ def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_object
     for trial in (trial_a, trial_b):
         fakes.send(trial, "finish")
     fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
+
+
+def test_server_killed_for_5_s_mid_save_the_save_completes_whole(
+        s3: SeaweedFS, tmp_path: Path) -> None:
+    """The store crashes mid-upload and is back 5 s later (same data, same ports): the
+    save's requests are retried with backoff and it completes, listed and verified.
+    Last in the module: it restarts the module's server."""
+    import threading
+
+    storage = _storage(s3, "outage")
+    done: list[object] = []
+
+    def save() -> None:
+        try:
+            with storage.store() as (uuid, path):
+                for i in range(24):
+                    (path / f"w{i}.bin").write_bytes(os.urandom(3 << 20))
+            done.append(uuid)
+        except BaseException as err:  # the test thread reports it
+            done.append(err)
+
+    saver = threading.Thread(target=save)
+    saver.start()
+    deadline = time.monotonic() + 60
+    while not [k for k in _keys(s3, "outage") if k.endswith(".bin")]:
+        assert time.monotonic() < deadline and saver.is_alive()
+        time.sleep(0.05)
+    s3.kill()
+    time.sleep(5)
+    s3.start()
+    saver.join(150)
+    assert not saver.is_alive() and len(done) == 1 and isinstance(done[0], str), done
+    uuid = done[0]
+    assert storage.list() == [uuid]
+    storage.download(uuid, tmp_path / "back")  # every file verified against the manifest
+    assert len(list((tmp_path / "back").iterdir())) == 24
