@@ -97,7 +97,7 @@ class S3Storage(CheckpointStorage):
                 retry_config={"max_retries": 40,
                               "retry_timeout": datetime.timedelta(seconds=retry_seconds),
                               "backoff": {"init_backoff": datetime.timedelta(milliseconds=500),
-                                          "max_backoff": datetime.timedelta(seconds=10),
+                                          "max_backoff": datetime.timedelta(seconds=4),
                                           "base": 2}})
 
         self._store = make(120.0)
