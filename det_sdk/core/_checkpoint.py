@@ -96,8 +96,13 @@ class CheckpointContext:
         yield self._session.checkpoint_path(storage_id)
 
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
-        """Copy checkpoint ``storage_id`` into the local directory ``ckpt_dir``."""
-        src = self._session.checkpoint_path(storage_id)
+        """Copy checkpoint ``storage_id`` into the local directory ``ckpt_dir`` (from an
+        object store: each file verified against the checkpoint's manifest)."""
+        storage = self._session.storage
+        if storage.exists(storage_id):
+            storage.download(storage_id, ckpt_dir)
+            return
+        src = self._session.checkpoint_path(storage_id)  # another run's (local runs)
         # the owner file is the master's bookkeeping (det_sdk.storage), not the user's
         shutil.copytree(src, Path(ckpt_dir), dirs_exist_ok=True, copy_function=copy_file,
                         ignore=lambda d, names: [OWNER_FILE] if Path(d) == src else [])

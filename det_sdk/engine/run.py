@@ -35,7 +35,7 @@ from det_sdk.config import (
 )
 from det_sdk.distributed import Processes
 from det_sdk.env import local_run
-from det_sdk.errors import ArgumentTypeError, UsageError
+from det_sdk.errors import ArgumentTypeError, DetSdkError, StateError, UsageError
 from det_sdk.hparams import HParams, local_hparams, merge_hparams
 from det_sdk.info import ClusterInfo, get_cluster_info
 
@@ -47,6 +47,7 @@ from det_sdk.session import (
     RunNotFoundError,
     Session,
 )
+from det_sdk.storage import open_storage
 
 __all__ = ["OpenedRun", "RunNotFoundError", "load_config", "open_run"]
 
@@ -144,7 +145,7 @@ def open_run(
     session = _open_local(distributed, runs, _resume_target(resume), {
         "hparams": hp.to_dict(), "seed": _seed(loaded, seed),
         "config": loaded.model_dump(mode="json") if loaded else {},
-    })
+    }, _storage_config(loaded))
     info = _local_info(session, "TRIAL", hp)
     return OpenedRun(distributed, session, info, loaded, hp, info.trial_seed, on_cluster=False)
 
@@ -181,21 +182,44 @@ def _seed(config: ExperimentConfig | None, seed: int | None) -> int:
     return seed
 
 
+def _storage_config(config: ExperimentConfig | None) -> dict[str, Any] | None:
+    """The config's ``checkpoint_storage`` as given (secrets included: the run's own
+    record keeps them masked); None without a config (the run's folder)."""
+    if config is None:
+        return None
+    return config.checkpoint_storage.model_dump(mode="json", exclude_none=True)
+
+
 def _open_local(dist: Processes, runs: Path, target: str | None,
-                new_run: Mapping[str, Any]) -> LocalSession:
+                new_run: Mapping[str, Any],
+                storage_config: Mapping[str, Any] | None = None) -> LocalSession:
     """Rank 0 creates (or reopens) the run; the other processes open it read-only.
 
     The others read the run's seed, hparams and config from its ``run.json``, so every
-    process uses rank 0's (a drawn seed included: the data order depends on it)."""
+    process uses rank 0's (a drawn seed included: the data order depends on it).
+    The checkpoint storage is tried first (a small write and delete on an object store),
+    so a wrong key or bucket is refused before a run is made."""
     if dist.is_chief:
-        if target is not None:
-            session = LocalSession.reopen(runs, target)
-        else:
-            session = LocalSession.create(runs, **new_run)
+        try:
+            if storage_config is not None:
+                probe = open_storage(storage_config, runs)
+                probe.check()
+                probe.close()
+            if target is not None:
+                session = LocalSession.reopen(runs, target, storage_config=storage_config)
+            else:
+                session = LocalSession.create(runs, **new_run, storage_config=storage_config)
+        except DetSdkError as err:  # the others wait on the broadcast: tell them, then raise
+            if dist.size > 1:
+                dist.broadcast(f"{type(err).__name__}: {err}")
+            raise
         dist.broadcast(session.run_id)
         return session
-    run_id = cast(int, dist.broadcast(None))  # rank 0's (what the others send is ignored)
-    return LocalSession.reopen(runs, run_id, writer=False)
+    got = dist.broadcast(None)  # rank 0's run id (what the others send is ignored)
+    if isinstance(got, str):
+        raise StateError(f"rank 0 could not open the run: {got}")
+    return LocalSession.reopen(runs, cast(int, got), writer=False,
+                               storage_config=storage_config)
 
 
 def _local_info(session: LocalSession, task_type: Any, hp: HParams | None) -> ClusterInfo:

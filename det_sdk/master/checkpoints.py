@@ -28,11 +28,13 @@ released, and a master starting again deletes what a crash left renamed.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import json
 import logging
-import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +45,15 @@ from det_sdk.master.lifecycle import Lifecycle, TrialEvent
 from det_sdk.master.models import registered_checkpoints
 from det_sdk.master.rows import CheckpointRow
 from det_sdk.master.store import Store
-from det_sdk.master.task_files import remove_tree
 from det_sdk.stages import kept_per_stage, stage_of
-from det_sdk.storage import best_first, read_owner
+from det_sdk.storage import (
+    CheckpointStorage,
+    best_first,
+    open_storage,
+    read_owner,
+    remove_tree,
+    retire_dir,
+)
 
 __all__ = ["Checkpoints", "is_checkpoint_name"]
 
@@ -79,13 +87,25 @@ class Checkpoints:
         self.lifecycle = lifecycle
         self.data_dir = data_dir
         self.config_of = config_of  # trial id -> its experiment config
-        self._trash: builtins.list[Path] = []  # renamed under the lock, deleted after it
+        # retired under the lock (unlisted at once), their files deleted after it
+        self._trash: builtins.list[Callable[[], object]] = []
         self._trash_lock = threading.Lock()
+        self._storages: dict[str, CheckpointStorage] = {}  # by their config (storage())
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
         host_path = config.checkpoint_storage.host_path
         return Path(host_path) if host_path else self.data_dir / "checkpoints"
+
+    def storage(self, config: ExperimentConfig) -> CheckpointStorage:
+        """The store an experiment's checkpoints are in (its ``checkpoint_storage``: a
+        folder, :meth:`directory`, or an object store's bucket)."""
+        given = config.checkpoint_storage.for_trials(self.directory(config))
+        key = json.dumps(given, sort_keys=True)
+        storage = self._storages.get(key)
+        if storage is None:  # one client per store, not one per call (listings call often)
+            storage = self._storages[key] = open_storage(given, owner={})
+        return storage
 
     # --- registering ------------------------------------------------------------------------
 
@@ -113,10 +133,11 @@ class Checkpoints:
                 raise InvalidRequest(f"uuid: {report['uuid']!r} is not a canonical lowercase "
                                      "UUID (8-4-4-4-12 hex digits)")
             known = self.store.checkpoint(report["uuid"])
-            path = self.directory(self.config_of(trial_id)) / report["uuid"]
-            if known is None and path.is_dir() and not self._written_by(path, trial_id):
-                raise Conflict(f"checkpoint directory {path} was not written by trial "
-                               f"{trial_id} of this master")
+            storage = self.storage(self.config_of(trial_id))
+            if known is None and storage.exists(report["uuid"]) and not self._owned(
+                    storage.read_owner(report["uuid"]), trial_id):
+                raise Conflict(f"checkpoint directory {storage.describe()}/{report['uuid']} "
+                               f"was not written by trial {trial_id} of this master")
             owner = self.store.put_checkpoint(report)
             if owner != trial_id:
                 raise Conflict(f"checkpoint {report['uuid']} belongs to trial {owner}, "
@@ -197,54 +218,81 @@ class Checkpoints:
             ranked = best_first(everyone, metric, smaller)
             keep |= {r["uuid"] for r in ranked[:policy.save_experiment_best]}
         keep |= registered_checkpoints(self.store)  # a model version's checkpoint stays
-        base = self.directory(cfg)
+        storage = self.storage(cfg)
         for r in rows:
             if r["uuid"] not in keep:
-                self._delete_files(base / r["uuid"], trial_id)
+                self._delete_files(storage, r["uuid"], trial_id)
                 self.store.delete_checkpoint(r["uuid"])
 
     def _written_by(self, path: Path, trial_id: int | None = None) -> bool:
         """Whether checkpoint directory ``path`` was saved by a task of this master (of
         trial ``trial_id`` if given), as its owner file says."""
-        owner = read_owner(path)
+        return self._owned(read_owner(path), trial_id)
+
+    def _owned(self, owner: dict[str, Any] | None, trial_id: int | None = None) -> bool:
+        """Whether an owner record names a task of this master (of ``trial_id`` if
+        given): masters sharing a storage never delete each other's checkpoints."""
         alloc_id = owner.get("allocation_id") if owner else None
         alloc = self.store.allocation(alloc_id) if isinstance(alloc_id, str) else None
         if alloc is None or alloc["trial_id"] is None:
             return False
         return trial_id is None or alloc["trial_id"] == trial_id
 
-    def _delete_files(self, path: Path, trial_id: int) -> None:
-        """Delete a dropped checkpoint's directory if it is one of ``trial_id``'s (a
-        uuid-named directory its task wrote); anything else stays, logged."""
-        if not path.is_dir():
+    def _delete_files(self, storage: CheckpointStorage, uuid: str, trial_id: int) -> None:
+        """Delete a dropped checkpoint's files (a folder, or an object store's objects) if
+        it is one of ``trial_id``'s (uuid-named, written by its task); anything else
+        stays, logged."""
+        if not is_checkpoint_name(uuid) or not storage.exists(uuid):
             return
-        if is_checkpoint_name(path.name) and self._written_by(path, trial_id):
-            self._to_trash(path)
+        if self._owned(storage.read_owner(uuid), trial_id):
+            try:
+                finish = storage.retire(uuid)
+            except (OSError, LookupError) as err:  # gone meanwhile, or the store away
+                log.warning("could not delete checkpoint %s/%s: %s", storage.describe(),
+                            uuid, err)
+                return
+            with self._trash_lock:
+                self._trash.append(finish)
         else:
-            log.warning("kept %s: not a checkpoint directory written by trial %d of this "
-                        "master (its record is dropped)", path, trial_id)
+            log.warning("kept %s/%s: not a checkpoint directory written by trial %d of this "
+                        "master (its record is dropped)", storage.describe(), uuid, trial_id)
 
     def _to_trash(self, path: Path) -> None:
-        """Rename checkpoint directory ``path`` for :meth:`empty_trash` (under the lock)."""
-        trash = path.with_name(f".{path.name}.deleting")
+        """Retire checkpoint directory ``path`` for :meth:`empty_trash` (under the lock)."""
         try:
-            os.rename(path, trash)
+            finish = retire_dir(path)
         except OSError as err:
             log.warning("could not delete %s: %s", path, err)
             return
         with self._trash_lock:
-            self._trash.append(trash)
+            self._trash.append(finish)
 
-    def empty_trash(self) -> builtins.list[Path]:
-        """Delete the directories renamed for deletion; call it without the lifecycle
-        lock (it may take seconds). Returns what was deleted."""
+    def empty_trash(self) -> int:
+        """Delete what was retired (renamed out of sight, or an object store's unlisted
+        checkpoints); call it without the lifecycle lock (it may take seconds). Returns
+        how many went."""
         with self._trash_lock:
             trash, self._trash = self._trash, []
-        for path in trash:
-            remove_tree(path)
-        return trash
+        for finish in trash:
+            try:
+                finish()
+            except (OSError, LookupError) as err:  # the store away: logged, not raised
+                log.warning("could not delete a retired checkpoint: %s", err)
+        return len(trash)
 
     # --- reading ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def restore(self, uuid: str) -> Iterator[Path]:
+        """A local directory with recorded checkpoint ``uuid``'s files for the block (an
+        object store's: downloaded and verified, removed after). NotFound if it is not
+        recorded; :class:`~det_sdk.storage.CheckpointNotFoundError` if its files are gone."""
+        c = self.store.checkpoint(uuid)
+        if c is None:
+            raise NotFound(f"no checkpoint {uuid}")
+        storage = self.storage(self.config_of(c["trial_id"]))
+        with storage.restore(uuid) as path:
+            yield path
 
     def info(self, uuid: str) -> dict[str, Any]:
         c = self.store.checkpoint(uuid)
@@ -258,8 +306,8 @@ class Checkpoints:
     def _out(self, c: CheckpointRow) -> dict[str, Any]:
         t = self.store.trial(c["trial_id"])
         path = None
-        if t is not None:
-            path = str(self.directory(self.config_of(t["id"])) / c["uuid"])
+        if t is not None:  # a folder's path, or the object store's URL of it
+            path = f"{self.storage(self.config_of(t['id'])).describe()}/{c['uuid']}"
         return {
             "uuid": c["uuid"], "trial_id": c["trial_id"],
             "experiment_id": t["experiment_id"] if t else None,
@@ -314,7 +362,7 @@ class Checkpoints:
             for p in base.iterdir():
                 if _TRASH.match(p.name) and p.is_dir() and not p.is_symlink():
                     with self._trash_lock:
-                        self._trash.append(p)
+                        self._trash.append(partial(remove_tree, p))
                 elif (is_checkpoint_name(p.name) and p.name not in recorded and p.is_dir()
                         and self._written_by(p)):
                     self._to_trash(p)

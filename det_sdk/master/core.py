@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
+from det_sdk.config.storage import mask_config_secrets
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.disk_work import DiskWork
@@ -213,6 +214,7 @@ class Master:
         trials: a refused request writes nothing. ``activate=False``: created PAUSED
         (Determined's ``det e create --paused``), no trial started."""
         config = _experiment_config(raw_config)
+        self._probe_storage(config)
         if config.resources.slots_per_trial > self.launcher.slots:
             raise InvalidRequest(
                 f"resources.slots_per_trial: {config.resources.slots_per_trial} is more than "
@@ -263,6 +265,17 @@ class Master:
         self.lifecycle.experiment_event(exp_id, ExperimentEvent.ACTIVATE)
         self._wake()
 
+    def _probe_storage(self, config: ExperimentConfig) -> None:
+        """Refuse (:class:`InvalidRequest`) a checkpoint storage the trials could not
+        write to: an object store gets a small write and delete (a wrong key, a missing
+        bucket, a bad endpoint); a folder is made where it is missing, as trials would."""
+        from det_sdk.errors import StorageError
+
+        try:
+            self.checkpoint_store.storage(config).check()
+        except StorageError as err:
+            raise InvalidRequest(f"invalid experiment config:\n  {err}") from None
+
     def experiment_info(self, exp_id: int) -> dict[str, Any]:
         exp = self._experiment(exp_id)
         rungs = self.store.experiment_rungs(exp_id)  # one query, not one per trial
@@ -272,7 +285,8 @@ class Master:
         progress = sum(t["progress"] for t in trials) / len(trials) if trials else 0.0
         return {
             "id": exp["id"], "name": exp["name"], "state": exp["state"],
-            "config": exp["config"], "created": exp["created"], "trials": trials,
+            "config": mask_config_secrets(exp["config"]), "created": exp["created"],
+            "trials": trials,
             "progress": progress,
         }
 

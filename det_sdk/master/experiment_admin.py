@@ -23,7 +23,7 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import ExperimentEvent, TrialEvent
 from det_sdk.master.models import registered_checkpoints
 
-__all__ = ["ENDED", "ExperimentAdmin", "job_queue"]
+__all__ = ["ENDED", "ExperimentAdmin", "job_queue", "running_tasks"]
 
 ENDED = ("COMPLETED", "CANCELED", "ERROR")
 MAX_LABEL = 255  # a label's length (Determined's labels are short tags)
@@ -179,6 +179,14 @@ def job_queue(master: Any) -> list[dict[str, Any]]:
                      "state": "SCHEDULED" if acquired else "QUEUED"})
     rows.sort(key=lambda r: r["submitted"])
     return rows
+
+
+def running_tasks(master: Any) -> list[dict[str, Any]]:
+    """The allocations running now (``det task list``): which trial or job, its state
+    and slots, oldest first."""
+    return [{"id": a["id"], "type": a["task_type"], "trial_id": a["trial_id"],
+             "job_id": a["job_id"], "state": a["state"], "slots": a["slots"],
+             "started": a["started"]} for a in master.store.running_allocations()]
 
 
 def _extra_trial_tables(db: sqlite3.Connection) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from det_sdk import api
+from det_sdk.config.storage import mask_config_secrets
 from det_sdk.errors import DetSdkError
 from det_sdk.master.errors import NotFound
 from det_sdk.master.job_progress import job_progress
@@ -167,7 +168,8 @@ def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.Experi
     trials, next_cursor = _trials(master, exp_id, trials_limit, None)
     counts, progress = master.store.trial_state_counts(exp_id)
     return api.ExperimentInfo(
-        id=exp["id"], name=exp["name"], state=exp["state"], config=exp["config"],
+        id=exp["id"], name=exp["name"], state=exp["state"],
+        config=mask_config_secrets(exp["config"]),  # never a secret in describe or the UI
         created=exp["created"], trials=trials, progress=progress,
         num_trials=sum(counts.values()), trial_states=counts, trials_next_cursor=next_cursor,
         archived=bool(exp.get("archived")))

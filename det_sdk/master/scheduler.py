@@ -141,10 +141,8 @@ class Scheduler:
     def _launch_trial(self, t: TrialRow, exp: ExperimentRow,
                       cfg: ExperimentConfig) -> None:
         config = dict(exp["config"])
-        config["checkpoint_storage"] = {
-            **config["checkpoint_storage"],
-            "host_path": str(self.checkpoints.directory(cfg)),
-        }
+        config["checkpoint_storage"] = cfg.checkpoint_storage.for_trials(
+            self.checkpoints.directory(cfg))
         env = task_env({
             "DET_EXPERIMENT_ID": str(exp["id"]), "DET_TRIAL_ID": str(t["id"]),
             "DET_TRIAL_SEED": str(t["seed"]), "DET_HPARAMS": t["hparams"],

@@ -22,6 +22,9 @@ thread, never under its lock nor on its event loop), so the files are served onl
 
 >>> import tempfile, time, os
 >>> from pathlib import Path
+
+from det_sdk.storage import pause as _yield
+from det_sdk.storage import remove_tree
 >>> work = Path(tempfile.mkdtemp()) / "workdir"; work.mkdir()
 >>> (work / "train.py").write_text("print(1)")
 8
@@ -35,15 +38,17 @@ thread, never under its lock nor on its event loop), so the files are served onl
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
 
+from det_sdk.storage import pause as _yield
+from det_sdk.storage import remove_tree
+
 __all__ = ["MAX_KEPT_BYTES", "NOT_KEPT", "files_kept", "keep_and_clear", "keep_task_files",
-           "kept_marker", "mark_unpacked", "remove_tree", "unpacked_marker"]
+           "kept_marker", "mark_unpacked", "unpacked_marker"]
 
 log = logging.getLogger("det_sdk.master.task_files")
 
@@ -151,34 +156,3 @@ def keep_and_clear(workdir: Path, dest: Path, limit: int = MAX_KEPT_BYTES) -> st
     return note
 
 
-def _yield() -> None:
-    """A pause after each file of slow disk work: the interpreter is handed to the
-    threads answering requests (a copy that never paused held it up to 5 ms at a time,
-    on each hop of every answer; 0.1 ms a file is 5 s of 50,000)."""
-    time.sleep(0.0001)
-
-
-def remove_tree(path: Path) -> None:
-    """:func:`shutil.rmtree` (errors ignored, links not followed) that pauses as the copy
-    does, every 16 files: deleting a checkpoint of 20,000 files in the background must
-    not slow the master's answers."""
-    try:
-        walk = list(os.walk(path, topdown=False))
-    except OSError:
-        return
-    for n, (root, dirs, files) in enumerate(walk):
-        for i, name in enumerate(files):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(root, name))
-            if i % 16 == 15:
-                _yield()
-        for name in dirs:  # links to directories are listed here and unlinked
-            full = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                if os.path.islink(full):
-                    os.unlink(full)
-                else:
-                    os.rmdir(full)
-        if n % 16 == 15:
-            _yield()
-    shutil.rmtree(path, ignore_errors=True)  # what the walk could not see, and the top

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from det_sdk.client import MasterClient, MasterUnreachable
-from det_sdk.storage import SharedFSStorage
+from det_sdk.storage import open_storage
 
 
 def _write(path: Path, obj: object) -> None:
@@ -45,7 +45,7 @@ def main() -> int:
     trial_id = int(os.environ["DET_TRIAL_ID"])
     alloc_id = os.environ["DET_ALLOCATION_ID"]
     client = MasterClient(os.environ["DET_MASTER"], os.environ["DET_SESSION_TOKEN"])
-    storage = SharedFSStorage(config["checkpoint_storage"]["host_path"])
+    storage = open_storage(config["checkpoint_storage"])  # the master filled in host_path
     latest = os.environ.get("DET_LATEST_CHECKPOINT")
     step = 0
     if latest:

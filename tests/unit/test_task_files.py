@@ -67,7 +67,7 @@ def test_kept_whole_then_marked_and_a_second_call_changes_nothing(tmp_path: Path
 
 
 def test_remove_tree_deletes_links_never_what_they_point_at(tmp_path: Path) -> None:
-    from det_sdk.master.task_files import remove_tree
+    from det_sdk.storage import remove_tree
 
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)

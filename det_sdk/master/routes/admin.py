@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
 from det_sdk.master.core import Master
-from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue
+from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue, running_tasks
 from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
 
 __all__ = ["admin_router"]
@@ -99,9 +99,6 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
     @router.get("/api/v1/tasks")
     def tasks(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
         """The allocations running now: which trial or job, its state and slots."""
-        rows = master.store.running_allocations()
-        return {"tasks": [{"id": a["id"], "type": a["task_type"], "trial_id": a["trial_id"],
-                           "job_id": a["job_id"], "state": a["state"], "slots": a["slots"],
-                           "started": a["started"]} for a in rows]}
+        return {"tasks": running_tasks(master)}
 
     return router

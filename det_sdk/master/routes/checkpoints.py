@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
@@ -52,9 +51,16 @@ def checkpoints_router(master: Master, principal: Dependency) -> APIRouter:
 
     @router.get("/{uuid}/download", response_class=Response, responses=_DOWNLOAD_DOC)
     def download_checkpoint(uuid: str, p: Principal = Depends(principal)) -> Response:
-        path = Path(master.checkpoint_info(uuid)["path"])
-        if not path.is_dir():
-            raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
-        return tar_gz_response(path)
+        from det_sdk.errors import CheckpointCorruptError
+        from det_sdk.storage import CheckpointNotFoundError
+
+        try:  # through the experiment's storage: an object store's files verified first
+            with master.checkpoint_store.restore(uuid) as path:
+                return tar_gz_response(path)
+        except CheckpointNotFoundError:
+            raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are "
+                                "gone") from None
+        except CheckpointCorruptError as err:
+            raise HTTPException(409, f"checkpoint {uuid} is damaged: {err}") from None
 
     return router

@@ -23,18 +23,21 @@ import os
 import shutil
 import threading
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from det_sdk.atomic import fsync_path
 from det_sdk.env import task_owner
 from det_sdk.errors import DetSdkError, UsageError
+from det_sdk.storage._trees import RETIRED_SUFFIX, pause, remove_tree, retire_dir
 from det_sdk.wire import metric_rank
 
-__all__ = ["OWNER_FILE", "CheckpointNotFoundError", "CheckpointStorage", "SharedFSStorage",
-           "best_first", "check_uuid", "fsync_path", "pid_alive", "read_owner"]
+__all__ = ["OWNER_FILE", "RETIRED_SUFFIX", "CheckpointNotFoundError", "CheckpointStorage",
+           "SharedFSStorage", "best_first", "check_uuid", "fsync_path", "open_storage", "pause",
+           "pid_alive", "read_owner", "remove_tree", "retire_dir"]
 
 _TMP_PREFIX = ".tmp-"
 #: Written into every checkpoint a master's task saves: ``{"allocation_id", "trial_id"}``
@@ -49,19 +52,99 @@ class CheckpointNotFoundError(DetSdkError, LookupError):
 
 
 class CheckpointStorage:
-    """Where checkpoint directories live. Subclasses: shared filesystem (object stores later)."""
+    """Where checkpoints live: one per store (:class:`SharedFSStorage`, ``s3``'s
+    :class:`~det_sdk.storage.s3.S3Storage`), chosen once from the config's
+    ``checkpoint_storage`` (:func:`open_storage`). Everything that writes, reads, lists
+    or deletes checkpoints goes through it, and never asks which store it is.
+
+    A checkpoint is stored whole or not at all: :meth:`store` publishes it only when the
+    caller's block ends without error; :meth:`list` never shows a partial one.
+    """
 
     def store(self, uuid: str | None = None) -> contextlib.AbstractContextManager[tuple[str, Path]]:
+        """A local directory to fill, yielded with the checkpoint's uuid; stored when the
+        block ends without error."""
         raise NotImplementedError
 
     def path(self, uuid: str) -> Path:
+        """A local directory holding checkpoint ``uuid``'s files (the store's own folder,
+        or a verified copy kept until :meth:`close`)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def restore(self, uuid: str) -> Iterator[Path]:
+        """A local directory with checkpoint ``uuid``'s files for the block (a copy, if
+        any, is removed after it)."""
+        yield self.path(uuid)
+
+    def download(self, uuid: str, dest: str | os.PathLike[str]) -> None:
+        """Checkpoint ``uuid``'s files copied into the local directory ``dest`` (without
+        the owner record: the master's bookkeeping, not the user's)."""
+        src = self.path(uuid)
+        shutil.copytree(src, Path(dest), dirs_exist_ok=True, copy_function=_copy_file,
+                        ignore=lambda d, names: [OWNER_FILE] if Path(d) == src else [])
 
     def delete(self, uuid: str) -> None:
         raise NotImplementedError
 
+    def retire(self, uuid: str) -> Callable[[], object]:
+        """Unlist checkpoint ``uuid`` now and return what deletes the rest of it (slow:
+        the master calls it outside its lock). By default the whole delete is deferred."""
+        return partial(self.delete, uuid)
+
     def list(self) -> list[str]:
+        """The uuids of the checkpoints stored whole."""
         raise NotImplementedError
+
+    def exists(self, uuid: str) -> bool:
+        return uuid in self.list()
+
+    def read_owner(self, uuid: str) -> dict[str, Any] | None:
+        """The :data:`OWNER_FILE` record of checkpoint ``uuid`` (which master's task saved
+        it); None if it has none or it cannot be read."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Where it is, for messages (a path, an ``s3://`` URL): never a secret."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise (:class:`~det_sdk.errors.StorageError`) unless a small write and delete
+        work: a wrong key, a missing bucket, a bad endpoint are found before training."""
+
+    def close(self) -> None:
+        """Remove what this process downloaded (nothing for a shared filesystem)."""
+
+
+def _copy_file(src: str, dst: str) -> None:
+    from det_sdk.arrayfile import copy_file
+
+    copy_file(src, dst)
+
+
+def open_storage(config: Mapping[str, Any] | None,
+                 default_dir: str | os.PathLike[str] | None = None,
+                 owner: dict[str, Any] | None = None) -> CheckpointStorage:
+    """The storage a ``checkpoint_storage`` config (a mapping, as stored) names.
+
+    ``type: shared_fs`` keeps checkpoints under ``default_dir`` where given (a local
+    run's own ``checkpoints/``), else under ``host_path``; ``type: s3`` (or
+    ``host_path: s3://bucket/prefix``) in the bucket.
+
+    >>> open_storage(None, "/tmp/run/checkpoints").describe()
+    '/tmp/run/checkpoints'
+    """
+    from det_sdk.config.storage import CheckpointStorageConfig
+
+    cfg = CheckpointStorageConfig.model_validate(dict(config or {}))
+    if cfg.type == "s3":
+        from det_sdk.storage.s3 import S3Storage
+
+        assert cfg.bucket is not None  # validated
+        return S3Storage(cfg.bucket, cfg.prefix, endpoint_url=cfg.endpoint_url,
+                         access_key=cfg.access_key, secret_key=cfg.secret_key, owner=owner)
+    base = default_dir if default_dir is not None else cfg.host_path or ".det-checkpoints"
+    return SharedFSStorage(base, owner=owner)
 
 
 class SharedFSStorage(CheckpointStorage):
@@ -113,6 +196,20 @@ class SharedFSStorage(CheckpointStorage):
 
     def delete(self, uuid: str) -> None:
         shutil.rmtree(self.path(uuid))
+
+    def retire(self, uuid: str) -> Callable[[], object]:
+        return retire_dir(self.path(uuid))
+
+    def exists(self, uuid: str) -> bool:
+        check_uuid(uuid)
+        return (self.base / uuid).is_dir()
+
+    def describe(self) -> str:
+        return str(self.base)
+
+    def read_owner(self, uuid: str) -> dict[str, Any] | None:
+        check_uuid(uuid)
+        return read_owner(self.base / uuid)
 
     def list(self) -> list[str]:
         if not self.base.is_dir():

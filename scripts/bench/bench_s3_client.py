@@ -1,0 +1,185 @@
+"""Which S3 client moves checkpoints: boto3's TransferManager (Determined's choice) against
+obstore (Rust's object_store; one client for S3, GCS and Azure), side by side.
+
+A checkpoint-shaped folder (one large weights file, a few medium ones, small metadata)
+is uploaded to and downloaded from a real S3 server (SeaweedFS, started here in a
+temporary folder), by each client in turn, alternating, ``--rounds`` times. Each client
+moves every file at once with ``--threads`` parallel transfers (multipart parts of 8 MiB
+for the large file). Prints each round's seconds and the ratios obstore / boto3 of
+throughput (> 1: obstore faster), and of the client's own CPU seconds (the server's
+excluded: it runs in its own process).
+
+    python scripts/bench/bench_s3_client.py --mb 300 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.seaweedfs import SeaweedFS
+
+PART = 8 << 20
+
+
+def make_checkpoint(folder: Path, total_mb: int) -> list[Path]:
+    """70% in one file, 25% in five, the rest small: a Keras checkpoint's shape."""
+    folder.mkdir(parents=True)
+    total = total_mb << 20
+    sizes = [int(total * 0.7)] + [int(total * 0.05)] * 5 + [4096] * 4
+    files = []
+    for i, size in enumerate(sizes):
+        path = folder / f"part-{i}.bin"
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                n = min(left, 16 << 20)
+                f.write(os.urandom(n))
+                left -= n
+        files.append(path)
+    return files
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def boto3_mover(s3: SeaweedFS, bucket: str, threads: int) -> tuple[Callable, Callable]:
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
+    from s3transfer.manager import TransferManager
+
+    client = boto3.client("s3", endpoint_url=s3.endpoint_url, aws_access_key_id=s3.access_key,
+                          aws_secret_access_key=s3.secret_key, region_name="us-east-1",
+                          config=Config(max_pool_connections=threads + 2))
+    config = TransferConfig(max_concurrency=threads, multipart_chunksize=PART,
+                            multipart_threshold=PART)
+
+    def upload(files: list[Path], prefix: str) -> None:
+        with TransferManager(client, config) as manager:
+            futures = [manager.upload(str(f), bucket, f"{prefix}/{f.name}") for f in files]
+            for fut in futures:
+                fut.result()
+
+    def download(names: list[str], prefix: str, dest: Path) -> None:
+        with TransferManager(client, config) as manager:
+            futures = [manager.download(bucket, f"{prefix}/{n}", str(dest / n)) for n in names]
+            for fut in futures:
+                fut.result()
+
+    return upload, download
+
+
+def obstore_mover(s3: SeaweedFS, bucket: str, threads: int) -> tuple[Callable, Callable]:
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(bucket, endpoint=s3.endpoint_url, access_key_id=s3.access_key,
+                    secret_access_key=s3.secret_key, region="us-east-1",
+                    client_options={"allow_http": True})
+
+    def upload(files: list[Path], prefix: str) -> None:
+        async def all_files() -> None:
+            sem = asyncio.Semaphore(threads)
+
+            async def one(f: Path) -> None:
+                async with sem:
+                    await obstore.put_async(store, f"{prefix}/{f.name}", f, chunk_size=PART,
+                                            max_concurrency=threads)
+            await asyncio.gather(*(one(f) for f in files))
+        asyncio.run(all_files())
+
+    def download(names: list[str], prefix: str, dest: Path) -> None:
+        # ranges of PART bytes, ``threads`` at a time over all files, written in place
+        jobs: list[tuple[str, int, int]] = []
+        for n in names:
+            size = obstore.head(store, f"{prefix}/{n}")["size"]
+            with open(dest / n, "wb") as f:
+                f.truncate(size)
+            jobs += [(n, start, min(start + PART, size)) for start in range(0, size, PART)]
+
+        def fetch(job: tuple[str, int, int]) -> None:
+            n, start, end = job
+            data = obstore.get_range(store, f"{prefix}/{n}", start=start, end=end)
+            with open(dest / n, "r+b") as f:
+                f.seek(start)
+                f.write(memoryview(data))
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fetch, jobs))
+
+    return upload, download
+
+
+def _cpu() -> float:
+    """CPU seconds of this process (every thread: Python's and obstore's Rust runtime)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=300, help="checkpoint size in MiB")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp, SeaweedFS(Path(tmp) / "s3") as s3:
+        s3.create_bucket("bench")
+        files = make_checkpoint(Path(tmp) / "ckpt", args.mb)
+        names = [f.name for f in files]
+        want = {f.name: digest(f) for f in files}
+        movers = {"boto3": boto3_mover(s3, "bench", args.threads),
+                  "obstore": obstore_mover(s3, "bench", args.threads)}
+        times: dict[tuple[str, str], list[float]] = {}
+        for r in range(args.rounds):
+            order = list(movers) if r % 2 == 0 else list(movers)[::-1]  # alternate who goes first
+            for name in order:
+                upload, download = movers[name]
+                prefix = f"{name}-{r}"
+                t, cpu = time.perf_counter(), _cpu()
+                upload(files, prefix)
+                up, up_cpu = time.perf_counter() - t, _cpu() - cpu
+                dest = Path(tmp) / prefix
+                dest.mkdir()
+                t, cpu = time.perf_counter(), _cpu()
+                download(names, prefix, dest)
+                down, down_cpu = time.perf_counter() - t, _cpu() - cpu
+                assert {n: digest(dest / n) for n in names} == want, f"{name}: files differ"
+                times.setdefault((name, "upload"), []).append(up)
+                times.setdefault((name, "download"), []).append(down)
+                times.setdefault((name, "upload cpu"), []).append(up_cpu)
+                times.setdefault((name, "download cpu"), []).append(down_cpu)
+                print(f"round {r} {name:8s} upload {up:6.2f} s ({args.mb / up:6.1f} MiB/s, "
+                      f"client CPU {up_cpu:5.2f} s)  download {down:6.2f} s "
+                      f"({args.mb / down:6.1f} MiB/s, client CPU {down_cpu:5.2f} s)", flush=True)
+                for n in names:
+                    (dest / n).unlink()
+        for way in ("upload", "download"):
+            b = statistics.median(times[("boto3", way)])
+            o = statistics.median(times[("obstore", way)])
+            print(f"{way}: median boto3 {b:.2f} s, obstore {o:.2f} s; "
+                  f"throughput obstore/boto3 = {b / o:.3f}")
+            b = statistics.median(times[("boto3", f"{way} cpu")])
+            o = statistics.median(times[("obstore", f"{way} cpu")])
+            print(f"{way} client CPU: median boto3 {b:.2f} s, obstore {o:.2f} s; "
+                  f"obstore/boto3 = {o / b:.3f}")
+
+
+if __name__ == "__main__":
+    main()
