@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from det_sdk import api
@@ -22,7 +22,7 @@ from det_sdk.master.routes.common import (
     Limit,
     Principal,
     as_json,
-    tar_gz_response,
+    checkpoint_download,
 )
 
 __all__ = ["checkpoints_router"]
@@ -51,16 +51,6 @@ def checkpoints_router(master: Master, principal: Dependency) -> APIRouter:
 
     @router.get("/{uuid}/download", response_class=Response, responses=_DOWNLOAD_DOC)
     def download_checkpoint(uuid: str, p: Principal = Depends(principal)) -> Response:
-        from det_sdk.errors import CheckpointCorruptError
-        from det_sdk.storage import CheckpointNotFoundError
-
-        try:  # through the experiment's storage: an object store's files verified first
-            with master.checkpoint_store.restore(uuid) as path:
-                return tar_gz_response(path)
-        except CheckpointNotFoundError:
-            raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are "
-                                "gone") from None
-        except CheckpointCorruptError as err:
-            raise HTTPException(409, f"checkpoint {uuid} is damaged: {err}") from None
+        return checkpoint_download(master, uuid)
 
     return router

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -18,7 +17,7 @@ from fastapi.responses import Response
 
 from det_sdk.api import MAX_PAGE_LIMIT, STAGE_PATTERN
 from det_sdk.master.core import Master
-from det_sdk.master.routes.common import tar_gz_response
+from det_sdk.master.routes.common import checkpoint_download
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.views import (
     CURVE_POINTS,
@@ -121,14 +120,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
     @router.get("/checkpoints/{uuid}/download")
     def download_checkpoint(uuid: str, request: Request) -> Response:
         auth.user(request)
-        path = Path(master.checkpoint_info(uuid)["path"])
-        if not path.is_dir():
-            raise HTTPException(410, f"checkpoint {uuid} is recorded but its files are gone")
-        # streamed as packed, as the API's download (no whole archive in memory first)
-        response = tar_gz_response(path)
-        response.headers["Content-Disposition"] = \
-            f'attachment; filename="checkpoint-{path.name}.tar.gz"'
-        return response
+        return checkpoint_download(master, uuid)  # as the API's: verified, streamed
 
     # --- jobs and models ----------------------------------------------------------------------
 
