@@ -174,11 +174,13 @@ def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
 class AveragingMixin:
     """Averages gradients in ``apply_gradients``, where Keras 2 optimizers apply them."""
 
-    _det_average: AverageFn
+    _det_average: AverageFn | None  # None: an outer optimizer averaged already
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         pairs = list(grads_and_vars)
-        grads = self._det_average(shared([g for g, _ in pairs]))
+        grads = [g for g, _ in pairs]
+        if self._det_average is not None:
+            grads = self._det_average(shared(grads))
         # a mixin: apply_gradients is the optimizer class's, after this one in the MRO
         return super().apply_gradients(  # type: ignore[misc]
             list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
