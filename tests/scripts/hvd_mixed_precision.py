@@ -10,7 +10,7 @@ MP_CASES  comma-separated, each a fresh model trained in this process, in order:
           bf16     mixed_bfloat16 (no loss scaling)
 MP_STOP   "E:B": SIGTERM to rank 0 after batch B of epoch E (the first case; it is
           checkpointed and the run stops; run again with DET_RESUME=latest)
-MP_EXTRA  rank 1 calls one det_sdk collective more than rank 0, before fitting: the
+MP_EXTRA  rank 1 calls one det_sdk collective more than rank 0 (in a callback): the
           watchdog must end the run (DET_COLLECTIVE_TIMEOUT bounds it)
 
 In the float16 cases one row (OVERFLOW_ROW) holds 1e5, beyond float16's range: the
@@ -42,8 +42,6 @@ x = rng.normal(size=(ROWS, 6)).astype("float32")
 y = (x @ rng.normal(size=(6, 1)) > 0).astype("float32")
 batch = dist.shard_batch_size(GLOBAL_BATCH)
 
-if os.environ.get("MP_EXTRA") and dist.rank == 1:
-    dist.allgather("one more than rank 0")  # rank 0 goes on into fit: a mismatch
 
 
 class StopAt(keras.callbacks.Callback):
@@ -57,6 +55,15 @@ class StopAt(keras.callbacks.Callback):
     def on_train_batch_end(self, b, logs=None):
         if self._epoch == self.epoch and b + 1 == self.batch:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class OneMore(keras.callbacks.Callback):
+    """Rank 1 calls one det_sdk collective more than rank 0, in the second step: rank 0
+    goes on into the third (its gradients' allreduce), rank 1 waits in the broadcast."""
+
+    def on_train_batch_end(self, b, logs=None):
+        if b == 1:
+            dist.broadcast("one more than rank 0")
 
 
 class Skips(keras.callbacks.Callback):
@@ -106,6 +113,8 @@ def run(case, first):
     model.compile(optimizer=opt, loss="binary_crossentropy")
     skips = Skips()
     callbacks = [skips]
+    if os.environ.get("MP_EXTRA") and dist.rank == 1:
+        callbacks.append(OneMore())
     if first and os.environ.get("MP_STOP") and dist.rank == 0:
         callbacks.append(StopAt(os.environ["MP_STOP"]))
     hist = context.fit(model, x=xs, y=ys, batch_size=batch, epochs=EPOCHS, shuffle=False,
