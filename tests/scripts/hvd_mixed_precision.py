@@ -67,23 +67,34 @@ class OneMore(keras.callbacks.Callback):
 
 
 class Skips(keras.callbacks.Callback):
-    """The steps the loss-scale optimizer skipped (its iterations did not advance)."""
+    """The steps (0-based, counted over epochs) the loss-scale optimizer skipped: those
+    after which its scale dropped."""
 
     def __init__(self):
         super().__init__()
-        self.skipped, self.last = [], None
+        self.skipped, self.scale, self.step = [], None, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.step = epoch * ROWS // GLOBAL_BATCH
 
     def on_train_batch_end(self, b, logs=None):
-        it = int(self.model.optimizer.iterations.numpy())
-        if self.last is not None and it == self.last:
-            self.skipped.append(it)
-        self.last = it
+        scale = loss_scale_state(self.model)
+        scale = max(scale.values()) if scale else None
+        if scale is not None and self.scale is not None and scale < self.scale:
+            self.skipped.append(self.step)
+        self.scale, self.step = scale, self.step + 1
 
 
-def loss_scale_state(opt):
+def optimizer_state(model):
+    """The optimizer's variables as det_sdk checkpoints them (on Keras 2 the loss scale
+    is not among a loss-scale optimizer's ``variables``)."""
+    return _compat.optimizer_variables(model.optimizer, model.trainable_variables)
+
+
+def loss_scale_state(model):
     """The loss scale and its counter (Keras 3's and Keras 2's names)."""
     found = {}
-    for v in opt.variables:
+    for v in optimizer_state(model):
         name = _compat.variable_name(v).split("/")[-1].split(":")[0]
         if any(k in name for k in ("dynamic_scale", "step_counter", "current_loss_scale",
                                    "good_steps")):
@@ -122,12 +133,12 @@ def run(case, first):
     weights = [w.astype("float64") for w in model.get_weights()]
     everyone = dist.allgather([float(w.sum()) for w in weights])
     keras.mixed_precision.set_global_policy("float32")
-    state = [np.asarray(v.numpy()) for v in model.optimizer.variables]
+    state = [np.asarray(v.numpy()) for v in optimizer_state(model)]
     return model, {
         "loss": hist.history["loss"],
         "weights": [w.ravel().tolist() for w in weights],
         "ranks_identical": all(e == everyone[0] for e in everyone),
-        "loss_scale": loss_scale_state(model.optimizer),
+        "loss_scale": loss_scale_state(model),
         "skipped": skips.skipped,
         "iterations": int(model.optimizer.iterations.numpy()),
     }, state

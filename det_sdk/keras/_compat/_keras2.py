@@ -165,10 +165,19 @@ def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
     """All of ``opt``'s variables, building it for ``trainable`` first if it has not run."""
     if isinstance(opt, keras.optimizers.legacy.Optimizer):
         opt._create_all_weights(list(trainable))  # idempotent
-        return list(opt.variables())
+        return [*opt.variables(), *_loss_scale_variables(opt)]
     if not getattr(opt, "_built", False):
         opt.build(list(trainable))
-    return list(opt.variables)
+    return [*opt.variables, *_loss_scale_variables(opt)]
+
+
+def _loss_scale_variables(opt: Any) -> list[Any]:
+    """A loss-scale optimizer's dynamic scale and its counter of good steps: Keras 2's
+    ``variables`` lists its inner optimizer's alone (a resumed run would start again
+    from the initial scale)."""
+    state = getattr(opt, "_loss_scale", None)
+    found = [getattr(state, name, None) for name in ("counter", "current_loss_scale")]
+    return [v for v in found if isinstance(v, tf.Variable)]
 
 
 class AveragingMixin:
