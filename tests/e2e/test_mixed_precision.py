@@ -6,7 +6,7 @@ compile), mixed_float16 with the script's own LossScaleOptimizer wrapped, and
 mixed_bfloat16. In the float16 cases one row overflows float16 at step 2 of every
 epoch, and on 2 processes that row is rank 1's alone: a skip decided per process
 would differ (the hang this issue found). One short run each: 1 process (the
-reference), 2 processes, 2 processes stopped by SIGTERM mid-epoch and resumed, and a
+reference), 2 processes, 2 processes stopped by SIGTERM and resumed, and a
 script whose rank 1 calls one det_sdk collective more than rank 0.
 """
 
@@ -61,12 +61,13 @@ def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
     assert sorted(one["f16"]["loss_scale"].values()) == [1.0, 2.0**15 / 8]
     assert one["bf16"]["skipped"] == [] and one["bf16"]["loss_scale"] == {}
 
-    # stopped after step 2 of epoch 1 (the skipped step: counter 0, scale halved), resumed
+    # SIGTERM in epoch 1: the processes agree to stop at its end (every 10 batches or at
+    # an epoch's end), after two skips (scale 2**13, counter 1), and resume from there
     env = {"MP_CASES": "f16", "DET_RUNS_DIR": str(tmp_path / "runs_cut")}
     _run(tmp_path, "cut", 2, MP_STOP="1:2", **env)
     rows = [json.loads(r) for r in (tmp_path / "runs_cut" / "1" / "checkpoints.jsonl")
             .read_text().splitlines()]
-    assert (rows[-1]["epoch"], rows[-1]["batch"]) == (1, 3)  # mid-epoch
+    assert (rows[-1]["epoch"], rows[-1]["batch"]) == (2, 0)
     resumed, resumed_state = _run(tmp_path, "resumed", 2, DET_RESUME="latest", **env)
     assert resumed["f16"]["skipped"] == [10]  # only what ran after the resume
     assert resumed["f16"]["loss_scale"] == two["f16"]["loss_scale"]
