@@ -140,11 +140,13 @@ def average_outermost(opt: Any) -> bool:
     averaging optimizers then apply what they are given. Returns True if anything
     changed (a step function traced before still averages inside: make it anew).
     """
-    inner = [o for o in list(wrapped_chain(opt))[1:]
-             if isinstance(o, _AveragingMixin) and o._det_average is not None]
+    def averages(o: Any) -> bool:  # (isinstance: Keras 2's wrappers delegate attributes)
+        return isinstance(o, _AveragingMixin) and getattr(o, "_det_average", None) is not None
+
+    inner = [o for o in list(wrapped_chain(opt))[1:] if averages(o)]
     if not inner:
         return False
-    if not isinstance(opt, _AveragingMixin) or opt._det_average is None:
+    if not averages(opt):
         average_in_place(opt, inner[0]._det_average)
     for o in inner:
         o._det_average = None  # averaged once, by the outermost
