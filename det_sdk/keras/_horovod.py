@@ -8,6 +8,7 @@ True
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, TypeVar
 
 import numpy as np
@@ -45,6 +46,7 @@ class HorovodProcesses(Processes):
         self._calls = 0
         self.watchdog = Watchdog(self.rank, self.size, bound, horovodrun.gloo_rendezvous(),
                                  shutdown=hvd.shutdown)
+        atexit.register(self.watchdog.exit_if_ended)  # after Horovod's: runs before it
 
     def _name(self, what: str) -> str:
         # Horovod matches collectives across processes by name: a per-call counter

@@ -19,7 +19,8 @@ such a wait here (Horovod 0.28.1, Gloo). :class:`Watchdog` bounds it:
   across processes, so every process's pending collective fails at once, det_sdk's
   and the training step's alike. The det_sdk collective that failed raises
   :class:`~det_sdk.errors.CollectiveTimeoutError` with every process's answer, and
-  ``horovodrun`` ends the processes when the first exits with an error.
+  ``horovodrun`` ends the processes when the first exits with an error. (Such a process
+  can then hang in its exit: it leaves with ``os._exit(1)`` instead.)
 
 >>> collective_timeout({})
 300.0
@@ -164,7 +165,7 @@ class Watchdog:
         self._last = "none yet"
         self._answered: Any = None  # the stall this process last answered
         self._raised: set[str] = set()  # stalls this process raised in the store
-        self._ended = False
+        self._ended = False  # Horovod was shut down: no collective can run any more
         if size > 1 and timeout_s:
             threading.Thread(target=self._watch, name="det_sdk-watchdog", daemon=True).start()
 
@@ -180,6 +181,7 @@ class Watchdog:
         except Exception as err:
             if "shut down" not in str(err):  # Horovod's: "Horovod has been shut down"
                 raise
+            self._ended = True
             raise self._timeout_error(name, callers) from err
         finally:
             self._pending = None
@@ -194,6 +196,15 @@ class Watchdog:
                     f"{time.monotonic() - since:.0f} s, called from {callers}")
         return (f"not in a det_sdk collective: in {_stack_of(self._main)} (its last det_sdk "
                 f"collective: {self._last})")
+
+    def exit_if_ended(self) -> None:
+        """End the process at once (status 1) if Horovod was shut down under a collective:
+        such a process can hang in its exit (measured here, on either rank). For
+        ``atexit``, registered after ``hvd.init()``'s own so that it runs first."""
+        if self._ended:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     # --- the others' answers ---------------------------------------------------------------
 
