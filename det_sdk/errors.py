@@ -76,6 +76,12 @@ class DivergenceError(DetSdkError, RuntimeError):
     """The processes of a distributed run hold different weights: training would be wrong."""
 
 
+class CollectiveTimeoutError(DetSdkError, RuntimeError):
+    """A det_sdk collective that some process did not reach within the bound
+    (``DET_COLLECTIVE_TIMEOUT``): the processes took different paths. The message says
+    where each process was."""
+
+
 class MissingExtraError(DetSdkError, ImportError):
     """A command that needs an optional part of det_sdk that is not installed: the
     embedded master's web stack (``pip install 'det_sdk[master]'``). The message names

@@ -8,6 +8,7 @@ True
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, TypeVar
 
 import numpy as np
@@ -15,6 +16,8 @@ import tensorflow as tf
 
 from det_sdk.core._distributed import DistributedContext
 from det_sdk.distributed import Processes
+from det_sdk.keras._watchdog import Watchdog, collective_timeout
+from det_sdk.ranks import horovodrun
 
 __all__ = ["HorovodProcesses"]
 
@@ -28,16 +31,22 @@ class HorovodProcesses(Processes):
     det.core builds it through ``det_sdk.distributed.front_builder("horovod")``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
+        """``timeout_s``: how long a collective may wait for the other processes
+        (default ``DET_COLLECTIVE_TIMEOUT``, 300 s; 0: no bound; see :mod:`._watchdog`)."""
         # imported here: a script on one process never loads Horovod (nor needs it)
         import horovod.tensorflow as hvd
 
+        bound = collective_timeout() if timeout_s is None else timeout_s
         hvd.init()
         self._hvd = hvd
         self.rank, self.size = hvd.rank(), hvd.size()
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
         self.cross_rank, self.cross_size = hvd.cross_rank(), hvd.cross_size()
         self._calls = 0
+        self.watchdog = Watchdog(self.rank, self.size, bound, horovodrun.gloo_rendezvous(),
+                                 shutdown=hvd.shutdown)
+        atexit.register(self.watchdog.exit_if_ended)  # after Horovod's: runs before it
 
     def _name(self, what: str) -> str:
         # Horovod matches collectives across processes by name: a per-call counter
@@ -46,20 +55,28 @@ class HorovodProcesses(Processes):
         return f"det_sdk.{what}.{self._calls}"
 
     def allgather(self, obj: T) -> list[T]:
-        return list(self._hvd.allgather_object(obj, name=self._name("allgather")))
+        name = self._name("allgather")
+        with self.watchdog.collective(name):
+            return list(self._hvd.allgather_object(obj, name=name))
 
     def broadcast(self, obj: T, root: int = 0) -> T:
-        return self._hvd.broadcast_object(obj, root_rank=root, name=self._name("broadcast"))
+        name = self._name("broadcast")
+        with self.watchdog.collective(name):
+            return self._hvd.broadcast_object(obj, root_rank=root, name=name)
 
     def gather_arrays(self, arr: Any) -> Any:
         # allgather concatenates along the first axis and accepts different row
         # counts per rank: no pickling of the arrays.
-        return self._hvd.allgather(arr, name=self._name("gather_arrays")).numpy()
+        name = self._name("gather_arrays")
+        with self.watchdog.collective(name):
+            return self._hvd.allgather(arr, name=name).numpy()
 
     def any(self, flag: bool) -> bool:
         # One float allreduce: ~1 ms, against ~4 ms for an allgather of objects.
-        total = self._hvd.allreduce(np.float32(1.0 if flag else 0.0), op=self._hvd.Sum,
-                                    name=self._name("any"))
+        name = self._name("any")
+        with self.watchdog.collective(name):
+            total = self._hvd.allreduce(np.float32(1.0 if flag else 0.0), op=self._hvd.Sum,
+                                        name=name)
         return float(total) > 0
 
     def average_gradients(self, grads: list[Any]) -> list[Any]:
@@ -81,7 +98,8 @@ class HorovodProcesses(Processes):
 
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
         if variables:
-            self._hvd.broadcast_variables(variables, root_rank=root)
+            with self.watchdog.collective("det_sdk.broadcast_variables"):
+                self._hvd.broadcast_variables(variables, root_rank=root)
 
     def __repr__(self) -> str:
         return f"HorovodProcesses(rank={self.rank}, size={self.size})"

@@ -102,7 +102,10 @@ class TrainingLoop:
         a model inside it was compiled with, which that model's own fit trained: a
         distiller's teacher's)."""
         own = _compat.model_optimizer(model)
-        extra = [o for o in self._optimizers if o is not own
+        # what the model's optimizer wraps (the one given to a loss-scale optimizer,
+        # which compile makes under mixed_float16) is in the model's optimizer's state
+        chain = [id(o) for o in _compat.wrapped_chain(own)]
+        extra = [o for o in self._optimizers if id(o) not in chain
                  and _compat.optimizer_trains_only(o, model.trainable_variables)
                  and not _inner_models_optimizer(o, model)]
         return [own, *extra] if own is not None else extra
@@ -145,6 +148,9 @@ class TrainingLoop:
         on first use. Every variable must exist before a checkpoint is restored into
         it and before rank 0's are broadcast.
         """
+        # First: the state layout below wraps the optimizers' apply methods as they are
+        if _compat.average_outermost(_compat.model_optimizer(model)):
+            model.train_function = None  # traced averaging inside the loss-scale optimizer
         if not model.built and _compat.implements_call(model):
             model(sample_input(), training=False)
         if sample_batch is not None and self._made_in_first_step(model):

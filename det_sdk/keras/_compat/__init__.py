@@ -56,6 +56,7 @@ from det_sdk.keras._compat._optimizers import (
     OPTIMIZER_TYPES,
     AverageFn,
     average_in_place,
+    average_outermost,
     averaging_optimizer,
     gradient_share,
     is_averaging,
@@ -65,6 +66,7 @@ from det_sdk.keras._compat._optimizers import (
     optimizer_trains_only,
     optimizer_variables,
     set_learning_rate,
+    wrapped_chain,
 )
 from det_sdk.keras._compat._random import (
     UNSAVED_RANDOM_FIX,
@@ -106,6 +108,7 @@ __all__ = [
     "SequenceBase",
     "arm_fresh_buffers",
     "average_in_place",
+    "average_outermost",
     "averaging_optimizer",
     "backing_variable",
     "callback_state_attributes",
@@ -146,4 +149,5 @@ __all__ = [
     "turn_off_xla",
     "unsaved_random_ops",
     "variable_name",
+    "wrapped_chain",
 ]

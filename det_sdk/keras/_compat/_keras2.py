@@ -165,20 +165,31 @@ def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
     """All of ``opt``'s variables, building it for ``trainable`` first if it has not run."""
     if isinstance(opt, keras.optimizers.legacy.Optimizer):
         opt._create_all_weights(list(trainable))  # idempotent
-        return list(opt.variables())
+        return [*opt.variables(), *_loss_scale_variables(opt)]
     if not getattr(opt, "_built", False):
         opt.build(list(trainable))
-    return list(opt.variables)
+    return [*opt.variables, *_loss_scale_variables(opt)]
+
+
+def _loss_scale_variables(opt: Any) -> list[Any]:
+    """A loss-scale optimizer's dynamic scale and its counter of good steps: Keras 2's
+    ``variables`` lists its inner optimizer's alone (a resumed run would start again
+    from the initial scale)."""
+    state = getattr(opt, "_loss_scale", None)
+    found = [getattr(state, name, None) for name in ("counter", "current_loss_scale")]
+    return [v for v in found if isinstance(v, tf.Variable)]
 
 
 class AveragingMixin:
     """Averages gradients in ``apply_gradients``, where Keras 2 optimizers apply them."""
 
-    _det_average: AverageFn
+    _det_average: AverageFn | None  # None: an outer optimizer averaged already
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         pairs = list(grads_and_vars)
-        grads = self._det_average(shared([g for g, _ in pairs]))
+        grads = [g for g, _ in pairs]
+        if self._det_average is not None:
+            grads = self._det_average(shared(grads))
         # a mixin: apply_gradients is the optimizer class's, after this one in the MRO
         return super().apply_gradients(  # type: ignore[misc]
             list(zip(grads, [v for _, v in pairs])), *args, **kwargs)

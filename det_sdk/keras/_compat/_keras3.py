@@ -105,12 +105,13 @@ class AveragingMixin:
     """Averages gradients in ``apply``, where Keras 3 optimizers apply them (``fit``'s
     ``apply_gradients`` and a custom step's ``apply`` both go through it)."""
 
-    _det_average: AverageFn
+    _det_average: AverageFn | None  # None: an outer optimizer averaged already
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+        if self._det_average is not None:
+            grads = self._det_average(shared(list(grads)))
         # a mixin: apply is the optimizer class's, after this one in the MRO
-        return super().apply(  # type: ignore[misc]
-            self._det_average(shared(list(grads))), trainable_variables)
+        return super().apply(grads, trainable_variables)  # type: ignore[misc]
 
 
 def install_fresh_buffers(opt: Any) -> FreshBufferSwitch | None:

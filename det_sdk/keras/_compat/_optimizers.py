@@ -20,6 +20,7 @@ __all__ = [
     "OPTIMIZER_TYPES",
     "AverageFn",
     "average_in_place",
+    "average_outermost",
     "averaging_optimizer",
     "gradient_share",
     "is_averaging",
@@ -143,6 +144,31 @@ def average_in_place(opt: Any, average: AverageFn) -> None:
         opt.__class__ = _averaging_class(type(opt))
     opt._det_average = average
     gradient_share()
+
+
+def average_outermost(opt: Any) -> bool:
+    """Make the outermost optimizer of ``opt``'s chain the one that averages.
+
+    Under ``mixed_float16`` Keras's ``compile`` wraps the optimizer it is given (the
+    averaging one ``wrap_optimizer`` made) in a loss-scale optimizer, which decides per
+    process whether a step's gradients are finite before its inner optimizer averages
+    them: one process could skip the step (and the averaging collective) while the
+    others wait in it. Averaged first, every process sees the same gradients and takes
+    the same decision, the one a single process takes on the global batch. The inner
+    averaging optimizers then apply what they are given. Returns True if anything
+    changed (a step function traced before still averages inside: make it anew).
+    """
+    def averages(o: Any) -> bool:  # (isinstance: Keras 2's wrappers delegate attributes)
+        return isinstance(o, _AveragingMixin) and getattr(o, "_det_average", None) is not None
+
+    inner = [o for o in list(wrapped_chain(opt))[1:] if averages(o)]
+    if not inner:
+        return False
+    if not averages(opt):
+        average_in_place(opt, inner[0]._det_average)
+    for o in inner:
+        o._det_average = None  # averaged once, by the outermost
+    return True
 
 
 def wrapped_chain(opt: Any) -> Iterator[Any]:
