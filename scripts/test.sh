@@ -12,10 +12,11 @@
 #
 # The unit tests run first and alone, in one process (their rule, tests/unit/conftest.py:
 # they load no framework, seen only by a process that has loaded none yet); the
-# integration and end-to-end tests then run DET_TEST_WORKERS at a time (pytest-xdist,
-# default 3: end-to-end tests mostly wait on the processes they start, and 3 at a time
-# finished the suite in half the time of 1 on 2 cores: docs/benchmarks.md), a test file
-# per worker (its module's master and fixtures stay shared by its tests).
+# integration and end-to-end tests then run DET_TEST_WORKERS test files at a time
+# (pytest-xdist, default 3: an end-to-end test mostly waits on the processes it starts;
+# measured on 2 cores, 4 e2e files took 0.65x the time of 1 at a time, bounded by the
+# longest file: docs/benchmarks.md, Tests), a file per worker (its module's master and
+# fixtures stay shared by its tests).
 # --stack all fails when its tests (lint and pytest, both stacks, set-up excluded) take
 # longer than DET_TEST_BUDGET seconds (default 2400, 40 minutes: CI has 90 for all of it).
 set -euo pipefail
