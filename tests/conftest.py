@@ -62,13 +62,16 @@ SECOND_STACKS = {"keras2"}
 # scripts/test.sh runs tests/integration and tests/e2e 3 at a time (pytest-xdist, `-n 3
 # --dist loadfile --no-loadscope-reorder`): whole files go to the workers, in collection
 # order, as workers free up. The files that take longest go first, so that none of them
-# starts late and runs alone at the end (file times: docs/benchmarks.md, Tests). A file
-# not listed keeps its place after them; one at a time (no xdist) nothing is reordered.
+# starts late and runs alone at the end (test_cluster, test_cluster_faults, test_ui,
+# test_checkpoint_writes measured: docs/benchmarks.md, Tests; the others ranked by what
+# they start: Slurm, masters restarted, horovodrun runs). A file not listed keeps its
+# place after them; one at a time (no xdist) nothing is reordered.
 LONGEST_FIRST = [
-    "test_ui.py", "test_slurm.py", "test_lifecycle_stateful.py", "test_cluster.py",
-    "test_horovod.py", "test_same_on_n.py", "test_security.py", "test_cluster_faults.py",
-    "test_search.py", "test_huge_checkpoint.py", "test_pytorch_cluster.py",
-    "test_stages.py", "test_core_callback.py", "test_local_training.py",
+    "test_cluster.py", "test_cluster_faults.py", "test_ui.py", "test_slurm.py",
+    "test_lifecycle_stateful.py", "test_checkpoint_writes.py", "test_horovod.py",
+    "test_same_on_n.py", "test_search.py", "test_huge_checkpoint.py",
+    "test_pytorch_cluster.py", "test_stages.py", "test_core_callback.py",
+    "test_local_training.py", "test_security.py",
 ]
 
 
