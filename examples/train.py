@@ -28,7 +28,8 @@ num_classes = 10
 input_shape = (28, 28, 1)
 
 # No network? Point MNIST_NPZ (or `data: {mnist_npz: ...}` in the config) at an
-# .npz with x_train, y_train, x_test, y_test (scripts/make_mnist_npz.py writes one).
+# .npz with x_train, y_train, x_test, y_test (scripts/make_mnist_npz.py writes one
+# from real handwritten digits that scikit-learn ships).
 mnist_npz = context.config_data.get("mnist_npz") or os.environ.get("MNIST_NPZ")
 if mnist_npz:
     with np.load(mnist_npz) as f:

@@ -8,6 +8,17 @@
 #   bash scripts/test.sh tests/unit           # the unit tests (seconds); tests/integration, tests/e2e
 #   bash scripts/test.sh -m "not slow"        # unit + integration: no process started
 #   bash scripts/test.sh -k resume -x         # a subset; other arguments go to pytest
+#   bash scripts/test.sh tests/e2e -n 0       # one test at a time (-n N: N at a time)
+#
+# The unit tests run first and alone, in one process (their rule, tests/unit/conftest.py:
+# they load no framework, seen only by a process that has loaded none yet); the
+# integration and end-to-end tests then run DET_TEST_WORKERS test files at a time
+# (pytest-xdist, default 3: an end-to-end test mostly waits on the processes it starts;
+# measured on 2 cores, 4 e2e files took 0.65x the time of 1 at a time, bounded by the
+# longest file: docs/benchmarks.md, Tests), a file per worker (its module's master and
+# fixtures stay shared by its tests).
+# --stack all fails when its tests (lint and pytest, both stacks, set-up excluded) take
+# longer than DET_TEST_BUDGET seconds (default 2400, 40 minutes: CI has 90 for all of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +35,22 @@ done
 
 if [ "$STACK" = all ]; then
   status=0
+  # set-up first (a no-op once done), so that the budget below counts the tests only
+  bash scripts/setup.sh --stack keras3
+  bash scripts/setup.sh --stack keras2
+  start=$SECONDS
   bash "$0" --stack keras3 ${ARGS[@]+"${ARGS[@]}"} || status=$?
+  keras3_s=$((SECONDS - start))
   bash "$0" --stack keras2 ${ARGS[@]+"${ARGS[@]}"} || status=$?
+  took=$((SECONDS - start))
+  budget=${DET_TEST_BUDGET:-2400}
+  echo "[test all] tests took ${took} s (keras3 ${keras3_s} s, keras2 $((took - keras3_s)) s) of a ${budget} s budget"
+  if [ "$took" -gt "$budget" ]; then
+    echo "[test all] over budget: the tests took ${took} s, more than ${budget} s (DET_TEST_BUDGET)." \
+      "CI has 90 minutes for set-up, both stacks and the docs: make the slow tests cheaper" \
+      "(pytest --durations=20 names them; docs/benchmarks.md, Tests)" >&2
+    status=1
+  fi
   bash scripts/docs.sh || status=$?   # the docs site builds, no broken link
   exit $status
 fi
@@ -50,4 +75,35 @@ export PATH="$PWD/$VENV/bin:$PATH"
 echo "[test $STACK] $("$VENV/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"
 # tests/*/test_pytorch*.py run on the keras3 stack only (.venv has torch; on keras2 they
 # skip through pytest.importorskip("torch")): PyTorch does not depend on the Keras stack.
-"$VENV/bin/python" -m pytest ${ARGS[@]+"${ARGS[@]}"}
+WORKERS=${DET_TEST_WORKERS:-3}
+PARALLEL=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)  # a later -n in the arguments wins
+# (files in tests/conftest.py's order: the longest first)
+
+# Paths among the arguments (tests/e2e, tests/unit/test_x.py::test_y): run those; none:
+# the whole suite, in two runs (the unit tests alone, then the rest in parallel).
+PATHS=0
+for a in ${ARGS[@]+"${ARGS[@]}"}; do
+  case "$a" in tests*|./tests*) [ -e "${a%%::*}" ] && PATHS=1 ;; esac
+done
+if [ "$PATHS" = 1 ]; then
+  only_unit=1
+  for a in ${ARGS[@]+"${ARGS[@]}"}; do
+    case "$a" in tests/unit*|./tests/unit*) ;; tests*|./tests*) only_unit=0 ;; esac
+  done
+  if [ "$only_unit" = 1 ]; then
+    "$VENV/bin/python" -m pytest "${ARGS[@]}"
+  else
+    "$VENV/bin/python" -m pytest "${PARALLEL[@]}" "${ARGS[@]}"
+  fi
+else
+  unit=0 rest=0
+  "$VENV/bin/python" -m pytest tests/unit ${ARGS[@]+"${ARGS[@]}"} || unit=$?
+  "$VENV/bin/python" -m pytest tests/integration tests/e2e "${PARALLEL[@]}" \
+    ${ARGS[@]+"${ARGS[@]}"} || rest=$?
+  # pytest's 5 (no test selected) in one of the two runs is no failure (-k matching
+  # unit tests only); in both it is pytest's answer
+  if [ "$unit" = 5 ] && [ "$rest" = 5 ]; then exit 5; fi
+  [ "$unit" = 5 ] && unit=0
+  [ "$rest" = 5 ] && rest=0
+  [ "$unit" = 0 ] && [ "$rest" = 0 ] || exit 1
+fi

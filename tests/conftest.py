@@ -59,11 +59,39 @@ E2E = TESTS / "e2e"
 SECOND_STACKS = {"keras2"}
 
 
+# scripts/test.sh runs tests/integration and tests/e2e 3 at a time (pytest-xdist, `-n 3
+# --dist loadfile --no-loadscope-reorder`): whole files go to the workers, in collection
+# order, as workers free up. The files that take longest go first, so that none of them
+# starts late and runs alone at the end (test_cluster, test_cluster_faults, test_ui,
+# test_checkpoint_writes measured: docs/benchmarks.md, Tests; the others ranked by what
+# they start: Slurm, masters restarted, horovodrun runs). A file not listed keeps its
+# place after them; one at a time (no xdist) nothing is reordered.
+LONGEST_FIRST = [
+    "test_cluster.py", "test_cluster_faults.py", "test_ui.py", "test_slurm.py",
+    "test_lifecycle_stateful.py", "test_checkpoint_writes.py", "test_horovod.py",
+    "test_same_on_n.py", "test_search.py", "test_huge_checkpoint.py",
+    "test_pytorch_cluster.py", "test_stages.py", "test_core_callback.py",
+    "test_local_training.py", "test_security.py",
+]
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        path = Path(str(item.path))
+        return rank.get(path.name, len(rank)) if path.parent == E2E else len(rank)
+
+    items.sort(key=key)  # stable: a file's tests keep their order
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if E2E in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # collected by a worker of pytest-xdist
+        _longest_first(items)
     if os.environ.get("DET_TEST_STACK") in SECOND_STACKS:
         neutral = [i for i in items if i.get_closest_marker("stack_neutral") is not None]
         if neutral:

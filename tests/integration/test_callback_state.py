@@ -169,9 +169,11 @@ def test_state_encoding_round_trips_and_refuses_what_it_cannot_hold() -> None:
         _callback_state.encode({1: 2}, "cb")
 
 
-def test_relative_callback_files_go_to_the_trials_folder(tmp_path: Path, capsys) -> None:
+def test_relative_callback_files_go_to_the_trials_folder(tmp_path: Path, capsys,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """On the cluster (a session with files_dir), relative ModelCheckpoint/CSVLogger paths
     are resolved under it, absolute ones stay; locally (None) nothing changes."""
+    monkeypatch.chdir(tmp_path)  # the link kept for the relative path goes here, not in the repo
     csv = tf.keras.callbacks.CSVLogger("logs/e.csv")
     best = tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "abs.keras"))
     assert _callback_state.keep_files_with_trial([csv, best], None) == {}
