@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,6 +109,14 @@ def _rank() -> int:
     return rank_hint()  # horovodrun's, else Slurm's, Open MPI's, torchrun's, else 0
 
 
+# What libraries log as they start, not a program's last word: absl/glog info and warning
+# lines (TensorFlow 2.21 prints "I0000 ... oneDNN custom operations are on" to stderr
+# whatever TF_CPP_MIN_LOG_LEVEL says) and absl's notice before its log is set up. A
+# process that ends with os._exit(3) after them said nothing of why.
+_LOG_NOISE = re.compile(r"[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\] "
+                        r"|WARNING: All log messages before absl::InitializeLog\(\)")
+
+
 def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
     """This rank's failure from its standard error's tail and its exit status."""
     lines = [line for _, line in tail.lines]
@@ -129,7 +138,7 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
             failure.time = tail.lines[header][0]  # when it started printing
     if failure is None:
         failure = Failure(time=ended)
-        last = [line for line in lines if line.strip()][-1:]
+        last = [line for line in lines if line.strip() and not _LOG_NOISE.match(line)][-1:]
         if last and not signalled:  # sys.exit("message"), a non-Python program's last word
             failure.message = last[0].strip()[:1000]
     elif failure.time is None:

@@ -205,3 +205,18 @@ def test_last_error_leads_with_the_record_then_status_and_tail(tmp_path: Path) -
 def test_a_record_is_plain_json(tmp_path: Path) -> None:
     path = write_record(tmp_path, Failure(type="E", rank=2, time=1.0))
     assert path.name.startswith("rank-2-") and json.loads(path.read_text())["type"] == "E"
+
+
+def test_a_libraries_start_up_log_is_not_a_silent_exits_last_word() -> None:
+    """A process that ends with ``os._exit(3)`` after TensorFlow's start-up lines on stderr
+    said nothing of why: its record has no message (the job's log then reads "exited with
+    code 3", not TF's oneDNN notice); ``sys.exit("why")``'s last line is still kept."""
+    from det_sdk.launch.catch import _Tail, failure_of
+
+    tail = _Tail()
+    tail.feed(b"WARNING: All log messages before absl::InitializeLog() is called are written "
+              b"to STDERR\nI0000 00:00:1795814176.051912   23265 port.cc:153] oneDNN custom "
+              b"operations are on.\n")
+    assert failure_of(tail, 3, "/w", 0).message == ""
+    tail.feed(b"bad learning rate 7\nW1127 20:01:02.123456    12 x.cc:1] a warning\n")
+    assert failure_of(tail, 1, "/w", 0).message == "bad learning rate 7"
