@@ -318,8 +318,8 @@ def _resume_pipeline(loop: TrainingLoop, uuid: str, pipeline: PipelinePosition,
     path = loop.core.checkpoint.checkpoint_path(uuid)
     meta = _checkpoint.read_metadata(path).get("pipeline")
     saved = _checkpoint.read_group(path, f"pipeline:{loop.distributed.rank}") \
-        if isinstance(meta, dict) and meta.get("saved") else []
-    pipeline.resume(saved[0].tobytes() if saved else None,
+        if isinstance(meta, dict) else []
+    pipeline.resume([a.tobytes() or None for a in saved],
                     meta if isinstance(meta, dict) else None, start.batch)
 
 

@@ -210,11 +210,13 @@ class FitRun:
         (a collective with several processes), its metadata into ``extra``."""
         if self.pipeline is None:
             return []
-        state, extra["pipeline"] = self.pipeline.checkpoint(self._steps)
+        states, extra["pipeline"] = self.pipeline.checkpoint(self._steps)
         dist = self.loop.distributed
-        every = dist.allgather(state) if dist.size > 1 else [state]
-        return [(f"pipeline:{rank}", "iterator", np.frombuffer(s, np.uint8))
-                for rank, s in enumerate(every) if s is not None]
+        every = dist.allgather(states) if dist.size > 1 else [states]
+        # [now, as its pass began] per rank; an empty array stands for None
+        return [(f"pipeline:{rank}", name, np.frombuffer(s or b"", np.uint8))
+                for rank, mine in enumerate(every)
+                for name, s in zip(("iterator", "pass_start"), mine)]
 
     def stop(self, agreement: StopAgreement) -> Preempted | None:
         """Whether the processes agree to stop here (a collective on N): the stop, its

@@ -32,7 +32,11 @@ True
 from __future__ import annotations
 
 from det_sdk.keras._compat._callbacks import callback_state_attributes, set_history_model
-from det_sdk.keras._compat._data import SequenceBase, predict_batches
+from det_sdk.keras._compat._data import (
+    SequenceBase,
+    predict_batches,
+    unread_iterators_between_passes,
+)
 from det_sdk.keras._compat._fresh_buffers import arm_fresh_buffers, fresh_buffer_updates
 from det_sdk.keras._compat._metrics import metric_results, metric_variables, metrics_in_order
 from det_sdk.keras._compat._model import (
@@ -134,6 +138,7 @@ __all__ = [
     "shared_state_variables",
     "trace_train_step",
     "turn_off_xla",
+    "unread_iterators_between_passes",
     "unsaved_random_ops",
     "variable_name",
 ]

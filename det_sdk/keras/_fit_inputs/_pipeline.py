@@ -45,6 +45,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from det_sdk.keras import _compat
+
 __all__ = ["PipelinePosition", "restore_iterator", "save_iterator"]
 
 log = logging.getLogger("det_sdk.keras")
@@ -105,10 +107,12 @@ def _first_line(err: Exception) -> str:
 @dataclass
 class _Left:
     """Where the last call (or a checkpoint) left the pipeline: the state of the
-    iterator in use (None: not saveable), that iterator itself within the process
-    (None after a resume), and the batches taken from its pass."""
+    iterator in use (None: not saveable) and of that iterator as its pass began (before
+    its first batch), that iterator itself within the process (None after a resume),
+    and the batches taken from its pass."""
 
     state: bytes | None
+    pass_state: bytes | None
     iterator: Any
     pass_batches: int
     why: str | None = None
@@ -119,6 +123,13 @@ class PipelinePosition:
 
     ``steps_given``: the script passed ``steps_per_epoch`` (Keras then takes each epoch
     from the same iterator while the pass lasts); ``name``: how messages name it.
+
+    Two states are kept: the iterator's now (to continue its pass) and as its pass
+    began. A new pass's seeds are drawn after restoring the second, then making the
+    iterators Keras makes between passes (``_compat.unread_iterators_between_passes``):
+    an iterator whose shuffle has emitted its whole pass saves the generator one draw
+    on (TF 2.15 and 2.21, measured), so restoring it would give the next pass the order
+    of the pass after it.
     """
 
     def __init__(self, dataset: Any, *, steps_given: bool, name: str = "x") -> None:
@@ -128,8 +139,10 @@ class PipelinePosition:
         self.cardinality = n if n >= 0 else None  # None: infinite or unknown
         self._left: _Left | None = None
         self._in_use: Any = None  # the iterator training reads now
+        self._pass_state: bytes | None = None  # its state as its pass began
         self._keras: Any = None  # the iterator Keras handed the step function last
         self._pass_start = 0  # steps completed when the current pass began
+        self._restored = False  # a mid-pass restore moved the seed generator on
         self._warned = False
 
     # --- a model.fit call ----------------------------------------------------------------
@@ -151,9 +164,9 @@ class PipelinePosition:
             if keras_iterator is not self._keras:
                 self._keras = keras_iterator
                 if first:
-                    self._in_use = self._start_call(keras_iterator, steps_done(), mid_epoch)
+                    self._start_call(keras_iterator, steps_done(), mid_epoch)
                 else:  # Keras made a new iterator: a new pass, as in any run
-                    self._in_use, self._pass_start = keras_iterator, steps_done()
+                    self._new_pass(keras_iterator, steps_done())
                 first = False
             return step(self._in_use)
 
@@ -164,46 +177,62 @@ class PipelinePosition:
             model.train_function = step
             if self._in_use is not None:
                 state, why = save_iterator(self._in_use)
-                self._left = _Left(state, self._in_use, steps_done() - self._pass_start, why)
+                self._left = _Left(state, self._pass_state, self._in_use,
+                                   steps_done() - self._pass_start, why)
             self._keras = self._in_use = None
 
-    def _start_call(self, keras_iterator: Any, steps: int, mid_epoch: bool) -> Any:
+    def _new_pass(self, keras_iterator: Any, steps: int) -> None:
+        """A pass begins on ``keras_iterator`` (Keras's new one), seeded as the
+        uninterrupted run seeds it."""
+        it = keras_iterator
+        if self._restored and self._pass_state is not None:
+            restore_iterator(it, self._pass_state)  # the generator as the last pass began
+            dataset = keras_iterator._dataset
+            for _ in range(_compat.unread_iterators_between_passes(self.steps_given)):
+                iter(dataset)  # those Keras makes between passes, each drawing seeds
+            it = iter(dataset)
+        self._restored = False
+        self._in_use, self._pass_start = it, steps
+        self._pass_state = save_iterator(it)[0]
+
+    def _start_call(self, keras_iterator: Any, steps: int, mid_epoch: bool) -> None:
         """The iterator the call's first step reads: Keras's own, put where the pipeline
         was left."""
         left = self._left
         if left is None:  # the run's first call: Keras's fresh iterator as it is
-            self._pass_start = steps
-            return keras_iterator
+            self._new_pass(keras_iterator, steps)
+            return
         same_pass = mid_epoch or (self.steps_given and (
             self.cardinality is None or left.pass_batches < self.cardinality))
+        if not same_pass:
+            if left.pass_state is not None:  # the next pass's seeds, as Keras draws them
+                self._pass_state, self._restored = left.pass_state, True
+            self._new_pass(keras_iterator, steps)
+            return
+        self._pass_start = steps - left.pass_batches
+        self._pass_state = left.pass_state
         if left.state is not None:
             restore_iterator(keras_iterator, left.state)  # seed generator included
-            if same_pass:
-                self._pass_start = steps - left.pass_batches
-                return keras_iterator
-            self._pass_start = steps
-            return iter(keras_iterator._dataset)  # the next pass's seeds, as Keras draws them
-        if not same_pass:
-            self._pass_start = steps
-            return keras_iterator
-        self._pass_start = steps - left.pass_batches
-        if left.iterator is not None:  # within the process: the iterator itself goes on
-            return left.iterator
-        # after a resume, a pipeline tf.data cannot save: replay its pass
-        return iter(keras_iterator._dataset.skip(left.pass_batches))
+            self._in_use, self._restored = keras_iterator, True
+        elif left.iterator is not None:  # within the process: the iterator itself goes on
+            self._in_use = left.iterator
+        else:  # after a resume, a pipeline tf.data cannot save: replay its pass
+            self._in_use = iter(keras_iterator._dataset.skip(left.pass_batches))
 
     # --- checkpoints -----------------------------------------------------------------------
 
-    def checkpoint(self, steps: int) -> tuple[bytes | None, dict[str, Any]]:
-        """This process's pipeline state for a checkpoint taken after ``steps`` batches,
-        and the metadata that goes with it. The first inexact one says so (once)."""
+    def checkpoint(self, steps: int) -> tuple[list[bytes | None], dict[str, Any]]:
+        """This process's pipeline states for a checkpoint taken after ``steps`` batches
+        (now, and as the pass began), and the metadata that goes with them. The first
+        inexact one says so (once)."""
         if self._in_use is not None:
             state, why = save_iterator(self._in_use)
-            pass_batches = steps - self._pass_start
+            pass_state, pass_batches = self._pass_state, steps - self._pass_start
         elif self._left is not None:
             state, why, pass_batches = self._left.state, self._left.why, self._left.pass_batches
+            pass_state = self._left.pass_state
         else:
-            return None, {"pass_batches": 0, "saved": True}
+            return [None, None], {"pass_batches": 0, "saved": True}
         if why is not None and not self._warned:
             self._warned = True
             how = ("saved without that state: exact only if it is pure" if state is not None
@@ -212,12 +241,15 @@ class PipelinePosition:
                    "every time")
             log.warning("det_sdk: the training pipeline %s cannot be saved exactly by tf.data "
                         "(%s); it is %s; %s", self.name, why, how, FIX)
-        return state, {"pass_batches": pass_batches, "saved": state is not None}
+        return [state, pass_state], {"pass_batches": pass_batches, "saved": state is not None}
 
-    def resume(self, state: bytes | None, meta: dict[str, Any] | None, batch: int) -> None:
-        """Start from a checkpoint's pipeline state (None: none saved; ``meta`` None: a
-        checkpoint from before det_sdk kept it, whose ``batch`` is then replayed)."""
+    def resume(self, states: list[bytes | None], meta: dict[str, Any] | None,
+               batch: int) -> None:
+        """Start from a checkpoint's pipeline states (``[now, as the pass began]``, None
+        where none was saved; ``meta`` None: a checkpoint from before det_sdk kept them,
+        whose ``batch`` is then replayed)."""
         if meta is None:
-            self._left = _Left(None, None, batch)
+            self._left = _Left(None, None, None, batch)
             return
-        self._left = _Left(state, None, int(meta.get("pass_batches", 0)))
+        state, pass_state = (list(states) + [None, None])[:2]
+        self._left = _Left(state, pass_state, None, int(meta.get("pass_batches", 0)))
