@@ -121,7 +121,7 @@ def test_a_callback_sees_what_plain_keras_shows_it_after_a_mid_epoch_resume(
     assert run(resume=True).seen == plain.seen[4:]  # (0, 4, 6), (0, 5, 6), (1, 0, 6) ...
 
 
-def test_a_reshuffling_dataset_resumes_at_an_epoch_end_with_the_next_epochs_order(
+def test_a_reshuffling_dataset_resumes_with_the_orders_of_the_uninterrupted_run(
         tmp_path: Path) -> None:
     """A finite ``shuffle().batch()`` (keras-io's DCGAN reads one): Keras takes a new
     iterator every epoch, whose order comes from the dataset's seed generator; a resumed
@@ -137,11 +137,13 @@ def test_a_reshuffling_dataset_resumes_at_an_epoch_end_with_the_next_epochs_orde
         return model
 
     whole = run(tmp_path / "whole")
-    with pytest.raises(SystemExit):
-        run(tmp_path / "stopped", stop=StopAt(0, 5))  # the last batch of epoch 0
-    resumed = run(tmp_path / "stopped", resume=True)
-    for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
-        np.testing.assert_array_equal(a, b)
+    for at in ((0, 5), (1, 2)):  # the last batch of epoch 0; the middle of epoch 1
+        runs = tmp_path / f"stopped-{at[0]}"
+        with pytest.raises(SystemExit):
+            run(runs, stop=StopAt(*at))
+        resumed = run(runs, resume=True)
+        for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_a_generator_pipeline_is_replayed_and_the_stop_says_so_once(
