@@ -173,6 +173,15 @@ def test_a_generator_pipeline_is_replayed_and_the_stop_says_so_once(
     for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
+    # a Python generator given to fit itself: Keras reads it; the first checkpoint says so
+    caplog.clear()
+    ctx = det.keras.init(runs_dir=tmp_path / "plain", seed=2)
+    with caplog.at_level(logging.WARNING, logger="det_sdk"):
+        ctx.fit(_model(ctx), ((x[i:i + 32], y[i:i + 32]) for _ in range(9) for i in (0, 32)),
+                steps_per_epoch=6, epochs=2, verbose=0)
+    said = [r.getMessage() for r in caplog.records if "Python generator" in r.getMessage()]
+    assert len(said) == 1 and "a resume reads it from its start" in said[0]
+
 
 class _Started(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):

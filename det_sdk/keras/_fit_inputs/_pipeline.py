@@ -47,7 +47,7 @@ import tensorflow as tf
 
 from det_sdk.keras import _compat
 
-__all__ = ["PipelinePosition", "restore_iterator", "save_iterator"]
+__all__ = ["PipelinePosition", "UnsavedPipeline", "restore_iterator", "save_iterator"]
 
 log = logging.getLogger("det_sdk.keras")
 
@@ -269,3 +269,29 @@ class PipelinePosition:
             return
         state, pass_state = [*states, None, None][:2]
         self._left = _Left(state, pass_state, None, int(meta.get("pass_batches", 0)))
+
+
+class UnsavedPipeline(PipelinePosition):
+    """A Python generator or iterator given to ``fit``: Keras reads it, nothing can save
+    where it is; the first checkpoint says so (once), a resume starts it again."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self._warned = name, False
+
+    @contextmanager
+    def feeding(self, model: Any, steps_done: Callable[[], int], mid_epoch: bool
+                ) -> Iterator[None]:
+        yield
+
+    def checkpoint(self, steps: int) -> tuple[list[bytes | None], dict[str, Any]]:
+        if not self._warned:
+            self._warned = True
+            log.warning("det_sdk: the training data %s is a Python generator or iterator: "
+                        "where it is cannot be saved, and a resume reads it from its start, "
+                        "not from where this run stopped; pass a keras.utils.Sequence or a "
+                        "tf.data.Dataset (%s) for an exact resume", self.name, FIX)
+        return [None, None], {"pass_batches": 0, "saved": False}
+
+    def resume(self, states: list[bytes | None], meta: dict[str, Any] | None,
+               batch: int) -> None:
+        pass
