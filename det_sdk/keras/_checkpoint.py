@@ -51,6 +51,7 @@ __all__ = [
     "load_model",
     "load_weights",
     "optimizer_variables",
+    "read_group",
     "read_metadata",
     "restore_state",
     "save_checkpoint",
@@ -518,6 +519,30 @@ def _read_arrays(path: Path, verify: bool = True) -> dict[str, list[np.ndarray]]
         arr = buf[start:start + nbytes].view(dtype).reshape(e["shape"])
         groups.setdefault(e["group"], []).append(arr)
     return groups
+
+
+def read_group(path: Path, group: str) -> list[np.ndarray]:
+    """The arrays of one ``group`` of checkpoint ``path``'s state file, read alone (a
+    training pipeline's state, next to a model's weights the restore read already).
+
+    Checked against ``state.json``'s index (its own checksum); the restore that comes
+    first verified ``state.bin``.
+    """
+    index = _read_json(path / "state.json", verify=_must_verify(path))
+    try:
+        entries = [e for e in index["arrays"] if e["group"] == group]
+    except (KeyError, TypeError):
+        raise CheckpointCorruptError(f"checkpoint {path}: state.json has no array index") from None
+    out = []
+    with open(path / "state.bin", "rb") as f:
+        for e in entries:
+            f.seek(int(e["offset"]))
+            data = f.read(int(e["nbytes"]))
+            if len(data) != int(e["nbytes"]):
+                raise CheckpointCorruptError(f"checkpoint {path}: state.bin is truncated")
+            dtype = np.dtype(tf.as_dtype(e["dtype"]).as_numpy_dtype)
+            out.append(np.frombuffer(data, dtype).reshape(e["shape"]))
+    return out
 
 
 def _as_tensor(arr: np.ndarray) -> Any:

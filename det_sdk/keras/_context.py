@@ -149,9 +149,12 @@ class KerasContext:
         """Train ``model`` as ``model.fit`` would, with checkpoints, metrics and resumption.
 
         Takes what ``model.fit`` takes, plus the proposal's ``x_val``/``y_val``.
-        Validation data is required. Off the cluster ``epochs`` and ``initial_epoch``
-        are honoured; a resumed run starts from its latest checkpoint. Returns the
-        Keras ``History``.
+        Validation data is optional, as in ``model.fit``; the fit the searcher sets the
+        length of on the cluster needs it (the searcher decides by a validation metric),
+        and is refused without it before its first step. Off the cluster ``epochs`` and
+        ``initial_epoch`` are honoured; a resumed run starts from its latest checkpoint,
+        its data (a ``tf.data`` pipeline's shuffle buffers and seeds too) and callbacks
+        where the uninterrupted run would have them. Returns the Keras ``History``.
 
         Each ``fit`` is a *stage* of the run with its own checkpoints, metrics (steps
         from 0) and best: ``stage="teacher"`` names it; unnamed ones are ``fit``,

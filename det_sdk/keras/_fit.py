@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +31,7 @@ from det_sdk.engine.position import Position
 from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.engine.stopping import StopAgreement
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
-from det_sdk.keras import _callback_state, _compat, _inputs
+from det_sdk.keras import _callback_state, _checkpoint, _compat, _inputs
 from det_sdk.keras._callbacks import (
     AggregateMetrics,
     AverageMovingStatistics,
@@ -37,6 +39,7 @@ from det_sdk.keras._callbacks import (
     CheckInSync,
     MetricsReporter,
     RecordHistory,
+    ResumedEpoch,
     SequenceEpochEnd,
     StopAt,
     StopOnSignal,
@@ -47,7 +50,7 @@ from det_sdk.keras._callbacks import (
     chief_only_callbacks,
     periodic_checkpoint,
 )
-from det_sdk.keras._fit_inputs import FitInputs, Validation, fit_inputs
+from det_sdk.keras._fit_inputs import FitInputs, PipelinePosition, Validation, fit_inputs
 from det_sdk.keras._fit_run import FitRun, Preempted
 from det_sdk.keras._loop import TrainingLoop
 from det_sdk.keras._plan import FitCall, plan_calls
@@ -144,6 +147,7 @@ class PlannedFit:
         inputs = self._shape_inputs()
         self.loop.prepare(self.model, inputs.sample_input, inputs.sample_batch)
         operation, script_epochs, steps, period = self._lengths()
+        _check_validation(self.model, inputs, operation, self.policy.searcher_metric)
         start, uuid, past = self._resume()
         if self.stage.finished:  # nothing to train: a FitRun that only says where it is
             self.loop.current = FitRun(self.loop, self.model, checkpoints=False, start=start,
@@ -155,6 +159,9 @@ class PlannedFit:
                      start=start, past=past, callback_states=callback_states,
                      stage=self.stage.name, searched=searched)
         self.loop.current = run
+        run.pipeline = inputs.pipeline
+        if uuid is not None and inputs.pipeline is not None:
+            _resume_pipeline(self.loop, uuid, inputs.pipeline, start)
         reporter = MetricsReporter(
             self.core.train, run, self.dist, publish=self.dist.is_chief,
             report_every=self.policy.report_every,
@@ -311,6 +318,40 @@ def _restore(loop: TrainingLoop, model: Any, uuid: str, stage: Stage) -> None:
             "stages, same models in the same order)") from None
 
 
+def _resume_pipeline(loop: TrainingLoop, uuid: str, pipeline: PipelinePosition,
+                     start: Position) -> None:
+    """The training pipeline where checkpoint ``uuid`` left it, this process's."""
+    path = loop.core.checkpoint.checkpoint_path(uuid)
+    meta = _checkpoint.read_metadata(path).get("pipeline")
+    saved = _checkpoint.read_group(path, f"pipeline:{loop.distributed.rank}") \
+        if isinstance(meta, dict) else []
+    pipeline.resume([a.tobytes() or None for a in saved],
+                    meta if isinstance(meta, dict) else None, start.batch)
+
+
+def _check_validation(model: Any, inputs: FitInputs, operation: Length | None,
+                      metric: str | None) -> None:
+    """Refuse, before the first step, a fit that will need a validation it cannot do:
+    the searcher's (on the cluster) without validation data, or any validation of a
+    model Keras cannot evaluate (its own ``train_step``, neither ``test_step`` nor
+    ``call``: Keras's ``test_step`` calls the model)."""
+    if operation is not None and inputs.validation is None:
+        raise UsageError(
+            f"context.fit: the searcher decides by the validation metric {metric!r}, and "
+            "this fit has no validation data; pass validation_data=(x_val, y_val), "
+            "x_val=/y_val= or validation_split=<fraction> to the fit the searcher sets the "
+            "length of")
+    if (inputs.validation is not None and not _compat.overrides_test_step(model)
+            and not _compat.implements_call(model)):
+        raise UsageError(
+            f"context.fit: {type(model).__name__} has its own train_step but neither "
+            "test_step nor call(), so Keras cannot validate it (its test_step calls the "
+            "model); add a test_step(self, data) to the model that returns the metrics to "
+            "validate by (a dict, e.g. {'loss': ...}"
+            + (f", with {metric.removeprefix('val_')!r} for the searcher" if metric else "")
+            + "), or pass no validation data")
+
+
 def _restored_stage(run: FitRun, stage: Stage) -> FitOutcome:
     """A stage the resumed run had finished: its model restored, nothing trained."""
     _compat.set_history_model(run.history, run.model)
@@ -355,11 +396,19 @@ class _Trainer:
         for call in calls:
             call_kwargs = {**self.kwargs, **self.inputs.call_inputs(call, self.loop.policy.seed)}
             extra = {"stop_at": StopAt(run, call.stop_at)} if call.stop_at else {}
+            callbacks = self.callbacks(extra)
+            if call.start_batch and self.steps is not None:
+                # the rest of an epoch: callbacks see it as the uninterrupted run shows it
+                callbacks = ResumedEpoch(callbacks, model=self.model, epoch=call.initial_epoch,
+                                         start=call.start_batch, steps=self.steps,
+                                         epochs=call.epochs,
+                                         verbose=call_kwargs.get("verbose", "auto"))
             self.finalize.ends_training_when(self._ends_training(call, last and call is calls[-1]))
-            h = self.model.fit(
-                **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
-                callbacks=self.callbacks(extra),
-            )
+            with self._feeding(call):
+                h = self.model.fit(
+                    **call_kwargs, epochs=call.epochs, initial_epoch=call.initial_epoch,
+                    callbacks=callbacks,
+                )
             self.trained = True
             run.history.params = h.params
             if self.model.stop_training and not run.reached(call.stop_at):
@@ -371,6 +420,16 @@ class _Trainer:
         target, or a callback such as EarlyStopping stopped it before its planned end)."""
         return lambda: last or (self.model.stop_training and not self.run.reached(call.stop_at))
 
+    def _feeding(self, call: FitCall) -> ContextManager[None]:
+        """The call's training pipeline read from where it was left (a ``tf.data``
+        dataset's, ``_fit_inputs.PipelinePosition``)."""
+        pipeline = self.inputs.pipeline
+        if pipeline is None:
+            return nullcontext()
+        run = self.run
+        return pipeline.feeding(self.model, lambda: run.steps_completed,
+                                mid_epoch=bool(call.start_batch))
+
 
 def _complete_operation(run: FitRun, inputs: FitInputs, operation: Length,
                         reporter: MetricsReporter) -> Length | None:
@@ -381,12 +440,7 @@ def _complete_operation(run: FitRun, inputs: FitInputs, operation: Length,
     weights give the same metric. ``run.complete`` checkpoints first.
     """
     loop = run.loop
-    if inputs.validation is None:
-        raise UsageError(
-            f"context.fit: the searcher decides by the validation metric "
-            f"{loop.policy.searcher_metric!r}, and this fit has no validation data; pass "
-            "validation_data=(x_val, y_val), x_val=/y_val= or validation_split=<fraction> "
-            "to the fit the searcher sets the length of")
+    assert inputs.validation is not None  # _check_validation refused it before the first step
     if not run.validated_here:
         run.validated(_validate_now(loop, run.model, inputs.validation))
         if loop.distributed.is_chief:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from det_sdk.config import Length
 from det_sdk.engine.position import Position
 from det_sdk.engine.stopping import StopAgreement
@@ -29,6 +31,7 @@ from det_sdk.keras import _callback_state, _compat
 from det_sdk.stages import DEFAULT_STAGE, record_fields
 
 if TYPE_CHECKING:
+    from det_sdk.keras._fit_inputs import PipelinePosition
     from det_sdk.keras._loop import TrainingLoop
 
 __all__ = ["FitRun", "Preempted", "history_from"]
@@ -92,7 +95,6 @@ class FitRun:
         start = start or Position(0, 0, 0)
         # The position's only copy. Written by the methods under "what Keras did" alone.
         self._epoch, self._batch, self._steps = start.epoch, start.batch, start.steps_completed
-        self._offset = start.batch  # batches already done in the epoch this call starts in
         self.history = history_from(past)  # the whole run's: what fit returns
         self._validation = dict(last_validation or {})
         self._validation_steps: int | None = None
@@ -100,6 +102,9 @@ class FitRun:
         self._states, self._stage, self._searched = callback_states, stage, searched
         self._extra = dict(extra or {})
         self._saved: tuple[int, str | None] | None = (self._steps, None) if saved else None
+        #: the training pipeline's position (a ``tf.data`` dataset's), saved with each
+        #: checkpoint; None for det_sdk's own pipelines, addressed by (epoch, batch)
+        self.pipeline: PipelinePosition | None = None
 
     # --- where training is ---------------------------------------------------------------
 
@@ -129,29 +134,26 @@ class FitRun:
 
     # --- what Keras did (``TrackPosition`` tells) -----------------------------------------
 
-    def call_begins(self) -> None:
-        """A ``model.fit`` call begins: it may start in the middle of an epoch."""
-        self._offset = self._batch
-
     def epoch_begins(self, epoch: int) -> None:
-        """Keras begins ``epoch`` (of the call: the first may be part-done)."""
+        """Keras begins ``epoch``; a ``model.fit`` call that continues the current epoch
+        (it starts mid-epoch) keeps the batches already done."""
         if epoch != self._epoch:
-            self._offset = 0
-        self._epoch, self._batch = epoch, self._offset
+            self._epoch, self._batch = epoch, 0
 
     def batch_ends(self, batch: int) -> None:
-        """Keras ended ``batch`` (this call's index of it in the epoch)."""
-        done = self._offset + batch + 1  # steps_per_execution may skip indices
+        """Keras ended ``batch``: its index in the epoch (a call that starts mid-epoch
+        shows callbacks the uninterrupted epoch's indices, ``callbacks.ResumedEpoch``)."""
+        done = batch + 1  # steps_per_execution may skip indices
         self._steps += done - self._batch
         self._batch = done
 
     def epoch_ends(self, epoch: int, steps: int | None) -> None:
-        """Keras ended ``epoch``, of ``steps`` batches in this call (None: unknown). An
-        epoch that ended early (``stop_training`` inside it, as ``StopAt`` does) stays
-        the current one, so the next call continues it."""
-        if steps is not None and self._batch - self._offset < steps:
+        """Keras ended ``epoch`` of ``steps`` batches (None: unknown). An epoch that
+        ended early (``stop_training`` inside it, as ``StopAt`` does) stays the current
+        one, so the next call continues it."""
+        if steps is not None and self._batch < steps:
             return  # stopped inside the epoch: the rest is still to come
-        self._epoch, self._batch, self._offset = epoch + 1, 0, 0
+        self._epoch, self._batch = epoch + 1, 0
 
     # --- records -------------------------------------------------------------------------
 
@@ -196,9 +198,10 @@ class FitRun:
                 extra[_callback_state.METADATA_KEY] = self._states.collect()
             if self._stage is not None:
                 extra.update(record_fields(self._stage))
+            arrays = self._pipeline_arrays(extra)
             uuid = self.loop.save(self.model, self.position, self._validation, history=record,
                                   extra=extra or None, stage=self._stage or DEFAULT_STAGE,
-                                  searched=self._searched)
+                                  searched=self._searched, arrays=arrays)
             self._saved = (self._steps, uuid)
         return self._saved[1]
 
@@ -207,6 +210,19 @@ class FitRun:
         their averages): the next :meth:`save` writes a checkpoint even at a position
         already saved."""
         self._saved = None
+
+    def _pipeline_arrays(self, extra: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        """Every process's pipeline state as the checkpoint's ``pipeline:<rank>`` arrays
+        (a collective with several processes), its metadata into ``extra``."""
+        if self.pipeline is None:
+            return []
+        states, extra["pipeline"] = self.pipeline.checkpoint(self._steps)
+        dist = self.loop.distributed
+        every = dist.allgather(states) if dist.size > 1 else [states]
+        # [now, as its pass began] per rank; an empty array stands for None
+        return [(f"pipeline:{rank}", name, np.frombuffer(s or b"", np.uint8))
+                for rank, mine in enumerate(every)
+                for name, s in zip(("iterator", "pass_start"), mine)]
 
     def stop(self, agreement: StopAgreement) -> Preempted | None:
         """Whether the processes agree to stop here (a collective on N): the stop, its

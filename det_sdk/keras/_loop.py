@@ -16,7 +16,7 @@ import copy
 import logging
 import time
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -330,6 +330,7 @@ class TrainingLoop:
         self, model: tf.keras.Model, position: Position, metrics: Mapping[str, float],
         history: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
         *, stage: str = DEFAULT_STAGE, searched: bool = True,
+        arrays: Sequence[tuple[str, str, Any]] = (),
     ) -> str | None:
         """Save a checkpoint (collective: every process calls it at the same point).
 
@@ -338,6 +339,9 @@ class TrainingLoop:
         caller's to the metadata (JSON-able; they may not replace the loop's own).
         ``stage`` and ``searched``: the stage (det_sdk.stages) the checkpoint is
         reported as, taken now (it is written and reported in the background).
+        ``arrays``: the caller's own ``(group, name, numpy array)`` entries of the state
+        file, already every process's (the training pipelines' states), read back with
+        ``_checkpoint.read_group``.
         """
         self._check_left_out(model)
         layout = self._state_layout(model)
@@ -364,6 +368,7 @@ class TrainingLoop:
         metadata.update(extra or {})
         # Taken now (one TensorFlow op); written while training goes on.
         snap = layout.snapshot(rng_states)
+        snap.arrays += list(arrays)
         uuid = str(uuidlib.uuid4())
         record = {**position.as_dict(), "metrics": dict(metrics)}
 

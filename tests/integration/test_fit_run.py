@@ -22,19 +22,17 @@ def _run(start: Position | None = None) -> FitRun:
 
 def test_a_call_that_starts_mid_epoch_counts_on_from_the_resumed_batch() -> None:
     run = _run(Position(epoch=2, batch=3, steps_completed=23))
-    run.call_begins()
     run.epoch_begins(2)
-    run.batch_ends(0)  # Keras numbers the call's batches from 0
+    run.batch_ends(3)  # callbacks see the epoch's indices (ResumedEpoch), from 3 on
     assert run.position == Position(2, 4, 24)
-    for b in range(1, 7):  # the call's epoch holds the 7 batches left of 10
+    for b in range(4, 10):  # the 7 batches left of 10
         run.batch_ends(b)
-    run.epoch_ends(2, steps=7)
+    run.epoch_ends(2, steps=10)
     assert run.position == Position(3, 0, 30)
 
 
 def test_steps_per_execution_skipping_batch_indices_still_counts_every_step() -> None:
     run = _run()
-    run.call_begins()
     run.epoch_begins(0)
     run.batch_ends(3)  # Keras reports every 4th batch
     run.batch_ends(7)
@@ -43,16 +41,14 @@ def test_steps_per_execution_skipping_batch_indices_still_counts_every_step() ->
 
 def test_an_epoch_stopped_inside_stays_current_for_the_next_call() -> None:
     run = _run()
-    run.call_begins()
     run.epoch_begins(0)
     for b in range(5):
         run.batch_ends(b)
     run.epoch_ends(0, steps=10)  # StopAt ended the call after 5 of 10 batches
     assert run.position == Position(0, 5, 5)
     assert run.reached((0, 5)) and not run.reached((0, 6)) and not run.reached(None)
-    run.call_begins()  # the next call resumes the epoch at batch 5
-    run.epoch_begins(0)
-    run.batch_ends(0)
+    run.epoch_begins(0)  # the next call resumes the epoch at batch 5
+    run.batch_ends(5)
     assert run.position == Position(0, 6, 6)
 
 
@@ -82,7 +78,7 @@ def test_positions_are_values() -> None:
 def test_only_the_fit_run_moves_the_position() -> None:
     """The Keras front's callbacks and loops read the position from the FitRun; the
     methods that move it are called from TrackPosition alone."""
-    movers = {"call_begins", "epoch_begins", "batch_ends", "epoch_ends"}
+    movers = {"epoch_begins", "batch_ends", "epoch_ends"}
     callers: dict[str, set[str]] = {}
     for path in (PACKAGE / "keras").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -22,7 +22,7 @@ from det_sdk.keras._callbacks.checkpoints import (
     last_batch_of_epoch,
     periodic_checkpoint,
 )
-from det_sdk.keras._callbacks.position import StopAt, TrackPosition
+from det_sdk.keras._callbacks.position import ResumedEpoch, StopAt, TrackPosition
 from det_sdk.keras._callbacks.processes import (
     AggregateMetrics,
     AverageMovingStatistics,
@@ -52,6 +52,7 @@ __all__ = [
     "MetricsReporter",
     "PeriodicCheckpoint",
     "RecordHistory",
+    "ResumedEpoch",
     "ScalarEventFile",
     "SequenceEpochEnd",
     "StopAt",

@@ -1,20 +1,22 @@
-"""Where training is: the adapter that tells the :class:`FitRun` what Keras did, and
-the planned end of a ``model.fit`` call."""
+"""Where training is: the adapter that tells the :class:`FitRun` what Keras did, the
+planned end of a ``model.fit`` call, and the epoch as callbacks see it when a call
+starts in the middle of one (:class:`ResumedEpoch`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from det_sdk.keras import _compat
 from det_sdk.keras._callbacks._base import DetCallback
 from det_sdk.keras._fit_run import FitRun
 
-__all__ = ["StopAt", "TrackPosition"]
+__all__ = ["ResumedEpoch", "StopAt", "TrackPosition"]
 
 
 class TrackPosition(DetCallback):
-    """Tell ``run`` where Keras is: each call's begin, epoch begins, batch and epoch
-    ends (the first epoch of a call may start at ``run.batch``). First in the order:
-    every other hook reads the position it moves.
+    """Tell ``run`` where Keras is: epoch begins, batch and epoch ends (the first epoch
+    of a call may continue at ``run.batch``). First in the order: every other hook
+    reads the position it moves.
 
     >>> cb = TrackPosition(FitRun(None, None, checkpoints=False))
     """
@@ -22,9 +24,6 @@ class TrackPosition(DetCallback):
     def __init__(self, run: FitRun) -> None:
         super().__init__()
         self.run = run
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self.run.call_begins()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.run.epoch_begins(epoch)
@@ -52,3 +51,41 @@ class StopAt(DetCallback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.run.reached(self.at):
             self.model.stop_training = True
+
+
+class ResumedEpoch(_compat.keras.callbacks.CallbackList):
+    """The callbacks of a ``model.fit`` call that starts at batch ``start`` of epoch
+    ``epoch`` (a resume, or the rest of an epoch after a mid-epoch validation), as
+    Keras's own list, showing them that epoch as an uninterrupted run shows it:
+    ``params["steps"]`` the epoch's ``steps``, batch indices from ``start`` on (Keras
+    counts the call's steps from 0). Every callback sees it: Keras's (progress bar,
+    History), det_sdk's and the script's (a per-batch learning-rate warmup reads the
+    index). ``model.fit`` takes a ``CallbackList`` as it is.
+
+    >>> cbs = ResumedEpoch([], model=None, epoch=2, start=5, steps=10, epochs=3, verbose=0)
+    >>> cbs.params["steps"], cbs.shown(3), cbs.shown(4)
+    (10, 3, 4)
+    >>> cbs.on_epoch_begin(2); cbs.shown(0)
+    5
+    """
+
+    def __init__(self, callbacks: list[Any], *, model: Any, epoch: int, start: int,
+                 steps: int, epochs: int, verbose: Any = "auto") -> None:
+        verbose = 1 if verbose == "auto" else verbose  # as both Kerases' fit resolve it
+        super().__init__(callbacks, add_history=True, add_progbar=verbose != 0, model=model,
+                         verbose=verbose, epochs=epochs, steps=steps)
+        self._resumed, self._start, self._current = epoch, start, -1
+
+    def shown(self, batch: int) -> int:
+        """The index callbacks see for the call's ``batch``."""
+        return batch + self._start if self._current == self._resumed else batch
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._current = epoch
+        super().on_epoch_begin(epoch, logs)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_begin(self.shown(batch), logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_end(self.shown(batch), logs)

@@ -38,7 +38,11 @@ from det_sdk.keras._compat._callbacks import (
     set_history_model,
     swaps_averages_in_between_epochs,
 )
-from det_sdk.keras._compat._data import SequenceBase, predict_batches
+from det_sdk.keras._compat._data import (
+    SequenceBase,
+    predict_batches,
+    unread_iterators_between_passes,
+)
 from det_sdk.keras._compat._finalize import FinalizeOnce, overwrites_weights
 from det_sdk.keras._compat._fresh_buffers import arm_fresh_buffers, fresh_buffer_updates
 from det_sdk.keras._compat._metrics import metric_results, metric_variables, metrics_in_order
@@ -147,6 +151,7 @@ __all__ = [
     "swaps_averages_in_between_epochs",
     "trace_train_step",
     "turn_off_xla",
+    "unread_iterators_between_passes",
     "unsaved_random_ops",
     "variable_name",
     "wrapped_chain",

@@ -15,7 +15,7 @@ import numpy as np  # noqa: F401 - the doctest's
 from det_sdk.keras._compat._impl import impl
 from det_sdk.keras._compat._version import keras
 
-__all__ = ["SequenceBase", "predict_batches"]
+__all__ = ["SequenceBase", "predict_batches", "unread_iterators_between_passes"]
 
 #: The base class of ``keras.utils.Sequence`` (``PyDataset`` on Keras 3).
 SequenceBase = keras.utils.Sequence
@@ -38,3 +38,15 @@ def predict_batches(model: Any, batches: Iterator[tuple[int, Any]]
     [(0, (3, 1))]
     """
     yield from impl.predict_batches(model, batches)
+
+
+def unread_iterators_between_passes(steps_given: bool) -> int:
+    """How many ``iter(dataset)`` calls ``model.fit`` makes between two passes over a
+    ``tf.data`` dataset besides the iterator it reads next (each draws seeds from the
+    dataset's shuffle seed generator). ``steps_given``: ``steps_per_epoch`` was passed.
+
+    >>> unread_iterators_between_passes(True)
+    0
+    """
+    n: int = impl.unread_iterators_between_passes(steps_given)
+    return n

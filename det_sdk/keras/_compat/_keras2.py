@@ -278,3 +278,9 @@ def learning_rate_of(opt: Any) -> Any:
 def set_learning_rate(opt: Any, value: float) -> None:
     """Set ``opt``'s learning rate to ``value``."""
     keras.backend.set_value(opt.lr, value)
+
+
+def unread_iterators_between_passes(steps_given: bool) -> int:
+    """``iter(dataset)`` calls ``model.fit`` makes between two passes besides the one it
+    reads next: none (Keras 2's DataHandler makes one per epoch it recreates)."""
+    return 0

@@ -154,3 +154,11 @@ def learning_rate_of(opt: Any) -> Any:
 def set_learning_rate(opt: Any, value: float) -> None:
     """Set ``opt``'s learning rate to ``value``."""
     opt.learning_rate = value
+
+
+def unread_iterators_between_passes(steps_given: bool) -> int:
+    """``iter(dataset)`` calls ``model.fit`` makes between two passes over a finite
+    dataset besides the one it reads next: Keras 3's epoch iterator makes the next
+    iterator as soon as a pass ends, and without ``steps_per_epoch`` makes another at
+    the next epoch's start (keras/src/trainers/epoch_iterator.py), reading that one."""
+    return 0 if steps_given else 1

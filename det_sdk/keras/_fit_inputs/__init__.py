@@ -41,6 +41,7 @@ from det_sdk.keras._fit_inputs._adapter import DataAdapter
 from det_sdk.keras._fit_inputs._arrays import ArrayAdapter
 from det_sdk.keras._fit_inputs._dataset import TFDatasetAdapter
 from det_sdk.keras._fit_inputs._generator import GeneratorAdapter, NoData
+from det_sdk.keras._fit_inputs._pipeline import PipelinePosition
 from det_sdk.keras._fit_inputs._sequence import KerasSequenceAdapter
 from det_sdk.keras._fit_inputs._validation import (
     Validation,
@@ -49,7 +50,8 @@ from det_sdk.keras._fit_inputs._validation import (
 )
 from det_sdk.keras._plan import FitCall
 
-__all__ = ["DATA_KEYS", "DataAdapter", "FitInputs", "Validation", "adapter_for", "fit_inputs"]
+__all__ = ["DATA_KEYS", "DataAdapter", "FitInputs", "PipelinePosition", "Validation", "adapter_for",
+           "fit_inputs"]
 
 # model.fit's keywords about the data (and the proposal's x_val/y_val): FitInputs owns
 # them; the fit's other keywords (epochs, callbacks, verbose, ...) stay the fit's.
@@ -86,6 +88,9 @@ class FitInputs:
     train: DataAdapter
     validation: Validation | None
     first_padding: int | None
+    #: where a ``tf.data`` training pipeline is (None: det_sdk's own pipelines, addressed
+    #: by (epoch, batch), or a generator Keras reads)
+    pipeline: PipelinePosition | None = None
 
     def steps_per_epoch(self) -> int | None:
         """Batches per epoch of the training data, when they can be known up front."""
@@ -112,9 +117,9 @@ class FitInputs:
         """The data keywords of one planned ``model.fit`` call, positioned at its start.
 
         Numpy arrays and Sequences become ``tf.data`` pipelines addressed by (epoch,
-        batch) whose order depends on ``seed`` and the epoch alone; a Dataset is
-        skipped to the batch. Every process must run as many steps, or Horovod hangs:
-        checked here (a collective), before the call.
+        batch) whose order depends on ``seed`` and the epoch alone; a Dataset goes as
+        it is (``pipeline`` puts back where it was). Every process must run as many
+        steps, or Horovod hangs: checked here (a collective), before the call.
         """
         data = {**self.train.data, "validation_freq": call.validate_epochs,
                 **self.train.call_inputs(call, seed)}
@@ -147,4 +152,4 @@ def fit_inputs(dist: Processes, kwargs: dict[str, Any]) -> FitInputs:
     val = train.data.get("validation_data")
     validation = None if val is None else Validation(
         val, train.data.get("validation_batch_size") or train.data.get("batch_size"))
-    return FitInputs(train, validation, train.first_padding_step())
+    return FitInputs(train, validation, train.first_padding_step(), train.pipeline_position())

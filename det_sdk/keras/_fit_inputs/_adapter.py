@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_sdk.distributed import Processes
 from det_sdk.errors import UsageError
 from det_sdk.keras._fit_inputs import _validation
 from det_sdk.keras._plan import FitCall
+
+if TYPE_CHECKING:
+    from det_sdk.keras._fit_inputs._pipeline import PipelinePosition
 
 __all__ = ["CANNOT_BUILD", "DataAdapter"]
 
@@ -115,6 +118,12 @@ class DataAdapter:
     @property
     def sequence(self) -> Any:
         """The ``keras.utils.Sequence`` whose ``on_epoch_end`` Keras would call, or None."""
+        return None
+
+    def pipeline_position(self) -> PipelinePosition | None:
+        """The position keeper of a pipeline whose next batch depends on how far it was
+        iterated (a ``tf.data.Dataset``), or None: det_sdk's own pipelines are addressed
+        by (epoch, batch)."""
         return None
 
     def call_inputs(self, call: FitCall, seed: int) -> dict[str, Any]:

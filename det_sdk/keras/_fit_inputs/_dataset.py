@@ -1,6 +1,6 @@
-"""A ``tf.data.Dataset`` as training data: handed to Keras as it is, skipped to the
-batch where a call starts mid-epoch, and padded with weight-0 batches where the
-processes' datasets have different numbers of batches.
+"""A ``tf.data.Dataset`` as training data: handed to Keras as it is (where it was left
+is put back into Keras's iterator, ``_pipeline.PipelinePosition``), and padded with
+weight-0 batches where the processes' datasets have different numbers of batches.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from det_sdk.distributed import Processes
 from det_sdk.errors import UsageError
 from det_sdk.keras import _data
 from det_sdk.keras._fit_inputs._adapter import DataAdapter
+from det_sdk.keras._fit_inputs._pipeline import PipelinePosition
 from det_sdk.keras._plan import FitCall
 
 __all__ = ["TFDatasetAdapter"]
@@ -72,15 +73,20 @@ class TFDatasetAdapter(DataAdapter):
     def sample_batch(self) -> Any:
         return next(iter(self.x.take(1)))
 
+    def pipeline_position(self) -> PipelinePosition | None:
+        return PipelinePosition(self.x, steps_given=bool(self.data.get("steps_per_epoch")),
+                                name=repr(self.x))
+
     def call_inputs(self, call: FitCall, seed: int) -> dict[str, Any]:
-        """The dataset from the call's first batch."""
+        """The dataset as it is (its position is the pipeline's, put back into Keras's
+        iterator); a call that starts mid-epoch runs the rest of that epoch."""
         if not call.start_batch:
             return {}
         steps = self.data.get("steps_per_epoch") or int(self.x.cardinality())
         if steps < 0:
             raise UsageError("context.fit: cannot resume a tf.data.Dataset of unknown length "
                              "in mid-epoch; pass steps_per_epoch")
-        return {"x": self.x.skip(call.start_batch), "steps_per_epoch": steps - call.start_batch}
+        return {"steps_per_epoch": steps - call.start_batch}
 
     def steps_of_call(self, call_data: Mapping[str, Any]) -> int | None:
         # After _agree every process has as many batches: a dataset of unknown length

@@ -10,6 +10,7 @@ from typing import Any
 
 from det_sdk.errors import UsageError
 from det_sdk.keras._fit_inputs._adapter import DataAdapter
+from det_sdk.keras._fit_inputs._pipeline import PipelinePosition, UnsavedPipeline
 from det_sdk.keras._plan import FitCall
 
 __all__ = ["GeneratorAdapter", "NoData"]
@@ -25,10 +26,16 @@ class GeneratorAdapter(DataAdapter):
         # generator's batches, Keras 3 refuses it naming class_weight (never dropped)
         return None
 
+    def pipeline_position(self) -> PipelinePosition | None:
+        return UnsavedPipeline(type(self.x).__name__)
+
 
 @dataclass(frozen=True, eq=False)
 class NoData(GeneratorAdapter):
     """No ``x``: refused when the first ``model.fit`` call would need it."""
+
+    def pipeline_position(self) -> PipelinePosition | None:
+        return None
 
     def call_inputs(self, call: FitCall, seed: int) -> dict[str, Any]:
         raise UsageError("context.fit: x (the training data) is required")
