@@ -15,7 +15,7 @@ from argparse import Namespace
 from pathlib import Path
 
 from det_sdk.cli.logs_cmd import print_log
-from det_sdk.cli.render import escape, print_json, table
+from det_sdk.cli.render import escape, print_json, print_rows
 from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False
@@ -98,14 +98,7 @@ def experiment_list(args: Namespace) -> int:
     headers = ["ID", "Name", "State", "Progress", "Trials"] + (["Archived"] if args.all else [])
     rows = [[e["id"], e["name"] or "", e["state"], f"{100 * e['progress']:.0f}%",
              e["num_trials"]] + ([e.get("archived", False)] if args.all else []) for e in exps]
-    if args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(headers)
-        w.writerows(rows)
-        return 0
-    print(table(headers, rows))
+    print_rows(headers, rows, args.csv)
     return 0
 
 
@@ -164,14 +157,8 @@ def experiment_list_trials(args: Namespace) -> int:
     trials = _client(args).trials(args.id)
     if args.json:
         print_json(trials)
-    elif args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(_TRIAL_HEADERS)
-        w.writerows(_trial_rows(trials))
     else:
-        print(table(_TRIAL_HEADERS, _trial_rows(trials)))
+        print_rows(_TRIAL_HEADERS, _trial_rows(trials), args.csv)
     return 0
 
 
@@ -207,14 +194,7 @@ def experiment_list_checkpoints(args: Namespace) -> int:
     headers = ["Trial ID", "Batch #", "UUID", "Size", "Metrics"]
     cells = [[c["trial_id"], c["steps_completed"], c["uuid"], c["size"],
               " ".join(f"{k}={v}" for k, v in c["metrics"].items())] for c in rows]
-    if args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(headers)
-        w.writerows(cells)
-    else:
-        print(table(headers, cells))
+    print_rows(headers, cells, args.csv)
     return 0
 
 

@@ -9,7 +9,7 @@ TYPE_CHECKING = False  # typing and json are imported when used, not for `det --
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["escape", "page_footer", "print_json", "progress_bar", "table"]
+__all__ = ["escape", "page_footer", "print_json", "print_rows", "progress_bar", "table"]
 
 # C0 controls, DEL and C1 controls: what a terminal acts on (ESC starts colour, title and
 # cursor sequences; BEL rings; CR overwrites the line)
@@ -44,6 +44,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     return "\n".join(lines)
+
+
+def print_rows(headers: Sequence[str], rows: Sequence[Sequence[Any]], as_csv: bool) -> None:
+    """Print ``rows`` as :func:`table` does, or as CSV with a header line (``--csv``).
+
+    >>> print_rows(["ID", "STATE"], [[1, "RUNNING"]], as_csv=False)
+    ID  STATE
+    1   RUNNING
+    """
+    if not as_csv:
+        print(table(headers, rows))
+        return
+    import csv
+
+    w = csv.writer(sys.stdout)
+    w.writerow(headers)
+    w.writerows(rows)
 
 
 def page_footer(shown: int, total: int, what: str, newest: bool = True) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from argparse import Namespace
 
-from det_sdk.cli.render import print_json, table
+from det_sdk.cli.render import print_json, print_rows
 from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False
@@ -111,14 +111,7 @@ def task_list(args: Namespace) -> int:
         return 0
     rows = [[t["task_id"], t["type"], t["state"], t["slots"], t["id"]] for t in tasks]
     headers = ["Task ID", "Type", "State", "Slots", "Allocation"]
-    if args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(headers)
-        w.writerows(rows)
-    else:
-        print(table(headers, rows))
+    print_rows(headers, rows, args.csv)
     return 0
 
 
@@ -158,14 +151,7 @@ def job_list(args: Namespace) -> int:
     rows = [[n, j["id"], j["type"], j["name"] or "",
              datetime.datetime.fromtimestamp(j["submitted"]).strftime("%Y-%m-%d %H:%M:%S"),
              f"{j['acquired']}/{j['needed']}", j["state"]] for n, j in enumerate(jobs)]
-    if args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(headers)
-        w.writerows(rows)
-    else:
-        print(table(headers, rows))
+    print_rows(headers, rows, args.csv)
     return 0
 
 

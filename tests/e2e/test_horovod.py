@@ -31,6 +31,16 @@ def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float =
     )
 
 
+def run_for_json(script: Path, env: dict[str, str], out: Path, processes: int,
+                 timeout: float = 300) -> dict:
+    """Run ``script`` as one process or under ``horovodrun -np processes``; the JSON it
+    wrote to ``out`` (its environment names where)."""
+    proc = horovodrun(script, env, processes, timeout) if processes > 1 else run_python(
+        script, env, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     d = tmp_path_factory.mktemp("hvd")

@@ -13,15 +13,14 @@ tests/integration/test_optimizer_options.py.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.e2e.test_horovod import HOROVODRUN, horovodrun
-from tests.support import SCRIPTS, run_python
+from tests.e2e.test_horovod import HOROVODRUN, run_for_json
+from tests.support import SCRIPTS
 
 SCRIPT = SCRIPTS / "optimizer_options.py"
 sys.path.insert(0, str(SCRIPTS))
@@ -29,10 +28,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 def _run(tmp: Path, processes: int) -> dict:
     env = {"OPTIONS_OUT": str(tmp / "out.json"), "DET_RUNS_DIR": str(tmp / "runs")}
-    proc = horovodrun(SCRIPT, env, timeout=300) if processes > 1 else run_python(
-        SCRIPT, env, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads((tmp / "out.json").read_text())
+    return run_for_json(SCRIPT, env, tmp / "out.json", processes)
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,12 @@ This module's other half, the tests that start no process: tests/integration/tes
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.e2e.test_horovod import HOROVODRUN, run_for_json
 from tests.support import SCRIPTS, run_python
 
 SCRIPT = SCRIPTS / "hvd_same_on_n.py"
@@ -30,10 +29,7 @@ N = 33
 def _run(tmp: Path, processes: int) -> dict:
     env = {"SAME_DIR": str(tmp), "SAME_OUT": str(tmp / "out.json"),
            "DET_RUNS_DIR": str(tmp / "runs")}
-    proc = horovodrun(SCRIPT, env, timeout=300) if processes > 1 else run_python(
-        SCRIPT, env, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads((tmp / "out.json").read_text())
+    return run_for_json(SCRIPT, env, tmp / "out.json", processes)
 
 
 @pytest.fixture(scope="module")
