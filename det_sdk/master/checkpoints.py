@@ -238,6 +238,21 @@ class Checkpoints:
             return False
         return trial_id is None or alloc["trial_id"] == trial_id
 
+    def delete(self, rows: Iterable[CheckpointRow]) -> builtins.list[str]:
+        """Delete recorded checkpoints ``rows``: under the lock their files are retired
+        (out of every listing) and their records deleted, after it the files go. Returns
+        where each one's files were (``det checkpoint delete``, ``det e delete``)."""
+        where = []
+        with self.lifecycle.lock:
+            for row in rows:
+                storage = self.storage(self.config_of(row["trial_id"]))
+                if storage.exists(row["uuid"]):
+                    where.append(f"{storage.describe()}/{row['uuid']}")
+                self._delete_files(storage, row["uuid"], row["trial_id"])
+                self.store.delete_checkpoint(row["uuid"])
+        self.empty_trash()
+        return where
+
     def _delete_files(self, storage: CheckpointStorage, uuid: str, trial_id: int) -> None:
         """Delete a dropped checkpoint's files (a folder, or an object store's objects) if
         it is one of ``trial_id``'s (uuid-named, written by its task); anything else

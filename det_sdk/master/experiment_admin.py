@@ -101,8 +101,8 @@ class ExperimentAdmin:
 
     def delete_checkpoints(self, uuids: list[str]) -> list[str]:
         """Delete checkpoints (files, then records); refused, all of them, when one is
-        unknown or a model version points at it (as Determined refuses). Returns the
-        directories removed."""
+        unknown or a model version points at it (as Determined refuses). Returns where
+        their files were."""
         rows = []
         for uuid in uuids:
             row = self.store.checkpoint(uuid)
@@ -113,14 +113,7 @@ class ExperimentAdmin:
         if registered:
             raise Conflict(f"checkpoints {', '.join(sorted(registered))} are versions of "
                            "models in the registry: delete those model versions first")
-        removed = []
-        for row in rows:
-            path = Path(self.master.checkpoint_info(row["uuid"])["path"])
-            if path.is_dir():
-                self.master.checkpoint_store._delete_files(path, row["trial_id"])
-                removed.append(str(path))
-            self.store.delete_checkpoint(row["uuid"])
-        return removed
+        return self.master.checkpoint_store.delete(rows)
 
     def delete_experiment(self, exp_id: int) -> None:
         """Delete an ended experiment and everything it left: its checkpoints' files, its

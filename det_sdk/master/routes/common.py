@@ -25,6 +25,7 @@ from fastapi.responses import Response
 from pydantic import TypeAdapter
 
 from det_sdk import api
+from det_sdk.errors import DetSdkError
 from det_sdk.master.core import Master
 
 __all__ = [
@@ -174,12 +175,12 @@ class _QueueWriter(io.RawIOBase):
         raise _Gone
 
 
-class PackingError(RuntimeError):
+class PackingError(DetSdkError, RuntimeError):
     """A directory being streamed as a .tar.gz could not be read to its end."""
 
 
-class _Gone(Exception):
-    """The client stopped reading the answer."""
+class _Gone(DetSdkError, RuntimeError):
+    """The client stopped reading the answer (the packing thread's signal to stop)."""
 
 
 _PIECE = 1 << 20
