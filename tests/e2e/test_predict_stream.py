@@ -29,9 +29,11 @@ ROWS, BATCH = 600, 10  # 60 parts
 PARTS = ROWS // BATCH
 
 
-def _env(out: Path, kind: str, runs: Path, sleep: float = 0.0) -> dict[str, str]:
+def _env(out: Path, kind: str, runs: Path, sleep: float = 0.0, hold_at: int = 0
+         ) -> dict[str, str]:
     return {"PRED_OUT": str(out), "PRED_KIND": kind, "PRED_ROWS": str(ROWS),
-            "PRED_BATCH": str(BATCH), "PRED_SLEEP": str(sleep), "DET_RUNS_DIR": str(runs)}
+            "PRED_BATCH": str(BATCH), "PRED_SLEEP": str(sleep), "PRED_HOLD_AT": str(hold_at),
+            "DET_RUNS_DIR": str(runs)}
 
 
 def _command(np_: int) -> list[str]:
@@ -79,7 +81,9 @@ def reference(references: dict) -> np.ndarray:
 
 def _interrupt_three_times(tmp_path: Path, kind: str, np_: int) -> tuple[list[int], str]:
     out, runs = tmp_path / "out", tmp_path / "runs"
-    killed_at = [_kill_after(out, k, _env(out, kind, runs, sleep=0.05), np_)
+    # each run holds once k parts exist (a test descheduled for a second under load
+    # would otherwise see the run end before its kill: killed at 60 of 60)
+    killed_at = [_kill_after(out, k, _env(out, kind, runs, sleep=0.01, hold_at=k), np_)
                  for k in (PARTS // 10, PARTS // 2, PARTS * 4 // 5)]
     proc = subprocess.run(
         _command(np_), cwd=REPO, capture_output=True, text=True, timeout=300,

@@ -116,6 +116,7 @@ def test_fit_stopped_by_sigterm_and_resumed_from_s3_equals_uninterrupted(
     assert not local.exists()  # the downloaded copy goes with the session
 
 
+@pytest.mark.stack_neutral  # det.core, the store and the master: no Keras
 def test_core_upload_download_verified_and_a_flipped_byte_is_damage(
         s3: SeaweedFS, tmp_path: Path) -> None:
     import obstore
@@ -176,6 +177,7 @@ _UPLOADER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.stack_neutral  # det.core, the store and the master: no Keras
 def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
         s3: SeaweedFS, tmp_path: Path) -> None:
     script = tmp_path / "upload.py"
@@ -205,6 +207,7 @@ def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
     assert all(k.startswith(uuid) for k in _keys(s3, "killed")), _keys(s3, "killed")
 
 
+@pytest.mark.stack_neutral  # det.core, the store and the master: no Keras
 def test_wrong_secret_refused_at_init_naming_the_field_not_the_secret(
         s3: SeaweedFS, tmp_path: Path) -> None:
     import det_sdk.core
@@ -229,6 +232,7 @@ def test_wrong_secret_refused_at_init_naming_the_field_not_the_secret(
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.stack_neutral  # det.core, the store and the master: no Keras
 def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_objects(
         s3: SeaweedFS, fakes) -> None:  # type: ignore[no-untyped-def]
     """A master's experiment with type s3: its fake trials store through the seam, the
@@ -290,6 +294,7 @@ def test_master_keeps_checkpoints_in_s3_retention_deletes_only_its_trials_object
     fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
 
 
+@pytest.mark.stack_neutral  # det.core, the store and the master: no Keras
 def test_server_killed_for_5_s_mid_save_the_save_completes_whole(
         s3: SeaweedFS, tmp_path: Path) -> None:
     """The store crashes mid-upload and is back 5 s later (same data, same ports): the

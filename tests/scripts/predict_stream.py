@@ -4,11 +4,15 @@ Alone or under ``horovodrun``. Environment: ``PRED_OUT`` (the output directory),
 ``PRED_KIND`` (arrays | wrapped | derived | sequence | dataset | multi; several, comma
 separated: each into ``PRED_OUT/<kind>``), ``PRED_ROWS``,
 ``PRED_BATCH``, ``PRED_SLEEP`` (seconds per batch: time for a test to kill the process
-while it predicts), ``PRED_FAIL_AT`` (``rank:fetch``: that process's input raises at its
-that-many-th batch fetched, a Sequence only). The model's weights are drawn from a
-fixed seed, so every run (and every process) predicts the same values.
+while it predicts), ``PRED_HOLD_AT`` (once that many parts are in the output directory,
+the process waits to be killed before its next batch: a kill lands mid-run however late
+the test sees the parts, under any load), ``PRED_FAIL_AT`` (``rank:fetch``: that
+process's input raises at its that-many-th batch fetched, a Sequence only). The
+model's weights are drawn from a fixed seed, so every run (and every process) predicts
+the same values.
 """
 
+import glob
 import os
 import time
 
@@ -22,6 +26,7 @@ kind = os.environ.get("PRED_KIND", "arrays")
 rows = int(os.environ.get("PRED_ROWS", "1000"))
 batch = int(os.environ.get("PRED_BATCH", "16"))
 sleep = float(os.environ.get("PRED_SLEEP", "0"))
+hold_at = int(os.environ.get("PRED_HOLD_AT", "0"))
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(rows, 4)).astype("float32")
@@ -70,15 +75,17 @@ for k in kinds:
     model = make_model(k == "multi")
     w = np.random.default_rng(1)
     model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
-    if sleep:
+    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
+    if sleep or hold_at:
         predict_on_batch = model.predict_on_batch
 
-        def slow(inputs, predict_on_batch=predict_on_batch):
+        def slow(inputs, predict_on_batch=predict_on_batch, out_dir=out_dir):
             time.sleep(sleep)
+            while hold_at and len(glob.glob(os.path.join(out_dir, "part-*.json"))) >= hold_at:
+                time.sleep(1)  # held here until the test kills the process
             return predict_on_batch(inputs)
 
         model.predict_on_batch = slow
-    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
     out = context.predict(model, data_of(k), output=out_dir, batch_size=batch)
     print("RESULT", out.rows, out.parts, out.resumed, flush=True)
 context.close()
