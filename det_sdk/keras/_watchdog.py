@@ -220,12 +220,31 @@ class Watchdog:
                     log.debug("det_sdk watchdog: %s", err)
                     self._store = None
             if pending is not None and waited > self.timeout_s and self._shutdown is not None:
+                # the others' places first, while they are still there: the shutdown
+                # moves them (a rank blocked in its step's allreduce returns from it)
+                self._await_answers()
                 # Ends every process's pending Horovod collective (theirs too: Horovod
                 # agrees its shutdown across processes); the one here then raises.
                 log.error("det_sdk: %s waited %.0f s (DET_COLLECTIVE_TIMEOUT=%g): ending the "
                           "collectives", pending[0], waited, self.timeout_s)
                 self._ended = True
                 self._shutdown()
+
+    def _await_answers(self) -> None:
+        """Wait (at most :data:`_ANSWER_S`) until every other process has answered the
+        stall in the store. Under load a process's watchdog can answer late; answered
+        after the shutdown, it would describe where the shutdown moved it (measured: a
+        test's rank 0 answered "?", its thread already gone)."""
+        store = self._store
+        deadline = time.monotonic() + _ANSWER_S
+        while store is not None and time.monotonic() < deadline:
+            try:
+                if all(store.get(f"place.{r}") is not None
+                       for r in range(self.size) if r != self.rank):
+                    return
+            except OSError:
+                return
+            time.sleep(0.2)
 
     def _exchange(self, store: _Store, pending: tuple[str, str, float] | None,
                   waited: float) -> None:
