@@ -11,6 +11,7 @@ import sys
 import time
 from argparse import Namespace
 
+from det_sdk.cli.argtypes import whole_number
 from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False
@@ -83,16 +84,7 @@ def print_log(client: Any, kind: str, task_id: int, state: Callable[[], str],
         time.sleep(0.5)
 
 
-def _non_negative(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
+_non_negative = whole_number(0)  # an argparse type=
 
 
 def _refused(why: str, takes_value: bool = True) -> dict[str, object]:

@@ -7,6 +7,7 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
+from det_sdk.cli.argtypes import whole_number
 from det_sdk.cli.render import escape, page_footer, print_json, progress_bar, table
 from det_sdk.errors import UsageError
 
@@ -30,16 +31,7 @@ DESCRIBE_LIMIT = 100  # trials `det experiment describe` shows (the master's fir
 METRICS_LIMIT = 1000  # metric reports `det trial describe` shows
 
 
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+_positive_int = whole_number(1)  # an argparse type=
 
 
 # --all / --limit of the list commands (argparse options, see det_sdk.cli.main)
