@@ -107,6 +107,37 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     _current.clear()
 
 
+# On 2 cores the suite is bound by CPU, not by waiting: CI's time is the CPU its tests
+# spend, and --durations (wall time under load) does not say whose that is.
+# DET_TEST_CPU=<file> appends one JSON line per test: its wall time and the CPU of this
+# process and of the processes it reaped while the test ran (masters, trials, horovodrun
+# and their ranks: a child's CPU counts once it is reaped, with its own reaped children),
+# so a module's master counts in the test whose teardown stops it.
+# `python scripts/test_cpu_report.py <file>` sums them by file.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    record = os.environ.get("DET_TEST_CPU")
+    if not record:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> tuple[float, float]:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+    start, (me0, kids0) = time.monotonic(), cpu()
+    yield
+    me1, kids1 = cpu()
+    with open(record, "a") as out:
+        out.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - start, 2),
+                              "cpu_self": round(me1 - me0, 2),
+                              "cpu_children": round(kids1 - kids0, 2)}) + "\n")
+
+
 # probes libraries run for themselves, not processes a test starts: numpy 1.x's
 # numpy.testing runs `lscpu` when first imported (TF 2.15 imports it lazily), and
 # platform.processor() runs `uname -p` the first time something asks (cached after)
