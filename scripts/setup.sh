@@ -98,17 +98,31 @@ if [ "$STACK" = keras3 ] && ! $PY -c "import torch" >/dev/null 2>&1; then
 fi
 
 # master: the embedded master's FastAPI + uvicorn (an extra since issue 26; the tests
-# start masters); dev: the test and lint tools; demo (.venv only): scikit-learn, whose
-# handwritten digits the offline demo trains on (--train) and tests/unit/test_digits.py reads
+# start masters); dev: the test and lint tools
 if ! $PY -c "import det_sdk, pytest, xdist, ruff, fastapi, uvicorn" >/dev/null 2>&1 \
    || [ pyproject.toml -nt "$VENV/.det_sdk_installed" ]; then
   say "installing det_sdk (editable) with the master extra and its dev tools"
-  if [ "$STACK" = keras3 ]; then
-    $PY -m pip install -q --no-build-isolation -e ".[dev,master,demo]"
-  else
-    $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
-  fi
+  $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
   touch "$VENV/.det_sdk_installed"
+fi
+# The offline demo's real handwritten digits (--train; tests/unit/test_digits.py): the data
+# file inside scikit-learn's wheel, downloaded once (harness/digits.py). scikit-learn itself
+# stays out of the venvs: Keras imports it at start-up wherever it is installed, about 0.5 s
+# of CPU in every Keras process (a venv from before this change loses it).
+DIGITS=${DET_DIGITS_CSV:-$HOME/.cache/det_sdk/digits.csv.gz}
+if [ ! -f "$DIGITS" ]; then
+  say "fetching the handwritten digits inside scikit-learn's wheel (the data file only)"
+  wheels=$(mktemp -d)
+  if $PY -m pip download -q --no-deps --only-binary=:all: "scikit-learn>=1.3" -d "$wheels"; then
+    $PY -m harness.digits "$wheels"/scikit_learn-*.whl >/dev/null
+  else
+    say "could not download scikit-learn's wheel: --train and tests/unit/test_digits.py need it"
+  fi
+  rm -rf "$wheels"
+fi
+if $PY -c "import sklearn" >/dev/null 2>&1; then
+  say "removing scikit-learn from $VENV (Keras imports it into every process)"
+  $PY -m pip uninstall -q -y scikit-learn
 fi
 # checkpoints in S3 (issue 47): the s3 extra's obstore, and SeaweedFS's `weed` binary that
 # tests/e2e/test_s3_checkpoints.py starts as its S3 server (those tests skip without them)
@@ -132,7 +146,6 @@ if [ "$TRAIN" = 1 ]; then
   # scikit-learn ships (1,797 of them, 8x8, scaled up to MNIST's 28x28: harness/digits.py)
   # instead; on a laptop with internet, plain `python examples/train.py` downloads MNIST.
   # 10 epochs of 12 steps: validation accuracy climbs from about 0.35 to 0.85-0.97.
-  $PY -c "import sklearn" >/dev/null 2>&1 || $PY -m pip install -q -e ".[demo]" --no-build-isolation
   mkdir -p det-runs
   [ -f det-runs/digits.npz ] || $PY scripts/make_mnist_npz.py det-runs/digits.npz
   say "training examples/train.py locally on det-runs/digits.npz (real digits, 10 epochs)"
