@@ -1,374 +1,52 @@
-"""Checkpoints in an S3 bucket (AWS S3, or any S3 server: ``endpoint_url``), through
-obstore (Rust's object_store: chosen by measurement, docs/benchmarks.md).
-
-Layout under ``s3://<bucket>/<prefix>/``, as Determined writes it, plus det_sdk's marks::
-
-    <uuid>/<files...>                        the checkpoint's files
-    <uuid>.det_sdk-manifest.json             every file's size and SHA-256: written last
-    <uuid>/.det_sdk-pending.json             while uploading: host and pid of the writer
-
-A checkpoint is listed only when its manifest exists; a save killed mid-upload leaves
-objects without one, removed by a later save (its writer's process gone, or a day old).
-Deleting removes the manifest first: a checkpoint is never listed half deleted.
+"""Checkpoints in an S3 bucket (AWS S3, or any S3 server: ``endpoint_url``): the S3 part
+of :class:`~det_sdk.storage._objects.ObjectStoreStorage` (layout, manifest, sweep there).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import datetime
-import json
 import os
-import shutil
-import socket
-import tempfile
-import time
-import uuid as uuidlib
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from det_sdk.errors import CheckpointCorruptError, DetSdkError, MissingExtraError, StorageError
-from det_sdk.storage import (
-    OWNER_FILE,
-    CheckpointNotFoundError,
-    CheckpointStorage,
-    check_uuid,
-    pid_alive,
-    task_owner,
-)
-from det_sdk.storage import _manifest as manifest_lib
+from det_sdk.storage._objects import ObjectStoreStorage, client_options
 
 __all__ = ["S3Storage"]
 
-MANIFEST_SUFFIX = ".det_sdk-manifest.json"
-PENDING = ".det_sdk-pending.json"
-PART = 8 << 20  # multipart part and ranged-read size
-THREADS = 10  # parallel transfers per checkpoint
-ABANDONED_AFTER = datetime.timedelta(days=1)  # another host's unfinished upload: swept after
 
-_T = TypeVar("_T")
-
-
-class _ObjectMissing(DetSdkError, FileNotFoundError):
-    """An object that is not in the store (caught inside this module)."""
-
-
-def _obstore() -> Any:
-    try:
-        import obstore
-    except ImportError:
-        raise MissingExtraError(
-            "checkpoint_storage type s3 needs obstore: pip install 'det_sdk[s3]'") from None
-    return obstore
-
-
-class S3Storage(CheckpointStorage):
+class S3Storage(ObjectStoreStorage):
     """Checkpoints as objects under ``s3://bucket/prefix/``.
 
     >>> S3Storage("ckpts", "team/a").describe()  # doctest: +SKIP
     's3://ckpts/team/a'
     """
 
+    scheme = kind = "s3"
+    endpoint_field = "checkpoint_storage.endpoint_url"
+    missing_marks = ("NoSuchBucket",)
+
     def __init__(self, bucket: str, prefix: str | None = None, *,
                  endpoint_url: str | None = None, access_key: str | None = None,
                  secret_key: str | None = None, owner: dict[str, Any] | None = None) -> None:
+        self.bucket, self.endpoint_url = bucket, endpoint_url
+        self._keys_given = access_key is not None
+        self._config: dict[str, Any] = {}
+        if endpoint_url:
+            self._config["endpoint"] = endpoint_url
+        if access_key is not None:
+            self._config.update(access_key_id=access_key, secret_access_key=secret_key)
+        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+            self._config["region"] = "us-east-1"  # S3's default; a custom endpoint ignores it
+        super().__init__(bucket, prefix, owner=owner)
+
+    def _make_store(self, retry: dict[str, Any]) -> Any:
         from obstore.store import S3Store
 
-        _obstore()
-        self.bucket, self.prefix = bucket, (prefix or "").strip("/")
-        self.owner = owner if owner is not None else task_owner()
-        self._keys_given = access_key is not None
-        config: dict[str, Any] = {}
-        if endpoint_url:
-            config["endpoint"] = endpoint_url
-        if access_key is not None:
-            config.update(access_key_id=access_key, secret_access_key=secret_key)
-        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
-            config["region"] = "us-east-1"  # S3's default; a custom endpoint ignores it
-        def make(retry_seconds: float) -> Any:
-            return S3Store(
-                bucket, prefix=self.prefix or None, config=config,  # type: ignore[arg-type]
-                client_options={"allow_http": bool(endpoint_url and endpoint_url.startswith(
-                    "http://")), "connect_timeout": "10s", "timeout": "300s"},
-                # bounded by time, not count: object_store's jittered backoff can spend ten
-                # retries in 5 s, less than a server restart (tests: killed for 5 s mid-save)
-                retry_config={"max_retries": 40,
-                              "retry_timeout": datetime.timedelta(seconds=retry_seconds),
-                              "backoff": {"init_backoff": datetime.timedelta(milliseconds=500),
-                                          "max_backoff": datetime.timedelta(seconds=4),
-                                          "base": 2}})
+        return S3Store(self.bucket, prefix=self.prefix or None,
+                       config=self._config,  # type: ignore[arg-type]
+                       client_options=client_options(self.endpoint_url),  # type: ignore[arg-type]
+                       retry_config=retry)  # type: ignore[arg-type]
 
-        self._store = make(120.0)
-        # the probe before training (check()): a bad endpoint answers in seconds, not minutes
-        self._probe_store = make(10.0)
-        self._swept = False
-        self._cache: Path | None = None  # downloaded checkpoints (path()), removed at close
-
-    # --- naming -------------------------------------------------------------------------
-
-    def describe(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-
-    def _where(self, uuid: str) -> str:
-        return f"{self.describe()}/{uuid}"
-
-    def _call(self, what: str, call: Callable[[], _T]) -> _T:
-        """``call`` (obstore retries it with backoff), its failure as a StorageError that
-        names the storage and the config field to look at; never a secret."""
-        obs = _obstore()
-        try:
-            return call()
-        except FileNotFoundError:
-            raise
-        except obs.exceptions.NotFoundError as err:
-            raise _ObjectMissing(str(err).split("\n", 1)[0]) from None
-        except obs.exceptions.BaseError as err:
-            first = str(err).split("\n", 1)[0][:400]
-            if isinstance(err, (obs.exceptions.PermissionDeniedError,
-                                obs.exceptions.UnauthenticatedError)):
-                field = ("checkpoint_storage.access_key / secret_key" if self._keys_given
-                         else "checkpoint_storage.access_key / secret_key (none given: the "
-                              "credential chain's AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
-                raise StorageError(f"{self.describe()}: {what} refused: check {field}, and "
-                                   f"that the bucket exists ({first})") from None
-            if "NoSuchBucket" in str(err):
-                raise StorageError(f"{self.describe()}: {what}: no such bucket: check "
-                                   f"checkpoint_storage.bucket ({first})") from None
-            raise StorageError(f"{self.describe()}: {what} failed after retries: check "
-                               f"checkpoint_storage.endpoint_url and the network ({first})"
-                               ) from None
-
-    # --- writing ------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
-        """Yield ``(uuid, local_dir)`` to fill; on success upload its files, then the
-        manifest; the local folder is removed either way."""
-        uuid = uuid or str(uuidlib.uuid4())
-        check_uuid(uuid)
-        if not self._swept:
-            self._sweep_abandoned()
-            self._swept = True
-        staging = Path(tempfile.mkdtemp(prefix=f"det-ckpt-{uuid}-"))
-        try:
-            yield uuid, staging
-            if self.owner:
-                (staging / OWNER_FILE).write_text(json.dumps(self.owner))
-            self.upload(uuid, staging)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def upload(self, uuid: str, folder: Path) -> None:
-        """Store ``folder``'s files as checkpoint ``uuid``: a pending mark, the files in
-        parallel (multipart when large), the manifest last. A failure removes what was
-        uploaded and raises :class:`StorageError`."""
-        obs = _obstore()
-        pending = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                              "time": time.time()}).encode()
-        self._call(f"writing {uuid}/{PENDING}",
-                   lambda: obs.put(self._store, f"{uuid}/{PENDING}", pending))
-        files = manifest_lib.files_of(folder)
-        entries: dict[str, dict[str, Any]] = {}
-
-        def one(rel: str) -> None:
-            path = folder / rel
-            entries[rel] = {"size": path.stat().st_size,
-                            "sha256": manifest_lib.sha256_file(path)}
-            self._call(f"uploading {uuid}/{rel}", lambda: obs.put(
-                self._store, f"{uuid}/{rel}", path, chunk_size=PART, max_concurrency=4))
-
-        try:
-            with ThreadPoolExecutor(min(THREADS, max(1, len(files)))) as pool:
-                for done in [pool.submit(one, rel) for rel in files]:
-                    done.result()
-            manifest = {"format": manifest_lib.FORMAT, "files": dict(sorted(entries.items()))}
-            self._call(f"writing {uuid}{MANIFEST_SUFFIX}", lambda: obs.put(
-                self._store, f"{uuid}{MANIFEST_SUFFIX}", manifest_lib.encode(manifest)))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._remove_objects(uuid)
-            raise
-        with contextlib.suppress(Exception):  # listed already: the mark only helps the sweep
-            obs.delete(self._store, f"{uuid}/{PENDING}")
-
-    # --- reading ------------------------------------------------------------------------
-
-    def _manifest(self, uuid: str) -> dict[str, Any]:
-        obs = _obstore()
-        check_uuid(uuid)
-        try:
-            data = self._call(f"reading {uuid}{MANIFEST_SUFFIX}", lambda: bytes(
-                obs.get(self._store, f"{uuid}{MANIFEST_SUFFIX}").bytes()))
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.describe()}"
-                                          ) from None
-        return manifest_lib.decode(data, self._where(uuid))
-
-    def download(self, uuid: str, dest: str | os.PathLike[str]) -> None:
-        """Checkpoint ``uuid``'s files into ``dest``, each verified against the manifest
-        (:class:`CheckpointCorruptError` if one differs or is missing)."""
-        obs = _obstore()
-        manifest = self._manifest(uuid)
-        dest = Path(dest)
-        files = {rel: int(v["size"]) for rel, v in manifest["files"].items() if rel != OWNER_FILE}
-        jobs: list[tuple[str, int, int]] = []
-        for rel, size in files.items():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            with open(dest / rel, "wb") as f:
-                f.truncate(size)
-            jobs += [(rel, start, min(start + PART, size)) for start in range(0, size, PART)]
-
-        def fetch(job: tuple[str, int, int]) -> None:
-            rel, start, end = job
-            try:
-                data = self._call(f"downloading {uuid}/{rel}", lambda: obs.get_range(
-                    self._store, f"{uuid}/{rel}", start=start, end=end))
-            except FileNotFoundError:
-                raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} is "
-                                             "missing from the store") from None
-            if len(data) != end - start:
-                raise CheckpointCorruptError(
-                    f"checkpoint {self._where(uuid)}: {rel} is shorter in the store than "
-                    "its manifest says")
-            with open(dest / rel, "r+b") as f:
-                f.seek(start)
-                f.write(memoryview(data))
-
-        def check(rel: str) -> None:
-            try:
-                size = int(self._call(f"checking {uuid}/{rel}", lambda: obs.head(
-                    self._store, f"{uuid}/{rel}"))["size"])
-            except FileNotFoundError:
-                size = -1
-            if size != files[rel]:
-                raise CheckpointCorruptError(
-                    f"checkpoint {self._where(uuid)}: {rel} has "
-                    f"{'no object' if size < 0 else f'{size} bytes'} in the store, its "
-                    f"manifest says {files[rel]}")
-            manifest_lib.verify_file(manifest, rel, dest / rel, self._where(uuid))
-
-        with ThreadPoolExecutor(THREADS) as pool:
-            list(pool.map(fetch, jobs))
-            list(pool.map(check, files))
-
-    def path(self, uuid: str) -> Path:
-        """A local, verified copy of checkpoint ``uuid`` (downloaded once per process;
-        removed at :meth:`close` and at exit: no copy is left behind)."""
-        check_uuid(uuid)
-        if self._cache is None:
-            self._cache = Path(tempfile.mkdtemp(prefix="det-ckpt-cache-"))
-            atexit.register(self.close)
-        local = self._cache / uuid
-        if not local.is_dir():
-            tmp = self._cache / f".tmp-{uuid}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            try:
-                self.download(uuid, tmp)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            os.rename(tmp, local)
-        return local
-
-    @contextlib.contextmanager
-    def restore(self, uuid: str) -> Iterator[Path]:
-        folder = Path(tempfile.mkdtemp(prefix=f"det-restore-{uuid}-"))
-        try:
-            self.download(uuid, folder)
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def read_owner(self, uuid: str) -> dict[str, Any] | None:
-        obs = _obstore()
-        try:
-            owner = json.loads(bytes(obs.get(self._store, f"{uuid}/{OWNER_FILE}").bytes()))
-        except (FileNotFoundError, ValueError, obs.exceptions.BaseError):
-            return None
-        return owner if isinstance(owner, dict) else None
-
-    # --- listing and deleting -----------------------------------------------------------
-
-    def _listing(self) -> tuple[set[str], dict[str, Any]]:
-        """(uuids with a manifest, every uuid folder's name -> None)."""
-        obs = _obstore()
-        found = self._call("listing", lambda: obs.list_with_delimiter(self._store, None))
-        manifests = {o["path"].rsplit("/", 1)[-1][:-len(MANIFEST_SUFFIX)]
-                     for o in found["objects"] if o["path"].endswith(MANIFEST_SUFFIX)}
-        folders = {p.rstrip("/").rsplit("/", 1)[-1]: None for p in found["common_prefixes"]}
-        return manifests, folders
-
-    def list(self) -> list[str]:
-        return sorted(u for u in self._listing()[0] if not u.startswith("."))
-
-    def exists(self, uuid: str) -> bool:
-        obs = _obstore()
-        check_uuid(uuid)
-        try:
-            self._call("checking", lambda: obs.head(self._store, f"{uuid}{MANIFEST_SUFFIX}"))
-        except FileNotFoundError:
-            return False
-        return True
-
-    def delete(self, uuid: str) -> None:
-        """Unlist checkpoint ``uuid`` (its manifest goes first), then remove its objects."""
-        obs = _obstore()
-        if not self.exists(uuid):
-            raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.describe()}")
-        self._call(f"deleting {uuid}{MANIFEST_SUFFIX}",
-                   lambda: obs.delete(self._store, f"{uuid}{MANIFEST_SUFFIX}"))
-        self._remove_objects(uuid)
-
-    def _remove_objects(self, uuid: str) -> None:
-        obs = _obstore()
-        check_uuid(uuid)
-        keys = [o["path"] for batch in self._call(
-                    f"listing {uuid}/", lambda: list(obs.list(self._store, f"{uuid}/")))
-                for o in batch]
-        # the mark last: until the end, an interrupted removal is still an unfinished upload
-        keys.sort(key=lambda k: k.endswith(PENDING))
-        for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1000 at most
-            chunk = keys[start:start + 1000]
-            self._call(f"deleting {uuid}/",
-                       lambda chunk=chunk: obs.delete(self._store, chunk))  # type: ignore[misc]
-
-    def _sweep_abandoned(self) -> None:
-        """Remove the objects of uploads that will never finish: no manifest, and their
-        writer's process gone (this host) or a day old (any host)."""
-        obs = _obstore()
-        manifests, folders = self._listing()
-        for uuid in folders:
-            if uuid in manifests or uuid.startswith("."):
-                continue
-            try:
-                key = f"{uuid}/{PENDING}"
-                mark = json.loads(self._call(f"reading {key}", lambda key=key: bytes(  # type: ignore[misc]
-                    obs.get(self._store, key).bytes())))
-                age = time.time() - float(mark.get("time", 0))
-                dead = mark.get("host") == socket.gethostname() and isinstance(
-                    mark.get("pid"), int) and not pid_alive(mark["pid"])
-            except FileNotFoundError:
-                dead, age = False, 0.0  # an empty folder, or one being removed
-            except (ValueError, StorageError):
-                continue
-            if (dead or age > ABANDONED_AFTER.total_seconds()) and not self.exists(uuid):
-                with contextlib.suppress(StorageError):
-                    self._remove_objects(uuid)
-
-    # --- probing and closing ------------------------------------------------------------
-
-    def check(self) -> None:
-        """Write and delete a small object: a wrong key, a bad endpoint or a bucket that
-        refuses writes raises :class:`StorageError` naming the config field."""
-        obs = _obstore()
-        key = f".det_sdk-probe-{uuidlib.uuid4()}"
-        self._call("a test write", lambda: obs.put(self._probe_store, key, b"det_sdk probe"))
-        self._call("a test delete", lambda: obs.delete(self._probe_store, key))
-
-    def close(self) -> None:
-        if self._cache is not None:
-            shutil.rmtree(self._cache, ignore_errors=True)
-            self._cache = None
+    def credential_fields(self) -> str:
+        if self._keys_given:
+            return "checkpoint_storage.access_key / secret_key"
+        return ("checkpoint_storage.access_key / secret_key (none given: the credential "
+                "chain's AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")

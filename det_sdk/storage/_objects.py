@@ -1,0 +1,390 @@
+"""Checkpoints as objects in an object store (S3, GCS, Azure Blob Storage), through
+obstore (Rust's object_store: chosen by measurement, docs/benchmarks.md). Each store is a
+small subclass (``s3.py``, ``gcs.py``, ``azure.py``) that makes obstore's store and names
+its config fields; everything else (layout, manifest, sweep, verified reads) is here.
+
+Layout under ``<scheme>://<bucket>/<prefix>/``, as Determined writes it, plus det_sdk's marks::
+
+    <uuid>/<files...>                        the checkpoint's files
+    <uuid>.det_sdk-manifest.json             every file's size and SHA-256: written last
+    <uuid>/.det_sdk-pending.json             while uploading: host and pid of the writer
+
+A checkpoint is listed only when its manifest exists; a save killed mid-upload leaves
+objects without one, removed by a later save (its writer's process gone, or a day old).
+Deleting removes the manifest first: a checkpoint is never listed half deleted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from det_sdk.errors import CheckpointCorruptError, DetSdkError, MissingExtraError, StorageError
+from det_sdk.storage import (
+    OWNER_FILE,
+    CheckpointNotFoundError,
+    CheckpointStorage,
+    check_uuid,
+    pid_alive,
+    task_owner,
+)
+from det_sdk.storage import _manifest as manifest_lib
+
+__all__ = ["ObjectStoreStorage"]
+
+MANIFEST_SUFFIX = ".det_sdk-manifest.json"
+PENDING = ".det_sdk-pending.json"
+PART = 8 << 20  # multipart part and ranged-read size
+THREADS = 10  # parallel transfers per checkpoint
+ABANDONED_AFTER = datetime.timedelta(days=1)  # another host's unfinished upload: swept after
+PROBE_RETRY_SECONDS = 10.0  # the probe before training: a bad endpoint answers in seconds
+RETRY_SECONDS = 120.0
+
+_T = TypeVar("_T")
+
+
+class _ObjectMissing(DetSdkError, FileNotFoundError):
+    """An object that is not in the store (caught inside this module)."""
+
+
+def _obstore(kind: str = "s3") -> Any:
+    try:
+        import obstore
+    except ImportError:
+        raise MissingExtraError(f"checkpoint_storage type {kind} needs obstore: "
+                                f"pip install 'det_sdk[{kind}]'") from None
+    return obstore
+
+
+def retry_config(seconds: float) -> dict[str, Any]:
+    """obstore's retries, bounded by time, not count: object_store's jittered backoff can
+    spend ten retries in 5 s, less than a server restart (tests: killed for 5 s mid-save)."""
+    return {"max_retries": 40, "retry_timeout": datetime.timedelta(seconds=seconds),
+            "backoff": {"init_backoff": datetime.timedelta(milliseconds=500),
+                        "max_backoff": datetime.timedelta(seconds=4), "base": 2}}
+
+
+def client_options(url: str | None) -> dict[str, Any]:
+    """obstore's HTTP client options; plain ``http://`` only where the endpoint says so."""
+    return {"allow_http": bool(url and url.startswith("http://")),
+            "connect_timeout": "10s", "timeout": "300s"}
+
+
+class ObjectStoreStorage(CheckpointStorage):
+    """Checkpoints as objects under ``<scheme>://<location>/<prefix>/``: the store-specific
+    part is :meth:`_make_store` and the names used in messages.
+
+    A subclass sets :attr:`scheme`, :attr:`kind` (the config's ``type``),
+    :attr:`location_field` (``bucket``/``container``), and defines :meth:`_make_store`
+    and :meth:`credential_fields`.
+    """
+
+    scheme: ClassVar[str]
+    kind: ClassVar[str]
+    location_field: ClassVar[str] = "bucket"
+    #: the config field to check when the store does not answer
+    endpoint_field: ClassVar[str] = "the endpoint"
+    #: words in a store's error that say the bucket/container does not exist
+    missing_marks: ClassVar[tuple[str, ...]] = ()
+    #: words in a store's error that say the credential was refused (besides 401/403)
+    refused_marks: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, location: str, prefix: str | None = None, *,
+                 owner: dict[str, Any] | None = None) -> None:
+        _obstore(self.kind)
+        self.location, self.prefix = location, (prefix or "").strip("/")
+        self.owner = owner if owner is not None else task_owner()
+        self._store = self._make_store(retry_config(RETRY_SECONDS))
+        self._probe_store = self._make_store(retry_config(PROBE_RETRY_SECONDS))
+        self._swept = False
+        self._cache: Path | None = None  # downloaded checkpoints (path()), removed at close
+
+    def _make_store(self, retry: dict[str, Any]) -> Any:
+        """obstore's store of :attr:`location` under :attr:`prefix`, retrying as ``retry``."""
+        raise NotImplementedError
+
+    def credential_fields(self) -> str:
+        """The config fields (or environment) a refused request points at: no secret."""
+        raise NotImplementedError
+
+    # --- naming -------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return f"{self.scheme}://{self.location}/{self.prefix}".rstrip("/")
+
+    def _where(self, uuid: str) -> str:
+        return f"{self.describe()}/{uuid}"
+
+    def _call(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call`` (obstore retries it with backoff), its failure as a StorageError that
+        names the storage and the config field to look at; never a secret."""
+        obs = _obstore(self.kind)
+        try:
+            return call()
+        except FileNotFoundError:
+            raise
+        except obs.exceptions.NotFoundError as err:
+            raise _ObjectMissing(str(err).split("\n", 1)[0]) from None
+        except obs.exceptions.BaseError as err:
+            first = str(err).split("\n", 1)[0][:400]
+            if isinstance(err, (obs.exceptions.PermissionDeniedError,
+                                obs.exceptions.UnauthenticatedError)) or any(
+                    mark in str(err) for mark in self.refused_marks):
+                raise StorageError(f"{self.describe()}: {what} refused: check "
+                                   f"{self.credential_fields()}, and that the "
+                                   f"{self.location_field} exists ({first})") from None
+            if any(mark in str(err) for mark in self.missing_marks):
+                raise StorageError(f"{self.describe()}: {what}: no such {self.location_field}: "
+                                   f"check checkpoint_storage.{self.location_field} ({first})"
+                                   ) from None
+            raise StorageError(f"{self.describe()}: {what} failed after retries: check "
+                               f"{self.endpoint_field} and the network ({first})") from None
+
+    # --- writing ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
+        """Yield ``(uuid, local_dir)`` to fill; on success upload its files, then the
+        manifest; the local folder is removed either way."""
+        uuid = uuid or str(uuidlib.uuid4())
+        check_uuid(uuid)
+        if not self._swept:
+            self._sweep_abandoned()
+            self._swept = True
+        staging = Path(tempfile.mkdtemp(prefix=f"det-ckpt-{uuid}-"))
+        try:
+            yield uuid, staging
+            if self.owner:
+                (staging / OWNER_FILE).write_text(json.dumps(self.owner))
+            self.upload(uuid, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def upload(self, uuid: str, folder: Path) -> None:
+        """Store ``folder``'s files as checkpoint ``uuid``: a pending mark, the files in
+        parallel (multipart when large), the manifest last. A failure removes what was
+        uploaded and raises :class:`StorageError`."""
+        obs = _obstore(self.kind)
+        pending = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                              "time": time.time()}).encode()
+        self._call(f"writing {uuid}/{PENDING}",
+                   lambda: obs.put(self._store, f"{uuid}/{PENDING}", pending))
+        files = manifest_lib.files_of(folder)
+        entries: dict[str, dict[str, Any]] = {}
+
+        def one(rel: str) -> None:
+            path = folder / rel
+            entries[rel] = {"size": path.stat().st_size,
+                            "sha256": manifest_lib.sha256_file(path)}
+            self._call(f"uploading {uuid}/{rel}", lambda: obs.put(
+                self._store, f"{uuid}/{rel}", path, chunk_size=PART, max_concurrency=4))
+
+        try:
+            with ThreadPoolExecutor(min(THREADS, max(1, len(files)))) as pool:
+                for done in [pool.submit(one, rel) for rel in files]:
+                    done.result()
+            manifest = {"format": manifest_lib.FORMAT, "files": dict(sorted(entries.items()))}
+            self._call(f"writing {uuid}{MANIFEST_SUFFIX}", lambda: obs.put(
+                self._store, f"{uuid}{MANIFEST_SUFFIX}", manifest_lib.encode(manifest)))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._remove_objects(uuid)
+            raise
+        with contextlib.suppress(Exception):  # listed already: the mark only helps the sweep
+            obs.delete(self._store, f"{uuid}/{PENDING}")
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _manifest(self, uuid: str) -> dict[str, Any]:
+        obs = _obstore(self.kind)
+        check_uuid(uuid)
+        try:
+            data = self._call(f"reading {uuid}{MANIFEST_SUFFIX}", lambda: bytes(
+                obs.get(self._store, f"{uuid}{MANIFEST_SUFFIX}").bytes()))
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.describe()}"
+                                          ) from None
+        return manifest_lib.decode(data, self._where(uuid))
+
+    def download(self, uuid: str, dest: str | os.PathLike[str]) -> None:
+        """Checkpoint ``uuid``'s files into ``dest``, each verified against the manifest
+        (:class:`CheckpointCorruptError` if one differs or is missing)."""
+        obs = _obstore(self.kind)
+        manifest = self._manifest(uuid)
+        dest = Path(dest)
+        files = {rel: int(v["size"]) for rel, v in manifest["files"].items() if rel != OWNER_FILE}
+        jobs: list[tuple[str, int, int]] = []
+        for rel, size in files.items():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            with open(dest / rel, "wb") as f:
+                f.truncate(size)
+            jobs += [(rel, start, min(start + PART, size)) for start in range(0, size, PART)]
+
+        def fetch(job: tuple[str, int, int]) -> None:
+            rel, start, end = job
+            try:
+                data = self._call(f"downloading {uuid}/{rel}", lambda: obs.get_range(
+                    self._store, f"{uuid}/{rel}", start=start, end=end))
+            except FileNotFoundError:
+                raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} is "
+                                             "missing from the store") from None
+            if len(data) != end - start:
+                raise CheckpointCorruptError(
+                    f"checkpoint {self._where(uuid)}: {rel} is shorter in the store than "
+                    "its manifest says")
+            with open(dest / rel, "r+b") as f:
+                f.seek(start)
+                f.write(memoryview(data))
+
+        def check(rel: str) -> None:
+            try:
+                size = int(self._call(f"checking {uuid}/{rel}", lambda: obs.head(
+                    self._store, f"{uuid}/{rel}"))["size"])
+            except FileNotFoundError:
+                size = -1
+            if size != files[rel]:
+                raise CheckpointCorruptError(
+                    f"checkpoint {self._where(uuid)}: {rel} has "
+                    f"{'no object' if size < 0 else f'{size} bytes'} in the store, its "
+                    f"manifest says {files[rel]}")
+            manifest_lib.verify_file(manifest, rel, dest / rel, self._where(uuid))
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            list(pool.map(fetch, jobs))
+            list(pool.map(check, files))
+
+    def path(self, uuid: str) -> Path:
+        """A local, verified copy of checkpoint ``uuid`` (downloaded once per process;
+        removed at :meth:`close` and at exit: no copy is left behind)."""
+        check_uuid(uuid)
+        if self._cache is None:
+            self._cache = Path(tempfile.mkdtemp(prefix="det-ckpt-cache-"))
+            atexit.register(self.close)
+        local = self._cache / uuid
+        if not local.is_dir():
+            tmp = self._cache / f".tmp-{uuid}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            try:
+                self.download(uuid, tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            os.rename(tmp, local)
+        return local
+
+    @contextlib.contextmanager
+    def restore(self, uuid: str) -> Iterator[Path]:
+        folder = Path(tempfile.mkdtemp(prefix=f"det-restore-{uuid}-"))
+        try:
+            self.download(uuid, folder)
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def read_owner(self, uuid: str) -> dict[str, Any] | None:
+        obs = _obstore(self.kind)
+        try:
+            owner = json.loads(bytes(obs.get(self._store, f"{uuid}/{OWNER_FILE}").bytes()))
+        except (FileNotFoundError, ValueError, obs.exceptions.BaseError):
+            return None
+        return owner if isinstance(owner, dict) else None
+
+    # --- listing and deleting -----------------------------------------------------------
+
+    def _listing(self) -> tuple[set[str], dict[str, Any]]:
+        """(uuids with a manifest, every uuid folder's name -> None)."""
+        obs = _obstore(self.kind)
+        found = self._call("listing", lambda: obs.list_with_delimiter(self._store, None))
+        manifests = {o["path"].rsplit("/", 1)[-1][:-len(MANIFEST_SUFFIX)]
+                     for o in found["objects"] if o["path"].endswith(MANIFEST_SUFFIX)}
+        folders = {p.rstrip("/").rsplit("/", 1)[-1]: None for p in found["common_prefixes"]}
+        return manifests, folders
+
+    def list(self) -> list[str]:
+        return sorted(u for u in self._listing()[0] if not u.startswith("."))
+
+    def exists(self, uuid: str) -> bool:
+        obs = _obstore(self.kind)
+        check_uuid(uuid)
+        try:
+            self._call("checking", lambda: obs.head(self._store, f"{uuid}{MANIFEST_SUFFIX}"))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete(self, uuid: str) -> None:
+        """Unlist checkpoint ``uuid`` (its manifest goes first), then remove its objects."""
+        obs = _obstore(self.kind)
+        if not self.exists(uuid):
+            raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.describe()}")
+        self._call(f"deleting {uuid}{MANIFEST_SUFFIX}",
+                   lambda: obs.delete(self._store, f"{uuid}{MANIFEST_SUFFIX}"))
+        self._remove_objects(uuid)
+
+    def _remove_objects(self, uuid: str) -> None:
+        obs = _obstore(self.kind)
+        check_uuid(uuid)
+        keys = [o["path"] for batch in self._call(
+                    f"listing {uuid}/", lambda: list(obs.list(self._store, f"{uuid}/")))
+                for o in batch]
+        # the mark last: until the end, an interrupted removal is still an unfinished upload
+        keys.sort(key=lambda k: k.endswith(PENDING))
+        for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1000 at most
+            chunk = keys[start:start + 1000]
+            self._call(f"deleting {uuid}/",
+                       lambda chunk=chunk: obs.delete(self._store, chunk))  # type: ignore[misc]
+
+    def _sweep_abandoned(self) -> None:
+        """Remove the objects of uploads that will never finish: no manifest, and their
+        writer's process gone (this host) or a day old (any host)."""
+        obs = _obstore(self.kind)
+        manifests, folders = self._listing()
+        for uuid in folders:
+            if uuid in manifests or uuid.startswith("."):
+                continue
+            try:
+                key = f"{uuid}/{PENDING}"
+                mark = json.loads(self._call(f"reading {key}", lambda key=key: bytes(  # type: ignore[misc]
+                    obs.get(self._store, key).bytes())))
+                age = time.time() - float(mark.get("time", 0))
+                dead = mark.get("host") == socket.gethostname() and isinstance(
+                    mark.get("pid"), int) and not pid_alive(mark["pid"])
+            except FileNotFoundError:
+                dead, age = False, 0.0  # an empty folder, or one being removed
+            except (ValueError, StorageError):
+                continue
+            if (dead or age > ABANDONED_AFTER.total_seconds()) and not self.exists(uuid):
+                with contextlib.suppress(StorageError):
+                    self._remove_objects(uuid)
+
+    # --- probing and closing ------------------------------------------------------------
+
+    def check(self) -> None:
+        """Write and delete a small object: a wrong key, a bad endpoint or a bucket that
+        refuses writes raises :class:`StorageError` naming the config field."""
+        obs = _obstore(self.kind)
+        key = f".det_sdk-probe-{uuidlib.uuid4()}"
+        try:
+            self._call("a test write", lambda: obs.put(self._probe_store, key, b"det_sdk probe"))
+        except FileNotFoundError:  # GCS and Azure answer a write to a missing bucket 404
+            raise StorageError(f"{self.describe()}: a test write: no such {self.location_field}:"
+                               f" check checkpoint_storage.{self.location_field}") from None
+        self._call("a test delete", lambda: obs.delete(self._probe_store, key))
+
+    def close(self) -> None:
+        if self._cache is not None:
+            shutil.rmtree(self._cache, ignore_errors=True)
+            self._cache = None
