@@ -1,9 +1,13 @@
 """Checkpoint storage: where checkpoints go and how many are kept.
 
-Determined's ``checkpoint_storage`` as written: ``type: shared_fs`` (``host_path``) or
+Determined's ``checkpoint_storage`` as written: ``type: shared_fs`` (``host_path``),
 ``type: s3`` (``bucket``, ``prefix``, ``endpoint_url``, ``access_key``, ``secret_key``;
-without keys the standard credential chain), with the retention fields of both. A
-``host_path`` written as a URL (``s3://bucket/prefix``) is the same as ``type: s3``.
+without keys the standard credential chain), ``type: gcs`` (``bucket``, ``prefix``;
+credentials as Google's client finds them) or ``type: azure`` (``container``, and
+``connection_string`` or ``account_url`` with an optional ``credential``; ``prefix`` is
+det_sdk's), with the retention fields of all. A ``host_path`` written as a URL
+(``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix``) is the same
+as that type with that bucket (container) and prefix.
 
     >>> CheckpointStorageConfig().save_trial_latest
     1
@@ -13,6 +17,10 @@ without keys the standard credential chain), with the retention fields of both. 
     >>> c = CheckpointStorageConfig(type="s3", bucket="b", access_key="a", secret_key="s")
     >>> c.printable()["secret_key"]
     '********'
+    >>> c = CheckpointStorageConfig(host_path="az://ckpts/run",
+    ...                             connection_string="UseDevelopmentStorage=true")
+    >>> (c.type, c.container, c.prefix, c.printable()["connection_string"])
+    ('azure', 'ckpts', 'run', '********')
 """
 
 from __future__ import annotations
@@ -28,16 +36,21 @@ from det_sdk.config._base import ConfigError, _Strict, _within
 #: how a secret is shown anywhere it is printed (Determined's mask)
 MASK = "********"
 #: the fields never shown: masked in describe output, stored configs and messages
-SECRET_FIELDS = ("access_key", "secret_key")
+SECRET_FIELDS = ("access_key", "secret_key", "connection_string", "credential")
 #: the fields of each storage type (the retention fields belong to all)
 _TYPE_FIELDS = {"shared_fs": ("host_path",),
-                "s3": ("bucket", "prefix", "endpoint_url", *SECRET_FIELDS)}
+                "s3": ("bucket", "prefix", "endpoint_url", "access_key", "secret_key"),
+                "gcs": ("bucket", "prefix"),
+                "azure": ("container", "prefix", "connection_string", "account_url",
+                          "credential")}
+#: ``host_path`` URL schemes, and the type each means
+URL_TYPES = {"s3://": "s3", "gs://": "gcs", "az://": "azure"}
 
 
 class CheckpointStorageConfig(_Strict):
     """Where checkpoints go and how many are kept."""
 
-    type: Literal["shared_fs", "s3"] = "shared_fs"
+    type: Literal["shared_fs", "s3", "gcs", "azure"] = "shared_fs"
     host_path: str | None = None
     # type: s3 (Determined's fields)
     bucket: str | None = None
@@ -45,6 +58,11 @@ class CheckpointStorageConfig(_Strict):
     endpoint_url: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
+    # type: azure (Determined's fields; prefix is det_sdk's, for az://container/prefix)
+    container: str | None = None
+    connection_string: str | None = None
+    account_url: str | None = None
+    credential: str | None = None
     save_trial_latest: Annotated[int, _within(0, 1_000_000)] = 1
     save_trial_best: Annotated[int, _within(0, 1_000_000)] = 1
     save_experiment_best: Annotated[int, _within(0, 1_000_000)] = 0
@@ -52,26 +70,37 @@ class CheckpointStorageConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _url_form(cls, data: Any) -> Any:
-        """``host_path: s3://bucket/prefix`` is ``type: s3`` with that bucket and prefix."""
-        if isinstance(data, Mapping) and isinstance(data.get("host_path"), str) \
-                and data["host_path"].startswith("s3://"):
-            bucket, _, prefix = data["host_path"][len("s3://"):].partition("/")
-            data = {k: v for k, v in data.items() if k != "host_path"}
-            if data.setdefault("type", "s3") != "s3":
-                raise ConfigError(f"host_path: an s3:// URL with type {data['type']!r}; "
-                                  "write type: s3 or leave type out")
-            data.update(bucket=bucket, prefix=prefix.strip("/") or None)
+        """``host_path: s3://bucket/prefix`` is ``type: s3`` with that bucket and prefix
+        (``gs://`` ``type: gcs``; ``az://container/prefix`` ``type: azure``)."""
+        path = data.get("host_path") if isinstance(data, Mapping) else None
+        scheme = next((u for u in URL_TYPES if isinstance(path, str) and path.startswith(u)),
+                      None)
+        if scheme is None or not isinstance(path, str):
+            return data
+        kind = URL_TYPES[scheme]
+        location, _, prefix = path[len(scheme):].partition("/")
+        data = {k: v for k, v in data.items() if k != "host_path"}
+        if data.setdefault("type", kind) != kind:
+            raise ConfigError(f"host_path: an {scheme} URL with type {data['type']!r}; "
+                              f"write type: {kind} or leave type out")
+        data["container" if kind == "azure" else "bucket"] = location
+        data["prefix"] = prefix.strip("/") or None
         return data
 
     @model_validator(mode="after")
     def _fields_of_type(self) -> CheckpointStorageConfig:
-        if self.type == "s3" and not self.bucket:
-            raise ConfigError("bucket: type s3 needs a bucket (or host_path: s3://bucket/prefix)")
-        others = [f for t, fields in _TYPE_FIELDS.items() if t != self.type for f in fields
-                  if getattr(self, f) is not None]
+        own = _TYPE_FIELDS[self.type]
+        others = sorted({f for fields in _TYPE_FIELDS.values() for f in fields
+                         if f not in own and getattr(self, f) is not None})
         if others:
             raise ConfigError(f"{', '.join(others)}: not a field of type {self.type} storage "
-                              f"(its fields: {', '.join(_TYPE_FIELDS[self.type])})")
+                              f"(its fields: {', '.join(own)})")
+        if self.type in ("s3", "gcs") and not self.bucket:
+            scheme = next(u for u, t in URL_TYPES.items() if t == self.type)
+            raise ConfigError(f"bucket: type {self.type} needs a bucket (or host_path: "
+                              f"{scheme}bucket/prefix)")
+        if self.type == "azure":
+            self._check_azure()
         if (self.access_key is None) != (self.secret_key is None):
             given = "access_key" if self.secret_key is None else "secret_key"
             raise ConfigError(f"{given}: given without "
@@ -79,6 +108,28 @@ class CheckpointStorageConfig(_Strict):
                               "give both, or neither for the standard credential chain "
                               "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, ...)")
         return self
+
+    def _check_azure(self) -> None:
+        """Determined's rule: a container, and ``connection_string`` or ``account_url``
+        (with ``credential``, or none for the environment's), never both."""
+        if not self.container:
+            raise ConfigError("container: type azure needs a container (or host_path: "
+                              "az://container/prefix)")
+        if (self.connection_string is None) == (self.account_url is None):
+            raise ConfigError("connection_string, account_url: type azure needs exactly one "
+                              f"of them ({'both' if self.connection_string else 'neither'} "
+                              "given)")
+        if self.credential is not None and self.account_url is None:
+            raise ConfigError("credential: goes with account_url (a connection_string "
+                              "carries its own key)")
+        if self.account_url is not None and not self.account_url.startswith(
+                ("https://", "http://")):
+            raise ConfigError(f"account_url: {self.account_url!r} is not an http(s) URL "
+                              "(https://<account>.blob.core.windows.net)")
+        if self.connection_string is not None:
+            from det_sdk.config.azure_strings import parse_connection_string
+
+            parse_connection_string(self.connection_string)  # raises naming the field
 
     def for_trials(self, default_dir: str | os.PathLike[str]) -> dict[str, Any]:
         """What a master's trials get: the config as given, a shared folder's

