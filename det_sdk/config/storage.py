@@ -81,7 +81,7 @@ class CheckpointStorageConfig(_Strict):
         location, _, prefix = path[len(scheme):].partition("/")
         data = {k: v for k, v in data.items() if k != "host_path"}
         if data.setdefault("type", kind) != kind:
-            raise ConfigError(f"host_path: an {scheme} URL with type {data['type']!r}; "
+            raise ConfigError(f"host_path: a {scheme} URL with type {data['type']!r}; "
                               f"write type: {kind} or leave type out")
         data["container" if kind == "azure" else "bucket"] = location
         data["prefix"] = prefix.strip("/") or None

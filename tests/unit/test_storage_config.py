@@ -41,7 +41,7 @@ def test_url_form_is_type_s3() -> None:
     ({"type": "shared_fs", "bucket": "b"}, "bucket"),
     ({"type": "s3", "bucket": "b", "access_key": "AK"}, "access_key"),
     ({"type": "s3", "bucket": "b", "secret_key": SECRET}, "secret_key"),
-    ({"type": "gcs", "bucket": "b"}, "type"),
+    ({"type": "hdfs", "bucket": "b"}, "type"),
 ])
 def test_bad_storage_refused_naming_the_field_never_the_secret(storage: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field) as err:
