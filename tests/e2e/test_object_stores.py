@@ -122,7 +122,7 @@ def test_core_checkpoints_stored_verified_damage_found_deleted_and_retention_exa
         assert (path / "sub" / "w.bin").stat().st_size == 3 << 20
 
     # one byte altered in the store: every read refuses it, naming the file
-    raw = storage._store
+    raw = storage._store  # type: ignore[attr-defined]  # obstore's handle, for the flip
     data = bytearray(bytes(obstore.get(raw, f"{uuid}/sub/w.bin").bytes()))
     data[12345] ^= 1
     obstore.put(raw, f"{uuid}/sub/w.bin", bytes(data))
@@ -177,9 +177,11 @@ def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
     assert proc.wait(10) == -signal.SIGKILL  # killed mid-upload, not finished
     # a server finishes the requests whose bodies it had: wait until the listing is still
     # (an object landing after the next save's sweep would have no pending mark to find)
-    keys, settled = _keys(storage), time.monotonic() + 30
-    while keys != (keys := (time.sleep(0.5), _keys(storage))[1]):
+    keys, before, settled = _keys(storage), None, time.monotonic() + 30
+    while keys != before:
         assert time.monotonic() < settled
+        time.sleep(0.5)
+        before, keys = keys, _keys(storage)
     assert any(k.endswith(".bin") for k in keys), keys  # objects of the unfinished upload
     assert not any(k.endswith(".det_sdk-manifest.json") for k in keys), keys
     assert storage.list() == []
