@@ -363,12 +363,22 @@ class ObjectStoreStorage(CheckpointStorage):
                 dead = mark.get("host") == socket.gethostname() and isinstance(
                     mark.get("pid"), int) and not pid_alive(mark["pid"])
             except FileNotFoundError:
-                dead, age = False, 0.0  # an empty folder, or one being removed
+                # no mark: a folder being removed, or objects that a killed writer's
+                # requests left after its mark was swept (a server finishes the requests
+                # whose bodies it had): garbage once their newest is a day old
+                dead, age = False, self._age_of_newest(uuid)
             except (ValueError, StorageError):
                 continue
             if (dead or age > ABANDONED_AFTER.total_seconds()) and not self.exists(uuid):
                 with contextlib.suppress(StorageError):
                     self._remove_objects(uuid)
+
+    def _age_of_newest(self, uuid: str) -> float:
+        """Seconds since the newest object under ``<uuid>/`` was written (0: none)."""
+        obs = _obstore(self.kind)
+        batches = self._call(f"listing {uuid}/", lambda: list(obs.list(self._store, f"{uuid}/")))
+        times = [o["last_modified"].timestamp() for batch in batches for o in batch]
+        return time.time() - max(times) if times else 0.0
 
     # --- probing and closing ------------------------------------------------------------
 

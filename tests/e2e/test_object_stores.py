@@ -156,9 +156,13 @@ _UPLOADER = textwrap.dedent("""
 
 
 def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
-        store: Store, tmp_path: Path) -> None:
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime
     import json
 
+    import obstore
+
+    from det_sdk.storage import _objects as objects
     from det_sdk.storage import open_storage
 
     script = tmp_path / "upload.py"
@@ -192,7 +196,18 @@ def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
         (path / "ok.txt").write_text("ok")
     assert storage.list() == [uuid]
     assert all(k.startswith(uuid) for k in _keys(storage)), _keys(storage)
+    # objects with neither manifest nor mark (a killed writer's request the server finished
+    # after the sweep) are swept once old: here "old" is 1 s instead of a day
+    stray = "0d1e2f3a-aaaa-4bbb-8ccc-dddddddddddd/w.bin"
+    obstore.put(storage._store, stray, b"late")  # type: ignore[attr-defined]
+    monkeypatch.setattr(objects, "ABANDONED_AFTER", datetime.timedelta(seconds=1))
+    time.sleep(1.2)
+    later = open_storage(store.config("killed"))
+    with later.store() as (again, path):
+        (path / "ok.txt").write_text("ok")
+    assert {k.split("/", 1)[0].split(".", 1)[0] for k in _keys(storage)} == {uuid, again}
     storage.delete(uuid)
+    storage.delete(again)
 
 
 def test_refused_at_init_and_at_create_naming_the_field_not_the_secret(
