@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from det_sdk.config.azure_strings import account_of_url, parse_connection_string
+from det_sdk.errors import UsageError
 from det_sdk.storage._objects import ObjectStoreStorage, client_options
 
 __all__ = ["AzureStorage"]
@@ -50,7 +51,8 @@ class AzureStorage(ObjectStoreStorage):
                 self._config["sas_key" if sas else "account_key"] = (
                     credential.lstrip("?") if sas else credential)
         else:
-            raise ValueError("AzureStorage needs connection_string or account_url")
+            raise UsageError(
+                "checkpoint_storage: type azure needs connection_string or account_url")
         self._config["endpoint"] = self.endpoint
         super().__init__(container, prefix, owner=owner)
 
