@@ -311,6 +311,11 @@ class Store:
         self._exec("UPDATE experiments SET state = ?, ended = ? WHERE id = ?", state, ended,
                    exp_id)
 
+    def set_experiment_config(self, exp_id: int, config: dict[str, Any]) -> None:
+        """Its active config (``det e continue``), with the name it carries."""
+        self._exec("UPDATE experiments SET name = ?, config = ? WHERE id = ?",
+                   config.get("name"), _config_json(config), exp_id)
+
     def create_experiment_with_trials(
         self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]]
     ) -> int:
