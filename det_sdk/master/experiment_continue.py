@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
+from det_sdk.master.searchers import rung_lengths
 from det_sdk.master.task_files import kept_marker
 
 __all__ = ["CONTINUABLE_SEARCHERS", "continue_experiment", "merged_config"]
@@ -101,14 +102,16 @@ def continue_experiment(master: Any, exp_id: int,
         raise Conflict(f"experiment {exp_id}'s ended trials' files are still being kept: "
                        "try again in a minute")
     ids = [t["id"] for t in again]
+    fields: dict[str, Any] = {"restarts": 0, "progress": 0.0, "searcher_done": 0}
+    if name == "single":  # the length it trains to now: the new max_length
+        fields["target"] = next(iter(rung_lengths(config)), None)
     with master.lifecycle.lock:
         _ended_experiment(master, exp_id)  # still ended: nothing ran in between
         master.replace_config(exp_id, config)
         for trial_id in ids:  # its next end keeps the files of this run too
             with contextlib.suppress(OSError):
                 kept_marker(master.files_path("trials", trial_id)).unlink()
-        state = master.lifecycle.continue_experiment(
-            exp_id, ids, restarts=0, progress=0.0, searcher_done=0)
+        state = master.lifecycle.continue_experiment(exp_id, ids, **fields)
     return {"id": exp_id, "state": state.value, "trial_ids": ids}
 
 
