@@ -18,8 +18,8 @@ ends (COMPLETED, CANCELED, ERROR); an experiment's uploaded model directory when
 the experiment is deleted (``det e delete``: ``det e continue`` runs an ended one
 again); a job's working directory and upload when it ends; uploads that no recorded
 experiment nor live job uses, and unrecorded checkpoint directories, at start-up and
-(checkpoints) whenever no trial writing to their storage runs. Logs, metrics and recorded checkpoints
-(within the retention policy) are kept.
+(checkpoints) whenever no trial writing to their storage runs. Logs, metrics and
+recorded checkpoints (within the retention policy) are kept.
 """
 
 from __future__ import annotations
