@@ -77,7 +77,11 @@ def continue_experiment(master: Any, exp_id: int,
                              "only a single-searcher experiment takes a new config (a grid "
                              "or random search's continue re-runs its unfinished trials as "
                              "they were)")
-    config = experiment_config(merged_config(active, override))
+    try:
+        merged = merged_config(active, override)
+    except RecursionError:
+        raise InvalidRequest("override config: nested too deeply") from None
+    config = experiment_config(merged)
     new_name = config.searcher.name if config.searcher else None
     if new_name != name:
         raise InvalidRequest(f"searcher.name: the override config must keep the {name} "
