@@ -6,11 +6,14 @@ override config merged over its active config (a new ``searcher.max_length``, mo
 often) and its trial is queued again, to resume from its latest checkpoint; a grid or
 random search takes no override and re-runs its trials that did not complete (refused
 when all did). The experiment and trial keep their ids; the trial's restarts, progress
-and searcher state start over. Other searchers are refused, as Determined refuses them.
+and searcher state start over; given ``hyperparameters``, its hyperparameters are the
+new config's (drawn with the experiment's seed, as Determined's new search draws them).
+Other searchers are refused, as Determined refuses them.
 
-det_sdk refuses more than Determined where Determined would run and do nothing useful:
-a ``max_length`` shorter than the one trained to, or (for a completed trial) not
-longer, or in another unit; a changed searcher name; ``project``/``workspace``.
+Refused as Determined refuses them: a changed searcher name, ``project``/``workspace``.
+Refused by det_sdk only, where Determined would run a trial that does nothing useful: a
+``max_length`` shorter than the one trained to, or (for a completed trial) not longer,
+or in another unit.
 
 The experiment's uploaded model directory is what the trial unpacks again: the master
 keeps it until the experiment is deleted (``det e delete``).
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
+from det_sdk.master.search import planned_trials
 from det_sdk.master.searchers import rung_lengths
 from det_sdk.master.task_files import kept_marker
 
@@ -109,6 +113,9 @@ def continue_experiment(master: Any, exp_id: int,
     fields: dict[str, Any] = {"restarts": 0, "progress": 0.0, "searcher_done": 0}
     if name == "single":  # the length it trains to now: the new max_length
         fields["target"] = next(iter(rung_lengths(config)), None)
+        if "hyperparameters" in override:  # Determined launches it with the new search's
+            seed = config.reproducibility.experiment_seed
+            fields["hparams"] = planned_trials(config, seed or 0)[0]["hparams"]
     with master.lifecycle.lock:
         _ended_experiment(master, exp_id)  # still ended: nothing ran in between
         master.replace_config(exp_id, config)

@@ -382,6 +382,8 @@ class Store:
             return
         if fields.get("state") in ("COMPLETED", "CANCELED", "ERROR"):
             fields.setdefault("ended", time.time())
+        if isinstance(fields.get("hparams"), dict):  # as the column keeps them
+            fields["hparams"] = _config_json(fields["hparams"])
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE trials SET {cols} WHERE id = ?", *fields.values(), trial_id)
 

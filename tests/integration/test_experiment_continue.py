@@ -105,15 +105,23 @@ def test_a_completed_single_trial_trains_further_with_the_same_ids(tmp_path: Pat
 
 def test_an_errored_single_trial_is_recovered_at_its_length(tmp_path: Path) -> None:
     master, exp = _master(tmp_path, {"name": "single", "metric": "val_loss",
-                                     "max_length": {"epochs": 3}, })
+                                     "max_length": {"epochs": 3}},
+                          {"lr": {"type": "double", "minval": 0.1, "maxval": 0.2}, "bs": 8})
     trial = master.store.trials(exp)[0]["id"]
     master.lifecycle.trial_event(trial, TrialEvent.SCHEDULED)
     _exit(master, trial, TrialEvent.EXITED_FAILED_FINAL)
     assert master.experiment_state(exp) == "ERROR"
     with pytest.raises(InvalidRequest, match="was to 3 epochs"):
         continue_experiment(master, exp, {"searcher": {"max_length": {"epochs": 2}}})
+    drawn = master.trial(trial)["hparams"]
     out = continue_experiment(master, exp)  # no override: Determined's recovery
     assert out["state"] == "ACTIVE" and master.trial(trial)["state"] == "QUEUED"
+    assert master.trial(trial)["hparams"] == drawn
+    # a new constant: the continued trial gets it; the ranged one drawn as before
+    master.lifecycle.trial_event(trial, TrialEvent.SCHEDULED)
+    _exit(master, trial, TrialEvent.EXITED_FAILED_FINAL)
+    continue_experiment(master, exp, {"hyperparameters": {"bs": 16}})
+    assert master.trial(trial)["hparams"] == {**drawn, "bs": 16}
 
 
 def test_a_grid_search_reruns_only_its_unfinished_trials(tmp_path: Path) -> None:
