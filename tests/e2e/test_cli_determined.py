@@ -188,7 +188,11 @@ def test_paused_kill_cancel_and_the_master(master: Cluster) -> None:
 
 def test_continue_trains_the_same_trial_further_from_its_checkpoint(master: Cluster) -> None:
     c = master
-    e = create(c, "--config", "entrypoint=python3 resume.py")  # max_length 2: 2 steps
+    # max_length 2: 2 steps; -f returns once the trial's log ends (few `det` polls after)
+    out = ok(c, "e", "create", str(CONFIG), str(MODEL), "--config",
+             "entrypoint=python3 resume.py", "-f")
+    e = int(out.split("Created experiment ")[1].split()[0])
+    assert "starts at step 0\ntrained step 1\ntrained step 2\n" in out
     first = ended(c, e)
     assert first["state"] == "COMPLETED", first
     (trial,) = first["trials"]
