@@ -205,13 +205,17 @@ def test_continue_trains_the_same_trial_further_from_its_checkpoint(master: Clus
     live = c.det("experiment", "continue", str(paused), "--config", "searcher.max_length=3")
     assert live.returncode == 1 and "is PAUSED: only an ended experiment" in live.stderr
 
-    # -f follows the continued trial to its end; same experiment, same trial, longer
-    out = ok(c, "e", "continue", str(e), "--config", "searcher.max_length=4", "-f")
+    # -f follows the continued trial to its end; same experiment, same trial, longer;
+    # --config over --config-file over the experiment's config
+    (c.root / "longer.yaml").write_text("description: continued\nsearcher:\n  max_length: 3\n")
+    out = ok(c, "e", "continue", str(e), "--config-file", "longer.yaml", "--config",
+             "searcher.max_length=4", "-f")
     assert out.startswith(f"Continued experiment {e}\n")
     assert "starts at step 2\ntrained step 3\ntrained step 4\n" in out  # from its checkpoint
     again = ended(c, e)
     assert again["state"] == "COMPLETED" and [t["id"] for t in again["trials"]] == [trial["id"]]
     assert again["config"]["searcher"]["max_length"]["epochs"] == 4
+    assert again["config"]["description"] == "continued"
     assert again["trials"][0]["restarts"] == 0
     steps = [ck["steps_completed"] for ck in json.loads(ok(c, "e", "lc", str(e), "--json"))]
     assert sorted(steps) == [1, 2, 3, 4]
