@@ -397,7 +397,8 @@ class Lifecycle:
         """A user's command to an experiment: applied to it, then to each of its trials
         (a continue picks its trials: :meth:`continue_experiment`)."""
         if event is XE.CONTINUE:
-            raise ValueError("a continue names its trials: Lifecycle.continue_experiment")
+            raise IllegalTransition("a continue names its trials: "
+                                    "Lifecycle.continue_experiment")
         trial_event = {XE.PAUSE: E.PAUSE, XE.ACTIVATE: E.ACTIVATE, XE.KILL: E.KILL}[event]
         with self.lock:
             exp = self.store.experiment(exp_id)
