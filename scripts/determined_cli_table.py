@@ -82,9 +82,12 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e label remove 1 red", "same", ""),
     ("det e download 1", "same", "checkpoints/UUID of the best trial"),
     ("det e download 1 -o out --top-n 2 --sort-by loss --smaller-is-better true", "same", ""),
-    ("det e continue 1", "not built", "the master deletes an experiment's uploaded directory "
-                                      "when it ends: create a new experiment whose script "
-                                      "loads the checkpoint"),
+    ("det e continue 1", "same", "an ended experiment, same ids: a single searcher's trial "
+                                 "from its latest checkpoint; a grid or random search's "
+                                 "unfinished trials"),
+    ("det e continue 1 --config searcher.max_length.epochs=5", "same",
+     "refused when not longer than what the trial trained (Determined runs it and ends at once)"),
+    ("det experiment continue 1 --config-file c.yaml -f", "same", "follows the trial's log"),
     ("det e move 1 ws proj", "not built", "no workspaces or projects"),
     ("det e set gc-policy 1 --save-experiment-best 1 --save-trial-best 1 "
      "--save-trial-latest 1", "not built", "retention is the config's checkpoint_storage"),

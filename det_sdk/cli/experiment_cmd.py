@@ -281,6 +281,38 @@ def _run_test(client: Any, exp_id: int) -> int:
     return 0 if ok else 1
 
 
+def experiment_continue(args: Namespace) -> int:
+    """Determined's ``det e continue ID [--config-file F] [--config K=V] [-f]``: an ended
+    experiment trains further with the same ids (its trial from its latest checkpoint),
+    its config with the file's and the ``--config`` settings over it."""
+    import yaml
+
+    override: dict[str, Any] = {}
+    if args.config_file is not None:
+        try:
+            text = Path(args.config_file).read_text()
+        except OSError as err:
+            raise UsageError(f"--config-file: cannot read {args.config_file}: "
+                             f"{err.strerror}") from None
+        loaded = yaml.safe_load(text)
+        if loaded is not None and not isinstance(loaded, dict):
+            raise UsageError(f"--config-file: expected a YAML mapping in {args.config_file}")
+        override = loaded or {}
+    override = parse_overrides(override, args.config)
+    client = _client(args)
+    out = client.request("POST", f"/api/v1/experiments/{args.id}/continue",
+                         json={"override_config": override})
+    if getattr(args, "json", False):
+        print_json(out)
+    else:
+        print(f"Continued experiment {args.id}")
+    if args.follow_first_trial:
+        trial_id = _first_trial(client, args.id)
+        print_log(client, "trials", trial_id, lambda: client.trial(trial_id)["state"],
+                  Namespace(follow=True, head=None, tail=None))
+    return 0
+
+
 # --- lifecycle and attributes ---------------------------------------------------------------
 
 

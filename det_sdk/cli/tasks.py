@@ -560,6 +560,18 @@ COMMANDS: CommandTable = {
             (("-p", "--publish"), _refused("det_sdk does not publish task ports: a task's "
                                            "ports are on the machine it runs on", True)),
         ]),
+        "continue": (_x.experiment_continue, "train an ended single-searcher experiment's "
+                     "trial further from its latest checkpoint (same ids), e.g. --config "
+                     "searcher.max_length.epochs=5; a grid or random search: its unfinished "
+                     "trials again", [
+            ("id", {"type": int, "help": "the experiment's id (COMPLETED, CANCELED, ERROR)"}),
+            ("--config-file", {"metavar": "FILE", "help": "an override config (.yaml) merged "
+                                                          "over the experiment's"}),
+            ("--config", {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                          "help": "a setting over the experiment's config, e.g. "
+                                  "searcher.max_length.epochs=5"}),
+            (("-f", "--follow-first-trial"), {"action": "store_true",
+                                              "help": "follow the continued trial's log"})]),
         "list": (_x.experiment_list, "list experiments (all of them; archived with --all)", [
             (("--all", "-a"), {"action": "store_true", "help": "archived ones too"}),
             ("--show_project", _refused("det_sdk has no workspaces or projects")),

@@ -15,10 +15,11 @@ routes (``det_sdk.master.routes``, the web UI's included) call:
 Errors are the domain errors of ``det_sdk.master.errors``; ``routes.errors`` maps them
 to HTTP statuses. What is cleaned up, and when: a trial's working directory when it
 ends (COMPLETED, CANCELED, ERROR); an experiment's uploaded model directory when
-the experiment ends; a job's working directory and upload when it ends; uploads of
-nothing live and unrecorded checkpoint directories at start-up and whenever no
-trial writing to their storage runs. Logs, metrics and recorded checkpoints
-(within the retention policy) are kept.
+the experiment is deleted (``det e delete``: ``det e continue`` runs an ended one
+again); a job's working directory and upload when it ends; uploads that no recorded
+experiment nor live job uses, and unrecorded checkpoint directories, at start-up and
+(checkpoints) whenever no trial writing to their storage runs. Logs, metrics and
+recorded checkpoints (within the retention policy) are kept.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class Master:
         self.preemption_listeners: list[Callable[[], None]] = []
         self.lifecycle = Lifecycle(
             self.store, self._lock, on_trial_ended=self._trial_ended,
-            on_experiment_ended=self._experiment_ended,
+            # an ended experiment's upload stays: det e continue unpacks it again; it goes
+            # when the experiment is deleted (det_sdk.master.experiment_admin)
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
         self.search = Search(self.store, self._lock, self.trial_config)
@@ -183,14 +185,10 @@ class Master:
         ``timeout`` seconds (for tests and tools)."""
         return self.disk_work.wait_idle(timeout)
 
-    def _experiment_ended(self, exp: ExperimentRow) -> None:
-        """An experiment ended: nothing will unpack its upload again."""
-        Path(exp["archive"]).unlink(missing_ok=True)
-
     def _sweep_uploads(self) -> None:
-        """Delete uploads that no live experiment or job uses (a crash between writing an
-        upload and recording its experiment, or an older master that kept them)."""
-        live = {e["archive"] for e in self.store.experiments() if e["state"] not in TERMINAL}
+        """Delete uploads that no recorded experiment nor live job uses (a crash between
+        writing an upload and recording its experiment or job, or an older master)."""
+        live = {e["archive"] for e in self.store.experiments()}  # ended: continue uses it
         live |= {j["archive"] for j in self.store.jobs() if j["state"] not in TERMINAL}
         for kind in ("experiments", "jobs"):
             folder = self.data_dir / "uploads" / kind
@@ -213,7 +211,7 @@ class Master:
         """Validate everything, then store the upload and the experiment with all its
         trials: a refused request writes nothing. ``activate=False``: created PAUSED
         (Determined's ``det e create --paused``), no trial started."""
-        config = _experiment_config(raw_config)
+        config = experiment_config(raw_config)
         self._probe_storage(config)
         if config.resources.slots_per_trial > self.launcher.slots:
             raise InvalidRequest(
@@ -289,6 +287,13 @@ class Master:
             "trials": trials,
             "progress": progress,
         }
+
+    def replace_config(self, exp_id: int, config: ExperimentConfig) -> None:
+        """Store an experiment's new active config (``det e continue``'s); call under the
+        lock, before its trials are queued again. The trials read it from now on."""
+        stored = config.model_dump(mode="json", exclude_none=False)
+        self.store.set_experiment_config(exp_id, stored)
+        self._configs.pop(exp_id, None)
 
     def _experiment(self, exp_id: int) -> ExperimentRow:
         exp = self.store.experiment(exp_id)
@@ -594,7 +599,8 @@ class Master:
         return final
 
 
-def _experiment_config(raw: dict[str, Any]) -> ExperimentConfig:
+def experiment_config(raw: dict[str, Any]) -> ExperimentConfig:
+    """A submitted config, parsed and checked as a create checks it (InvalidRequest)."""
     try:
         config = parse_experiment_config(raw)
         config.checkpoint_storage.check_absolute()  # never under a trial's workdir

@@ -10,7 +10,8 @@ them writes a state.
 Events of a trial: created (it is born QUEUED), scheduled, launch failed, reported,
 checkpointed, exited (classified by :func:`exit_event` into done / stopped / failed
 / failed for good), pause, activate, kill, master restarted (its process did not
-survive) and adopted (its process did).
+survive), adopted (its process did) and continued (Determined's ``det e continue``: an
+ended trial queued again, to train further from its latest checkpoint).
 
 The experiment's state says what is true of its trials (:func:`settle`): it is
 STOPPING_PAUSED while a trial asked to pause still runs and PAUSED only once none
@@ -78,6 +79,7 @@ class TrialEvent(str, Enum):
     KILL = "killed"
     MASTER_RESTARTED = "master restarted"  # no process of it survived the master
     ADOPTED = "adopted"  # its process survived the master and is watched again
+    CONTINUED = "continued"  # det e continue: an ended trial trains further
 
     def __str__(self) -> str:
         return self.value
@@ -87,6 +89,7 @@ class ExperimentEvent(str, Enum):
     PAUSE = "paused"
     ACTIVATE = "activated"
     KILL = "killed"
+    CONTINUE = "continued"  # det e continue (Lifecycle.continue_experiment)
 
     def __str__(self) -> str:
         return self.value
@@ -166,6 +169,8 @@ TRIAL_TRANSITIONS: dict[tuple[TrialState, TrialEvent], TrialState] = {
     (T.PAUSED, E.MASTER_RESTARTED): T.PAUSED,
     # commands to a whole experiment leave its ended trials as they are
     **{(s, e): s for s in _ENDED for e in (E.PAUSE, E.ACTIVATE, E.KILL, E.MASTER_RESTARTED)},
+    # det e continue: an ended trial is queued again; it resumes from its latest checkpoint
+    **{(s, E.CONTINUED): T.QUEUED for s in _ENDED},
 }
 
 # The states in which a trial's process may report (the metric hot path checks the
@@ -186,6 +191,8 @@ EXPERIMENT_TRANSITIONS: dict[tuple[ExperimentState, ExperimentEvent], Experiment
     (X.PAUSED, XE.KILL): X.STOPPING_CANCELED,
     (X.STOPPING_CANCELED, XE.KILL): X.STOPPING_CANCELED,
     **{(s, XE.KILL): s for s in _EXP_ENDED},  # killing an ended experiment changes nothing
+    # det e continue: only an ended experiment (Determined: "try again later" otherwise)
+    **{(s, XE.CONTINUE): X.ACTIVE for s in _EXP_ENDED},
 }
 
 J, JE = JobState, JobEvent
@@ -387,7 +394,11 @@ class Lifecycle:
     # --- experiments ------------------------------------------------------------------------
 
     def experiment_event(self, exp_id: int, event: ExperimentEvent) -> ExperimentState:
-        """A user's command to an experiment: applied to it, then to each of its trials."""
+        """A user's command to an experiment: applied to it, then to each of its trials
+        (a continue picks its trials: :meth:`continue_experiment`)."""
+        if event is XE.CONTINUE:
+            raise IllegalTransition("a continue names its trials: "
+                                    "Lifecycle.continue_experiment")
         trial_event = {XE.PAUSE: E.PAUSE, XE.ACTIVATE: E.ACTIVATE, XE.KILL: E.KILL}[event]
         with self.lock:
             exp = self.store.experiment(exp_id)
@@ -401,6 +412,36 @@ class Lifecycle:
                          event.value)
             for t in self.store.trials(exp_id):
                 self.trial_event(t["id"], trial_event, settle_experiment=False)
+            return self._settle(exp_id)
+
+    def continue_experiment(self, exp_id: int, trial_ids: Iterable[int],
+                            **trial_fields: Any) -> ExperimentState:
+        """Determined's continue: an ended experiment is ACTIVE again and ``trial_ids`` (its
+        ended trials to train further) QUEUED, with ``trial_fields`` written to each (the
+        restarts, progress and searcher state of a new run); its other trials stay ended.
+        Refused (:class:`IllegalTransition`) unless the experiment and those trials ended.
+
+        >>> # lifecycle.continue_experiment(3, [7], restarts=0, searcher_done=0)
+        """
+        with self.lock:
+            exp = self.store.experiment(exp_id)
+            if exp is None:
+                raise NotFound(f"no experiment {exp_id}")
+            old = ExperimentState(exp["state"])
+            new = next_experiment_state(old, XE.CONTINUE, exp_id)
+            trial_ids = list(trial_ids)
+            trials = [self.store.trial(t) for t in trial_ids]
+            for trial_id, t in zip(trial_ids, trials):
+                if t is None or t["experiment_id"] != exp_id:
+                    raise NotFound(f"no trial {trial_id} in experiment {exp_id}")
+                next_trial_state(t["state"], E.CONTINUED, trial_id)  # all or none
+            self.store.set_experiment_state(exp_id, new.value)
+            log.info("experiment %s: %s -> %s (%s)", exp_id, old.value, new.value,
+                     XE.CONTINUE.value)
+            for t in trials:
+                assert t is not None  # checked above
+                self.trial_event(t["id"], E.CONTINUED, settle_experiment=False, ended=None,
+                                 **trial_fields)
             return self._settle(exp_id)
 
     def settle_unfinished(self) -> None:

@@ -21,7 +21,7 @@ class ExperimentRow(TypedDict):
     name: str | None
     config: dict[str, Any]
     state: str  # det_sdk.api.ExperimentState
-    archive: str  # the uploaded model directory (deleted when the experiment ends)
+    archive: str  # the uploaded model directory (kept until the experiment is deleted)
     created: float
     ended: float | None
     archived: int  # det experiment archive: left out of lists

@@ -311,6 +311,11 @@ class Store:
         self._exec("UPDATE experiments SET state = ?, ended = ? WHERE id = ?", state, ended,
                    exp_id)
 
+    def set_experiment_config(self, exp_id: int, config: dict[str, Any]) -> None:
+        """Its active config (``det e continue``), with the name it carries."""
+        self._exec("UPDATE experiments SET name = ?, config = ? WHERE id = ?",
+                   config.get("name"), _config_json(config), exp_id)
+
     def create_experiment_with_trials(
         self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]]
     ) -> int:
@@ -377,6 +382,8 @@ class Store:
             return
         if fields.get("state") in ("COMPLETED", "CANCELED", "ERROR"):
             fields.setdefault("ended", time.time())
+        if isinstance(fields.get("hparams"), dict):  # as the column keeps them
+            fields["hparams"] = _config_json(fields["hparams"])
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._exec(f"UPDATE trials SET {cols} WHERE id = ?", *fields.values(), trial_id)
 

@@ -184,3 +184,39 @@ def test_paused_kill_cancel_and_the_master(master: Cluster) -> None:
     assert "Authenticated as determined." in ok(c, "user", "login", "determined")
     assert ok(c, "user", "whoami").strip() == "You are logged in as user 'determined'"
     assert "client:" in ok(c, "version") and "det_sdk" in ok(c, "-v")
+
+
+def test_continue_trains_the_same_trial_further_from_its_checkpoint(master: Cluster) -> None:
+    c = master
+    # max_length 2: 2 steps; -f returns once the trial's log ends (few `det` polls after)
+    out = ok(c, "e", "create", str(CONFIG), str(MODEL), "--config",
+             "entrypoint=python3 resume.py", "-f")
+    e = int(out.split("Created experiment ")[1].split()[0])
+    assert "starts at step 0\ntrained step 1\ntrained step 2\n" in out
+    first = ended(c, e)
+    assert first["state"] == "COMPLETED", first
+    (trial,) = first["trials"]
+    # refused as Determined refuses, and where nothing would train (exit 1, the reason)
+    same = c.det("e", "continue", str(e))
+    assert same.returncode == 1 and "trained to 2 epochs" in same.stderr, same.stderr
+    other = c.det("e", "continue", str(e), "--config", "searcher.name=grid")
+    assert other.returncode == 1 and "single searcher" in other.stderr, other.stderr
+    paused = create(c, "--paused")
+    live = c.det("experiment", "continue", str(paused), "--config", "searcher.max_length=3")
+    assert live.returncode == 1 and "is PAUSED: only an ended experiment" in live.stderr
+
+    # -f follows the continued trial to its end; same experiment, same trial, longer;
+    # --config over --config-file over the experiment's config
+    (c.root / "longer.yaml").write_text("description: continued\nsearcher:\n  max_length: 3\n")
+    out = ok(c, "e", "continue", str(e), "--config-file", "longer.yaml", "--config",
+             "searcher.max_length=4", "-f")
+    assert out.startswith(f"Continued experiment {e}\n")
+    assert "starts at step 2\ntrained step 3\ntrained step 4\n" in out  # from its checkpoint
+    again = ended(c, e)
+    assert again["state"] == "COMPLETED" and [t["id"] for t in again["trials"]] == [trial["id"]]
+    assert again["config"]["searcher"]["max_length"]["epochs"] == 4
+    assert again["config"]["description"] == "continued"
+    assert again["trials"][0]["restarts"] == 0
+    steps = [ck["steps_completed"] for ck in json.loads(ok(c, "e", "lc", str(e), "--json"))]
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert ok(c, "e", "logs", str(e)).count("trained step 1\n") == 1  # never trained again

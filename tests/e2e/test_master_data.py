@@ -70,9 +70,10 @@ def test_nan_and_inf_metrics_are_stored_and_the_report_thread_never_dies(
 
 def test_working_directories_uploads_and_unrecorded_checkpoints_are_cleaned_up(
         fakes: Fakes) -> None:
-    """F3: when a trial ends its workdir goes (its log stays); when the experiment ends,
-    its upload; a checkpoint directory nothing recorded goes once no trial writes to
-    that storage; recorded checkpoints stay."""
+    """F3: when a trial ends its workdir goes (its log stays); the experiment's upload
+    stays until the experiment is deleted (det e continue unpacks it again); a
+    checkpoint directory nothing recorded goes once no trial writes to that storage;
+    recorded checkpoints stay."""
     data = fakes.cluster.data_dir
     exp_id, trial_id, _proc = fakes.start_trial()
     workdir = data / "trials" / str(trial_id) / "workdir"
@@ -89,10 +90,12 @@ def test_working_directories_uploads_and_unrecorded_checkpoints_are_cleaned_up(
     fakes.wait_state(exp_id, "COMPLETED", "COMPLETED")
     assert not workdir.exists()
     assert (data / "trials" / str(trial_id) / "logs.txt").is_file()
-    assert not Path(upload).exists()
+    assert Path(upload).is_file()  # an ended experiment can be continued
     wait_until("the unrecorded checkpoint to go", lambda: not (ckpts / orphan).exists(),
                timeout=10)
     assert (ckpts / kept).is_dir()
+    assert fakes.cluster.det("e", "delete", str(exp_id), "--yes").returncode == 0
+    assert not Path(upload).exists() and not (ckpts / kept).exists()
 
 
 def test_a_restarted_master_sweeps_uploads_of_nothing(fakes: Fakes) -> None:

@@ -225,3 +225,32 @@ def test_validation_of_a_model_keras_cannot_evaluate_is_refused_naming_test_step
     with pytest.raises(UsageError, match="add a test_step"):
         ctx.fit(model, x, x[:, :1], batch_size=8, validation_data=(x, x[:, :1]), verbose=0,
                 callbacks=[_Started()])
+
+
+def test_a_continued_fit_trains_further_bit_equal_to_an_uninterrupted_longer_one(
+        tmp_path: Path) -> None:
+    """`det e continue` (issue 48): a searched fit that completed its length resumes
+    from its last checkpoint with a longer one (the master's new `searcher.max_length`;
+    here its local stand-in) and ends where a fit of that length from the start ends."""
+    tf.config.experimental.enable_op_determinism()
+    searcher = {"name": "single", "metric": "val_loss", "max_length": {"epochs": 2}}
+    x, y = _images()
+
+    def run(runs: Path, epochs: int, resume: bool = False):
+        ctx = det.keras.init(runs_dir=runs, seed=4, resume=1 if resume else None,
+                             config={"searcher": searcher})
+        ctx.core.searcher.use_local_length(Length(epochs=epochs))
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(100).batch(32)
+        model, warmup = _model(ctx), Warmup(0.05)
+        ctx.fit(model, ds, steps_per_epoch=STEPS, validation_data=(x[:64], y[:64]),
+                verbose=0, callbacks=[warmup])
+        return model, warmup
+
+    longer, longer_warmup = run(tmp_path / "longer", 4)
+    runs = tmp_path / "continued"
+    run(runs, 2)  # completed: its length trained and validated
+    continued, warmup = run(runs, 4, resume=True)
+    assert warmup.seen == longer_warmup.seen[2 * STEPS:]  # epochs 2 and 3, nothing again
+    assert warmup.seen[0] == (2, 0, STEPS)
+    for a, b in zip(longer.get_weights(), continued.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)

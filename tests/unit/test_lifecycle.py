@@ -30,10 +30,14 @@ T, E, X = TrialState, TrialEvent, ExperimentState
 ENDED = (T.COMPLETED, T.CANCELED, T.ERROR)
 
 
-def test_an_ended_trial_never_runs_again() -> None:
+def test_an_ended_trial_runs_again_only_when_continued() -> None:
     for (state, event), new in TRIAL_TRANSITIONS.items():
         if state in ENDED:
-            assert new is state, (state, event)
+            assert new is (T.QUEUED if event is E.CONTINUED else state), (state, event)
+    for state in X:  # det e continue: an ended experiment only, ACTIVE again
+        new = EXPERIMENT_TRANSITIONS.get((state, ExperimentEvent.CONTINUE))
+        ended = state in (X.COMPLETED, X.CANCELED, X.ERROR)
+        assert new is (X.ACTIVE if ended else None), state
 
 
 @pytest.mark.parametrize("state", list(T))

@@ -1,5 +1,5 @@
 """What Determined's CLI does to finished work and to the master, for the user's token:
-archive/unarchive, cancel, edit (name, description, labels) and delete experiments,
+archive/unarchive, cancel, continue, edit (name, description, labels) and delete experiments,
 kill a trial, delete checkpoints, read the master's log, list the tasks (trials and jobs
 with their allocations). The work is ``det_sdk.master.experiment_admin``'s.
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from det_sdk import api
 from det_sdk.master.core import Master
 from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue, running_tasks
+from det_sdk.master.experiment_continue import continue_experiment
 from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
 
 __all__ = ["admin_router"]
@@ -29,6 +30,15 @@ class ExperimentEdit(BaseModel):
     name: Annotated[str, Field(max_length=1024)] | None = None
     description: Annotated[str, Field(max_length=10_000)] | None = None
     labels: Annotated[list[str], Field(max_length=1000)] | None = None
+
+
+class ExperimentContinuation(BaseModel):
+    """``POST /api/v1/experiments/{id}/continue``: Determined's override config (merged
+    over the experiment's config; a single searcher's only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    override_config: dict[str, Any] = Field(default_factory=dict)
 
 
 class CheckpointDeletion(BaseModel):
@@ -61,6 +71,14 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
     def cancel(exp_id: Id, p: Principal = Depends(user)) -> dict[str, str]:
         """Ask its trials to stop (they checkpoint and exit); it ends CANCELED."""
         return {"state": admin.cancel(exp_id)}
+
+    @router.post("/api/v1/experiments/{exp_id}/continue")
+    def continue_(exp_id: Id, body: ExperimentContinuation,
+                  p: Principal = Depends(user)) -> dict[str, Any]:
+        """Train an ended experiment further, same ids: a single searcher's trial from its
+        latest checkpoint with the override config (e.g. a longer `searcher.max_length`),
+        a grid or random search's unfinished trials again."""
+        return continue_experiment(master, exp_id, body.override_config)
 
     @router.patch("/api/v1/experiments/{exp_id}")
     def edit(exp_id: Id, body: ExperimentEdit, p: Principal = Depends(user)) -> dict[str, Any]:
