@@ -153,7 +153,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, int]:
     run's output and its exit status. A hang would end in TimeoutExpired, not a result."""
     d = tmp_path_factory.mktemp("guard")
     proc = horovodrun(SCRIPTS / "hvd_guard.py", {
-        "GUARD_CASE": "xla,unwrapped,bypass", "GUARD_THEN_RANK_FAILS": "1",
+        "GUARD_CASE": "unwrapped,xla,bypass", "GUARD_THEN_RANK_FAILS": "1",
         "GUARD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")}, timeout=120)
     output = proc.stdout + proc.stderr
     assert (d / "out.json").exists(), output[-3000:]

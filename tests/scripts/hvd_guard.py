@@ -1,16 +1,18 @@
 """Scripts that would train silently wrong under several processes; det_sdk must stop them.
 
 GUARD_CASE is a comma-separated list of cases, run in turn on fresh models in one run:
+  unwrapped  compiled with optimizer="adam" (never wrapped): refused at fit. Put it first:
+             the refusal is for a script that wrapped no optimizer (once another case
+             wrapped one, the divergence guard stops it after the first step instead).
   xla        compiled with jit_compile=True: Horovod's ops have no XLA kernels, so det_sdk
              turns XLA off, says so, and trains.
-  unwrapped  compiled with optimizer="adam" (never wrapped): refused at fit.
   bypass     a wrapped optimizer exists, but the custom train_step applies a second,
              unwrapped one: the divergence guard stops it after the first step.
 A case that det_sdk stops ends its fit with a DetSdkError on every rank (they raise
 together), which the script records and goes on to the next case; put ``bypass`` last,
 since its fit stops mid-epoch. GUARD_THEN_RANK_FAILS=1: after the cases, rank 1 raises
-while rank 0 trains on (the run must fail, not hang). GUARD_OUT (optional): rank 0 writes per case
-``{"trained": bool, "error": str | None}`` there.
+while rank 0 trains on (the run must fail, not hang). GUARD_OUT (optional): rank 0 writes
+per case ``{"trained": bool, "error": str | None}`` there.
 The run exits 1 if det_sdk stopped any case.
 """
 
@@ -52,10 +54,10 @@ def model_for(case):
     if case == "unwrapped":
         model = keras.Model(inputs, outputs)
         model.compile(optimizer="adam", loss="binary_crossentropy")
-    elif case == "xla":
+    elif case in ("xla", "plain"):
         model = keras.Model(inputs, outputs)
         model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
-                      loss="binary_crossentropy", jit_compile=True)
+                      loss="binary_crossentropy", jit_compile=case == "xla")
     else:
         model = Bypass(inputs, outputs)
         model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
@@ -85,6 +87,6 @@ if os.environ.get("GUARD_THEN_RANK_FAILS") == "1":
     # run must fail, not hang
     if context.distributed.rank == 1:
         raise ValueError("boom on rank 1")
-    context.fit(model_for("xla"), x=xs, y=ys, batch_size=8, epochs=1000,
+    context.fit(model_for("plain"), x=xs, y=ys, batch_size=8, epochs=1000,
                 validation_data=(x, y), verbose=0)
 sys.exit(1 if any(r["error"] for r in results.values()) else 0)
