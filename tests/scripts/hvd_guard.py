@@ -1,27 +1,38 @@
 """Scripts that would train silently wrong under several processes; det_sdk must stop them.
 
-GUARD_CASE=unwrapped  compiled with optimizer="adam" (never wrapped): refused at fit.
-GUARD_CASE=bypass     a wrapped optimizer exists, but the custom train_step applies a
-                      second, unwrapped one: the divergence guard stops it after the
-                      first step.
-GUARD_CASE=xla        compiled with jit_compile=True: Horovod's ops have no XLA kernels,
-                      so det_sdk turns XLA off, says so, and trains.
+GUARD_CASE is a comma-separated list of cases, run in turn on fresh models in one run:
+  unwrapped  compiled with optimizer="adam" (never wrapped): refused at fit. Put it first:
+             the refusal is for a script that wrapped no optimizer (once another case
+             wrapped one, the divergence guard stops it after the first step instead).
+  xla        compiled with jit_compile=True: Horovod's ops have no XLA kernels, so det_sdk
+             turns XLA off, says so, and trains.
+  bypass     a wrapped optimizer exists, but the custom train_step applies a second,
+             unwrapped one: the divergence guard stops it after the first step.
+A case that det_sdk stops ends its fit with a DetSdkError on every rank (they raise
+together), which the script records and goes on to the next case; put ``bypass`` last,
+since its fit stops mid-epoch. GUARD_THEN_RANK_FAILS=1: after the cases, rank 1 raises
+while rank 0 trains on (the run must fail, not hang). GUARD_OUT (optional): rank 0 writes
+per case ``{"trained": bool, "error": str | None}`` there.
+The run exits 1 if det_sdk stopped any case.
 """
 
+import json
 import os
+import sys
+import traceback
 
 import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
 import det_sdk as det
+from det_sdk.errors import DetSdkError
 
 context = det.keras.init(hparams={}, seed=1, checkpoint_period=False)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(64, 4)).astype("float32")
 y = (x[:, :1] > 0).astype("float32")
 xs, ys = context.wrap_data(x, y)
-case = os.environ["GUARD_CASE"]
 
 
 class Bypass(keras.Model):
@@ -37,19 +48,45 @@ class Bypass(keras.Model):
         return {"loss": loss}
 
 
-inputs = keras.Input((4,))
-outputs = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8)(inputs))
-if case == "unwrapped":
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer="adam", loss="binary_crossentropy")
-elif case == "xla":
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
-                  loss="binary_crossentropy", jit_compile=True)
-else:
-    model = Bypass(inputs, outputs)
-    model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
-                  loss="binary_crossentropy")
-    model.plain = keras.optimizers.SGD(0.1)
-context.fit(model, x=xs, y=ys, batch_size=8, epochs=2, validation_data=(x, y), verbose=0)
-print("trained to the end")
+def model_for(case):
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8)(inputs))
+    if case == "unwrapped":
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer="adam", loss="binary_crossentropy")
+    elif case in ("xla", "plain"):
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
+                      loss="binary_crossentropy", jit_compile=case == "xla")
+    else:
+        model = Bypass(inputs, outputs)
+        model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
+                      loss="binary_crossentropy")
+        model.plain = keras.optimizers.SGD(0.1)
+    return model
+
+
+results = {}
+for case in os.environ["GUARD_CASE"].split(","):
+    result = results[case] = {"trained": False, "error": None}
+    try:
+        context.fit(model_for(case), x=xs, y=ys, batch_size=8, epochs=2,
+                    validation_data=(x, y), verbose=0)
+        result["trained"] = True
+        print(f"{case}: trained to the end", flush=True)
+    except DetSdkError as e:
+        traceback.print_exc()
+        result["error"] = f"{type(e).__name__}: {e}"
+if context.distributed.is_chief and os.environ.get("GUARD_OUT"):
+    with open(os.environ["GUARD_OUT"], "w") as f:
+        json.dump(results, f)
+# every rank waits for rank 0's file: horovodrun ends the others once one exits non-zero
+context.distributed.allgather(0)
+if os.environ.get("GUARD_THEN_RANK_FAILS") == "1":
+    # rank 1 raises while rank 0 trains on (its collectives wait for rank 1): the whole
+    # run must fail, not hang
+    if context.distributed.rank == 1:
+        raise ValueError("boom on rank 1")
+    context.fit(model_for("plain"), x=xs, y=ys, batch_size=8, epochs=1000,
+                validation_data=(x, y), verbose=0)
+sys.exit(1 if any(r["error"] for r in results.values()) else 0)
