@@ -172,6 +172,38 @@ def run_to_the_end(cluster: Cluster, config: Path, model_dir: Path, what: str,
     return exp, info, trial, cluster.det("trial", "logs", str(trial["id"])).stdout
 
 
+def trial_logs(cluster: Cluster, trial_id: int) -> str:
+    """The trial's whole log, read over HTTP (what `det trial logs` prints, without a
+    `det` process)."""
+    text, offset = "", 0
+    with cluster.http() as http:
+        while True:
+            r = http.get(f"/api/v1/trials/{trial_id}/logs", params={"offset": offset})
+            assert r.status_code == 200, r.text
+            chunk = r.json()
+            if not chunk["text"]:
+                return text
+            text, offset = text + chunk["text"], chunk["offset"]
+
+
+def wait_for_experiment(cluster: Cluster, exp_id: int, what: str, timeout: float) -> dict:
+    """Poll the experiment until it ends (COMPLETED, ERROR, CANCELED), at most ``timeout``
+    seconds; its description. Past the deadline it fails with each trial's state and the
+    tail of its log (the trial may have hung: its log says where)."""
+    deadline = time.time() + timeout
+    while True:
+        exp = describe(cluster, exp_id)
+        if exp["state"] in ("COMPLETED", "ERROR", "CANCELED"):
+            return exp
+        if time.time() > deadline:
+            tails = "".join(f"\n--- trial {t['id']} ({t['state']}, epoch {t.get('epoch')}) "
+                            f"log's tail:\n{trial_logs(cluster, t['id'])[-4000:]}"
+                            for t in exp["trials"])
+            raise AssertionError(f"{what}: experiment {exp_id} still {exp['state']} after "
+                                 f"{timeout:.0f} s{tails}")
+        time.sleep(0.3)
+
+
 def wait_until(what: str, cond: Callable[[], Any], timeout: float = 180.0,
                every: float = 0.1) -> Any:
     """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""
