@@ -186,21 +186,38 @@ def trial_logs(cluster: Cluster, trial_id: int) -> str:
             text, offset = text + chunk["text"], chunk["offset"]
 
 
-def wait_for_experiment(cluster: Cluster, exp_id: int, what: str, timeout: float) -> dict:
-    """Poll the experiment until it ends (COMPLETED, ERROR, CANCELED), at most ``timeout``
-    seconds; its description. Past the deadline it fails with each trial's state and the
-    tail of its log (the trial may have hung: its log says where)."""
+def log_tails(cluster: Cluster, exp_id: int, chars: int = 4000) -> str:
+    """Each trial of the experiment: its state, epoch and the tail of its log."""
+    return "".join(f"\n--- trial {t['id']} ({t['state']}, epoch {t.get('epoch')}) log's "
+                   f"tail:\n{trial_logs(cluster, t['id'])[-chars:]}"
+                   for t in describe(cluster, exp_id)["trials"])
+
+
+@contextlib.contextmanager
+def logs_on_failure(cluster: Cluster, exp_id: int) -> Iterator[None]:
+    """Whatever fails in the block (an assertion, pytest-timeout's signal), the trials'
+    logs are printed first: the test's report shows them (captured stdout)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            print(f"experiment {exp_id}:{log_tails(cluster, exp_id)}", flush=True)
+        raise
+
+
+def wait_for_experiment(cluster: Cluster, exp_id: int, what: str, timeout: float,
+                        states: Sequence[str] = ("COMPLETED", "ERROR", "CANCELED")) -> dict:
+    """Poll the experiment until it is in one of ``states`` (by default: ended), at most
+    ``timeout`` seconds; its description. Past the deadline it fails with each trial's
+    state and the tail of its log (the trial may have hung: its log says where)."""
     deadline = time.time() + timeout
     while True:
         exp = describe(cluster, exp_id)
-        if exp["state"] in ("COMPLETED", "ERROR", "CANCELED"):
+        if exp["state"] in states:
             return exp
         if time.time() > deadline:
-            tails = "".join(f"\n--- trial {t['id']} ({t['state']}, epoch {t.get('epoch')}) "
-                            f"log's tail:\n{trial_logs(cluster, t['id'])[-4000:]}"
-                            for t in exp["trials"])
             raise AssertionError(f"{what}: experiment {exp_id} still {exp['state']} after "
-                                 f"{timeout:.0f} s{tails}")
+                                 f"{timeout:.0f} s{log_tails(cluster, exp_id)}")
         time.sleep(0.3)
 
 

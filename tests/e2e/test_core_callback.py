@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,14 @@ import yaml
 import det_sdk as det
 from det_sdk.core import parse_tf_config
 from det_sdk.launch.tensorflow import parse_args
-from harness.master import Cluster, describe, trial_logs, wait_for_experiment, wait_until
+from harness.master import (
+    Cluster,
+    log_tails,
+    logs_on_failure,
+    trial_logs,
+    wait_for_experiment,
+    wait_until,
+)
 from tests.support import REPO
 
 EXAMPLE = REPO / "examples" / "core_callback"
@@ -119,35 +125,26 @@ def _pause_then_activate(cluster: Cluster, exp_id: int) -> tuple[dict, str]:
     of them took longer than the trial's whole training (it then completed before the
     pause reached it). The pause lands while the trial imports TensorFlow; ``det
     experiment pause``/``activate``/``wait`` are tested in tests/e2e/test_cluster.py. Each
-    launch is waited for at most 200 s (alone one takes about 20 s): past that the trial
-    hung, and the failure shows its log."""
-    with cluster.http() as http:
+    launch is waited for at most 200 s (alone one takes about 20 s); whatever fails here,
+    a timeout included, the report shows the trial's log."""
+    with logs_on_failure(cluster, exp_id), cluster.http() as http:
         wait_until("the trial to start", lambda: http.get(
             f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["state"] == "RUNNING",
             every=0.05)
         assert http.post(f"/api/v1/experiments/{exp_id}/pause").status_code == 200
-    (trial,) = wait_for_paused(cluster, exp_id)["trials"]
-    assert trial["state"] == "PAUSED" and trial["epoch"] == 1, trial  # stopped before the end
-    with cluster.http() as http:
+        exp = wait_for_experiment(cluster, exp_id, "the paused trial", timeout=200,
+                                  states=("PAUSED", "COMPLETED", "ERROR", "CANCELED"))
+        (trial,) = exp["trials"]
+        # stopped at its first epoch's end, before the last
+        assert trial["state"] == "PAUSED" and trial["epoch"] == 1, log_tails(cluster, exp_id)
         assert http.post(f"/api/v1/experiments/{exp_id}/activate").status_code == 200
-    exp = wait_for_experiment(cluster, exp_id, "the activated trial", timeout=200)
-    logs = trial_logs(cluster, trial["id"])
-    (trial,) = exp["trials"]
-    assert exp["state"] == "COMPLETED", logs[-3000:]
-    assert trial["state"] == "COMPLETED" and trial["epoch"] == 2 and trial["progress"] == 1.0
+        exp = wait_for_experiment(cluster, exp_id, "the activated trial", timeout=200)
+        logs = trial_logs(cluster, trial["id"])
+        (trial,) = exp["trials"]
+        assert exp["state"] == "COMPLETED", logs[-3000:]
+        assert trial["state"] == "COMPLETED" and trial["epoch"] == 2 \
+            and trial["progress"] == 1.0
     return trial, logs
-
-
-def wait_for_paused(cluster: Cluster, exp_id: int) -> dict:
-    """The experiment once PAUSED (at most 200 s: the first launch's end), or a failure
-    with the trial's log."""
-    deadline = time.time() + 200
-    while (exp := describe(cluster, exp_id))["state"] != "PAUSED":
-        if time.time() > deadline or exp["state"] in ("COMPLETED", "ERROR", "CANCELED"):
-            logs = "".join(trial_logs(cluster, t["id"])[-3000:] for t in exp["trials"])
-            raise AssertionError(f"experiment {exp_id} {exp['state']}, not PAUSED:\n{logs}")
-        time.sleep(0.3)
-    return exp
 
 
 def _shown_by_master(cluster: Cluster, trial: dict) -> list[dict]:
