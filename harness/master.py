@@ -172,6 +172,55 @@ def run_to_the_end(cluster: Cluster, config: Path, model_dir: Path, what: str,
     return exp, info, trial, cluster.det("trial", "logs", str(trial["id"])).stdout
 
 
+def trial_logs(cluster: Cluster, trial_id: int) -> str:
+    """The trial's whole log, read over HTTP (what `det trial logs` prints, without a
+    `det` process)."""
+    text, offset = "", 0
+    with cluster.http() as http:
+        while True:
+            r = http.get(f"/api/v1/trials/{trial_id}/logs", params={"offset": offset})
+            assert r.status_code == 200, r.text
+            chunk = r.json()
+            if not chunk["text"]:
+                return text
+            text, offset = text + chunk["text"], chunk["offset"]
+
+
+def log_tails(cluster: Cluster, exp_id: int, chars: int = 4000) -> str:
+    """Each trial of the experiment: its state, epoch and the tail of its log."""
+    return "".join(f"\n--- trial {t['id']} ({t['state']}, epoch {t.get('epoch')}) log's "
+                   f"tail:\n{trial_logs(cluster, t['id'])[-chars:]}"
+                   for t in describe(cluster, exp_id)["trials"])
+
+
+@contextlib.contextmanager
+def logs_on_failure(cluster: Cluster, exp_id: int) -> Iterator[None]:
+    """Whatever fails in the block (an assertion, pytest-timeout's signal), the trials'
+    logs are printed first: the test's report shows them (captured stdout)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            print(f"experiment {exp_id}:{log_tails(cluster, exp_id)}", flush=True)
+        raise
+
+
+def wait_for_experiment(cluster: Cluster, exp_id: int, what: str, timeout: float,
+                        states: Sequence[str] = ("COMPLETED", "ERROR", "CANCELED")) -> dict:
+    """Poll the experiment until it is in one of ``states`` (by default: ended), at most
+    ``timeout`` seconds; its description. Past the deadline it fails with each trial's
+    state and the tail of its log (the trial may have hung: its log says where)."""
+    deadline = time.time() + timeout
+    while True:
+        exp = describe(cluster, exp_id)
+        if exp["state"] in states:
+            return exp
+        if time.time() > deadline:
+            raise AssertionError(f"{what}: experiment {exp_id} still {exp['state']} after "
+                                 f"{timeout:.0f} s{log_tails(cluster, exp_id)}")
+        time.sleep(0.3)
+
+
 def wait_until(what: str, cond: Callable[[], Any], timeout: float = 180.0,
                every: float = 0.1) -> Any:
     """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""

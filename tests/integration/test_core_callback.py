@@ -190,3 +190,21 @@ def test_callback_arguments_are_checked(tmp_path: Path) -> None:
             det.keras.DeterminedCallback(object(), None, 1)
         tb = det.keras.TensorBoard(ctx, log_dir="/elsewhere")
         assert Path(tb.log_dir) == ctx._session.tensorboard_dir
+
+
+def test_on_keras_3_workers_the_launcher_spawns_are_refused_saying_what_works() -> None:
+    """Keras 3 cannot train MultiWorkerMirroredStrategy across processes: the workers of
+    ``--processes N`` (TF_CONFIG, no horovodrun) are refused before anything is created,
+    naming the issue and what works instead (the launcher passing the failure on is
+    tests/e2e/test_core_callback.py's first test)."""
+    pytest.importorskip("tensorflow")
+    from det_sdk.keras import _compat
+
+    if _compat.MULTI_WORKER_FIT:
+        pytest.skip("Keras 2 trains such workers under MultiWorkerMirroredStrategy")
+    two = {"TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{free_port()}"] * 2},
+                                    "task": {"type": "worker", "index": 1}})}
+    with pytest.raises(det.core.UnsupportedStrategyError) as err:
+        det.core.DistributedContext.from_tf_config(environ=two)
+    assert "keras-team/keras#20585" in str(err.value)
+    assert "horovodrun -np N --gloo" in str(err.value)

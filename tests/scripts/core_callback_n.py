@@ -9,16 +9,20 @@ and as a trial (``slots_per_trial: N``). Each process saves its final weights to
 ``CB_MWMS=1``: the script makes ``tf.distribute.MultiWorkerMirroredStrategy()`` itself
 (after ``from_tf_config``, as scripts written for it do). ``CB_CASE``: ``uneven``
 (a batch of 33 rows), ``rank_data`` (each process's data differs): both must be refused;
-``dataset``: a shuffled ``tf.data`` dataset of unknown cardinality (trains).
+``dataset``: a shuffled ``tf.data`` dataset of unknown cardinality (trains). Several,
+comma-separated, fit in turn (a new model each) in one run: a ``BatchSplitError`` of any
+but the last is printed (``refused: ...``) and the next fits, so one run checks them all.
 """
 
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
 import det_sdk as det
+from det_sdk.keras._determined_callback import BatchSplitError
 
 
 def load_data():
@@ -28,10 +32,9 @@ def load_data():
     return (x[:192], y[:192]), (x[192:], y[192:])
 
 
-def main(core_context, strategy):
+def main(core_context, strategy, case=""):
     info = core_context.info
     hparams = info.trial.hparams
-    case = os.environ.get("CB_CASE", "")
     with strategy.scope():
         model = keras.Sequential([
             keras.Input(shape=(8,)),
@@ -72,4 +75,10 @@ if __name__ == "__main__":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with det.core.init(distributed=distributed, config=os.environ.get("DET_CONFIG")) \
             as core_context:
-        main(core_context, strategy)
+        *first, last = os.environ.get("CB_CASE", "").split(",")
+        for case in first:
+            try:
+                main(core_context, strategy, case)
+            except BatchSplitError as err:
+                print(f"refused: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        main(core_context, strategy, last)
