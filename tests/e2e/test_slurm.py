@@ -46,6 +46,7 @@ from tests.support import REPO, STEERED_JOB, steered_job_config, steered_job_ref
 pytestmark = pytest.mark.stack_neutral
 
 SIM = REPO / "scripts" / "slurm-sim.sh"
+CORE_TUTORIAL = REPO / "tests" / "core_api_tutorial"  # trials without TensorFlow
 
 
 def _free_port_range(n: int) -> int:
@@ -277,14 +278,17 @@ def test_slots_beyond_the_partition_are_refused_naming_it(one: SlurmCluster) -> 
 
 
 def test_an_asha_search_runs_with_trials_queued_by_slurm(one: SlurmCluster) -> None:
+    """The Core API tutorial's search (tests/core_api_tutorial/3_hpsearch.py, no TensorFlow:
+    Slurm's queue is what is tested; Keras trials under Slurm: the four-slot tests above, an
+    ASHA search of Keras trials: test_search.py)."""
     config = one.write_config(
-        "asha", reproducibility={"experiment_seed": 3},
-        searcher={"name": "adaptive_asha", "metric": "val_handicapped_loss",
-                  "max_length": {"epochs": 2}, "max_trials": 4, "divisor": 2, "num_rungs": 2,
+        "asha", reproducibility={"experiment_seed": 3}, entrypoint_script="python3 3_hpsearch.py",
+        # the tutorial's unitless length: rungs at 30 and 60 of its 0.05 s steps
+        searcher={"name": "adaptive_asha", "metric": "x", "smaller_is_better": True,
+                  "max_length": 60, "max_trials": 4, "divisor": 2, "num_rungs": 2,
                   "mode": "aggressive"},
-        hyperparameters={"learning_rate": 0.05, "global_batch_size": 16,
-                         "handicap": {"type": "double", "minval": 0, "maxval": 10}})
-    exp_id = create(one, config)
+        hyperparameters={"increment_by": {"type": "int", "minval": 1, "maxval": 8}})
+    exp_id = create(one, config, CORE_TUTORIAL)
     reasons: set[str] = set()
     deadline = time.time() + 600
     while (exp := describe(one, exp_id))["state"] == "ACTIVE":
@@ -337,10 +341,41 @@ def test_pause_activate_and_kill_a_running_slurm_job(slurm: SlurmCluster, fakes:
     assert slurm.squeue().get(new_job, "gone") not in ("RUNNING", "PENDING")
 
 
+STEERED_ROWS, STEERED_BATCH = 2000, 100
+
+
+@pytest.fixture(scope="module")
+def steered_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """What the steered job writes uninterrupted: the reference of both streamed tests."""
+    return steered_job_reference(tmp_path_factory.mktemp("steered") / "reference",
+                                 rows=STEERED_ROWS, batch=STEERED_BATCH)
+
+
+def _job(cluster: SlurmCluster, job: int) -> dict:
+    """What ``det job describe --json`` prints (the same GET), read in this process: the
+    tests poll it, and a ``det`` process per poll costs about 0.2 s of CPU."""
+    with cluster.http() as http:
+        r = http.get(f"/api/v1/jobs/{job}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _job_log(cluster: SlurmCluster, job: int) -> str:
+    """What ``det job logs`` prints, read in this process (polled, as :func:`_job`)."""
+    with cluster.http() as http:
+        r = http.get(f"/api/v1/jobs/{job}/logs", params={"offset": 0})
+    assert r.status_code == 200, r.text
+    return r.json()["text"]
+
+
+def _job_ends(cluster: SlurmCluster, job: int, *states: str, timeout: float) -> dict:
+    return wait_until(f"job {job} {'/'.join(states)}", lambda: (
+        lambda j: j if j["state"] in states else None)(_job(cluster, job)), timeout=timeout)
+
+
 def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path) -> None:
-    rows, batch = 2000, 100
-    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+        slurm: SlurmCluster, tmp_path: Path, steered_reference: np.ndarray) -> None:
+    rows, batch = STEERED_ROWS, STEERED_BATCH
     # the output on the shared directory: every node writes its parts there
     out, killed = slurm.shared / "steered-out", slurm.shared / "killed"
     config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
@@ -348,21 +383,20 @@ def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
     created = slurm.det("job", "run", str(config), str(STEERED_JOB))
     assert created.returncode == 0, created.stderr
     job = int(created.stdout.split("Created job ")[1].split()[0])
-    done = wait_until(f"job {job} ends", lambda: (lambda j: j if j["state"] in (
-        "COMPLETED", "ERROR", "CANCELED") else None)(slurm.det_json("job", "describe", str(job))),
-        timeout=600)
+    done = _job_ends(slurm, job, "COMPLETED", "ERROR", "CANCELED", timeout=600)
     log = slurm.det("job", "logs", str(job)).stdout
     assert (done["state"], done["restarts"]) == ("COMPLETED", 3), log[-3000:]
+    described = slurm.det_json("job", "describe", str(job))  # det says what the API says
+    assert (described["state"], described["restarts"]) == ("COMPLETED", 3), described
     assert killed.read_text().split() == ["5", "2", "3"]
     slurm_jobs = {a["rm_id"] for a in slurm.allocations() if a.get("job_id") == job}
     assert len(slurm_jobs) == 4, slurm.allocations()  # each launch its own Slurm job
-    assert np.array_equal(det_sdk.load_predictions(out), reference)
+    assert np.array_equal(det_sdk.load_predictions(out), steered_reference)
 
 
 def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path) -> None:
-    rows, batch = 2000, 100
-    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+        slurm: SlurmCluster, tmp_path: Path, steered_reference: np.ndarray) -> None:
+    rows, batch = STEERED_ROWS, STEERED_BATCH
     out, gate = slurm.shared / "paused-out", tmp_path / "gate"
     # held at its 6th fetch (batch 4: the fingerprint reads batch 0 first) until paused
     config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
@@ -372,25 +406,20 @@ def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
     job = int(created.stdout.split("Created job ")[1].split()[0])
 
     def log() -> str:
-        return slurm.det("job", "logs", str(job)).stdout
-
-    def state(*states: str) -> dict:
-        return wait_until(f"job {job} {'/'.join(states)}", lambda: (lambda j: j if j["state"] in
-                          states else None)(slurm.det_json("job", "describe", str(job))),
-                          timeout=300)
+        return _job_log(slurm, job)
 
     wait_until("the gate", lambda: "waiting at the gate" in log(), timeout=300)
     assert slurm.det_json("job", "pause", str(job)) == {"state": "STOPPING_PAUSED"}
     wait_until("the stop request", lambda: "the master asks this job to stop" in log(),
                timeout=60)
     gate.touch()
-    paused = state("PAUSED", "ERROR", "COMPLETED")
+    paused = _job_ends(slurm, job, "PAUSED", "ERROR", "COMPLETED", timeout=300)
     assert (paused["state"], paused["rows_done"]) == ("PAUSED", 5 * batch), log()[-3000:]
     assert slurm.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
-    done = state("COMPLETED", "ERROR", "CANCELED")
+    done = _job_ends(slurm, job, "COMPLETED", "ERROR", "CANCELED", timeout=300)
     assert (done["state"], done["rows_done"]) == ("COMPLETED", rows), log()[-3000:]
-    assert f"RESULT {rows} {rows // batch} 5" in log()  # the 5 parts before the pause kept
-    assert np.array_equal(det_sdk.load_predictions(out), reference)
+    assert f"RESULT {rows} {rows // batch} 5" in slurm.det("job", "logs", str(job)).stdout
+    assert np.array_equal(det_sdk.load_predictions(out), steered_reference)
 
 
 def test_a_job_waiting_in_slurms_queue_shows_queued_and_pauses_without_running(
