@@ -8,8 +8,9 @@ saying why, where it cannot be installed or started. Each module master runs wit
 - the proposal's train.py as a 4-slot trial over 2 nodes ends with the same weights on
   every rank, within 1e-5 of ``horovodrun -np 4`` on this one host with the same seed;
   batch inference then runs as a 4-rank job over 2 nodes and gathers in input order;
-- an ASHA search on a 2-slot partition: trials wait in Slurm's queue (QUEUED, with
-  Slurm's reason, in describe) and the search completes;
+- an ASHA search on a 2-slot partition (the Core API tutorial's trials, no TensorFlow):
+  trials wait in Slurm's queue (QUEUED, with Slurm's reason, in describe) and the search
+  completes;
 - pause, activate and kill of a running Slurm job; pause of a job still waiting;
 - a master killed with kill -9 adopts its running jobs, and learns how one that ended
   while it was down ended;
@@ -470,16 +471,33 @@ def test_a_master_killed_with_kill_9_adopts_its_slurm_jobs(slurm: SlurmCluster,
         fakes.wait_state(exp, "COMPLETED", "COMPLETED")
 
 
-def test_a_failing_rank_of_a_slurm_trial_is_the_trials_error(slurm: SlurmCluster) -> None:
+FAILING_RANK = """\
+import os
+import time
+
+import det_sdk as det
+
+lr = det.get_cluster_info().trial.hparams["learning_rate"]
+if os.environ["HOROVOD_RANK"] == "1":  # what slurm_step made of SLURM_PROCID
+    raise ValueError(f"bad lr {lr}")
+time.sleep(300)  # rank 0 waits, as in a collective its peer never joins: srun ends it
+"""
+
+
+def test_a_failing_rank_of_a_slurm_trial_is_the_trials_error(slurm: SlurmCluster,
+                                                              tmp_path: Path) -> None:
     """Rank 1 of a 2-rank Slurm job raises: last_error leads with its exception and its
-    line in train.py (the ranks run under det_sdk.launch.catch inside srun)."""
-    model = Path(__file__).parents[1] / "failing_model"
-    raise_line = next(i for i, line in enumerate((model / "train.py").read_text().splitlines(),
-                                                   1) if "raise ValueError" in line)
+    line in train.py (the ranks run under det_sdk.launch.catch inside srun). The ranks
+    import no TensorFlow: srun and the failure record are tested here (a failing Keras
+    rank: test_cluster_faults.py; Keras ranks under srun: the four-slot tests above)."""
+    model = tmp_path / "failing"
+    model.mkdir()
+    (model / "train.py").write_text(FAILING_RANK)
+    raise_line = next(i for i, line in enumerate(FAILING_RANK.splitlines(), 1)
+                      if "raise ValueError" in line)
     config = slurm.write_config("slurm-root-cause", max_restarts=0,
                                 resources={"slots_per_trial": 2},
-                                hyperparameters={"learning_rate": 7},
-                                data={"fail": "value_error", "fail_rank": 1})
+                                hyperparameters={"learning_rate": 7})
     exp_id = create(slurm, config, model)
     assert slurm.det("experiment", "wait", str(exp_id), timeout=400).returncode == 1
     (trial,) = describe(slurm, exp_id)["trials"]
