@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import yaml
@@ -352,30 +353,37 @@ def steered_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
                                  rows=STEERED_ROWS, batch=STEERED_BATCH)
 
 
-def _job(cluster: SlurmCluster, job: int) -> dict:
+@pytest.fixture
+def api(slurm: SlurmCluster) -> Iterator[httpx.Client]:
+    """One client of the master's API for a test's polls (a client per poll loads the CA
+    bundle again: CPU a poll every 0.1 s adds up)."""
+    with slurm.http() as http:
+        yield http
+
+
+def _job(http: httpx.Client, job: int) -> dict:
     """What ``det job describe --json`` prints (the same GET), read in this process: the
     tests poll it, and a ``det`` process per poll costs about 0.2 s of CPU."""
-    with cluster.http() as http:
-        r = http.get(f"/api/v1/jobs/{job}")
+    r = http.get(f"/api/v1/jobs/{job}")
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def _job_log(cluster: SlurmCluster, job: int) -> str:
+def _job_log(http: httpx.Client, job: int) -> str:
     """What ``det job logs`` prints, read in this process (polled, as :func:`_job`)."""
-    with cluster.http() as http:
-        r = http.get(f"/api/v1/jobs/{job}/logs", params={"offset": 0})
+    r = http.get(f"/api/v1/jobs/{job}/logs", params={"offset": 0})
     assert r.status_code == 200, r.text
     return r.json()["text"]
 
 
-def _job_ends(cluster: SlurmCluster, job: int, *states: str, timeout: float) -> dict:
+def _job_ends(http: httpx.Client, job: int, *states: str, timeout: float) -> dict:
     return wait_until(f"job {job} {'/'.join(states)}", lambda: (
-        lambda j: j if j["state"] in states else None)(_job(cluster, job)), timeout=timeout)
+        lambda j: j if j["state"] in states else None)(_job(http, job)), timeout=timeout)
 
 
 def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path, steered_reference: np.ndarray) -> None:
+        slurm: SlurmCluster, api: httpx.Client, tmp_path: Path,
+        steered_reference: np.ndarray) -> None:
     rows, batch = STEERED_ROWS, STEERED_BATCH
     # the output on the shared directory: every node writes its parts there
     out, killed = slurm.shared / "steered-out", slurm.shared / "killed"
@@ -384,7 +392,7 @@ def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
     created = slurm.det("job", "run", str(config), str(STEERED_JOB))
     assert created.returncode == 0, created.stderr
     job = int(created.stdout.split("Created job ")[1].split()[0])
-    done = _job_ends(slurm, job, "COMPLETED", "ERROR", "CANCELED", timeout=600)
+    done = _job_ends(api, job, "COMPLETED", "ERROR", "CANCELED", timeout=600)
     log = slurm.det("job", "logs", str(job)).stdout
     assert (done["state"], done["restarts"]) == ("COMPLETED", 3), log[-3000:]
     described = slurm.det_json("job", "describe", str(job))  # det says what the API says
@@ -396,7 +404,8 @@ def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
 
 
 def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path, steered_reference: np.ndarray) -> None:
+        slurm: SlurmCluster, api: httpx.Client, tmp_path: Path,
+        steered_reference: np.ndarray) -> None:
     rows, batch = STEERED_ROWS, STEERED_BATCH
     out, gate = slurm.shared / "paused-out", tmp_path / "gate"
     # held at its 6th fetch (batch 4: the fingerprint reads batch 0 first) until paused
@@ -407,17 +416,17 @@ def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
     job = int(created.stdout.split("Created job ")[1].split()[0])
 
     def log() -> str:
-        return _job_log(slurm, job)
+        return _job_log(api, job)
 
     wait_until("the gate", lambda: "waiting at the gate" in log(), timeout=300)
     assert slurm.det_json("job", "pause", str(job)) == {"state": "STOPPING_PAUSED"}
     wait_until("the stop request", lambda: "the master asks this job to stop" in log(),
                timeout=60)
     gate.touch()
-    paused = _job_ends(slurm, job, "PAUSED", "ERROR", "COMPLETED", timeout=300)
+    paused = _job_ends(api, job, "PAUSED", "ERROR", "COMPLETED", timeout=300)
     assert (paused["state"], paused["rows_done"]) == ("PAUSED", 5 * batch), log()[-3000:]
     assert slurm.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
-    done = _job_ends(slurm, job, "COMPLETED", "ERROR", "CANCELED", timeout=300)
+    done = _job_ends(api, job, "COMPLETED", "ERROR", "CANCELED", timeout=300)
     assert (done["state"], done["rows_done"]) == ("COMPLETED", rows), log()[-3000:]
     assert f"RESULT {rows} {rows // batch} 5" in slurm.det("job", "logs", str(job)).stdout
     assert np.array_equal(det_sdk.load_predictions(out), steered_reference)
