@@ -8,8 +8,9 @@ saying why, where it cannot be installed or started. Each module master runs wit
 - the proposal's train.py as a 4-slot trial over 2 nodes ends with the same weights on
   every rank, within 1e-5 of ``horovodrun -np 4`` on this one host with the same seed;
   batch inference then runs as a 4-rank job over 2 nodes and gathers in input order;
-- an ASHA search on a 2-slot partition: trials wait in Slurm's queue (QUEUED, with
-  Slurm's reason, in describe) and the search completes;
+- an ASHA search on a 2-slot partition (the Core API tutorial's trials, no TensorFlow):
+  trials wait in Slurm's queue (QUEUED, with Slurm's reason, in describe) and the search
+  completes;
 - pause, activate and kill of a running Slurm job; pause of a job still waiting;
 - a master killed with kill -9 adopts its running jobs, and learns how one that ended
   while it was down ended;
@@ -33,6 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import yaml
@@ -46,6 +48,7 @@ from tests.support import REPO, STEERED_JOB, steered_job_config, steered_job_ref
 pytestmark = pytest.mark.stack_neutral
 
 SIM = REPO / "scripts" / "slurm-sim.sh"
+CORE_TUTORIAL = REPO / "tests" / "core_api_tutorial"  # trials without TensorFlow
 
 
 def _free_port_range(n: int) -> int:
@@ -277,14 +280,17 @@ def test_slots_beyond_the_partition_are_refused_naming_it(one: SlurmCluster) -> 
 
 
 def test_an_asha_search_runs_with_trials_queued_by_slurm(one: SlurmCluster) -> None:
+    """The Core API tutorial's search (tests/core_api_tutorial/3_hpsearch.py, no TensorFlow:
+    Slurm's queue is what is tested; Keras trials under Slurm: the four-slot tests above, an
+    ASHA search of Keras trials: test_search.py)."""
     config = one.write_config(
-        "asha", reproducibility={"experiment_seed": 3},
-        searcher={"name": "adaptive_asha", "metric": "val_handicapped_loss",
-                  "max_length": {"epochs": 2}, "max_trials": 4, "divisor": 2, "num_rungs": 2,
+        "asha", reproducibility={"experiment_seed": 3}, entrypoint_script="python3 3_hpsearch.py",
+        # the tutorial's unitless length: rungs at 30 and 60 of its 0.05 s steps
+        searcher={"name": "adaptive_asha", "metric": "x", "smaller_is_better": True,
+                  "max_length": 60, "max_trials": 4, "divisor": 2, "num_rungs": 2,
                   "mode": "aggressive"},
-        hyperparameters={"learning_rate": 0.05, "global_batch_size": 16,
-                         "handicap": {"type": "double", "minval": 0, "maxval": 10}})
-    exp_id = create(one, config)
+        hyperparameters={"increment_by": {"type": "int", "minval": 1, "maxval": 8}})
+    exp_id = create(one, config, CORE_TUTORIAL)
     reasons: set[str] = set()
     deadline = time.time() + 600
     while (exp := describe(one, exp_id))["state"] == "ACTIVE":
@@ -337,10 +343,48 @@ def test_pause_activate_and_kill_a_running_slurm_job(slurm: SlurmCluster, fakes:
     assert slurm.squeue().get(new_job, "gone") not in ("RUNNING", "PENDING")
 
 
+STEERED_ROWS, STEERED_BATCH = 2000, 100
+
+
+@pytest.fixture(scope="module")
+def steered_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """What the steered job writes uninterrupted: the reference of both streamed tests."""
+    return steered_job_reference(tmp_path_factory.mktemp("steered") / "reference",
+                                 rows=STEERED_ROWS, batch=STEERED_BATCH)
+
+
+@pytest.fixture
+def api(slurm: SlurmCluster) -> Iterator[httpx.Client]:
+    """One client of the master's API for a test's polls (a client per poll loads the CA
+    bundle again: CPU a poll every 0.1 s adds up)."""
+    with slurm.http() as http:
+        yield http
+
+
+def _job(http: httpx.Client, job: int) -> dict:
+    """What ``det job describe --json`` prints (the same GET), read in this process: the
+    tests poll it, and a ``det`` process per poll costs about 0.2 s of CPU."""
+    r = http.get(f"/api/v1/jobs/{job}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _job_log(http: httpx.Client, job: int) -> str:
+    """What ``det job logs`` prints, read in this process (polled, as :func:`_job`)."""
+    r = http.get(f"/api/v1/jobs/{job}/logs", params={"offset": 0})
+    assert r.status_code == 200, r.text
+    return r.json()["text"]
+
+
+def _job_ends(http: httpx.Client, job: int, *states: str, timeout: float) -> dict:
+    return wait_until(f"job {job} {'/'.join(states)}", lambda: (
+        lambda j: j if j["state"] in states else None)(_job(http, job)), timeout=timeout)
+
+
 def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path) -> None:
-    rows, batch = 2000, 100
-    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+        slurm: SlurmCluster, api: httpx.Client, tmp_path: Path,
+        steered_reference: np.ndarray) -> None:
+    rows, batch = STEERED_ROWS, STEERED_BATCH
     # the output on the shared directory: every node writes its parts there
     out, killed = slurm.shared / "steered-out", slurm.shared / "killed"
     config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
@@ -348,21 +392,21 @@ def test_a_streamed_job_killed_with_kill_9_at_three_points_resumes_exactly_once(
     created = slurm.det("job", "run", str(config), str(STEERED_JOB))
     assert created.returncode == 0, created.stderr
     job = int(created.stdout.split("Created job ")[1].split()[0])
-    done = wait_until(f"job {job} ends", lambda: (lambda j: j if j["state"] in (
-        "COMPLETED", "ERROR", "CANCELED") else None)(slurm.det_json("job", "describe", str(job))),
-        timeout=600)
+    done = _job_ends(api, job, "COMPLETED", "ERROR", "CANCELED", timeout=600)
     log = slurm.det("job", "logs", str(job)).stdout
     assert (done["state"], done["restarts"]) == ("COMPLETED", 3), log[-3000:]
+    described = slurm.det_json("job", "describe", str(job))  # det says what the API says
+    assert (described["state"], described["restarts"]) == ("COMPLETED", 3), described
     assert killed.read_text().split() == ["5", "2", "3"]
     slurm_jobs = {a["rm_id"] for a in slurm.allocations() if a.get("job_id") == job}
     assert len(slurm_jobs) == 4, slurm.allocations()  # each launch its own Slurm job
-    assert np.array_equal(det_sdk.load_predictions(out), reference)
+    assert np.array_equal(det_sdk.load_predictions(out), steered_reference)
 
 
 def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
-        slurm: SlurmCluster, tmp_path: Path) -> None:
-    rows, batch = 2000, 100
-    reference = steered_job_reference(tmp_path / "reference", rows=rows, batch=batch)
+        slurm: SlurmCluster, api: httpx.Client, tmp_path: Path,
+        steered_reference: np.ndarray) -> None:
+    rows, batch = STEERED_ROWS, STEERED_BATCH
     out, gate = slurm.shared / "paused-out", tmp_path / "gate"
     # held at its 6th fetch (batch 4: the fingerprint reads batch 0 first) until paused
     config = steered_job_config(tmp_path / "job.yaml", out, rows=rows, batch=batch,
@@ -372,25 +416,20 @@ def test_a_streamed_job_paused_and_activated_on_slurm_resumes_exactly_once(
     job = int(created.stdout.split("Created job ")[1].split()[0])
 
     def log() -> str:
-        return slurm.det("job", "logs", str(job)).stdout
-
-    def state(*states: str) -> dict:
-        return wait_until(f"job {job} {'/'.join(states)}", lambda: (lambda j: j if j["state"] in
-                          states else None)(slurm.det_json("job", "describe", str(job))),
-                          timeout=300)
+        return _job_log(api, job)
 
     wait_until("the gate", lambda: "waiting at the gate" in log(), timeout=300)
     assert slurm.det_json("job", "pause", str(job)) == {"state": "STOPPING_PAUSED"}
     wait_until("the stop request", lambda: "the master asks this job to stop" in log(),
                timeout=60)
     gate.touch()
-    paused = state("PAUSED", "ERROR", "COMPLETED")
+    paused = _job_ends(api, job, "PAUSED", "ERROR", "COMPLETED", timeout=300)
     assert (paused["state"], paused["rows_done"]) == ("PAUSED", 5 * batch), log()[-3000:]
     assert slurm.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
-    done = state("COMPLETED", "ERROR", "CANCELED")
+    done = _job_ends(api, job, "COMPLETED", "ERROR", "CANCELED", timeout=300)
     assert (done["state"], done["rows_done"]) == ("COMPLETED", rows), log()[-3000:]
-    assert f"RESULT {rows} {rows // batch} 5" in log()  # the 5 parts before the pause kept
-    assert np.array_equal(det_sdk.load_predictions(out), reference)
+    assert f"RESULT {rows} {rows // batch} 5" in slurm.det("job", "logs", str(job)).stdout
+    assert np.array_equal(det_sdk.load_predictions(out), steered_reference)
 
 
 def test_a_job_waiting_in_slurms_queue_shows_queued_and_pauses_without_running(
@@ -441,16 +480,33 @@ def test_a_master_killed_with_kill_9_adopts_its_slurm_jobs(slurm: SlurmCluster,
         fakes.wait_state(exp, "COMPLETED", "COMPLETED")
 
 
-def test_a_failing_rank_of_a_slurm_trial_is_the_trials_error(slurm: SlurmCluster) -> None:
+FAILING_RANK = """\
+import os
+import time
+
+import det_sdk as det
+
+lr = det.get_cluster_info().trial.hparams["learning_rate"]
+if os.environ["HOROVOD_RANK"] == "1":  # what slurm_step made of SLURM_PROCID
+    raise ValueError(f"bad lr {lr}")
+time.sleep(300)  # rank 0 waits, as in a collective its peer never joins: srun ends it
+"""
+
+
+def test_a_failing_rank_of_a_slurm_trial_is_the_trials_error(slurm: SlurmCluster,
+                                                              tmp_path: Path) -> None:
     """Rank 1 of a 2-rank Slurm job raises: last_error leads with its exception and its
-    line in train.py (the ranks run under det_sdk.launch.catch inside srun)."""
-    model = Path(__file__).parents[1] / "failing_model"
-    raise_line = next(i for i, line in enumerate((model / "train.py").read_text().splitlines(),
-                                                   1) if "raise ValueError" in line)
+    line in train.py (the ranks run under det_sdk.launch.catch inside srun). The ranks
+    import no TensorFlow: srun and the failure record are tested here (a failing Keras
+    rank: test_cluster_faults.py; Keras ranks under srun: the four-slot tests above)."""
+    model = tmp_path / "failing"
+    model.mkdir()
+    (model / "train.py").write_text(FAILING_RANK)
+    raise_line = next(i for i, line in enumerate(FAILING_RANK.splitlines(), 1)
+                      if "raise ValueError" in line)
     config = slurm.write_config("slurm-root-cause", max_restarts=0,
                                 resources={"slots_per_trial": 2},
-                                hyperparameters={"learning_rate": 7},
-                                data={"fail": "value_error", "fail_rank": 1})
+                                hyperparameters={"learning_rate": 7})
     exp_id = create(slurm, config, model)
     assert slurm.det("experiment", "wait", str(exp_id), timeout=400).returncode == 1
     (trial,) = describe(slurm, exp_id)["trials"]

@@ -1,9 +1,9 @@
 """The web UI as a person uses it: a real master, real experiments, pages in headless Chromium.
 
 One master for the module (``cluster``). A small ASHA search (4 trials) runs to the
-end first; its pages are checked against what the master's REST API says. A slow
-experiment is then paused, activated and killed from the pages while a trial's
-curves update live. ``det tensorboard`` serves the trials' event files.
+end first; its pages are checked against what the master's REST API says. A trial
+without TensorFlow (tests/lifecycle_harness.py) is then paused, activated and killed
+from the pages while its curves update live. ``det tensorboard`` serves the trials' event files.
 
 Set ``DET_UI_SCREENSHOTS=docs/ui`` to refresh the README's screenshots from this run.
 """
@@ -30,6 +30,7 @@ import pytest
 
 from harness.browser import missing_reason, open_browser, signed_in_context
 from harness.master import DET, Cluster, create, describe, free_port, wait_until
+from tests.lifecycle_harness import Fakes
 
 # Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
 pytestmark = pytest.mark.stack_neutral
@@ -405,12 +406,21 @@ def test_long_series_is_downsampled_then_zoomed_and_shown_whole(browser: Any, cl
     page.context.close()
 
 
-def test_restarts_and_their_cause_are_on_the_trial_page(browser: Any, cluster: Cluster) -> None:
-    config = cluster.write_config("ui-restart", data={"fail_once_at_epoch": 0})
-    exp = create(cluster, config)
-    wait_until("the restarted trial to finish",
-               lambda: describe(cluster, exp)["state"] in ("COMPLETED", "ERROR"), timeout=240)
-    trial = describe(cluster, exp)["trials"][0]
+@pytest.fixture(scope="module")
+def fakes(cluster: Cluster) -> Fakes:
+    """Trials without TensorFlow, told when to report, crash or obey a pause: what the
+    pages show of a trial's life is tested, not Keras (Keras trials' restarts and pauses:
+    test_cluster.py; their pages: the ASHA search's above)."""
+    return Fakes(cluster, cluster.root / "control")
+
+
+def test_restarts_and_their_cause_are_on_the_trial_page(browser: Any, cluster: Cluster,
+                                                        fakes: Fakes) -> None:
+    exp, trial_id, first = fakes.start_trial(name="ui-restart")
+    fakes.send(trial_id, "crash")  # killed: the master launches it again
+    fakes.wait_started(trial_id, after=first["allocation"])
+    fakes.send(trial_id, "finish")
+    trial = fakes.wait_state(exp, "COMPLETED", "COMPLETED")["trials"][0]
     assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
     page = _page(browser, cluster, f"#/trials/{trial['id']}")
     assert page.text_content("#restarts") == "1"
@@ -422,18 +432,16 @@ def test_restarts_and_their_cause_are_on_the_trial_page(browser: Any, cluster: C
 
 
 def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluster: Cluster,
-                                                            asha: int) -> None:
-    config = cluster.write_config("ui-slow", data={"sleep_per_batch": 0.15},
-                                  searcher={"name": "single", "metric": "val_loss",
-                                            "max_length": {"epochs": 30}})
-    exp = create(cluster, config)
-    trial = wait_until("the slow trial to run", lambda: next(
-        (t["id"] for t in describe(cluster, exp)["trials"] if t["state"] == "RUNNING"), None))
+                                                            asha: int, fakes: Fakes) -> None:
+    exp, trial, first = fakes.start_trial(name="ui-slow")
+    fakes.send(trial, "report")
     page = _page(browser, cluster, f"#/trials/{trial}")
-    # live: points appear without a reload (an epoch lasts about 1.5 s here)
+    # live: points appear without a reload, as the trial reports them
+    fakes.send(trial, "report")
     page.wait_for_function("Number(document.querySelector('#charts').dataset.points || 0) >= 2",
                            timeout=120_000)
     before = int(page.get_attribute("#charts", "data-points"))
+    fakes.send(trial, "report")
     page.wait_for_function(
         f"Number(document.querySelector('#charts').dataset.points) > {before}", timeout=30_000)
     _shot(page, "trial-live")
@@ -441,6 +449,10 @@ def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluste
 
     page = _page(browser, cluster, f"#/experiments/{exp}")
     page.click("button[data-act='pause']")
+    # the trial hears the pause (the long-poll a real trial asks), and stops
+    wait_until("the trial to be asked to stop",
+               lambda: fakes.send(trial, "preempted")["preempt"], timeout=60)
+    fakes.send(trial, "exit0")
     wait_until("the pause to take effect", lambda: describe(cluster, exp)["trials"][0]["state"]
                == "PAUSED", timeout=120)
     assert describe(cluster, exp)["state"] == "PAUSED"
@@ -449,11 +461,12 @@ def test_live_curves_then_pause_activate_kill_from_the_page(browser: Any, cluste
     assert time.time() - t0 < 3  # the page follows within the promised 2 s (+ slack)
 
     page.click("button[data-act='activate']")
+    fakes.wait_started(trial, after=first["allocation"])
     wait_until("the trial to run again", lambda: describe(cluster, exp)["trials"][0]["state"]
                == "RUNNING", timeout=120)
     page.wait_for_selector("#exp-state .state-ACTIVE", timeout=5000)
 
-    page.click("button[data-act='kill']")
+    page.click("button[data-act='kill']")  # SIGTERM to the trial (the fake dies of it)
     wait_until("the kill", lambda: describe(cluster, exp)["state"] == "CANCELED", timeout=120)
     page.wait_for_selector("#exp-state .state-CANCELED", timeout=5000)
     assert page.locator("button[data-act]").count() == 0
