@@ -48,11 +48,29 @@ def _run(cluster: Cluster, tmp_path: Path, max_restarts: int, slots: int = 1,
 
 
 def _describe(cluster: Cluster, job: int) -> dict[str, Any]:
-    return cluster.det_json("job", "describe", str(job))
+    """GET /api/v1/jobs/{id}, what `det job describe --json` prints, read in this process:
+    the tests poll it every 0.1 s, and a `det` process per poll cost about 0.2 s of CPU,
+    which on 2 cores slowed the very jobs being waited for (`det job describe` itself is
+    run once, in the pause test)."""
+    with cluster.http() as http:
+        r = http.get(f"/api/v1/jobs/{job}")
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def _log(cluster: Cluster, job: int) -> str:
-    return cluster.det("job", "logs", str(job)).stdout
+    """The job's whole log, as `det job logs` prints it (GET .../logs, 1 MiB a call), read
+    in this process for the same reason (`det job logs` itself: the pause test)."""
+    parts, offset = [], 0
+    with cluster.http() as http:
+        while True:
+            r = http.get(f"/api/v1/jobs/{job}/logs", params={"offset": offset})
+            assert r.status_code == 200, r.text
+            chunk = r.json()
+            if not chunk["text"]:
+                return "".join(parts)
+            parts.append(chunk["text"])
+            offset = chunk["offset"]
 
 
 def _state(cluster: Cluster, job: int, *states: str, timeout: float = 120) -> dict[str, Any]:
@@ -67,7 +85,7 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     # 12 batches are done when it stops
     job = _run(cluster, tmp_path, 0, GATE=gate, GATE_AT=13)
     wait_until("the gate", lambda: "waiting at the gate" in _log(cluster, job), timeout=120)
-    running = _describe(cluster, job)
+    running = cluster.det_json("job", "describe", str(job))  # the CLI's, once
     assert running["state"] == "RUNNING" and running["output"] == str(tmp_path / "out")
     assert running["rows_total"] == ROWS and running["progress"] < 1
     paused = cluster.det_json("job", "pause", str(job))
@@ -85,7 +103,8 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     assert "PAUSED" in cluster.det("job", "batches").stdout
     assert cluster.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
     done = _state(cluster, job, "COMPLETED", "ERROR", "CANCELED")
-    log = _log(cluster, job)
+    log = cluster.det("job", "logs", str(job)).stdout  # the CLI's, once
+    assert log == _log(cluster, job)
     assert done["state"] == "COMPLETED", log[-3000:]
     assert (done["progress"], done["rows_done"], done["restarts"]) == (1.0, ROWS, 0)
     assert "stopped by the master after 1200 of 3000 rows" in log
