@@ -6,8 +6,8 @@ README's lines only (issue 28): ``timeseries_dataset_from_array`` windows of a s
 Runs as ``python forecaster.py``, under ``horovodrun -np 2``, and on the cluster. The
 environment steers the test: ``FORECAST_STOP_EPOCH=k`` sends this process SIGTERM after
 epoch k (a real signal, as a preemption); ``FORECAST_OUT`` is where rank 0 writes the
-final weights, the epochs trained and the weights of ModelCheckpoint's file; ``FORECAST_BEST`` moves ModelCheckpoint's file
-(relative ``best.keras`` by default, as the user wrote it).
+final weights, the epochs trained and the weights of ModelCheckpoint's file;
+``FORECAST_BEST`` moves ModelCheckpoint's file (relative ``best.keras`` by default, as the user wrote it).
 """
 
 import json
