@@ -7,7 +7,8 @@ Runs as ``python forecaster.py``, under ``horovodrun -np 2``, and on the cluster
 environment steers the test: ``FORECAST_STOP_EPOCH=k`` sends this process SIGTERM after
 epoch k (a real signal, as a preemption); ``FORECAST_OUT`` is where rank 0 writes the
 final weights, the epochs trained and the weights of ModelCheckpoint's file;
-``FORECAST_BEST`` moves ModelCheckpoint's file (relative ``best.keras`` by default, as the user wrote it).
+``FORECAST_BEST`` moves ModelCheckpoint's file (relative ``best.keras`` by default, as
+the user wrote it).
 """
 
 import json
