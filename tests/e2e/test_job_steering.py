@@ -80,7 +80,8 @@ def _describe(cluster: Cluster, job: int) -> dict[str, Any]:
 def _log(cluster: Cluster, job: int) -> str:
     """The job's whole log, as `det job logs` prints it (GET .../logs, 1 MiB a call), read
     in this process for the same reason (`det job logs` itself: the pause test)."""
-    parts, offset = [], 0
+    parts: list[str] = []
+    offset = 0
     while True:
         r = _api(cluster).get(f"/api/v1/jobs/{job}/logs", params={"offset": offset})
         assert r.status_code == 200, r.text
