@@ -148,11 +148,13 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 @pytest.mark.parametrize(
     ("kind", "stops", "resumed_epochs"),
-    # numpy: stopped mid-epoch, resumed and stopped again at an epoch's end, resumed to
-    # the end (both kinds of stop and both kinds of resume in one run)
-    [("numpy", ("1:5", "2"), "[3]"), ("sequence", ("1:7",), "[1, 2, 3]"),
+    [("sequence", ("1:7",), "[1, 2, 3]"),
      # tf.data: the iterator's state is saved with the checkpoint (its shuffles too)
-     ("dataset", ("1:7",), "[1, 2, 3]")],
+     ("dataset", ("1:7",), "[1, 2, 3]"),
+     # numpy: stopped mid-epoch, resumed and stopped again at an epoch's end, resumed to
+     # the end (both kinds of stop and both kinds of resume in one run; not first, where
+     # the uninterrupted runs would share its time limit)
+     ("numpy", ("1:5", "2"), "[3]")],
 )
 def test_sigterm_then_resume_equals_uninterrupted(
     tmp_path: Path, uninterrupted: dict, kind: str, stops: tuple[str, ...], resumed_epochs: str
