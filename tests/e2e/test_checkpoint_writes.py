@@ -50,15 +50,22 @@ def _signal_mid_write(runs: Path, signum: int) -> tuple[str, subprocess.Complete
     proc = subprocess.Popen([sys.executable, str(BIG)], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    in_flight = ""
+    in_flight, recorded = "", runs / "1" / "checkpoints.jsonl"
     try:
+        # a stat a poll until the first checkpoint is recorded, then a listing: the poll
+        # runs every 2 ms (a write is in flight for tens of milliseconds), so it must be
+        # cheap (it read and parsed checkpoints.jsonl and globbed at each poll)
+        while time.time() < deadline and proc.poll() is None:
+            if recorded.exists() and recorded.stat().st_size:
+                break
+            time.sleep(0.002)
         while time.time() < deadline and proc.poll() is None:
             # a write in flight after the first was recorded: its temporary directory
             # (.tmp-<uuid>-<pid>) exists
-            tmp = list(ckpt_dir.glob(".tmp-*")) if _rows(runs / "1") else []
+            tmp = [n for n in os.listdir(ckpt_dir) if n.startswith(".tmp-")]
             if tmp:
                 os.kill(proc.pid, signum)
-                in_flight = tmp[0].name.removeprefix(".tmp-").rsplit("-", 1)[0]
+                in_flight = tmp[0].removeprefix(".tmp-").rsplit("-", 1)[0]
                 break
             time.sleep(0.002)
         out, err = proc.communicate(timeout=240)

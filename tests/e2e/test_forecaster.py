@@ -54,13 +54,11 @@ def test_sigterm_and_resume_train_what_the_uninterrupted_run_did(
     assert resumed["val_loss"] == uninterrupted["val_loss"]
     for a, b in zip(resumed["weights"], uninterrupted["weights"], strict=True):
         np.testing.assert_array_equal(np.array(a), np.array(b))
-    # ModelCheckpoint's best is the same model's file (its "best" resumed, not reset)
-    import tensorflow as tf
-
-    best = tf.keras.models.load_model(tmp_path / "run" / "best.keras").get_weights()
-    for a, b in zip(best, tf.keras.models.load_model(uninterrupted["best"]).get_weights(),
-                    strict=True):
-        np.testing.assert_array_equal(a, b)
+    # ModelCheckpoint's best is the same model's file (its "best" resumed, not reset):
+    # each run loaded its file with Keras after its fit
+    assert (tmp_path / "run" / "best.keras").is_file()
+    for a, b in zip(resumed["best_weights"], uninterrupted["best_weights"], strict=True):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
 @pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")

@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -47,12 +49,47 @@ def _run(cluster: Cluster, tmp_path: Path, max_restarts: int, slots: int = 1,
     return int(out.stdout.split("Created job ")[1].split()[0])
 
 
+_CLIENTS: dict[tuple[str, str], httpx.Client] = {}
+
+
+def _api(cluster: Cluster) -> httpx.Client:
+    """One client of the master's API per master and token, kept for the module: the tests
+    poll every 0.1 s, and an httpx.Client costs ~36 ms of CPU to make (its SSL context)."""
+    key = (cluster.url, cluster.token)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = cluster.http()
+    return _CLIENTS[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.popitem()[1].close()
+
+
 def _describe(cluster: Cluster, job: int) -> dict[str, Any]:
-    return cluster.det_json("job", "describe", str(job))
+    """GET /api/v1/jobs/{id}, what `det job describe --json` prints, read in this process:
+    a `det` process per poll cost about 0.2 s of CPU, which on 2 cores slowed the very jobs
+    being waited for (`det job describe` itself is run once, in the pause test)."""
+    r = _api(cluster).get(f"/api/v1/jobs/{job}")
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def _log(cluster: Cluster, job: int) -> str:
-    return cluster.det("job", "logs", str(job)).stdout
+    """The job's whole log, as `det job logs` prints it (GET .../logs, 1 MiB a call), read
+    in this process for the same reason (`det job logs` itself: the pause test)."""
+    parts: list[str] = []
+    offset = 0
+    while True:
+        r = _api(cluster).get(f"/api/v1/jobs/{job}/logs", params={"offset": offset})
+        assert r.status_code == 200, r.text
+        chunk = r.json()
+        if not chunk["text"]:
+            return "".join(parts)
+        parts.append(chunk["text"])
+        offset = chunk["offset"]
 
 
 def _state(cluster: Cluster, job: int, *states: str, timeout: float = 120) -> dict[str, Any]:
@@ -67,7 +104,7 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     # 12 batches are done when it stops
     job = _run(cluster, tmp_path, 0, GATE=gate, GATE_AT=13)
     wait_until("the gate", lambda: "waiting at the gate" in _log(cluster, job), timeout=120)
-    running = _describe(cluster, job)
+    running = cluster.det_json("job", "describe", str(job))  # the CLI's, once
     assert running["state"] == "RUNNING" and running["output"] == str(tmp_path / "out")
     assert running["rows_total"] == ROWS and running["progress"] < 1
     paused = cluster.det_json("job", "pause", str(job))
@@ -85,7 +122,8 @@ def test_a_paused_job_resumes_exactly_once(cluster: Cluster, tmp_path: Path,
     assert "PAUSED" in cluster.det("job", "batches").stdout
     assert cluster.det_json("job", "activate", str(job)) == {"state": "QUEUED"}
     done = _state(cluster, job, "COMPLETED", "ERROR", "CANCELED")
-    log = _log(cluster, job)
+    log = cluster.det("job", "logs", str(job)).stdout  # the CLI's, once
+    assert log == _log(cluster, job)
     assert done["state"] == "COMPLETED", log[-3000:]
     assert (done["progress"], done["rows_done"], done["restarts"]) == (1.0, ROWS, 0)
     assert "stopped by the master after 1200 of 3000 rows" in log

@@ -120,16 +120,34 @@ def test_two_processes_killed_three_times_resume_a_dataset_in_order(
     _check_exactly_once(tmp_path / "out", reference, killed_at)
 
 
-@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+@pytest.fixture(scope="module")
+def failed_then_rerun(tmp_path_factory: pytest.TempPathFactory) -> tuple[
+        subprocess.CompletedProcess[str], int, subprocess.CompletedProcess[str], Path]:
+    """Two processes predicting every data kind (each into ``out/<kind>``), the sequence
+    first: process 1's input raises at its 4th fetch, between two meetings (every 10
+    steps); then the same command again. The failed run, the parts it had written, the
+    rerun and ``out``: read by the two tests below (one pair of horovodruns for both)."""
+    if not HOROVODRUN.exists():
+        pytest.skip("horovodrun not installed")
+    tmp = tmp_path_factory.mktemp("every-kind")
+    out, runs = tmp / "out", tmp / "runs"
+    kinds = ("sequence", *(k for k in KINDS if k != "sequence"))
+    env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                  **_env(out, ",".join(kinds), runs))
+    failed = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=240,
+                            env={**env, "PRED_FAIL_AT": "1:4"})
+    written = len(list((out / "sequence").glob("part-*.json")))
+    rerun = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=300,
+                           env=env)
+    return failed, written, rerun, out
+
+
 def test_two_processes_write_every_data_kind_in_the_input_order(
-        tmp_path: Path, references: dict) -> None:
-    proc = subprocess.run(
-        _command(2), cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-                    **_env(tmp_path / "out", ",".join(KINDS), tmp_path / "runs")))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        failed_then_rerun: tuple, references: dict) -> None:
+    _, _, rerun, out = failed_then_rerun
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     for kind in KINDS:
-        got, expected = det_sdk.load_predictions(tmp_path / "out" / kind), references[kind]
+        got, expected = det_sdk.load_predictions(out / kind), references[kind]
         if kind == "multi":
             assert sorted(got) == ["ids", "score"]
             assert all(got[k].tobytes() == expected[k].tobytes() for k in expected), kind
@@ -139,21 +157,15 @@ def test_two_processes_write_every_data_kind_in_the_input_order(
             assert np.array_equal(np.round(got[:, 0]), np.arange(ROWS)), kind
 
 
-@pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
 def test_a_process_that_fails_mid_run_ends_both_with_its_error_and_the_rerun_finishes(
-        tmp_path: Path, references: dict) -> None:
+        failed_then_rerun: tuple, references: dict) -> None:
     # process 1's input raises at its 4th fetch, between two meetings (every 10 steps):
     # it walks on to the next meeting, where both end; none waits in a lone collective
-    out, runs = tmp_path / "out", tmp_path / "runs"
-    env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-                  **_env(out, "sequence", runs))
-    failed = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=240,
-                            env={**env, "PRED_FAIL_AT": "1:4"})
+    failed, written, rerun, out = failed_then_rerun
     said = failed.stdout + failed.stderr
     assert failed.returncode != 0, said[-3000:]
     assert "the input broke at batch" in said and "process 1 failed" in said, said[-3000:]
-    assert 0 < len(list(out.glob("part-*.json"))) < PARTS  # what was written stays valid
-    rerun = subprocess.run(_command(2), cwd=REPO, capture_output=True, text=True, timeout=240,
-                           env=env)
+    assert 0 < written < PARTS  # what was written stays valid
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert det_sdk.load_predictions(out).tobytes() == references["sequence"].tobytes()
+    assert det_sdk.load_predictions(out / "sequence").tobytes() == references[
+        "sequence"].tobytes()

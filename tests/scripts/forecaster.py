@@ -6,8 +6,9 @@ README's lines only (issue 28): ``timeseries_dataset_from_array`` windows of a s
 Runs as ``python forecaster.py``, under ``horovodrun -np 2``, and on the cluster. The
 environment steers the test: ``FORECAST_STOP_EPOCH=k`` sends this process SIGTERM after
 epoch k (a real signal, as a preemption); ``FORECAST_OUT`` is where rank 0 writes the
-final weights and the epochs trained; ``FORECAST_BEST`` moves ModelCheckpoint's file
-(relative ``best.keras`` by default, as the user wrote it).
+final weights, the epochs trained and the weights of ModelCheckpoint's file;
+``FORECAST_BEST`` moves ModelCheckpoint's file (relative ``best.keras`` by default, as
+the user wrote it).
 """
 
 import json
@@ -78,7 +79,11 @@ def main() -> None:
         with open(out, "w") as f:
             json.dump({"size": context.distributed.size, "epochs": list(history.epoch),
                        "val_loss": [float(v) for v in history.history["val_loss"]],
-                       "weights": [w.tolist() for w in model.get_weights()]}, f)
+                       "weights": [w.tolist() for w in model.get_weights()],
+                       # ModelCheckpoint's file, loaded here (a test process need not
+                       # import TensorFlow to read it)
+                       "best_weights": [w.tolist() for w in tf.keras.models.load_model(
+                           os.environ.get("FORECAST_BEST", "best.keras")).get_weights()]}, f)
 
 
 if __name__ == "__main__":
