@@ -4,7 +4,7 @@ Alone or under ``horovodrun``. Environment: ``PRED_OUT`` (the output directory),
 ``PRED_KIND`` (arrays | wrapped | derived | sequence | dataset | multi; several, comma
 separated: each into ``PRED_OUT/<kind>``), ``PRED_ROWS``,
 ``PRED_BATCH``, ``PRED_SLEEP`` (seconds per batch: time for a test to kill the process
-while it predicts), ``PRED_HOLD_AT`` (once that many parts are in the output directory,
+while it predicts), ``PRED_HOLD_AT`` (once that many parts are in the output directory or predicted,
 the process waits to be killed before its next batch: a kill lands mid-run however late
 the test sees the parts, under any load), ``PRED_FAIL_AT`` (``rank:fetch``: that
 process's input raises at its that-many-th batch fetched, a Sequence only). The
@@ -35,13 +35,42 @@ x[:, 0] = np.arange(rows) / 1000  # the row's id, recoverable from the predictio
 inp = tf.keras.Input((4,))
 
 
-def make_model(multi: bool):
-    hidden = tf.keras.layers.Dense(8, activation="tanh")(inp)
+def make_model(multi: bool, out_dir: str):
+    gated = gate(inp, out_dir) if sleep or hold_at else inp
+    hidden = tf.keras.layers.Dense(8, activation="tanh")(gated)
     ids = tf.keras.layers.Lambda(lambda t: t[:, :1] * 1000)(inp)
     if multi:
         return tf.keras.Model(inp, {"score": tf.keras.layers.Dense(1)(hidden), "ids": ids})
     scores = tf.keras.layers.Dense(3)(hidden)
     return tf.keras.Model(inp, tf.keras.layers.Concatenate()([ids, scores]))
+
+
+def gate(t, out_dir):
+    """The input, unchanged, through a step that runs once per batch predicted, inside the
+    model's predict function (Keras 2 predicts through it, not predict_on_batch): it
+    sleeps PRED_SLEEP, and holds once PRED_HOLD_AT parts exist or have been predicted.
+    Parts are written behind the predictions (a writer thread), so under load the files
+    lag: a hold on the files alone let a run predict to its end before its 48th file
+    appeared (killed at 60 of 60). Counted for every process, the parts predicted reach
+    the mark first; the files then reach it too, and never the run's end."""
+    def parts():
+        return len(glob.glob(os.path.join(out_dir, "part-*.json")))
+
+    predicted = [parts()]  # a resumed run starts after the parts already there
+
+    def step(a):
+        time.sleep(sleep)
+        while hold_at and max(parts(), predicted[0]) >= hold_at:
+            time.sleep(1)  # held here until the test kills the process
+        predicted[0] += context.distributed.size
+        return a
+
+    def through(x):
+        y = tf.numpy_function(step, [x], tf.float32)
+        y.set_shape(x.shape)
+        return y
+
+    return tf.keras.layers.Lambda(through)(t)
 
 
 class Batches(tf.keras.utils.Sequence):
@@ -72,20 +101,10 @@ def data_of(kind):
 
 kinds = kind.split(",")
 for k in kinds:
-    model = make_model(k == "multi")
+    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
+    model = make_model(k == "multi", out_dir)
     w = np.random.default_rng(1)
     model.set_weights([w.normal(size=v.shape).astype("float32") for v in model.get_weights()])
-    out_dir = os.environ["PRED_OUT"] if len(kinds) == 1 else os.path.join(os.environ["PRED_OUT"], k)
-    if sleep or hold_at:
-        predict_on_batch = model.predict_on_batch
-
-        def slow(inputs, predict_on_batch=predict_on_batch, out_dir=out_dir):
-            time.sleep(sleep)
-            while hold_at and len(glob.glob(os.path.join(out_dir, "part-*.json"))) >= hold_at:
-                time.sleep(1)  # held here until the test kills the process
-            return predict_on_batch(inputs)
-
-        model.predict_on_batch = slow
     out = context.predict(model, data_of(k), output=out_dir, batch_size=batch)
     print("RESULT", out.rows, out.parts, out.resumed, flush=True)
 context.close()
