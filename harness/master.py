@@ -145,24 +145,25 @@ def describe(cluster: Cluster, exp_id: int) -> dict:
     every 0.1 s while they wait; a `det` process per poll cost about 0.2 s of CPU, which on
     2 cores slowed the very trials being waited for (the CLI's own describe has its tests:
     test_master_lifecycle.py, test_master_paging.py)."""
-    r = _poller(cluster).get(f"/api/v1/experiments/{exp_id}")
+    r = api(cluster).get(f"/api/v1/experiments/{exp_id}")
     assert r.status_code == 200, r.text
     return r.json()
 
 
-_POLLERS: dict[str, httpx.Client] = {}
+_CLIENTS: dict[str, httpx.Client] = {}
 
 
-def _poller(cluster: Cluster) -> httpx.Client:
-    """One client per master for the polls: making an httpx client (its TLS context)
-    costs about 36 ms of CPU, a poll's worth many times over. No connection is kept
-    between polls, so a master restarted on its port is reached afresh."""
+def api(cluster: Cluster) -> httpx.Client:
+    """One client of the master's API per master (and token), for the tests' polls:
+    making an httpx client (its TLS context) costs about 36 ms of CPU, a poll's worth many
+    times over. No connection is kept between calls, so a master restarted on its port is
+    reached afresh."""
     key = f"{cluster.url} {cluster.token}"
-    if key not in _POLLERS:
-        _POLLERS[key] = httpx.Client(
+    if key not in _CLIENTS:
+        _CLIENTS[key] = httpx.Client(
             base_url=cluster.url, timeout=30, limits=httpx.Limits(max_keepalive_connections=0),
             headers={"Authorization": f"Bearer {cluster.token}"})
-    return _POLLERS[key]
+    return _CLIENTS[key]
 
 
 def create(cluster: Cluster, config: Path, model_dir: Path = MODEL_DIR, *extra: str) -> int:
@@ -186,18 +187,25 @@ def run_to_the_end(cluster: Cluster, config: Path, model_dir: Path, what: str,
     return exp, info, trial, cluster.det("trial", "logs", str(trial["id"])).stdout
 
 
+def read_log(cluster: Cluster, path: str) -> str:
+    """A whole log from the master's API (``/api/v1/trials/{id}/logs`` or
+    ``/api/v1/jobs/{id}/logs``, read a page at a time from offset 0): what `det trial
+    logs` or `det job logs` prints, without a `det` process."""
+    parts: list[str] = []
+    offset = 0
+    while True:
+        r = api(cluster).get(path, params={"offset": offset})
+        assert r.status_code == 200, r.text
+        chunk = r.json()
+        if not chunk["text"]:
+            return "".join(parts)
+        parts.append(chunk["text"])
+        offset = chunk["offset"]
+
+
 def trial_logs(cluster: Cluster, trial_id: int) -> str:
-    """The trial's whole log, read over HTTP (what `det trial logs` prints, without a
-    `det` process)."""
-    text, offset = "", 0
-    with cluster.http() as http:
-        while True:
-            r = http.get(f"/api/v1/trials/{trial_id}/logs", params={"offset": offset})
-            assert r.status_code == 200, r.text
-            chunk = r.json()
-            if not chunk["text"]:
-                return text
-            text, offset = text + chunk["text"], chunk["offset"]
+    """The trial's whole log, read over HTTP (:func:`read_log`)."""
+    return read_log(cluster, f"/api/v1/trials/{trial_id}/logs")
 
 
 def log_tails(cluster: Cluster, exp_id: int, chars: int = 4000) -> str:

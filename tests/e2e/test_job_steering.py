@@ -18,16 +18,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
 import det_sdk
-from harness.master import Cluster, run_to_the_end, wait_until
+from harness.master import Cluster, api, read_log, run_to_the_end, wait_until
 from tests.support import STEERED_JOB, pid_gone, steered_job_config, steered_job_reference
 
 HERE = STEERED_JOB
@@ -49,47 +47,19 @@ def _run(cluster: Cluster, tmp_path: Path, max_restarts: int, slots: int = 1,
     return int(out.stdout.split("Created job ")[1].split()[0])
 
 
-_CLIENTS: dict[tuple[str, str], httpx.Client] = {}
-
-
-def _api(cluster: Cluster) -> httpx.Client:
-    """One client of the master's API per master and token, kept for the module: the tests
-    poll every 0.1 s, and an httpx.Client costs ~36 ms of CPU to make (its SSL context)."""
-    key = (cluster.url, cluster.token)
-    if key not in _CLIENTS:
-        _CLIENTS[key] = cluster.http()
-    return _CLIENTS[key]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _CLIENTS:
-        _CLIENTS.popitem()[1].close()
-
-
 def _describe(cluster: Cluster, job: int) -> dict[str, Any]:
     """GET /api/v1/jobs/{id}, what `det job describe --json` prints, read in this process:
     a `det` process per poll cost about 0.2 s of CPU, which on 2 cores slowed the very jobs
     being waited for (`det job describe` itself is run once, in the pause test)."""
-    r = _api(cluster).get(f"/api/v1/jobs/{job}")
+    r = api(cluster).get(f"/api/v1/jobs/{job}")
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def _log(cluster: Cluster, job: int) -> str:
-    """The job's whole log, as `det job logs` prints it (GET .../logs, 1 MiB a call), read
-    in this process for the same reason (`det job logs` itself: the pause test)."""
-    parts: list[str] = []
-    offset = 0
-    while True:
-        r = _api(cluster).get(f"/api/v1/jobs/{job}/logs", params={"offset": offset})
-        assert r.status_code == 200, r.text
-        chunk = r.json()
-        if not chunk["text"]:
-            return "".join(parts)
-        parts.append(chunk["text"])
-        offset = chunk["offset"]
+    """The job's whole log, as `det job logs` prints it, read in this process for the same
+    reason (`det job logs` itself: the pause test)."""
+    return read_log(cluster, f"/api/v1/jobs/{job}/logs")
 
 
 def _state(cluster: Cluster, job: int, *states: str, timeout: float = 120) -> dict[str, Any]:

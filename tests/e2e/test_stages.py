@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.master import create, wait_until
+from harness.master import create, trial_logs, wait_until
 from tests.e2e.test_horovod import HOROVODRUN, horovodrun
 from tests.support import SCRIPTS, read_jsonl
 
@@ -92,12 +92,7 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
         # the restart restored the teacher instead of training it again (the log read
         # over HTTP: `det trial logs` is tests/e2e/test_cli_determined.py's; here a det
         # process once printed nothing under CI's load, on Keras 2, and said not why)
-        logs, offset = "", 0
-        while chunk := http.get(f"/api/v1/trials/{t['id']}/logs",
-                                params={"offset": offset}).json():
-            if not chunk["text"]:
-                break
-            logs, offset = logs + chunk["text"], chunk["offset"]
+        logs = trial_logs(cluster, t["id"])
         assert "stage 'fit' was finished before the resume" in logs, logs[-3000:]
 
     out = cluster.det("trial", "describe", str(t["id"]))
