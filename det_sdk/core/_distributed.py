@@ -30,6 +30,7 @@ launchers describe are read by :mod:`det_sdk.ranks` (``TF_CONFIG``:
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -80,7 +81,8 @@ class DistributedContext(_base.Processes):
                  cross_size: int | None = None, chief_ip: str | None = None,
                  pub_port: int = DEFAULT_PORT, pull_port: int | None = None,
                  port_offset: int | None = None, force_tcp: bool = False, token: str | None = None,
-                 timeout_s: float = _CONNECT_TIMEOUT) -> None:
+                 timeout_s: float = _CONNECT_TIMEOUT,
+                 listener: socket.socket | None = None) -> None:
         """Ranks you know, and object collectives over TCP to the chief at ``chief_ip``.
 
         Determined's constructor: a launcher (or your own code) knows each process's
@@ -99,6 +101,9 @@ class DistributedContext(_base.Processes):
             rank: this process's rank in ``[0, size)``.
             size: the number of processes.
             chief_ip: the chief's address, required when ``size > 1``.
+            listener: rank 0 only: a socket already listening (``Star.listen(bind, 0)``)
+                whose port the caller published to the other ranks itself; ``pub_port``
+                and ``port_offset`` are then unused.
 
         Example::
 
@@ -119,6 +124,9 @@ class DistributedContext(_base.Processes):
         if size < 1 or not 0 <= rank < size:
             raise DistributedConfigError(f"DistributedContext: rank must be in [0, size), got "
                                          f"rank={rank} size={size}")
+        if listener is not None and rank != 0:
+            raise DistributedConfigError(f"DistributedContext: listener is rank 0's (the "
+                                         f"chief's), got it with rank={rank}")
         if size > 1 and not chief_ip:
             raise DistributedConfigError(
                 f"DistributedContext: chief_ip is required with size={size} (the address "
@@ -137,7 +145,7 @@ class DistributedContext(_base.Processes):
 
         if rank == 0:
             self._star = Star.chief(bind_address(chief_ip), port, size=size, token=secret,
-                                    timeout_s=timeout_s)
+                                    timeout_s=timeout_s, server=listener)
         else:
             assert chief_ip is not None
             self._star = Star.worker(chief_ip, port, rank=rank, size=size, token=secret,

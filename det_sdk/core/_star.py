@@ -88,18 +88,34 @@ class Star:
         self._peers: dict[int, socket.socket] = {}  # the chief's, by rank
         self._chief: socket.socket | None = None  # a worker's
 
-    @classmethod
-    def chief(cls, bind: str, port: int, *, size: int, token: str,
-              timeout_s: float) -> Star:
-        """Listen on ``bind:port`` and admit ``size - 1`` workers showing ``token``."""
-        star = cls(0, size)
-        if size == 1:
-            return star
+    @staticmethod
+    def listen(bind: str, port: int = 0) -> socket.socket:
+        """The chief's listening socket on ``bind:port`` (0: a free port the kernel picks).
+
+        A launcher that publishes the port itself binds first and publishes
+        ``sock.getsockname()[1]`` after: no other process can take the port in between,
+        which a port found free and bound later allows (two trials on one host did).
+        """
         try:
-            server = socket.create_server((bind, port), reuse_port=False)
+            return socket.create_server((bind, port), reuse_port=False)
         except OSError as err:
             raise CollectiveError(f"det_sdk: the chief cannot listen on {bind or '*'}:{port} "
                                   f"for collectives: {err}") from None
+
+    @classmethod
+    def chief(cls, bind: str, port: int, *, size: int, token: str,
+              timeout_s: float, server: socket.socket | None = None) -> Star:
+        """Listen on ``bind:port`` (or on ``server``, already listening: :meth:`listen`)
+        and admit ``size - 1`` workers showing ``token``."""
+        star = cls(0, size)
+        if size == 1:
+            if server is not None:
+                server.close()
+            return star
+        if server is None:
+            server = cls.listen(bind, port)
+        else:
+            port = server.getsockname()[1]
         deadline = time.monotonic() + timeout_s
         with server:
             while len(star._peers) < size - 1:

@@ -5,10 +5,16 @@ Where the ranks come from, in this order (read by :mod:`det_sdk.ranks`):
 - torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
   ``MASTER_ADDR``, ``MASTER_PORT``), as ``det_sdk.launch.torch_distributed`` sets them;
 - Horovod's (``HOROVOD_RANK``/``SIZE``/``LOCAL_RANK``/...), which is how the master and
-  Slurm start ranks (``horovodrun --gloo``): rank 0 picks a free port and publishes
-  ``addr:port`` in horovodrun's own rendezvous key-value store (an HTTP server at
-  ``HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT``); the others read it there. Horovod itself is
-  never imported (it does not build against torch >= 2.1).
+  Slurm start ranks (``horovodrun --gloo``): rank 0 serves the group's store on a port
+  the kernel picks and publishes ``addr:port`` in horovodrun's own rendezvous key-value
+  store (an HTTP server at ``HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT``); the others read it
+  there. Horovod itself is never imported (it does not build against torch >= 2.1).
+
+The ports det_sdk publishes are bound first (the store's under horovodrun, the chief's
+for object collectives): a port found free and bound later was once taken in between by
+another trial on the same host, and that trial failed to start. (``MASTER_PORT`` from
+``det_sdk.launch.torch_distributed`` is still found free and bound by rank 0: a plain
+``init_process_group()`` script must be able to bind it.)
 
 Collectives time out after ``DET_TORCH_TIMEOUT`` seconds (default 60): a rank that
 dies makes the others fail within a minute instead of gloo's 30-minute default.
@@ -24,13 +30,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from det_sdk.core._distributed import DistributedContext as CoreDistributedContext
-from det_sdk.core._star import bind_address
+from det_sdk.core._star import Star, bind_address
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 from det_sdk.ranks import horovodrun, torchrun, which
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 __all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
 
@@ -47,12 +56,6 @@ def launched_by_torch_or_horovod(environ: Mapping[str, str] | None = None) -> bo
     return torchrun.launched(environ) or horovodrun.launched(environ)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _own_address(toward: str, local_only: bool) -> str:
     if local_only:
         return "127.0.0.1"
@@ -61,8 +64,12 @@ def _own_address(toward: str, local_only: bool) -> str:
         return str(s.getsockname()[0])
 
 
-def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, local_only: bool,
-                            timeout: float) -> tuple[str, int]:
+def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, size: int, local_only: bool,
+                            timeout: float) -> tuple[str, int, Store | None]:
+    """``(host, port, store)``: the group's key-value store, which rank 0 serves on a port
+    the kernel picked while binding it and then publishes as ``host:port``; the others read
+    that and connect (``store`` is their client). A port found free and bound later can be
+    taken in between by another trial on the host."""
     store = horovodrun.gloo_rendezvous(env)
     if store is None:
         raise DistributedSetupError(
@@ -72,17 +79,24 @@ def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, local_only: bool,
     addr, port = store
     url = f"http://{addr}:{port}/{_SCOPE}/master"
     if rank == 0:
+        import torch.distributed as tdist
+
         host = _own_address(addr, local_only)
-        value = f"{host}:{_free_port(host if local_only else '')}".encode()
-        req = urllib.request.Request(url, data=value, method="PUT")
+        server = tdist.TCPStore(host if local_only else "", 0, world_size=size, is_master=True,
+                                timeout=datetime.timedelta(seconds=timeout),
+                                wait_for_workers=False)
+        req = urllib.request.Request(url, data=f"{host}:{server.port}".encode(), method="PUT")
         urllib.request.urlopen(req, timeout=timeout).close()
-        return host, int(value.decode().rsplit(":", 1)[1])
+        return host, int(server.port), server
     deadline = time.monotonic() + timeout
     while True:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
                 host, _, p = resp.read().decode().rpartition(":")
-                return host, int(p)
+            import torch.distributed as tdist
+
+            return host, int(p), tdist.TCPStore(host, int(p), is_master=False,
+                                                timeout=datetime.timedelta(seconds=timeout))
         except urllib.error.HTTPError as err:
             if err.code != 404 or time.monotonic() > deadline:
                 raise DistributedSetupError(
@@ -106,12 +120,16 @@ class TorchDistributed(CoreDistributedContext):
 
         dist = TorchDistributed.from_env()
         with det.core.init(distributed=dist) as core_context: ...
+
+    ``store``, when given, is the group's key-value store on every rank alike (rank 0's
+    server, the others' clients: how ranks under horovodrun meet); without it the
+    ranks meet at ``tcp://master_addr:master_port`` (torchrun's).
     """
 
     def __init__(self, *, rank: int, size: int, local_rank: int, local_size: int,
                  cross_rank: int, cross_size: int, master_addr: str, master_port: int,
                  timeout_s: float = 60.0, backend: str | None = None,
-                 chief_ip: str | None = None) -> None:
+                 chief_ip: str | None = None, store: Store | None = None) -> None:
         import torch
         import torch.distributed as tdist
 
@@ -121,25 +139,34 @@ class TorchDistributed(CoreDistributedContext):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_size)))
         timeout = datetime.timedelta(seconds=timeout_s)
         if not tdist.is_initialized():
-            tdist.init_process_group(
-                self.backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                world_size=size, timeout=timeout)
+            # every rank the same way: init_process_group prefixes the keys of a store it
+            # makes from init_method and not those of one it is given
+            if store is not None:
+                tdist.init_process_group(self.backend, store=store, rank=rank,
+                                         world_size=size, timeout=timeout)
+            else:
+                tdist.init_process_group(
+                    self.backend, init_method=f"tcp://{master_addr}:{master_port}",
+                    rank=rank, world_size=size, timeout=timeout)
         chief = chief_ip or master_addr
-        port, token = 0, ""
+        port, token, listener = 0, "", None
         if size > 1:
             # a client of the group's store (rank 0's, or torchrun's agent's), keyed by
             # torchrun's restart count so a restarted group never reads an old address
-            store = tdist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
+            client = tdist.TCPStore(master_addr, master_port, is_master=False,
+                                    timeout=timeout)
             key = f"det_sdk/objects/{torchrun.restart_count()}"
-            if rank == 0:
-                port, token = _free_port(bind_address(chief)), secrets.token_hex(16)
-                store.set(key, f"{port}:{token}")
+            if rank == 0:  # bound before published: no other process can take the port
+                listener = Star.listen(bind_address(chief), 0)
+                port, token = listener.getsockname()[1], secrets.token_hex(16)
+                client.set(key, f"{port}:{token}")
             else:
-                port_s, _, token = store.get(key).decode().partition(":")
+                port_s, _, token = client.get(key).decode().partition(":")
                 port = int(port_s)
         super().__init__(rank=rank, size=size, local_rank=local_rank, local_size=local_size,
                          cross_rank=cross_rank, cross_size=cross_size, chief_ip=chief,
-                         pub_port=port, token=token, timeout_s=timeout_s)
+                         pub_port=port, port_offset=0, token=token, timeout_s=timeout_s,
+                         listener=listener)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -154,9 +181,10 @@ class TorchDistributed(CoreDistributedContext):
                     "det_sdk.pytorch: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
                     "are not (torchrun sets all of them)")
             master_addr, master_port = ranks.chief_addr, ranks.chief_port
+            store = None  # torchrun's agent's, or rank 0's own: init_process_group binds it
         elif ranks.launcher == "horovodrun":
-            master_addr, master_port = _rendezvous_via_horovod(
-                env, ranks.rank, ranks.cross_size == 1, timeout)
+            master_addr, master_port, store = _rendezvous_via_horovod(
+                env, ranks.rank, ranks.size, ranks.cross_size == 1, timeout)
         else:
             raise DistributedSetupError(
                 "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
@@ -164,7 +192,8 @@ class TorchDistributed(CoreDistributedContext):
         return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
                    local_size=ranks.local_size, cross_rank=ranks.cross_rank,
                    cross_size=ranks.cross_size, master_addr=master_addr,
-                   master_port=master_port, timeout_s=timeout, chief_ip=chief_ip)
+                   master_port=master_port, timeout_s=timeout, chief_ip=chief_ip,
+                   store=store)
 
     def any(self, flag: bool) -> bool:
         return any(self.allgather(bool(flag)))

@@ -211,3 +211,50 @@ def test_fit_refuses_bad_lengths(npz: Path, tmp_path: Path) -> None:
             trainer.fit(max_length=10)  # type: ignore[arg-type]
         with pytest.raises(DetSdkError, match="max_length is required"):
             trainer.fit()
+
+
+def test_under_horovodrun_rank_0_publishes_a_store_already_listening() -> None:
+    """Rank 0's group store is bound before its address reaches horovodrun's key-value store:
+    a port found free and bound later was once taken in between by another trial on the host
+    (that trial failed at start, "Address already in use")."""
+    import http.server
+    import socket
+    import threading
+
+    from det_sdk.pytorch._distributed import _rendezvous_via_horovod
+
+    kv: dict[str, bytes] = {}
+    reachable: list[bool] = []
+
+    class Rendezvous(http.server.BaseHTTPRequestHandler):  # horovodrun's, as plain HTTP
+        def do_PUT(self) -> None:
+            value = self.rfile.read(int(self.headers["Content-Length"]))
+            host, _, port = value.decode().rpartition(":")
+            with socket.socket() as probe:  # at publication, someone can already connect
+                reachable.append(probe.connect_ex((host, int(port))) == 0)
+            kv[self.path] = value
+            self.send_response(200)
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            if self.path not in kv:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(kv[self.path])))
+            self.end_headers()
+            self.wfile.write(kv[self.path])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rendezvous) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        env = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+               "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1])}
+        host, port, store = _rendezvous_via_horovod(env, 0, 2, True, timeout=10)
+        assert reachable == [True] and store is not None and port == store.port
+        store.set("k", "v")  # rank 1 reads the address and connects to rank 0's store
+        assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[:2] == (host, port)
+        assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[2].get("k") == b"v"
+        server.shutdown()

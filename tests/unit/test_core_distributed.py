@@ -127,3 +127,33 @@ def test_bad_arguments_name_the_field() -> None:
     assert time.monotonic() - start < 10
     one = det.core.DistributedContext(rank=0, size=1)
     assert (one.allgather(1), one.broadcast(2), one.gather(3)) == ([1], 2, [3])
+
+
+def test_a_chief_on_a_socket_bound_before_its_port_was_published(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher binds first and publishes the bound port: the chief listens there, whatever
+    the cluster's port offset (a port found free and bound later can be taken in between)."""
+    from det_sdk.core._star import Star
+
+    monkeypatch.setenv("DET_UNIQUE_PORT_OFFSET", "7")
+    listener = Star.listen("127.0.0.1")
+    port = listener.getsockname()[1]
+    got: dict[str, Any] = {}
+
+    def worker() -> None:
+        d = det.core.DistributedContext(rank=1, size=2, chief_ip="127.0.0.1", pub_port=port,
+                                        port_offset=0, token="t", timeout_s=20)
+        got["worker"] = d.allgather("w")
+        d.close()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    chief = det.core.DistributedContext(rank=0, size=2, chief_ip="127.0.0.1", token="t",
+                                        timeout_s=20, listener=listener)
+    assert chief.allgather("c") == ["c", "w"]
+    chief.close()
+    t.join(30)
+    assert got["worker"] == ["c", "w"]
+    with Star.listen("127.0.0.1") as stray, pytest.raises(DetSdkError,
+                                                           match="listener is rank 0's"):
+        det.core.DistributedContext(rank=1, size=2, chief_ip="127.0.0.1", listener=stray)
