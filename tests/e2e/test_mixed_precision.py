@@ -20,10 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.master import Cluster, create, describe, trial_logs, wait_until
 from tests.e2e.test_horovod import HOROVODRUN, horovodrun
 from tests.support import SCRIPTS, run_python
 
 SCRIPT = SCRIPTS / "hvd_mixed_precision.py"
+HVD_EXAMPLE = Path(__file__).parents[1] / "hvd_example_model"
 CASES = ("f16", "f16_own", "bf16")
 pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
 
@@ -43,7 +45,7 @@ def _run(tmp: Path, name: str, processes: int, **env: str) -> tuple[dict, dict]:
 def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
         tmp_path: Path) -> None:
     cases = ",".join(CASES)
-    one, _ = _run(tmp_path, "one", 1, MP_CASES=cases)
+    one, one_state = _run(tmp_path, "one", 1, MP_CASES=cases)
     two, full_state = _run(tmp_path, "two", 2, MP_CASES=cases)
     assert two["size"] == 2
     for case in CASES:
@@ -75,6 +77,21 @@ def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
     for k in full_state:  # weights, Adam's slots, the loss scale and its counter
         np.testing.assert_array_equal(resumed_state[k], full_state[k], err_msg=k)
 
+    # one process checks every batch: SIGTERM after epoch 1's first batch stops there,
+    # mid-epoch, before that epoch's skip; the resume skips steps 6 and 10 as the
+    # uninterrupted run did, from the restored scale, and ends bit-equal to it
+    env = {"MP_CASES": "f16", "DET_RUNS_DIR": str(tmp_path / "runs_mid")}
+    _run(tmp_path, "mid", 1, MP_STOP="1:1", **env)
+    rows = [json.loads(r) for r in (tmp_path / "runs_mid" / "1" / "checkpoints.jsonl")
+            .read_text().splitlines()]
+    assert (rows[-1]["epoch"], rows[-1]["batch"]) == (1, 1)
+    mid, mid_state = _run(tmp_path, "mid_resumed", 1, DET_RESUME="latest", **env)
+    assert mid["f16"]["skipped"] == [6, 10]
+    assert mid["f16"]["loss_scale"] == one["f16"]["loss_scale"]
+    assert sorted(mid_state) == sorted(one_state)
+    for k in one_state:
+        np.testing.assert_array_equal(mid_state[k], one_state[k], err_msg=k)
+
 
 def test_a_mismatched_collective_ends_within_the_bound_saying_where_each_was(
         tmp_path: Path) -> None:
@@ -95,3 +112,48 @@ def test_a_mismatched_collective_ends_within_the_bound_saying_where_each_was(
         output[-5000:]
     assert "trained to the end" not in output
     assert took < 200  # start-up (two TensorFlow imports on a loaded machine) + the bound
+
+
+def test_horovods_example_under_mixed_float16_paused_on_two_slots_is_bit_equal(
+        cluster: Cluster) -> None:
+    """Horovod's own Keras example's shape (tests/hvd_example_model: per-process data, an
+    unwrapped repeat().shuffle().batch() pipeline, a per-batch warmup), under mixed_float16
+    on a 2-slot trial: paused in the middle of an epoch and activated, it ends with the
+    uninterrupted run's weights, Adam's slots, loss scale and counter, bit for bit."""
+    common = {"searcher": {"name": "single", "metric": "val_loss",
+                           "max_length": {"epochs": 3}},
+              "resources": {"slots_per_trial": 2},
+              "reproducibility": {"experiment_seed": 7}}
+    full = cluster.write_config("hvd-full", **common, data={
+        "mixed_precision": "mixed_float16", "weights_out": str(cluster.root / "hvd-full.npz")})
+    full_id = create(cluster, full, HVD_EXAMPLE)
+    hold = cluster.root / "hvd-hold"
+    hold.mkdir()
+    # 16 steps an epoch on 2 processes, which agree on a stop every 10 batches: held at
+    # epoch 1's batch 1 (the 18th), paused, released, they stop after its batch 3 (the 20th)
+    paused = cluster.write_config("hvd-paused", **common, data={
+        "mixed_precision": "mixed_float16", "weights_out": str(cluster.root / "hvd-paused.npz"),
+        "hold_at": [1, 1, str(hold)]})
+    exp_id = create(cluster, paused, HVD_EXAMPLE)
+    wait_until("the held batch", (hold / "reached").exists, timeout=300, every=0.2)
+    assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+    trial_id = describe(cluster, exp_id)["trials"][0]["id"]
+    wait_until("the trial to hear the pause",
+               lambda: "asks this trial to stop" in trial_logs(cluster, trial_id), timeout=60)
+    (hold / "release").write_text("x")
+    wait_until("PAUSED", lambda: describe(cluster, exp_id)["trials"][0]["state"] == "PAUSED",
+               timeout=120, every=0.2)
+    with cluster.http() as http:
+        last = http.get(f"/api/v1/trials/{trial_id}/checkpoints",
+                        params={"latest": "true"}).json()[0]
+    assert (last["epoch"], last["batch"]) == (1, 4)  # mid-epoch
+    assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
+    for exp in (full_id, exp_id):
+        done = cluster.det("experiment", "wait", str(exp))
+        assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = describe(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 48
+    a, b = np.load(cluster.root / "hvd-full.npz"), np.load(cluster.root / "hvd-paused.npz")
+    assert len(a) == len(b) > 6  # 3 layers' weights, then the optimizer's variables
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)

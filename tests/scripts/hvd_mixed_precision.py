@@ -72,17 +72,18 @@ class Skips(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.skipped, self.scale, self.step = [], None, 0
+        self.skipped, self.scale, self.epoch = [], None, 0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.step = epoch * ROWS // GLOBAL_BATCH
+        self.epoch = epoch
 
     def on_train_batch_end(self, b, logs=None):
+        # b: plain Keras's index in the epoch, after a mid-epoch resume too
         scale = loss_scale_state(self.model)
         scale = max(scale.values()) if scale else None
         if scale is not None and self.scale is not None and scale < self.scale:
-            self.skipped.append(self.step)
-        self.scale, self.step = scale, self.step + 1
+            self.skipped.append(self.epoch * ROWS // GLOBAL_BATCH + b)
+        self.scale = scale
 
 
 def optimizer_state(model):
