@@ -48,6 +48,7 @@ __all__ = [
     "num_rows",
     "pad_dataset",
     "refuse_same_batches",
+    "same_everywhere",
     "sequence_pipeline",
     "sequence_steps",
     "slice_rows",
@@ -410,21 +411,37 @@ def _digest(a: np.ndarray) -> str:
     h = xxhash.xxh3_64(f"{a.shape}{a.dtype.str}".encode())
     if a.dtype.hasobject:  # strings, ragged rows: their text (object bytes are pointers)
         h.update("\x00".join(map(repr, a.ravel().tolist())).encode())
-    else:
+    elif a.size:  # (memoryview cannot cast an empty array's view)
         h.update(np.ascontiguousarray(a).data.cast("B"))
     return h.hexdigest()
 
 
-def _check_same_everywhere(dist: Processes, named: dict[str, Any]) -> None:
-    """Refuse arrays that differ between processes: each process keeps its part of *its*
-    arrays, so different arrays would give overlapping or missing shards, silently.
-
-    One digest per array (xxh3, about 10 GB/s) and one small allgather.
-    """
+def _digests_everywhere(dist: Processes, named: dict[str, Any]
+                        ) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """This process's digest of each array in ``named`` (by name, ``x[1]`` for a list's
+    second), and every process's (one digest per array, xxh3 at about 10 GB/s, and one
+    small allgather)."""
     mine = {f"{name}[{i}]" if len(_leaves(struct)) > 1 else name: _digest(leaf)
             for name, struct in named.items() if struct is not None
             for i, leaf in enumerate(_leaves(struct))}
-    every = dist.allgather(mine)
+    return mine, dist.allgather(mine)
+
+
+def same_everywhere(dist: Processes, named: dict[str, Any]) -> bool:
+    """True when every process holds the same arrays ``named`` (a collective).
+
+    >>> from det_sdk.distributed import SingleProcess
+    >>> same_everywhere(SingleProcess(), {"x": np.zeros(3)})
+    True
+    """
+    mine, every = _digests_everywhere(dist, named)
+    return all(theirs == mine for theirs in every)
+
+
+def _check_same_everywhere(dist: Processes, named: dict[str, Any]) -> None:
+    """Refuse arrays that differ between processes: each process keeps its part of *its*
+    arrays, so different arrays would give overlapping or missing shards, silently."""
+    mine, every = _digests_everywhere(dist, named)
     for where in mine:
         ranks = [r for r, theirs in enumerate(every) if theirs.get(where) != every[0].get(where)]
         if ranks:

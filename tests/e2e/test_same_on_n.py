@@ -119,6 +119,14 @@ def test_rows_cut_from_wrapped_views_and_alike_datasets_are_refused(two: dict,
     assert one["unwrapped_dataset_refused"] is None
 
 
+def test_plain_arrays_alike_on_every_process_train_what_one_process_does(two: dict,
+                                                                          one: dict) -> None:
+    # issue 49, item 7: each process trained every sample (32 ids twice) before
+    assert two["plain_arrays_seen"] == one["plain_arrays_seen"] == list(range(32))
+    for got, want in zip(two["plain_arrays_weights"], one["plain_arrays_weights"]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
 def test_preprocessing_adapted_on_wrapped_data_equals_one_process(two: dict, one: dict) -> None:
     # issue 49: was each rank's half, then rank 0's broadcast
     reference = one["adapted"][0]

@@ -186,11 +186,34 @@ def test_two_ranks_pad_their_own_arrays_to_the_most_rows() -> None:
     assert (a.train.padded, b.train.padded, steps_a, steps_b) == (5, 5, 3, 3)
     assert (a.first_padding, b.first_padding) == (None, 2)  # rank 1's third step: padding
     assert (call_a["steps_per_epoch"], call_b["steps_per_epoch"]) == (3, 3)
-    # the rows agreed once while shaping, then the steps
-    assert [r.gathered for r in ranks] == [[5, 3], [3, 3]]
+    # whether the arrays are alike (no: each rank's own), the rows agreed once while
+    # shaping, then the steps
+    assert [sorted(r.gathered[0]) for r in ranks] == [["x", "y"], ["x", "y"]]
+    assert [r.gathered[1:] for r in ranks] == [[5, 3], [3, 3]]
     # rank 1's 3 rows in 3 steps of 2: its last step trains one padding row (its gradients
     # are zeroed: the batches carry no weights, as Keras would pass them)
     assert [int(x.shape[0]) for x, _ in call_b["x"]] == [2, 1, 1]
+
+
+def test_arrays_alike_on_every_rank_and_not_wrapped_are_shared_out_as_wrap_data_would(
+        ) -> None:
+    """A one-process script run on N: fit(x, y) with the same arrays on every rank trains
+    one process's epoch (each rank its part of every global batch), not every row on
+    every rank; arrays that differ stay each rank's own (the test above)."""
+    x, y = _xy(10)
+
+    def batches(d: Processes, batch_size: int) -> tuple[int | None, list[np.ndarray]]:
+        inputs = fit_inputs(d, {"x": x.copy(), "y": y.copy(), "batch_size": batch_size})
+        call = inputs.call_inputs(FitCall(0, 1, 0, None, [1]), seed=3)
+        return inputs.steps_per_epoch(), [np.asarray(b[0]) for b in call["x"]]
+
+    one_steps, one = batches(SingleProcess(), 4)
+    _, results, errors = _on_ranks(2, lambda d: batches(d, 2))
+    assert errors == [None, None]
+    assert [steps for steps, _ in results] == [one_steps, one_steps] == [3, 3]
+    for k, whole in enumerate(one):  # the ranks' rows of step k are one process's
+        both = np.concatenate([parts[k] for _, parts in results if len(parts[k])])
+        assert sorted(map(tuple, both.tolist())) == sorted(map(tuple, whole.tolist()))
 
 
 def test_two_ranks_even_out_their_datasets() -> None:

@@ -233,6 +233,14 @@ hist = context.fit(nmodel, x=x32, y=y32, batch_size=bs, epochs=2, validation_dat
                    verbose=0)
 report["adapted_val_loss"] = hist.history["val_loss"]
 
+#    d) plain arrays alike on every process, not passed through wrap_data (a one-process
+#       script run on N): shared out as wrap_data would, each sample trained once an epoch
+#       (32 rows: every global batch splits evenly, so the weights are one process's too)
+plain = make_model(record=True)
+context.fit(plain, x=x[:32], y=y[:32], batch_size=bs, epochs=1, verbose=0)
+report["plain_arrays_seen"] = seen_everywhere(plain)
+report["plain_arrays_weights"] = [np.asarray(w).ravel().tolist() for w in plain.get_weights()]
+
 if dist.is_chief:
     with open(os.environ["SAME_OUT"], "w") as f:
         json.dump(report, f, indent=1, default=float)

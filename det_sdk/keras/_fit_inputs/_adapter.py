@@ -47,17 +47,24 @@ class DataAdapter:
 
     @classmethod
     def shaped(cls, dist: Processes, data: dict[str, Any], split: float) -> DataAdapter:
-        """The adapter of ``data`` (rewritten in place, then frozen): ``validation_split``
-        (``split``, 0: none) held out, the default batch size, the validation data as this
+        """The adapter of ``data`` (rewritten in place, then frozen): the default batch
+        size, data alike on every process shared out, ``validation_split``
+        (``split``, 0: none) held out, the validation data as this
         process takes it, the processes agreed on their steps (collectives), the class
         weights taken where det_sdk applies them."""
+        cls._default_batch_size(dist, data)  # may refuse: before any collective
+        cls._share_out(dist, data)
         if split:
             cls._split(dist, data, split)
-        cls._default_batch_size(dist, data)
         _validation.local_validation(dist, data)
         agreed = cls._agree(dist, data)
         class_weight = cls._take_class_weight(data)
         return cls(dist, MappingProxyType(dict(data)), class_weight, **agreed)
+
+    @classmethod
+    def _share_out(cls, dist: Processes, data: dict[str, Any]) -> None:
+        """Data not passed through ``wrap_data`` that every process holds alike: share it
+        out as ``wrap_data`` would, where that is well defined (numpy rows)."""
 
     @classmethod
     def _split(cls, dist: Processes, data: dict[str, Any], frac: float) -> None:

@@ -7,6 +7,7 @@ addressed by (epoch, batch), with weight-0 rows where a process has fewer.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ __all__ = ["ArrayAdapter"]
 
 _KERAS_BATCH = 32  # Keras's batch size for numpy input given none
 
+log = logging.getLogger("det_sdk.keras")
+
 
 @dataclass(frozen=True, eq=False)
 class ArrayAdapter(DataAdapter):
@@ -37,6 +40,26 @@ class ArrayAdapter(DataAdapter):
     """
 
     padded: int | None = None
+
+    @classmethod
+    def _share_out(cls, dist: Processes, data: dict[str, Any]) -> None:
+        """Arrays not passed through ``wrap_data`` that are the same on every process (a
+        script written for one process, run on N): each process takes its part of the
+        rows, as ``wrap_data`` would, so N processes train what one does. Left as they
+        are, each process would train every row: one process's batches N times over, at
+        N times the steps of the global batch. Arrays that differ between the processes
+        are each one's own (Horovod's habit of a file per rank)."""
+        names = [k for k in ("x", "y", "sample_weight") if data.get(k) is not None]
+        if dist.size == 1 or _data.is_wrapped([data[k] for k in names]):
+            return
+        parts = {k: data[k] for k in names}
+        if not _data.same_everywhere(dist, parts):
+            return
+        log.info("context.fit: %s the same on all %d processes and not passed through "
+                 "context.wrap_data: each process takes its part of the rows, as "
+                 "wrap_data would", "/".join(names), dist.size)
+        shared = _as_list(_data.wrap_data(dist, *_by_name(names, list(parts.values()))))
+        data.update(zip(names, shared))
 
     @classmethod
     def _split(cls, dist: Processes, data: dict[str, Any], frac: float) -> None:
