@@ -84,7 +84,7 @@ def test_bad_input_is_refused_naming_it(env: Env, capsys: pytest.CaptureFixture[
         ((str(exp), "--config", "resources.slots=1"), "resources: det_sdk's master runs"),
         ((str(exp), "--config", "description=[1]"), "description: expected a string"),
     ]:
-        code, out, err = _det(capsys, "tensorboard", "start", *words, "--no-browser")
+        code, _, err = _det(capsys, "tensorboard", "start", *words, "--no-browser")
         assert code == 1 and says in err and "Traceback" not in err, (words, err)
     assert env.http.get("/api/v1/tensorboards").json() == {"tensorboards": []}  # none started
     with pytest.raises(SystemExit) as parse_error:
