@@ -139,7 +139,9 @@ FORMS: list[tuple[str, str, str]] = [
                                         "its URL and opens a browser. The URL is on the "
                                         "master's host at TensorBoard's own port (Determined: "
                                         "a path proxied by the master); every trial of the "
-                                        "experiment (Determined: the best 100)"),
+                                        "experiment (Determined: the best 100); over the same "
+                                        "trials as one that serves, that one (as Determined's "
+                                        "web UI); at most 8 at once"),
     ("det tensorboard start 1 2 -t 5 --no-browser", "same", ""),
     ("det tensorboard start -t 5 6", "same", ""),
     ("det tensorboard start 1 -d", "same", "prints its id"),

@@ -17,6 +17,8 @@ manager is; this module is the one place that does.
 - At the master's stop (``stop``) every TensorBoard it runs is killed; a master that
   starts after one that died (``recover``) kills what the previous one left running and
   marks those records TERMINATED: no record ever shows a URL nothing serves.
+- A start over the same trials as one that starts or serves answers that one; at most
+  ``MAX_LIVE`` run at once (each is a process that may import TensorFlow).
 - Each TensorBoard's output goes to ``<root>/<id>/tensorboard.log`` (``det tensorboard
   logs``).
 
@@ -45,15 +47,16 @@ from pathlib import Path
 from typing import Any
 
 from det_sdk.atomic import write_atomic
-from det_sdk.master.errors import InvalidRequest, NotFound
+from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.storage import pid_alive
 
-__all__ = ["MAX_TRIALS", "Source", "TensorBoards", "logdir_spec", "served_port",
+__all__ = ["MAX_LIVE", "MAX_TRIALS", "Source", "TensorBoards", "logdir_spec", "served_port",
            "tensorboard_dir"]
 
 log = logging.getLogger("det_sdk.master.tensorboards")
 
 MAX_TRIALS = 100  # Determined's limit of trials per TensorBoard
+MAX_LIVE = 8  # TensorBoards running at once (each is a process that may import TensorFlow)
 KEEP_ENDED = 100  # TERMINATED records kept (the newest); older ones are forgotten
 KILL_GRACE_SECONDS = 10.0
 _ENV_MARK = "DET_TENSORBOARD_ID"  # in the process's environment: which record it serves
@@ -190,6 +193,22 @@ class TensorBoards:
             raise InvalidRequest(f"experiment_ids, trial_ids: {len(sources)} trials, over "
                                  f"Determined's limit of {MAX_TRIALS} per TensorBoard")
         spec = logdir_spec(sources)
+        trials = sorted({s.trial_id for s in sources})
+        with self._lock:  # the check and the start as one: no two over the same trials
+            # one over the same trials already starts or serves: that one (as Determined's
+            # web UI opens the TensorBoard of an experiment that has one)
+            for rec in self._records.values():
+                self._refresh(rec)
+                if rec["state"] != "TERMINATED" and sorted(rec["trials"]) == trials:
+                    return self._out(rec)
+            live = sum(r["state"] != "TERMINATED" for r in self._records.values())
+            if live >= MAX_LIVE:
+                raise Conflict(f"{live} TensorBoards run on this master, its limit: "
+                               "det tensorboard kill one first")
+            return self._spawn(spec, sources, experiment_ids, trial_ids, description)
+
+    def _spawn(self, spec: str, sources: list[Source], experiment_ids: list[int],
+               trial_ids: list[int], description: str | None) -> dict[str, Any]:
         tb_id = str(uuid.uuid4())
         home = self.root / tb_id
         (home / "tmp").mkdir(parents=True, mode=0o700)
@@ -197,21 +216,21 @@ class TensorBoards:
                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         cmd = [self.python, "-m", "tensorboard.main", "--logdir_spec", spec,
                "--host", self.host, "--port", "0", "--reload_interval", "5"]
-        with self._lock, open(self.log_path(tb_id), "ab") as out:
+        with open(self.log_path(tb_id), "ab") as out:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, cwd=home,
                                     start_new_session=True)
-            self._procs[tb_id] = proc
-            rec = {"id": tb_id, "state": "STARTING",
-                   "description": description or _describe(experiment_ids, trial_ids),
-                   "experiment_ids": experiment_ids, "trial_ids": trial_ids,
-                   "trials": [s.trial_id for s in sources], "pid": proc.pid, "port": None,
-                   "exit_status": None, "start_time": time.time(), "end_time": None}
-            self._records[tb_id] = rec
-            self._save()
-            log.info("TensorBoard %s started (pid %d) over %d trials", tb_id, proc.pid,
-                     len(sources))
-            return self._out(rec)
+        self._procs[tb_id] = proc
+        rec = {"id": tb_id, "state": "STARTING",
+               "description": description or _describe(experiment_ids, trial_ids),
+               "experiment_ids": experiment_ids, "trial_ids": trial_ids,
+               "trials": [s.trial_id for s in sources], "pid": proc.pid, "port": None,
+               "exit_status": None, "start_time": time.time(), "end_time": None}
+        self._records[tb_id] = rec
+        self._save()
+        log.info("TensorBoard %s started (pid %d) over %d trials", tb_id, proc.pid,
+                 len(sources))
+        return self._out(rec)
 
     def list(self) -> list[dict[str, Any]]:
         """Every record, oldest first."""

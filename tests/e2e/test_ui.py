@@ -606,6 +606,9 @@ def test_det_tensorboard_start_list_kill(cluster: Cluster, asha: int,
         assert (tb["id"], tb["state"], tb["url"], tb["description"], tb["experiment_ids"],
                 sorted(tb["trials"])) == (tb_id, "RUNNING", url, "ui test", [asha],
                                           sorted(trial_ids))
+        # a start over the same trials answers the one that serves (no second process)
+        again = cluster.det("tensorboard", "start", str(asha), "-d")
+        assert again.returncode == 0 and again.stdout.strip() == tb_id, again.stderr
         logs = cluster.det("tensorboard", "logs", tb_id)
         assert logs.returncode == 0 and "TensorBoard" in logs.stdout, logs.stderr
         opened = subprocess.run([str(DET), "tensorboard", "open", tb_id[:8]],

@@ -29,7 +29,7 @@ from det_sdk.master.app import create_app
 from det_sdk.master.archive import pack
 from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest
-from det_sdk.master.tensorboards import MAX_TRIALS, Source, tensorboard_dir
+from det_sdk.master.tensorboards import MAX_LIVE, MAX_TRIALS, Source, tensorboard_dir
 
 pytestmark = pytest.mark.stack_neutral
 
@@ -171,3 +171,25 @@ def test_a_task_token_is_refused(env: Env) -> None:
     r = env.http.post("/api/v1/tensorboards", json={"experiment_ids": [exp]}, headers=task)
     assert r.status_code == 403, r.text
     assert env.http.get("/api/v1/tensorboards", headers=task).status_code == 403
+
+
+def test_a_start_over_the_same_trials_answers_the_one_that_serves(env: Env) -> None:
+    exp = env.experiment()
+    trials = [t["id"] for t in env.master.store.trials(exp)]
+    home = env.root / "m" / "tensorboards"
+    home.mkdir(parents=True)
+    serving = {**_record(str(uuidlib.uuid4()), 2**22 + 7), "trials": trials[::-1]}
+    others = [{**_record(str(uuidlib.uuid4()), 2**22 + 7), "trials": [100 + i]}
+              for i in range(MAX_LIVE - 1)]
+    (home / "records.json").write_text(json.dumps([serving, *others]))
+    master = Master(env.root / "m", slots=1, url="http://127.0.0.1:1")  # its own records
+    http = TestClient(create_app(master), headers={"Authorization": f"Bearer {env.token}"})
+    # the same trials, however asked for: that one, no other process
+    for body in ({"experiment_ids": [exp]}, {"trial_ids": trials[::-1]},
+                 {"experiment_ids": [exp], "trial_ids": [trials[0]]}):
+        r = http.post("/api/v1/tensorboards", json=body)
+        assert r.status_code == 201 and r.json()["tensorboard"]["id"] == serving["id"], r.text
+    # other trials while MAX_LIVE run: refused, saying what to do
+    r = http.post("/api/v1/tensorboards", json={"trial_ids": [trials[0]]})
+    assert r.status_code == 409 and "det tensorboard kill" in r.json()["detail"], r.text
+    assert len(http.get("/api/v1/tensorboards").json()["tensorboards"]) == MAX_LIVE
