@@ -8,6 +8,9 @@ the master's, and queueing a viewer behind training would make it wait for slots
 master runs TensorBoard as its own child process, beside itself, whatever the resource
 manager is; this module is the one place that does.
 
+- The URL: TensorBoard's own port on the master's host, not a path the master proxies
+  (Determined's way): TensorBoard's pages stay out of the master's origin, where their
+  scripts would run beside the web UI's signed-in session.
 - The port: TensorBoard binds it itself (``--port 0``: the kernel picks a free one, no
   "find a free port, bind it later" race) and writes it to its info file, which the
   child's private ``TMPDIR`` puts at a known path (``tensorboard.manager``'s
