@@ -55,12 +55,14 @@ __all__ = [
     "JobState",
     "JobSummary",
     "LatestMetrics",
+    "LaunchTensorBoardRequest",
     "MetricGroup",
     "MetricsReport",
     "MetricsRow",
     "PreemptionSignal",
     "ProgressReport",
     "SearcherOperation",
+    "TensorBoardInfo",
     "TrialInfo",
     "TrialPage",
     "TrialState",
@@ -201,6 +203,35 @@ class CreateJobRequest(_Model):
 
     config: dict[str, Any]
     model_definition: str = Field(description="base64 of a .tar.gz of the directory")
+
+
+class LaunchTensorBoardRequest(_Model):
+    """``POST /api/v1/tensorboards`` (``det tensorboard start``): TensorBoard over every
+    trial of ``experiment_ids`` and over ``trial_ids``, as Determined's request."""
+
+    experiment_ids: list[Annotated[int, Field(ge=0, le=MAX_INT)]] = Field(
+        default_factory=list, max_length=100)
+    trial_ids: list[Annotated[int, Field(ge=0, le=MAX_INT)]] = Field(
+        default_factory=list, max_length=100)
+    description: str | None = Field(None, max_length=500,
+                                    description="the config's `description` (the list shows it)")
+
+
+class TensorBoardInfo(_Model):
+    """A TensorBoard the master runs: STARTING until it serves, RUNNING (``url``, ``port``),
+    TERMINATED (``exit_status`` says how)."""
+
+    id: str
+    state: Literal["STARTING", "RUNNING", "TERMINATED"]
+    description: str
+    experiment_ids: list[int]
+    trial_ids: list[int]
+    trials: list[int] = Field(description="every trial it shows")
+    port: int | None
+    url: str | None = Field(description="where it serves, on the master's host (RUNNING)")
+    exit_status: str | None
+    start_time: float
+    end_time: float | None
 
 
 MetricGroup = Literal["training", "validation", "evaluation"]

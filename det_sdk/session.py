@@ -502,7 +502,8 @@ class MasterSession(Session):
         self.storage = open_storage(info.config.get("checkpoint_storage"))
         self.latest_checkpoint = info.latest_checkpoint
         # TensorBoard event files go beside the checkpoints, in the trial's storage, where
-        # `det tensorboard EXP_ID` (det_sdk.master.ui.tensorboard_dir) finds them.
+        # `det tensorboard start EXP_ID` finds them (det_sdk.master.tensorboards.
+        # tensorboard_dir).
         self.tensorboard_dir = (
             Path(storage) / "tensorboard" / str(info.experiment_id) / f"trial_{info.trial_id}"
             if storage and info.trial_id is not None else None)

@@ -135,10 +135,37 @@ FORMS: list[tuple[str, str, str]] = [
     ("det job", "same", "a bare noun lists the queue"),
     ("det job list -p pool", "refused", "one pool of slots"),
     ("det job update 1 --priority 3", "not built", "no priorities"),
-    ("det tensorboard start 1", "not built", "det tensorboard 1 runs it in the foreground "
-                                             "until Ctrl-C"),
-    ("det tensorboard list", "not built", "det tensorboard runs in the foreground"),
-    ("det tensorboard kill ID", "not built", "Ctrl-C the det tensorboard that runs it"),
+    ("det tensorboard start 1", "same", "the master runs it; waits until it serves, prints "
+                                        "its URL and opens a browser. The URL is on the "
+                                        "master's host at TensorBoard's own port (Determined: "
+                                        "a path proxied by the master); every trial of the "
+                                        "experiment (Determined: the best 100); over the same "
+                                        "trials as one that serves, that one (as Determined's "
+                                        "web UI); at most 8 at once"),
+    ("det tensorboard start 1 2 -t 5 --no-browser", "same", ""),
+    ("det tensorboard start -t 5 6", "same", ""),
+    ("det tensorboard start 1 -d", "same", "prints its id"),
+    ("det tensorboard start 1 --config description=mine", "same", "of its config, "
+                                                                  "`description` is honoured; "
+                                                                  "other keys are refused"),
+    ("det tensorboard start 1 --config-file tb.yaml", "same", "as --config"),
+    ("det tensorboard start 1 -c dir", "refused", "no files are sent to TensorBoard"),
+    ("det tensorboard list", "same", "ID, Description, State, Experiment IDs, Trial IDs, "
+                                     "Exit Status and URL (no user, pool or workspace); "
+                                     "ended ones stay listed as TERMINATED"),
+    ("det tensorboard", "same", "a bare noun lists"),
+    ("det tensorboard ls --all", "same", "one user: the same list"),
+    ("det tensorboard list -q", "same", "the ids"),
+    ("det tensorboard list --json", "different", "det_sdk's objects (id, state, "
+                                                 "experiment_ids, trial_ids, url...)"),
+    ("det tensorboard list --csv", "same", ""),
+    ("det tensorboard kill ID", "same", "an id or a unique beginning of one"),
+    ("det tensorboard kill ID1 ID2 -f", "same", ""),
+    ("det tensorboard open ID", "same", "prints the URL too"),
+    ("det tensorboard logs ID", "same", "what TensorBoard printed"),
+    ("det tensorboard logs ID -f --tail 5", "same", ""),
+    ("det tensorboard config ID", "refused", "no config beyond the description"),
+    ("det tensorboard set priority ID 3", "refused", "no priorities"),
 ]
 
 

@@ -215,16 +215,88 @@ def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--open", action="store_true", help="also open it in the default browser")
     p.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "ui"))
 
+    _add_tensorboard_commands(sub)
+
+
+def _add_tensorboard_commands(sub: argparse._SubParsersAction) -> None:
+    """Determined's ``det tensorboard start|list|kill|open|logs`` (the master runs it:
+    det_sdk.cli.tensorboard_cmd), and det_sdk's ``det tensorboard run`` (this process runs
+    it until Ctrl-C, over experiments or a local runs directory: det_sdk.cli.ui_cmd)."""
+    tb_cmd = "det_sdk.cli.tensorboard_cmd"
     tb = sub.add_parser("tensorboard", help="TensorBoard over experiments' trials (or local runs)",
-                        description="Start TensorBoard over the event files the trials of "
-                        "EXP_ID... wrote (cluster), or over --runs-dir (local runs); prints "
-                        "its URL and runs until interrupted.")
-    tb.add_argument("experiment_ids", metavar="EXP_ID", type=int, nargs="*",
-                    help="experiments whose trials to show")
-    tb.add_argument("--runs-dir", help="local runs instead (python train.py): e.g. det-runs")
-    tb.add_argument("--host", default="127.0.0.1")
-    tb.add_argument("--port", type=int, default=6006, help="default 6006; 0: any free port")
-    tb.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "tensorboard"))
+                        description="TensorBoard over the event files of trials: `start` asks "
+                        "the master to run one (Determined's), `run` runs one here until "
+                        "Ctrl-C (also over local runs: --runs-dir).")
+    old_error = tb.error
+
+    def error(message: str) -> Any:
+        # `det tensorboard 3` was det_sdk's foreground form before Determined's verbs
+        if "invalid choice" in message:
+            message += ("; TensorBoard over experiments: det tensorboard start EXP_ID... "
+                        "(the master runs it) or det tensorboard run EXP_ID... (here, until "
+                        "Ctrl-C)")
+        return old_error(message)
+
+    tb.error = error  # type: ignore[method-assign,unused-ignore]  # argparse: no hook
+    verbs = tb.add_subparsers(dest="action", metavar="ACTION")
+    start = verbs.add_parser("start", help="the master starts a TensorBoard; prints its URL")
+    start.add_argument("experiment_ids", metavar="EXP_ID", type=int, nargs="*",
+                       help="experiments whose trials to show (every trial)")
+    start.add_argument("-t", "--trial-ids", type=int, nargs="+", metavar="TRIAL_ID",
+                       help="trials to show (at most 100 in all)")
+    start.add_argument("--config-file", help="a TensorBoard config (.yaml): `description`")
+    start.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a config value, e.g. description=mine")
+    start.add_argument("--no-browser", action="store_true",
+                       help="do not open it in a browser once it serves")
+    start.add_argument("-d", "--detach", action="store_true",
+                       help="print its id at once, without waiting for it to serve")
+    start.add_argument("-c", "--context", **refused(
+        "TensorBoard reads the trials' event files; no files are sent to it", True))
+    start.add_argument("-i", "--include", **refused(
+        "TensorBoard reads the trials' event files; no files are sent to it", True))
+    start.set_defaults(func=_Lazy(tb_cmd, "start"))
+    ls = verbs.add_parser("list", aliases=["ls"], help="the TensorBoards the master runs "
+                          "(and ran)")
+    ls.add_argument("-q", "--quiet", action="store_true", help="only the ids")
+    ls.add_argument("-a", "--all", action="store_true",
+                    help="all users' (det_sdk's master has one user: the same list)")
+    fmt = ls.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt.add_argument("--csv", action="store_true", help="comma-separated values")
+    ls.set_defaults(func=_Lazy(tb_cmd, "list_tensorboards"))
+    kill = verbs.add_parser("kill", help="stop TensorBoards")
+    kill.add_argument("tensorboard_id", nargs="+", help="their ids (or unique beginnings)")
+    kill.add_argument("-f", "--force", action="store_true", help="go on past errors")
+    kill.set_defaults(func=_Lazy(tb_cmd, "kill"))
+    opened = verbs.add_parser("open", help="print and open a running TensorBoard's URL")
+    opened.add_argument("tensorboard_id", help="its id (or a unique beginning)")
+    opened.set_defaults(func=_Lazy(tb_cmd, "open_tensorboard"))
+    logs = verbs.add_parser("logs", help="what a TensorBoard printed")
+    logs.add_argument("tensorboard_id", help="its id (or a unique beginning)")
+    from det_sdk.cli.logs_cmd import LOG_OPTIONS
+
+    for name, options in LOG_OPTIONS:
+        logs.add_argument(*(name if isinstance(name, tuple) else (name,)), **options)
+    logs.set_defaults(func=_Lazy(tb_cmd, "logs"))
+    for verb in ("config", "set"):
+        no = verbs.add_parser(verb, help=f"refused: det tensorboard {verb}")
+        no.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+        no.set_defaults(func=_refusal(
+            f"det tensorboard {verb}: det_sdk's TensorBoards have no config beyond their "
+            "description (det tensorboard list shows it) and no priorities"))
+
+    run = verbs.add_parser("run", help="det_sdk's: run TensorBoard here until Ctrl-C",
+                           description="Start TensorBoard in this process over the event "
+                           "files the trials of EXP_ID... wrote (cluster), or over --runs-dir "
+                           "(local runs); prints its URL and runs until interrupted.")
+    run.add_argument("experiment_ids", metavar="EXP_ID", type=int, nargs="*",
+                     help="experiments whose trials to show")
+    run.add_argument("--runs-dir", help="local runs instead (python train.py): e.g. det-runs")
+    run.add_argument("--host", default="127.0.0.1")
+    run.add_argument("--port", type=int, default=6006,
+                     help="default 6006; 0: a free port TensorBoard binds itself")
+    run.set_defaults(func=_Lazy("det_sdk.cli.ui_cmd", "tensorboard"))
 
 
 def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParser:

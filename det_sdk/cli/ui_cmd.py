@@ -1,10 +1,11 @@
-"""``det ui`` (a link that signs a browser in to the master's web UI) and ``det tensorboard``.
+"""``det ui`` (a link that signs a browser in to the master's web UI) and ``det tensorboard
+run`` (TensorBoard in this process until Ctrl-C; ``det tensorboard start`` asks the master).
 
 Their arguments are defined in ``det_sdk.cli.main`` (this module is imported when one of
 them runs):
 
 >>> from det_sdk.cli.main import build_parser
->>> args = build_parser().parse_args(["tensorboard", "3", "4", "--port", "0"])
+>>> args = build_parser().parse_args(["tensorboard", "run", "3", "4", "--port", "0"])
 >>> args.experiment_ids, args.func.__name__
 ([3, 4], 'tensorboard')
 """
@@ -14,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from argparse import Namespace
+from pathlib import Path
 from typing import Any
 
 from det_sdk.errors import DetSdkError, UsageError
@@ -78,12 +81,6 @@ def ui(args: Namespace) -> int:
     return 0
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _logdir_args(args: Namespace) -> tuple[list[str], str]:
     """TensorBoard's logdir arguments, and a line saying what it shows."""
     if args.runs_dir:
@@ -93,7 +90,8 @@ def _logdir_args(args: Namespace) -> tuple[list[str], str]:
             raise UsageError(f"--runs-dir {args.runs_dir}: no such directory")
         return ["--logdir", args.runs_dir], f"local runs in {args.runs_dir}"
     if not args.experiment_ids:
-        raise UsageError("which experiments? det tensorboard EXP_ID... (or --runs-dir det-runs)")
+        raise UsageError("which experiments? det tensorboard run EXP_ID... (or --runs-dir "
+                         "det-runs)")
     ids = ",".join(str(e) for e in args.experiment_ids)
     dirs = _call(args.master, "GET", "/ui/api/tensorboard-dirs",
                  params={"experiment_ids": ids})
@@ -115,17 +113,21 @@ def tensorboard(args: Namespace) -> int:
     logdir, what = _logdir_args(args)
     # `kill` (or a test's terminate) must stop TensorBoard too: exit through `finally`
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    port = args.port or _free_port(args.host)
-    url = f"http://{args.host}:{port}/"
+    # --port 0: TensorBoard binds a free port itself and writes it to its info file under
+    # its TMPDIR (no "find a free port, bind it later" race)
+    tmp = tempfile.mkdtemp(prefix="det-tensorboard-")
     cmd = [sys.executable, "-m", "tensorboard.main", *logdir, "--host", args.host,
-           "--port", str(port), "--reload_interval", "5"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+           "--port", str(args.port), "--reload_interval", "5"]
+    env = {**os.environ, "TMPDIR": tmp,
+           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        if not _wait_serving(url, proc, timeout=120):
+        url = _wait_serving(args.host, Path(tmp), proc, timeout=120)
+        if url is None:
             err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-            raise TensorBoardError(f"TensorBoard did not start on {url}: {err.strip()[-2000:]}")
+            raise TensorBoardError(f"TensorBoard did not start on {args.host}: "
+                                   f"{err.strip()[-2000:]}")
         print(f"TensorBoard at {url} showing {what}", flush=True)
         if args.experiment_ids:
             with contextlib.suppress(Exception):  # the link on the pages is a nicety
@@ -144,17 +146,25 @@ def tensorboard(args: Namespace) -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _wait_serving(url: str, proc: subprocess.Popen[str], timeout: float) -> bool:
+def _wait_serving(host: str, tmp: Path, proc: subprocess.Popen[str],
+                  timeout: float) -> str | None:
+    """TensorBoard's URL once it answers (None if it exited or ``timeout`` passed)."""
     import httpx
+
+    from det_sdk.master.tensorboards import served_port
 
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
+        port = served_port(tmp, proc.pid)
+        if port is not None:
+            url = f"http://{host}:{port}/"
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
         time.sleep(0.3)
-    return False
+    return None

@@ -34,6 +34,7 @@ from det_sdk.master.routes.guard import Guard
 from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.models import models_router
 from det_sdk.master.routes.tasks import tasks_router
+from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
 from det_sdk.master.routes.ui import ui_router
 from det_sdk.master.routes.ui_data import ui_data_router
@@ -72,6 +73,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(models_router(master, user))  # the model registry (issue 38)
     # Determined's CLI verbs on finished work and the master's log (issue 48)
     app.include_router(admin_router(master, user))
+    app.include_router(tensorboards_router(master, user))  # det tensorboard start (issue 48)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
@@ -59,6 +60,7 @@ from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
 from det_sdk.master.store import Store
+from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = ["Master", "RequestError"]
@@ -123,6 +125,10 @@ class Master:
             **rm_options)
         self.scheduler = Scheduler(self.store, self.lifecycle, self.launcher, self.tasks_dir,
                                    self.trial_config, self.search, self.checkpoint_store)
+        # `det tensorboard start`: beside the master whatever the resource manager is
+        # (det_sdk.master.tensorboards says why), listening where the master listens
+        self.tensorboards = TensorBoards(data_dir / "tensorboards",
+                                         host=urlsplit(url).hostname or "127.0.0.1")
 
     # --- the master itself ----------------------------------------------------------------
 
@@ -130,6 +136,7 @@ class Master:
         """Recover from the previous master (adopt or end its tasks), sweep what nothing
         uses any more, then schedule in the background."""
         self.scheduler.recover()
+        self.tensorboards.recover()
         self.launcher.start()
         self._sweep_uploads()
         with self._lock:
@@ -142,6 +149,7 @@ class Master:
         this returns, the others keep running for the next master to adopt."""
         self.scheduler.stop()
         self.launcher.stop()
+        self.tensorboards.stop()
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
@@ -433,6 +441,34 @@ class Master:
     def trial_checkpoint(self, trial_id: int, best: bool,
                          stage: str | None = None) -> dict[str, Any]:
         return self.checkpoint_store.of_trial(trial_id, best, stage)
+
+    # --- TensorBoard ----------------------------------------------------------------------
+
+    def tensorboard_sources(self, experiment_ids: list[int],
+                            trial_ids: list[int]) -> list[Source]:
+        """Each trial's TensorBoard directory: every trial of ``experiment_ids``, then
+        ``trial_ids`` (once each). NotFound names an unknown experiment or trial; an
+        experiment without trials is refused."""
+        if not experiment_ids and not trial_ids:
+            raise InvalidRequest("experiment_ids, trial_ids: give at least one")
+        trials: dict[int, TrialRow] = {}
+        for exp_id in experiment_ids:
+            self._experiment(exp_id)
+            rows = self.store.trials(exp_id)
+            if not rows:
+                raise InvalidRequest(f"experiment_ids: experiment {exp_id} has no trials yet")
+            trials.update((t["id"], t) for t in rows)
+        for trial_id in trial_ids:
+            trials.setdefault(trial_id, self.trial(trial_id))
+        return [Source(t["experiment_id"], t["id"], str(tensorboard_dir(
+            self.checkpoint_dir(self.trial_config(t["id"])), t["experiment_id"], t["id"])))
+                for t in trials.values()]
+
+    def start_tensorboard(self, experiment_ids: list[int], trial_ids: list[int],
+                          description: str | None = None) -> dict[str, Any]:
+        """A TensorBoard over those trials (``det tensorboard start``), STARTING."""
+        sources = self.tensorboard_sources(experiment_ids, trial_ids)
+        return self.tensorboards.start(sources, experiment_ids, trial_ids, description)
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.scheduler.logs_path(kind, task_id)

@@ -3,7 +3,8 @@
 One master for the module (``cluster``). A small ASHA search (4 trials) runs to the
 end first; its pages are checked against what the master's REST API says. A trial
 without TensorFlow (tests/lifecycle_harness.py) is then paused, activated and killed
-from the pages while its curves update live. ``det tensorboard`` serves the trials' event files.
+from the pages while its curves update live. ``det tensorboard start`` (the master) and
+``det tensorboard run`` (the CLI's process) serve the trials' event files.
 
 Set ``DET_UI_SCREENSHOTS=docs/ui`` to refresh the README's screenshots from this run.
 """
@@ -29,7 +30,7 @@ import httpx
 import pytest
 
 from harness.browser import missing_reason, open_browser, signed_in_context
-from harness.master import DET, Cluster, create, describe, free_port, wait_until
+from harness.master import DET, Cluster, create, describe, wait_until
 from tests.lifecycle_harness import Fakes
 
 # Stack-neutral: this module tests the master, the CLI or the UI; Keras is at most the workload.
@@ -581,32 +582,53 @@ def test_models_page_lists_each_model_with_its_versions(browser: Any, cluster: C
 # --- TensorBoard --------------------------------------------------------------------------------
 
 
-def test_det_tensorboard_serves_the_trials_event_files(browser: Any, cluster: Cluster,
-                                                       asha: int) -> None:
+def test_det_tensorboard_start_list_kill(cluster: Cluster, asha: int,
+                                          request: pytest.FixtureRequest) -> None:
+    """Determined's `det tensorboard start` (the master runs it), `list`, `logs`, `open`,
+    `kill`: one TensorBoard, over the search's trials, serving their event files."""
     pytest.importorskip("tensorboard")
-    port = free_port()
-    proc = subprocess.Popen([str(DET), "tensorboard", str(asha), "--port", str(port)],
-                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    started = cluster.det("tensorboard", "start", str(asha), "--no-browser", "--config",
+                          "description=ui test")
+    assert started.returncode == 0, started.stdout + started.stderr
+    url = re.search(r"TensorBoard is running at: (http://\S+)", started.stdout).group(1)
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    tb_id = re.search(r"\(id: ([0-9a-f-]+)\)", started.stdout).group(1)
     try:
-        line = proc.stdout.readline()
-        assert f"TensorBoard at http://127.0.0.1:{port}/" in line, line + proc.stderr.read()
-        assert "4 trials" in line and "(4 with event files" in line
+        assert "tb-relative-root" in httpx.get(url, timeout=10).text  # TensorBoard's page
         runs = wait_until("TensorBoard to load the runs", lambda: httpx.get(
-            f"http://127.0.0.1:{port}/data/runs", timeout=10).json(), timeout=60)
+            f"{url}data/runs", timeout=10).json(), timeout=60)
         trial_ids = [t["id"] for t in describe(cluster, asha)["trials"]]
         assert {f"trial_{t}/validation" for t in trial_ids} <= set(runs)
-        tags = httpx.get(f"http://127.0.0.1:{port}/data/plugin/scalars/tags", timeout=10).json()
+        tags = httpx.get(f"{url}data/plugin/scalars/tags", timeout=10).json()
         assert "loss" in tags[f"trial_{trial_ids[0]}/validation"]
 
-        page = _page(browser, cluster, f"#/experiments/{asha}")
-        link = page.wait_for_selector(f"#exp-head a[href*='127.0.0.1:{port}']", timeout=5000)
-        assert link.text_content() == "TensorBoard"
-        page.context.close()
+        [tb] = cluster.det_json("tensorboard", "list")
+        assert (tb["id"], tb["state"], tb["url"], tb["description"], tb["experiment_ids"],
+                sorted(tb["trials"])) == (tb_id, "RUNNING", url, "ui test", [asha],
+                                          sorted(trial_ids))
+        # a start over the same trials answers the one that serves (no second process)
+        again = cluster.det("tensorboard", "start", str(asha), "-d")
+        assert again.returncode == 0 and again.stdout.strip() == tb_id, again.stderr
+        logs = cluster.det("tensorboard", "logs", tb_id)
+        assert logs.returncode == 0 and "TensorBoard" in logs.stdout, logs.stderr
+        opened = subprocess.run([str(DET), "tensorboard", "open", tb_id[:8]],
+                                env={**cluster.env, "BROWSER": "true"}, capture_output=True,
+                                text=True, timeout=60)
+        assert opened.returncode == 0 and opened.stdout.strip() == url, opened.stderr
+        if missing_reason() is None:  # the experiment's page links to it
+            page = _page(request.getfixturevalue("browser"), cluster, f"#/experiments/{asha}")
+            link = page.wait_for_selector(f"#exp-head a[href*='127.0.0.1:{port}']",
+                                          timeout=5000)
+            assert link.text_content() == "TensorBoard"
+            page.context.close()
     finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-    wait_until("TensorBoard to stop", lambda: _refused(port), timeout=15)
+        killed = cluster.det("tensorboard", "kill", tb_id)
+    assert killed.returncode == 0 and killed.stdout.strip() == f"Killed tensorboard {tb_id}"
+    assert _refused(port)  # kill returns once its process is gone
+    [tb] = cluster.det_json("tensorboard", "list")
+    assert (tb["state"], tb["url"], tb["exit_status"]) == ("TERMINATED", None, "killed")
+    again = cluster.det("tensorboard", "open", tb_id)
+    assert again.returncode == 1 and "must be RUNNING" in again.stderr
 
 
 def test_det_tensorboard_over_a_runs_directory(cluster: Cluster, asha: int) -> None:
@@ -615,8 +637,8 @@ def test_det_tensorboard_over_a_runs_directory(cluster: Cluster, asha: int) -> N
     pytest.importorskip("tensorboard")
     runs_dir = cluster.data_dir / "checkpoints" / "tensorboard" / str(asha)
     assert runs_dir.is_dir()
-    proc = subprocess.Popen([str(DET), "tensorboard", "--runs-dir", str(runs_dir), "--port",
-                             "0"], env=cluster.env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(DET), "tensorboard", "run", "--runs-dir", str(runs_dir),
+                             "--port", "0"], env=cluster.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -628,7 +650,7 @@ def test_det_tensorboard_over_a_runs_directory(cluster: Cluster, asha: int) -> N
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
-    bad = cluster.det("tensorboard", "--runs-dir", str(cluster.root / "nothing-here"))
+    bad = cluster.det("tensorboard", "run", "--runs-dir", str(cluster.root / "nothing-here"))
     assert bad.returncode == 1 and "no such directory" in bad.stderr
 
 

@@ -62,3 +62,25 @@ def test_comma_lists_overrides_and_log_slices() -> None:
     log = "a\nb\nc\n"
     assert (first_lines(log, 2), last_lines(log, 2), last_lines(log, 0)) == ("a\nb\n",
                                                                              "b\nc\n", "")
+
+
+def test_tensorboard_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    def parse(line: str):
+        words = line.split()
+        return build_parser(words).parse_args(words)
+
+    started = parse("tensorboard start 1 2 -t 5 6 --no-browser --config description=x")
+    assert (started.experiment_ids, started.trial_ids, started.no_browser, started.detach,
+            started.config) == ([1, 2], [5, 6], True, False, ["description=x"])
+    assert parse("tensorboard start -t 5").experiment_ids == []
+    assert parse("tensorboard kill a b -f").tensorboard_id == ["a", "b"]
+    listed = parse("tensorboard ls -a -q")
+    assert (listed.all, listed.quiet, listed.json, listed.csv) == (True, True, False, False)
+    # det_sdk's foreground form has a verb of its own: it cannot be taken for `start`
+    ran = parse("tensorboard run 3 4 --port 0")
+    assert (ran.experiment_ids, ran.port, ran.func.__name__) == ([3, 4], 0, "tensorboard")
+    assert parse("tensorboard run --runs-dir det-runs").runs_dir == "det-runs"
+    with pytest.raises(SystemExit):
+        parse("tensorboard 3")  # the form before Determined's verbs: says what to use
+    err = capsys.readouterr().err
+    assert "det tensorboard start EXP_ID" in err and "det tensorboard run EXP_ID" in err

@@ -49,10 +49,13 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
     tensorboards: list[dict[str, Any]] = []
 
     def live_tensorboards() -> list[dict[str, Any]]:
-        # `det tensorboard` runs on the master's machine (the embedded master's CLI
-        # shares its files): a dead pid means that TensorBoard is gone.
+        # `det tensorboard run` runs on the master's machine (the embedded master's CLI
+        # shares its files): a dead pid means that TensorBoard is gone. Then the ones the
+        # master runs (`det tensorboard start`) that serve.
         tensorboards[:] = [tb for tb in tensorboards if pid_alive(tb["pid"])]
-        return list(tensorboards)
+        started = [{"url": tb["url"], "id": tb["id"], "experiments": tb["experiment_ids"]}
+                   for tb in master.tensorboards.list() if tb["state"] == "RUNNING"]
+        return list(tensorboards) + started
 
     # --- experiments ------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
     @router.get("/tensorboards")
     def list_tensorboards(request: Request) -> Response:
         auth.user(request)
-        return json_response(request, live_tensorboards())
+        return json_response(request, [{k: v for k, v in tb.items() if k != "pid"}
+                                       for tb in live_tensorboards()])
 
     return router

@@ -19,6 +19,7 @@ from typing import Any
 from det_sdk.api import MAX_PAGE_LIMIT
 from det_sdk.hparams import flat_hparams
 from det_sdk.master.pages import experiment_detail, experiment_page, job_page
+from det_sdk.master.tensorboards import tensorboard_dir
 from det_sdk.master.ui.series import SeriesCache, minmax_indices
 from det_sdk.stages import DEFAULT_STAGE, stored_group
 
@@ -33,14 +34,6 @@ CURVE_POINTS = 200  # validations per trial's curve by default (min/max downsamp
 MAX_CURVE_POINTS = 5000
 RUNNING = ("RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED")  # trials with a process
 
-
-def tensorboard_dir(checkpoint_dir: Path, experiment_id: int, trial_id: int) -> Path:
-    """Where a cluster trial writes its TensorBoard event files (``MasterSession``).
-
-    >>> tensorboard_dir(Path("/ckpt"), 3, 7).as_posix()
-    '/ckpt/tensorboard/3/trial_7'
-    """
-    return checkpoint_dir / "tensorboard" / str(experiment_id) / f"trial_{trial_id}"
 
 
 def read_log(path: Path, offset: int) -> dict[str, Any]:
@@ -259,15 +252,11 @@ class Views:
 
     def tensorboard_dirs(self, exp_ids: list[int]) -> list[dict[str, Any]]:
         """Each trial's TensorBoard directory (present or not yet) of these experiments."""
-        out = []
-        for exp_id in exp_ids:
-            self.master.experiment_info(exp_id)  # 404 for an unknown experiment
-            for t in self.store.trials(exp_id):
-                base = self.master.checkpoint_dir(self.master.trial_config(t["id"]))
-                path = tensorboard_dir(Path(base), exp_id, t["id"])
-                out.append({"experiment_id": exp_id, "trial_id": t["id"], "path": str(path),
-                            "exists": path.is_dir()})
-        return out
+        # the master's own answer (404 for an unknown experiment, 400 for one without
+        # trials): the same directories `det tensorboard start` shows
+        return [{"experiment_id": s.experiment_id, "trial_id": s.trial_id, "path": s.path,
+                 "exists": Path(s.path).is_dir()}
+                for s in self.master.tensorboard_sources(exp_ids, [])]
 
 
 def _log_hparams(space: Any, prefix: str = "") -> list[str]:
