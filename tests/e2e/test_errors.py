@@ -144,6 +144,6 @@ def test_cli_user_errors_are_one_line(tmp_path: Path) -> None:
     _clean_error(_det("job", "run", "job.yaml", "no-such-dir", tmp_path=tmp_path),
                  "does not exist")
     # det tensorboard: not installed, or the --runs-dir it is given is not there
-    out = _det("tensorboard", "--runs-dir", "no-such-runs", tmp_path=tmp_path)
+    out = _det("tensorboard", "run", "--runs-dir", "no-such-runs", tmp_path=tmp_path)
     _clean_error(out, "no such directory" if "not installed" not in out.stderr
                  else "TensorBoard is not installed")
