@@ -16,7 +16,8 @@ True
 from __future__ import annotations
 
 __all__ = ["ArgumentTypeError", "CheckpointCorruptError", "CheckpointMismatchError",
-           "CheckpointWriteError", "DetSdkError", "DivergenceError", "MetricsLimitError",
+           "CheckpointWriteError", "CollectiveMismatchError", "CollectiveTimeoutError",
+           "DetSdkError", "DivergenceError", "MetricsLimitError",
            "MissingExtraError", "ReportRefusedError", "StateError", "StorageError",
            "UsageError"]
 
@@ -74,6 +75,11 @@ class ReportRefusedError(DetSdkError, RuntimeError):
 
 class DivergenceError(DetSdkError, RuntimeError):
     """The processes of a distributed run hold different weights: training would be wrong."""
+
+
+class CollectiveMismatchError(DetSdkError, RuntimeError):
+    """Processes met in one det_sdk collective from different calls (one process called
+    one more, or one fewer, than the others): the message names each process's caller."""
 
 
 class CollectiveTimeoutError(DetSdkError, RuntimeError):

@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import atexit
+import sys
 from typing import Any, TypeVar
 
 import numpy as np
@@ -16,7 +17,8 @@ import tensorflow as tf
 
 from det_sdk.core._distributed import DistributedContext
 from det_sdk.distributed import Processes
-from det_sdk.keras._watchdog import Watchdog, collective_timeout
+from det_sdk.errors import CollectiveMismatchError
+from det_sdk.keras._watchdog import Watchdog, collective_site, collective_timeout
 from det_sdk.ranks import horovodrun
 
 __all__ = ["HorovodProcesses"]
@@ -56,13 +58,32 @@ class HorovodProcesses(Processes):
 
     def allgather(self, obj: T) -> list[T]:
         name = self._name("allgather")
-        with self.watchdog.collective(name):
-            return list(self._hvd.allgather_object(obj, name=name))
+        return self._matched(name, collective_site(sys._getframe(1)), obj)
 
     def broadcast(self, obj: T, root: int = 0) -> T:
+        # an allgather with the others' objects left out: every process sees every
+        # caller (a broadcast would tell only the receivers), at a broadcast's cost for
+        # the small objects det_sdk sends
         name = self._name("broadcast")
+        site = collective_site(sys._getframe(1))
+        return self._matched(name, site, obj if self.rank == root else None)[root]
+
+    def _matched(self, name: str, site: str, obj: Any) -> list[Any]:
+        """Every process's ``obj``, after checking that every process called from the same
+        place: Horovod pairs collectives by order, so one process's extra allgather would
+        otherwise meet another's next one and exchange the wrong objects, silently."""
         with self.watchdog.collective(name):
-            return self._hvd.broadcast_object(obj, root_rank=root, name=name)
+            got = list(self._hvd.allgather_object((site, obj), name=name))
+        sites = [s for s, _ in got]
+        if any(s != site for s in sites):
+            where = "; ".join(f"rank {r} from {s}" for r, s in enumerate(sites))
+            raise CollectiveMismatchError(
+                f"det_sdk: the processes met in one collective ({name}) from different "
+                f"calls: {where}. One process called one more det_sdk collective (or one "
+                "fewer) than the others. Every process must make the same "
+                "context.distributed calls in the same order: call them on every rank, not "
+                "under `if context.distributed.rank == ...`")
+        return [o for _, o in got]
 
     def gather_arrays(self, arr: Any) -> Any:
         # allgather concatenates along the first axis and accepts different row

@@ -43,7 +43,7 @@ from typing import Any
 from det_sdk.env import setting
 from det_sdk.errors import CollectiveTimeoutError, UsageError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Watchdog", "collective_timeout"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Watchdog", "collective_site", "collective_timeout"]
 
 log = logging.getLogger("det_sdk.keras")
 
@@ -95,6 +95,29 @@ def _callers(frame: Any, depth: int = 3) -> str:
             found.append(_frame_text(frame.f_code, frame.f_lineno))
         frame = frame.f_back
     return " < ".join(found) or "?"
+
+
+def collective_site(frame: Any) -> str:
+    """Who called a det_sdk collective, comparable across processes: det_sdk's function
+    (by name, not line: a function may call from the chief's branch and the others'), or
+    ``"the script"`` for any other caller (a script's own calls may legitimately come
+    from different lines on different ranks). Processes whose sites differ met in one
+    collective from different calls: one called one more than the others.
+
+    >>> import sys
+    >>> collective_site(sys._getframe())
+    'the script'
+    """
+    while frame is not None:
+        path = frame.f_code.co_filename.replace(os.sep, "/")
+        if not path.endswith(_PLUMBING):
+            if "/det_sdk/" not in path:
+                return "the script"
+            code = frame.f_code
+            return f"det_sdk's {getattr(code, 'co_qualname', code.co_name)} " \
+                   f"({os.path.basename(code.co_filename)})"
+        frame = frame.f_back
+    return "the script"
 
 
 def _in_library(path: str) -> bool:

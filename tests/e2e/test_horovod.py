@@ -191,6 +191,23 @@ def test_training_that_would_diverge_stops_with_what_to_change(
     assert f"{case}: trained to the end" not in output
 
 
+def test_one_collective_more_on_one_rank_is_named_not_paired(tmp_path: Path) -> None:
+    """Rank 1 calls one allgather more than rank 0, before its fit: it meets rank 0's first
+    collective in the fit (Horovod pairs them, whatever their names) and exchanged the
+    wrong objects, silently; both ranks now stop there, naming each one's caller. Its own
+    run: after it the processes' collectives are out of step by design."""
+    proc = horovodrun(SCRIPTS / "hvd_guard.py", {
+        "GUARD_CASE": "extra", "GUARD_OUT": str(tmp_path / "out.json"),
+        "DET_RUNS_DIR": str(tmp_path / "runs"), "DET_COLLECTIVE_TIMEOUT": "60"}, timeout=200)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and (tmp_path / "out.json").exists(), output[-3000:]
+    error = json.loads((tmp_path / "out.json").read_text())["extra"]["error"]
+    assert error is not None and error.startswith("CollectiveMismatchError"), error
+    assert re.search(r"rank 0 from det_sdk's \S+ \(\S+\.py\); rank 1 from the script", error)
+    assert re.search(r"\[1\].*CollectiveMismatchError.*rank 1 from the script", output)
+    assert "extra: trained to the end" not in output
+
+
 def test_callbacks_state_resumes_on_two_processes(tmp_path: Path) -> None:
     """EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, CSVLogger and a user's callback
     (get_state/set_state) on 2 processes: interrupted and resumed, rank 0's checkpointed

@@ -8,6 +8,9 @@ GUARD_CASE is a comma-separated list of cases, run in turn on fresh models in on
              turns XLA off, says so, and trains.
   bypass     a wrapped optimizer exists, but the custom train_step applies a second,
              unwrapped one: the divergence guard stops it after the first step.
+  extra      rank 1 calls one det_sdk collective (an allgather) more than rank 0, before
+             the fit: it meets rank 0's first collective in the fit, and both raise a
+             CollectiveMismatchError naming each one's caller (it would pair silently).
 A case that det_sdk stops ends its fit with a DetSdkError on every rank (they raise
 together), which the script records and goes on to the next case; put ``bypass`` last,
 since its fit stops mid-epoch. GUARD_THEN_RANK_FAILS=1: after the cases, rank 1 raises
@@ -54,7 +57,7 @@ def model_for(case):
     if case == "unwrapped":
         model = keras.Model(inputs, outputs)
         model.compile(optimizer="adam", loss="binary_crossentropy")
-    elif case in ("xla", "plain"):
+    elif case in ("xla", "plain", "extra"):
         model = keras.Model(inputs, outputs)
         model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
                       loss="binary_crossentropy", jit_compile=case == "xla")
@@ -70,7 +73,10 @@ results = {}
 for case in os.environ["GUARD_CASE"].split(","):
     result = results[case] = {"trained": False, "error": None}
     try:
-        context.fit(model_for(case), x=xs, y=ys, batch_size=8, epochs=2,
+        model = model_for(case)
+        if case == "extra" and context.distributed.rank == 1:
+            context.distributed.allgather("one more than rank 0")
+        context.fit(model, x=xs, y=ys, batch_size=8, epochs=2,
                     validation_data=(x, y), verbose=0)
         result["trained"] = True
         print(f"{case}: trained to the end", flush=True)
