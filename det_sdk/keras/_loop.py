@@ -190,6 +190,21 @@ class TrainingLoop:
                 "the processes would train apart. Compile with "
                 "optimizer=context.wrap_optimizer(keras.optimizers.<Name>(...))"
             )
+        overwritten = _compat.overwritten_by_gradient(model)
+        if overwritten:
+            # their "gradients" are new values (an amax history: a max over the batch's
+            # rows); averaged over the processes they are not one process's max, and the
+            # float8 scales drift (keras-io's float8 transformer, 24 steps on 2 processes:
+            # weights 0.36 apart from one process's, max abs)
+            raise UsageError(
+                f"context.fit: {len(overwritten)} variables of the model "
+                f"({', '.join(overwritten[:3])}{', ...' if len(overwritten) > 3 else ''}) "
+                "are overwritten by their gradient (float8 training: model.quantize("
+                f"\"float8\")); on {self.distributed.size} processes their values would be "
+                "averaged over the processes, not taken over the whole batch, and training "
+                "would differ from one process's. Train the float8 model on one process, "
+                "or quantize after training (model.quantize(\"float8\") on the trained model)."
+            )
         self.turn_off_xla(model)
 
     @staticmethod

@@ -154,7 +154,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, int]:
     d = tmp_path_factory.mktemp("guard")
     # the default bound (240 s): the work of 4 runs that had 120 s each
     proc = horovodrun(SCRIPTS / "hvd_guard.py", {
-        "GUARD_CASE": "unwrapped,xla,bypass", "GUARD_THEN_RANK_FAILS": "1",
+        "GUARD_CASE": "unwrapped,xla,float8,bypass", "GUARD_THEN_RANK_FAILS": "1",
         "GUARD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")})
     output = proc.stdout + proc.stderr
     assert (d / "out.json").exists(), output[-3000:]
@@ -206,6 +206,19 @@ def test_one_collective_more_on_one_rank_is_named_not_paired(tmp_path: Path) -> 
     assert re.search(r"rank 0 from det_sdk's \S+ \(\S+\.py\); rank 1 from the script", error)
     assert re.search(r"\[1\].*CollectiveMismatchError.*rank 1 from the script", output)
     assert "extra: trained to the end" not in output
+
+
+def test_float8_training_is_refused_naming_its_overwritten_variables(
+        guarded: tuple[dict, str, int]) -> None:
+    cases, output, _ = guarded
+    if not cases["float8"]["quantized"]:  # Keras 2: no float8, the case trains
+        assert cases["float8"]["trained"], cases["float8"]
+        return
+    error = cases["float8"]["error"]
+    assert error is not None and not cases["float8"]["trained"], cases["float8"]
+    assert re.search(r"variables of the model \(dense_\d+/inputs_scale, ", error), error
+    assert 'overwritten by their gradient (float8 training: model.quantize("float8"))' in error
+    assert "Train the float8 model on one process" in output  # the user sees it
 
 
 def test_callbacks_state_resumes_on_two_processes(tmp_path: Path) -> None:

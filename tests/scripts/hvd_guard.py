@@ -6,6 +6,9 @@ GUARD_CASE is a comma-separated list of cases, run in turn on fresh models in on
              wrapped one, the divergence guard stops it after the first step instead).
   xla        compiled with jit_compile=True: Horovod's ops have no XLA kernels, so det_sdk
              turns XLA off, says so, and trains.
+  float8     model.quantize("float8") (Keras 3; on Keras 2 the case trains unquantized):
+             its amax histories' "gradients" would be averaged, not maxed, over the
+             processes; refused at fit, naming the variables.
   bypass     a wrapped optimizer exists, but the custom train_step applies a second,
              unwrapped one: the divergence guard stops it after the first step.
   extra      rank 1 calls one det_sdk collective (an allgather) more than rank 0, before
@@ -57,8 +60,10 @@ def model_for(case):
     if case == "unwrapped":
         model = keras.Model(inputs, outputs)
         model.compile(optimizer="adam", loss="binary_crossentropy")
-    elif case in ("xla", "plain", "extra"):
+    elif case in ("xla", "plain", "float8", "extra"):
         model = keras.Model(inputs, outputs)
+        if case == "float8" and hasattr(model, "quantize"):
+            model.quantize("float8")
         model.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.1)),
                       loss="binary_crossentropy", jit_compile=case == "xla")
     else:
@@ -72,6 +77,8 @@ def model_for(case):
 results = {}
 for case in os.environ["GUARD_CASE"].split(","):
     result = results[case] = {"trained": False, "error": None}
+    if case == "float8":
+        result["quantized"] = hasattr(keras.Model, "quantize")
     try:
         model = model_for(case)
         if case == "extra" and context.distributed.rank == 1:

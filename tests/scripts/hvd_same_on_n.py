@@ -241,6 +241,32 @@ context.fit(plain, x=x[:32], y=y[:32], batch_size=bs, epochs=1, verbose=0)
 report["plain_arrays_seen"] = seen_everywhere(plain)
 report["plain_arrays_weights"] = [np.asarray(w).ravel().tolist() for w in plain.get_weights()]
 
+# 10. Issue 49 (keras-io's TokenAndPositionEmbedding): an Embedding looked up with
+#     arange(length) and broadcast over the batch gives each process one sparse row per
+#     position; Adam squares rows without adding up duplicate indices (Keras 3), so the
+#     processes' rows must be summed back per position, as one process has them. Token
+#     ids (different per process) stay one row per lookup, as on one process.
+class TokensAndPositions(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tokens = keras.layers.Embedding(20, 4)
+        self.positions = keras.layers.Embedding(6, 4)
+
+    def call(self, ids):
+        return self.tokens(ids) + self.positions(tf.range(6))
+
+
+tokens = np.random.default_rng(3).integers(0, 20, size=(32, 6)).astype("int32")
+pos_in = keras.Input((6,), dtype="int32")
+pos_out = keras.layers.Dense(1, activation="sigmoid")(
+    keras.layers.GlobalAveragePooling1D()(TokensAndPositions()(pos_in)))
+pmodel = keras.Model(pos_in, pos_out)
+pmodel.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(0.05)),
+               loss="binary_crossentropy")
+tx, ty = context.wrap_data(tokens, y[:32])
+context.fit(pmodel, x=tx, y=ty, batch_size=bs, epochs=2, verbose=0)
+report["positions_weights"] = [np.asarray(w).ravel().tolist() for w in pmodel.get_weights()]
+
 if dist.is_chief:
     with open(os.environ["SAME_OUT"], "w") as f:
         json.dump(report, f, indent=1, default=float)

@@ -49,6 +49,25 @@ def _callable_lr() -> Any:
     return tf.constant(0.08)
 
 
+class WarmupThenCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule class of the script's own, unregistered (keras-io's habit: a linear
+    warmup, then a cosine down to 0 at ``total``)."""
+
+    def __init__(self, peak: float, warmup: int, total: int) -> None:
+        super().__init__()
+        self.peak, self.warmup, self.total = peak, warmup, total
+
+    def __call__(self, step: Any) -> Any:
+        step = tf.cast(step, tf.float32)
+        cosine = 0.5 * self.peak * (1.0 + tf.cos(
+            np.pi * (step - self.warmup) / float(self.total - self.warmup)))
+        rising = self.peak * step / self.warmup
+        return tf.where(step < self.warmup, rising, tf.where(step > self.total, 0.0, cosine))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"peak": self.peak, "warmup": self.warmup, "total": self.total}
+
+
 #: name -> (the optimizer, model.compile's other keywords)
 VARIANTS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     # averages overwriting the weights every 4 steps (6 end epoch 0: not one of them),
@@ -65,6 +84,11 @@ VARIANTS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     "clipvalue-callable_lr-steps_per_execution": (
         lambda: keras.optimizers.SGD(_callable_lr if K3 else 0.08, momentum=0.5,
                                      clipvalue=0.02), {"steps_per_execution": 2}),
+    # issue 49 (keras-io's ports): the script's own warmup-cosine schedule class, AdamW
+    # with clipnorm (better_knowledge_distillation, shiftvit, masked image modeling)
+    "warmup_cosine_class-adamw-clipnorm": (
+        lambda: keras.optimizers.AdamW(WarmupThenCosine(0.05, warmup=4, total=10),
+                                       weight_decay=0.1, clipnorm=0.05), {}),
     # XLA (on the CPU) with averages overwriting the weights
     "jit_compile-ema_overwrite": (
         lambda: keras.optimizers.Adam(0.05, use_ema=True, ema_overwrite_frequency=4),

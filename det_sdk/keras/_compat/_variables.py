@@ -25,6 +25,7 @@ __all__ = [
     "lookup_layers",
     "model_variables",
     "moving_statistics",
+    "overwritten_by_gradient",
     "read_variables",
     "refresh_preprocessing",
     "shared_state_variables",
@@ -142,3 +143,11 @@ def shared_state_variables(model: Any) -> list[Any]:
             own.update(id(v) for v in layer.variables)
     return [v for v in model.non_trainable_weights
             if is_numeric_variable(v) and id(v) not in own]
+
+
+def overwritten_by_gradient(model: Any) -> list[str]:
+    """The names of ``model``'s trainable variables whose "gradient" is their new value
+    (Keras 3's ``overwrite_with_gradient``: float8 layers' scales and amax histories,
+    from ``model.quantize("float8")``); none on Keras 2."""
+    return [variable_name(v) for v in model.trainable_variables
+            if getattr(v, "overwrite_with_gradient", False)]
