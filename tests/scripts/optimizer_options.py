@@ -109,7 +109,9 @@ def fit(context: Any, variant: str, callbacks: list[Any] | None = None) -> tuple
                               keras.layers.Dense(2)])
     model.compile(optimizer=context.wrap_optimizer(make()), loss="mse", **compile_kw)
     x, y = data()
-    hist = context.fit(model, x=x, y=y, batch_size=BATCH, epochs=EPOCHS,
+    xs, ys = context.wrap_data(x, y)
+    hist = context.fit(model, x=xs, y=ys, epochs=EPOCHS,
+                       batch_size=context.distributed.shard_batch_size(BATCH),
                        validation_data=(x[:16], y[:16]), verbose=0, callbacks=callbacks or [])
     return model, hist
 
