@@ -21,7 +21,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from det_sdk.env import outside  # noqa: E402
-from harness.master import Cluster, create, describe, wait_until  # noqa: E402
+from harness.master import Cluster, create, describe, trial_logs, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "tests" / "pytorch_trainer"
@@ -85,11 +85,18 @@ def test_two_slots_pause_and_activate_is_bit_equal(cluster: Cluster, example: Pa
                                                    tmp_path: Path) -> None:
     full = _completed(cluster, create(cluster, _config(tmp_path / "full.yaml", example),
                                       example))
-    started = tmp_path / "started"
+    started, release = tmp_path / "started", tmp_path / "release"
     exp = create(cluster, _config(tmp_path / "paused.yaml", example, sleep=0.3,
-                                  started=str(started)), example)
+                                  started=str(started), release=str(release)), example)
+    # the 4th batch is held until the trial has heard the pause: a stop mid-epoch whatever
+    # the load (at load ~30 the pause once took the 6 batches left in the epoch to arrive)
     wait_until("the trial to train 4 batches", started.exists, timeout=180)
     assert cluster.det("experiment", "pause", str(exp)).returncode == 0
+    (trial,) = describe(cluster, exp)["trials"]
+    wait_until("the trial to hear the pause",
+               lambda: "asks this trial to stop" in trial_logs(cluster, trial["id"]),
+               timeout=120)
+    release.touch()
     wait_until("PAUSED", lambda: describe(cluster, exp)["state"] == "PAUSED", timeout=120)
     (trial,) = describe(cluster, exp)["trials"]
     at, _ = _final_weights(cluster, trial["id"])

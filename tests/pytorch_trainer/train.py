@@ -58,10 +58,15 @@ class Digits(pytorch.PyTorchTrial):
         loss = self.loss_fn(self.model(x), y)
         self.context.backward(loss)
         self.context.step_optimizer(self.opt)
-        # a test pauses the trial mid-epoch: it slows the batches and waits for this file
+        # a test pauses the trial mid-epoch: it slows the batches, waits for the "started"
+        # file, and (with "release") holds the 4th batch until it has paused the trial
         time.sleep(self.hparams.get("sleep", 0))
         if batch_idx >= 3 and self.hparams.get("started"):
             pathlib.Path(self.hparams["started"]).touch()
+        if batch_idx == 3 and self.hparams.get("release"):
+            deadline = time.time() + 120
+            while not pathlib.Path(self.hparams["release"]).exists() and time.time() < deadline:
+                time.sleep(0.05)
         return {"loss": loss}
 
     def evaluate_batch(self, batch: pytorch.TorchData, batch_idx: int) -> dict[str, Any]:
