@@ -12,7 +12,6 @@ CLI's commands run in this process against it (its client's HTTP is the TestClie
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import uuid as uuidlib
@@ -25,39 +24,18 @@ from fastapi.testclient import TestClient
 
 from det_sdk.cli import main as cli_main
 from det_sdk.cli import tasks
-from det_sdk.client import MasterClient
 from det_sdk.master.app import create_app
-from det_sdk.master.archive import pack
-from det_sdk.master.core import Master
 from det_sdk.master.models import MAX_METADATA_BYTES
 from det_sdk.storage import OWNER_FILE
+from harness.app_master import AppMaster
 
 pytestmark = pytest.mark.stack_neutral
 
 
-class Env:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.master = Master(root / "m", slots=1, url="http://127.0.0.1:1")
-        self.token = self.master.user_token()
-        self.http = TestClient(create_app(self.master),
-                               headers={"Authorization": f"Bearer {self.token}"})
-
-    def client(self) -> MasterClient:
-        c = MasterClient("http://testserver", self.token)
-        c._http = self.http  # the same httpx API, answered by the app in this process
-        return c
-
+class Env(AppMaster):
     def checkpoint(self) -> str:
         """A trial's recorded checkpoint, its directory written by the trial's task."""
-        (self.root / "model").mkdir(exist_ok=True)
-        (self.root / "model" / "train.py").write_text("print('hi')\n")
-        config = {"entrypoint": "python3 train.py",
-                  "searcher": {"name": "single", "metric": "val_loss",
-                               "max_length": {"epochs": 1}},
-                  "checkpoint_storage": {"host_path": str(self.root / "storage")}}
-        exp = self.master.create_experiment(
-            config, base64.b64encode(pack(self.root / "model")).decode())
+        exp = self.experiment()
         trial = self.master.store.trials(exp)[0]["id"]
         self.master.store.update_trial(trial, state="RUNNING")
         alloc = f"trial-{uuidlib.uuid4().hex[:8]}"
@@ -79,7 +57,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     e = Env(tmp_path)
     monkeypatch.setattr(tasks, "_client", lambda args: e.client())
     monkeypatch.setenv("DET_USER_TOKEN", e.token)
-    with e.http:
+    with e:
         yield e
 
 

@@ -11,7 +11,6 @@ process: tests/e2e/test_ui.py starts one, through the real ``det``).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -24,40 +23,20 @@ from fastapi.testclient import TestClient
 
 from det_sdk.cli import main as cli_main
 from det_sdk.cli import tasks
-from det_sdk.client import MasterClient
 from det_sdk.master.app import create_app
-from det_sdk.master.archive import pack
 from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest
 from det_sdk.master.tensorboards import MAX_LIVE, MAX_TRIALS, Source, tensorboard_dir
+from harness.app_master import AppMaster
 
 pytestmark = pytest.mark.stack_neutral
 
 
-class Env:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.master = Master(root / "m", slots=1, url="http://127.0.0.1:1")
-        self.token = self.master.user_token()
-        self.http = TestClient(create_app(self.master),
-                               headers={"Authorization": f"Bearer {self.token}"})
-
-    def client(self) -> MasterClient:
-        c = MasterClient("http://testserver", self.token)
-        c._http = self.http  # the same httpx API, answered by the app in this process
-        return c
-
-    def experiment(self, trials: int = 2) -> int:
-        (self.root / "model").mkdir(exist_ok=True)
-        (self.root / "model" / "train.py").write_text("print('hi')\n")
-        config = {"entrypoint": "python3 train.py",
-                  "hyperparameters": {"lr": {"type": "categorical",
-                                             "vals": [0.1, 0.2][:trials]}},
-                  "searcher": {"name": "grid", "metric": "val_loss",
-                               "max_length": {"epochs": 1}},
-                  "checkpoint_storage": {"host_path": str(self.root / "storage")}}
-        return self.master.create_experiment(
-            config, base64.b64encode(pack(self.root / "model")).decode())
+class Env(AppMaster):
+    def experiment(self, trials: int = 2) -> int:  # type: ignore[override]
+        return super().experiment(
+            searcher={"name": "grid", "metric": "val_loss", "max_length": {"epochs": 1}},
+            hyperparameters={"lr": {"type": "categorical", "vals": [0.1, 0.2][:trials]}})
 
 
 @pytest.fixture
@@ -65,7 +44,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     e = Env(tmp_path)
     monkeypatch.setattr(tasks, "_client", lambda args: e.client())
     monkeypatch.setenv("DET_USER_TOKEN", e.token)
-    with e.http:
+    with e:
         yield e
 
 
