@@ -633,9 +633,8 @@ def output_store(core: Any, output: str | os.PathLike[str]) -> OutputStore:
         return PartStore(where)
     from det_sdk.predictions_buckets import BucketPartStore
 
-    info = getattr(core, "info", None)
-    storage = (getattr(info, "config", None) or {}).get("checkpoint_storage")
-    return BucketPartStore.open(where, storage)
+    checkpoints = getattr(core, "checkpoint", None)  # the run's storage, its credentials
+    return BucketPartStore.open(where, getattr(checkpoints, "storage", None))
 
 
 def open_store(dist: Any, store: OutputStore, fingerprint: Mapping[str, Any],

@@ -87,17 +87,25 @@ _HELD_LOCK = threading.Lock()
 # --- the store behind a URL --------------------------------------------------------------
 
 
-def bucket_storage(url: str, storage: Mapping[str, Any] | None = None) -> ObjectStoreStorage:
+def bucket_storage(url: str, storage: Any = None) -> ObjectStoreStorage:
     """det_sdk.storage's client for ``url`` (``s3://bucket/prefix``, ``gs://``, ``az://``):
-    with ``storage``'s credentials (a ``checkpoint_storage`` mapping) where it names the
-    same store and bucket, else the environment's. Messages name ``output=``."""
+    with ``storage``'s credentials where it names the same store and bucket (the run's
+    checkpoint storage: a ``CheckpointStorage``, or a ``checkpoint_storage`` mapping),
+    else the environment's. Messages name ``output=``."""
     from det_sdk.config.storage import URL_TYPES, CheckpointStorageConfig
+    from det_sdk.storage._objects import ObjectStoreStorage
 
     scheme = url[:url.index("://") + 3]
     kind = URL_TYPES[scheme]
     location, _, prefix = url[len(scheme):].partition("/")
+    if isinstance(storage, ObjectStoreStorage):
+        if storage.kind == kind and storage.location == location:
+            made = storage.at(prefix)
+            made.named_by = "output="
+            return made
+        storage = None
     cfg = None
-    if storage:
+    if isinstance(storage, Mapping) and storage:
         try:
             cfg = CheckpointStorageConfig.model_validate(dict(storage))
         except ValueError:  # the run's own storage was validated where it was opened
@@ -211,11 +219,13 @@ class BucketLock:
         """Create the lock, or take over a dead holder's; :class:`PredictionsBusyError`
         while a live run holds it."""
         for _ in range(5):
-            if self.storage.put_object(LOCK, self._body(), create=True) is not None:
-                break
+            # looked at first, then created only if absent: a store that ignores the
+            # condition (some emulators) still refuses a live holder
             found = self._holder()
             if found is None:
-                continue  # released since: create it again
+                if self.storage.put_object(LOCK, self._body(), create=True) is not None:
+                    break
+                continue  # another run created it since: look at it
             record, age = found
             if self._alive(record, age):
                 raise PredictionsBusyError(
@@ -273,9 +283,9 @@ class BucketPartStore:
         self._structure: dict[str, Any] | None = None
 
     @classmethod
-    def open(cls, url: str, checkpoint_storage: Mapping[str, Any] | None = None
-             ) -> BucketPartStore:
-        """The store of ``url``, credentials as :func:`bucket_storage` finds them."""
+    def open(cls, url: str, checkpoint_storage: Any = None) -> BucketPartStore:
+        """The store of ``url``, credentials as :func:`bucket_storage` finds them
+        (``checkpoint_storage``: the run's storage, or a ``checkpoint_storage`` mapping)."""
         return cls(url, bucket_storage(url, checkpoint_storage))
 
     @property
@@ -463,8 +473,7 @@ class BucketPartStore:
 # --- reading -----------------------------------------------------------------------------
 
 
-def load_from_bucket(url: str, *, mmap: bool = False,
-                     storage: Mapping[str, Any] | None = None) -> Any:
+def load_from_bucket(url: str, *, mmap: bool = False, storage: Any = None) -> Any:
     """:func:`det_sdk.load_predictions` of an output URL: every part downloaded and
     checked against the manifest's digests (``PredictionsCorruptError`` naming a damaged
     part). ``mmap``: the outputs in temporary ``.npy`` files, mapped then unlinked."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import datetime
 import json
 import os
@@ -155,6 +156,16 @@ class ObjectStoreStorage(CheckpointStorage):
                                    ) from None
             raise StorageError(f"{self.describe()}: {what} failed after retries: check "
                                f"{self.endpoint_field} and the network ({first})") from None
+
+    def at(self, prefix: str | None) -> ObjectStoreStorage:
+        """This store's client (same bucket, endpoint and credentials) under another
+        ``prefix``: a streamed predict's output in the checkpoints' bucket."""
+        other = copy.copy(self)
+        other.prefix = (prefix or "").strip("/")
+        other._store = other._make_store(retry_config(RETRY_SECONDS))
+        other._probe_store = other._make_store(retry_config(PROBE_RETRY_SECONDS))
+        other._swept, other._cache = False, None
+        return other
 
     def _field(self, name: str) -> str:
         return f"{self.named_by}.{name}" if self.named_by != "output=" else "output="
