@@ -240,7 +240,7 @@ def test_a_killed_process_resumes_writing_only_the_missing_parts(
     assert ".predict.lock" not in _objects(store, "killed")
     # a refused credential: an error naming where to look, never the secret
     wrong = {**(store.storage or {}), "secret_key": "d3Jvbmcgc2VjcmV0IFpxOHYxWGtQ"}
-    with pytest.raises(StorageError, match="refused: check checkpoint_storage.access_key") as err:
+    with pytest.raises(StorageError, match=r"refused: check checkpoint_storage\.access_key") as err:
         BucketPartStore.open(store.url("refused"), wrong).begin({"kind": "x"}, {})
     assert wrong["secret_key"] not in str(err.value)
 
