@@ -100,9 +100,9 @@ def bucket_storage(url: str, storage: Any = None) -> ObjectStoreStorage:
     location, _, prefix = url[len(scheme):].partition("/")
     if isinstance(storage, ObjectStoreStorage):
         if storage.kind == kind and storage.location == location:
-            made = storage.at(prefix)
-            made.named_by = "output="
-            return made
+            clone = storage.at(prefix)
+            clone.named_by = "output="
+            return clone
         storage = None
     cfg = None
     if isinstance(storage, Mapping) and storage:
@@ -382,19 +382,16 @@ class BucketPartStore:
         store gives none, ``verify`` downloads the part and checks its digest). Anything
         else is removed, to be written again."""
         listing = self._listing()
-        wanted = [i for i in indices if f"{part_stem(i)}.json" in listing]
+        asked = list(indices)  # this process's own parts: another's may be uploading now
+        wanted = [i for i in asked if f"{part_stem(i)}.json" in listing]
         done = set()
         for i, meta in self._sidecars(wanted).items():
             if meta is not None and self._is_complete(meta, listing, verify):
                 done.add(i)
             else:
                 self._remove(i, listing)
-        # a part uploaded without its sidecar (killed between the two): written again
-        for p in listing:
-            m = _PART.match(p)
-            if m and m.group(2) != "json" and f"{part_stem(int(m.group(1)))}.json" not in \
-                    listing:
-                self.storage.delete_object(p)
+        for i in set(asked) - set(wanted):  # uploaded without its sidecar (killed between)
+            self._remove(i, listing)
         return done
 
     def _is_complete(self, meta: Mapping[str, Any], listing: Mapping[str, Any],
