@@ -6,6 +6,10 @@ This module is the framework-neutral half (no TensorFlow, no torch): the layout 
 ``DIR``, the atomic part writes, the checks that a rerun continues *the same* job, and
 :func:`load_predictions`.
 
+``output=`` may also be an ``s3://``, ``gs://`` or ``az://`` URL: the same layout as
+objects, through det_sdk.predictions_buckets (:func:`output_store` picks the store once;
+the predict loops call the same methods on either).
+
 Layout of an output directory::
 
     manifest.json            what the job is (input fingerprint, model, output structure);
