@@ -6,6 +6,10 @@ This module is the framework-neutral half (no TensorFlow, no torch): the layout 
 ``DIR``, the atomic part writes, the checks that a rerun continues *the same* job, and
 :func:`load_predictions`.
 
+``output=`` may also be an ``s3://``, ``gs://`` or ``az://`` URL: the same layout as
+objects, through det_sdk.predictions_buckets (:func:`output_store` picks the store once;
+the predict loops call the same methods on either).
+
 Layout of an output directory::
 
     manifest.json            what the job is (input fingerprint, model, output structure);
@@ -58,19 +62,22 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import xxhash
 
 from det_sdk.atomic import fsync_path, write_atomic
-from det_sdk.errors import CheckpointWriteError, DetSdkError, StateError
+from det_sdk.errors import CheckpointWriteError, DetSdkError, StateError, StorageError, UsageError
 
-__all__ = ["PartStore", "PartWriter", "PredictionsBusyError", "PredictionsCorruptError",
-           "PredictionsDiskFullError",
+if TYPE_CHECKING:
+    from det_sdk.predictions_buckets import BucketPartStore
+
+__all__ = ["OutputStore", "PartStore", "PartWriter", "PredictionsBusyError",
+           "PredictionsCorruptError", "PredictionsDiskFullError",
            "PredictionsIncompleteError", "PredictionsMismatchError", "StopAsked",
-           "StreamedPredictions",
-           "flatten_outputs", "gather_failures", "load_predictions", "open_store", "part_stem",
+           "StreamedPredictions", "check_same_job", "flatten_outputs", "gather_failures",
+           "load_predictions", "open_store", "output_store", "output_url", "part_stem",
            "resolve_output"]
 
 FORMAT = 1
@@ -287,6 +294,37 @@ def _manifest_problem(text: bytes) -> str | None:
     return None
 
 
+def check_same_job(where: str, manifest: Mapping[str, Any], fingerprint: Mapping[str, Any],
+                   model: Mapping[str, Any]) -> None:
+    """Refuse (:class:`PredictionsMismatchError`) an output whose manifest is another
+    job's: another format, input, batch size or model. ``where`` names the output."""
+    old = manifest.get("fingerprint") or {}
+    if manifest.get("format") != FORMAT:
+        raise PredictionsMismatchError(f"predict: {where} has a manifest of another format "
+                                       f"({manifest.get('format')!r}, expected {FORMAT})")
+    for size in ("rows", "batches"):
+        if old.get(size) is not None and fingerprint.get(size) is not None \
+                and old[size] != fingerprint[size]:
+            raise PredictionsMismatchError(
+                f"predict: the input's length changed since {where} was started: "
+                f"{old[size]} {size} then, {fingerprint[size]} now; predict into a new "
+                "directory (or remove it) to start over")
+    if old.get("batch_size") != fingerprint.get("batch_size"):
+        raise PredictionsMismatchError(
+            f"predict: {where} was started with batch_size={old.get('batch_size')} "
+            f"(its parts are batches), now {fingerprint.get('batch_size')}: give "
+            f"batch_size={old.get('batch_size')} to continue it, or another output=")
+    if dict(old) != dict(fingerprint):
+        raise PredictionsMismatchError(
+            f"predict: {where} holds the predictions of another input (fingerprint "
+            f"{old} there, {dict(fingerprint)} now); give another output= or remove it")
+    if dict(manifest.get("model") or {}) != dict(model):
+        raise PredictionsMismatchError(
+            f"predict: {where} holds the predictions of another model "
+            f"({manifest.get('model')} there, {dict(model)} now); give another output= or "
+            "remove it")
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 
@@ -307,6 +345,11 @@ class PartStore:
         self._structure: dict[str, Any] | None = None
         self._durable_at = time.monotonic()
         self._dirty = False  # parts written since the last flush
+
+    @property
+    def location(self) -> Path:
+        """Where the output is (for messages, and what ``load_predictions`` reads)."""
+        return self.path
 
     def sync(self) -> None:
         """Make every part written so far durable (one flush of the filesystem)."""
@@ -347,32 +390,7 @@ class PartStore:
 
     def _check_same_job(self, manifest: Mapping[str, Any], fingerprint: Mapping[str, Any],
                         model: Mapping[str, Any]) -> None:
-        old = manifest.get("fingerprint") or {}
-        where = f"output directory {self.path}"
-        if manifest.get("format") != FORMAT:
-            raise PredictionsMismatchError(f"predict: {where} has a manifest of another format "
-                                           f"({manifest.get('format')!r}, expected {FORMAT})")
-        for size in ("rows", "batches"):
-            if old.get(size) is not None and fingerprint.get(size) is not None \
-                    and old[size] != fingerprint[size]:
-                raise PredictionsMismatchError(
-                    f"predict: the input's length changed since {where} was started: "
-                    f"{old[size]} {size} then, {fingerprint[size]} now; predict into a new "
-                    "directory (or remove it) to start over")
-        if old.get("batch_size") != fingerprint.get("batch_size"):
-            raise PredictionsMismatchError(
-                f"predict: {where} was started with batch_size={old.get('batch_size')} "
-                f"(its parts are batches), now {fingerprint.get('batch_size')}: give "
-                f"batch_size={old.get('batch_size')} to continue it, or another output=")
-        if dict(old) != dict(fingerprint):
-            raise PredictionsMismatchError(
-                f"predict: {where} holds the predictions of another input (fingerprint "
-                f"{old} there, {dict(fingerprint)} now); give another output= or remove it")
-        if dict(manifest.get("model") or {}) != dict(model):
-            raise PredictionsMismatchError(
-                f"predict: {where} holds the predictions of another model "
-                f"({manifest.get('model')} there, {dict(model)} now); give another output= or "
-                "remove it")
+        check_same_job(f"output directory {self.path}", manifest, fingerprint, model)
 
     def _lock(self) -> None:
         import fcntl  # here: `import det_sdk` stays light (and POSIX only where it runs)
@@ -447,6 +465,12 @@ class PartStore:
                     self._structure = meta["structure"]
                     break
         return self._structure
+
+    def written_parts(self) -> set[int]:
+        """The global batches with a sidecar, complete or not (an unsized input's parts
+        are found so: :meth:`complete_parts` checks them)."""
+        return {int(m.group(1)) for p in self.path.glob("part-*.json")
+                if (m := _PART.match(p.name))}
 
     # every process
     def complete_parts(self, indices: Iterable[int], *, verify: bool = True) -> set[int]:
@@ -534,6 +558,10 @@ class PartStore:
         return manifest
 
 
+#: a streamed predict's output: a directory's or a bucket's store (the same methods)
+OutputStore = Union[PartStore, "BucketPartStore"]
+
+
 # --- what every front's streamed predict shares (det_sdk.keras, det_sdk.pytorch) ----------
 
 
@@ -541,17 +569,50 @@ class PartStore:
 class StreamedPredictions:
     """What a streamed ``context.predict`` returns (on every process)."""
 
-    path: Path  #: the output directory (read it with det_sdk.load_predictions)
+    #: the output: a directory, or an ``s3://``/``gs://``/``az://`` URL (either is what
+    #: det_sdk.load_predictions reads)
+    path: Path | str
     rows: int  #: rows predicted in all, this run's and earlier runs'
     parts: int  #: part files (global batches)
     resumed: int  #: parts an earlier run had written, kept as they were
 
 
-def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path:
-    """Where ``output`` is: absolute paths as given; relative ones under the trial's kept
-    files (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
+#: the object-store URLs an ``output=`` may be (a ``pathlib.Path`` of one has lost a slash:
+#: ``s3:/bucket``; it is a URL all the same, never a folder named ``s3:``)
+_URL = re.compile(r"^(s3|gs|az):/+(.*)$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def output_url(output: str | os.PathLike[str]) -> str | None:
+    """``output`` as an object-store URL (``s3://bucket/prefix``, ``gs://``, ``az://``);
+    None when it is a path. Another scheme (``http://``, ``file://``) is refused.
+
+    >>> output_url("s3://preds/job-1/"), output_url(Path("gs://b/p")), output_url("out")
+    ('s3://preds/job-1', 'gs://b/p', None)
+    """
+    text = os.fspath(output)
+    m = _URL.match(text)
+    if m is None:
+        if _SCHEME.match(text):
+            raise UsageError(f"predict: output={text!r} is not a path nor an s3://, gs:// or "
+                             "az:// URL (bucket/prefix)")
+        return None
+    where = m.group(2).strip("/")
+    if not where.split("/", 1)[0]:
+        raise UsageError(f"predict: output={text!r} names no bucket: write "
+                         f"{m.group(1)}://<bucket>/<prefix>")
+    return f"{m.group(1)}://{where}"
+
+
+def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path | str:
+    """Where ``output`` is: an object-store URL as it is (normalized: :func:`output_url`);
+    absolute paths as given; relative ones under the trial's kept files
+    (``<host_path>/trial_files/<experiment>/trial_<id>``) on the cluster, under
     ``<host_path>/job_files/<allocation>`` in a generic job, the working directory
     locally. ``core``: the task's ``det_sdk.core.Context``."""
+    url = output_url(output)
+    if url is not None:
+        return url
     path = Path(output).expanduser()
     if path.is_absolute():
         return path
@@ -565,20 +626,34 @@ def resolve_output(core: Any, output: str | os.PathLike[str]) -> Path:
     return Path.cwd() / path
 
 
-def open_store(dist: Any, path: Path, fingerprint: Mapping[str, Any],
-               model: Mapping[str, Any]) -> PartStore:
-    """The chief begins ``path`` (:meth:`PartStore.begin`); every process gets its store,
-    or the chief's refusal (another job's directory, another run holding it, a damaged
+def output_store(core: Any, output: str | os.PathLike[str]) -> OutputStore:
+    """The store a streamed predict writes ``output`` through, not begun: a directory's
+    :class:`PartStore`, or for a URL the bucket's
+    (:class:`det_sdk.predictions_buckets.BucketPartStore`, with the credentials of the
+    run's ``checkpoint_storage`` where it names the same bucket). The one place that
+    tells the two apart: everything after it calls the same methods."""
+    where = resolve_output(core, output)
+    if isinstance(where, Path):
+        return PartStore(where)
+    from det_sdk.predictions_buckets import BucketPartStore
+
+    checkpoints = getattr(core, "checkpoint", None)  # the run's storage, its credentials
+    return BucketPartStore.open(where, getattr(checkpoints, "storage", None))
+
+
+def open_store(dist: Any, store: OutputStore, fingerprint: Mapping[str, Any],
+               model: Mapping[str, Any]) -> OutputStore:
+    """The chief begins ``store`` (:meth:`PartStore.begin`); every process gets it, or
+    the chief's refusal (another job's output, another run holding it, a damaged
     manifest, a full disk) raised alike, so that none waits on another. ``dist``: a
     DistributedContext (``is_chief``, ``broadcast``)."""
-    store = PartStore(path)
     problem: tuple[str, str] | None = None
     if dist.is_chief:
         try:
             store.begin(fingerprint, model)
         except PredictionsDiskFullError as err:
             problem = ("full", str(err.strerror))
-        except (PredictionsMismatchError, PredictionsCorruptError) as err:
+        except (PredictionsMismatchError, PredictionsCorruptError, StorageError) as err:
             problem = (type(err).__name__, str(err))
     problem = dist.broadcast(problem)
     if problem is not None:
@@ -586,27 +661,28 @@ def open_store(dist: Any, path: Path, fingerprint: Mapping[str, Any],
         if kind == "full":
             raise PredictionsDiskFullError(errno.ENOSPC, message)
         raise {"PredictionsBusyError": PredictionsBusyError,
-               "PredictionsCorruptError": PredictionsCorruptError}.get(
-                   kind, PredictionsMismatchError)(message)
+               "PredictionsCorruptError": PredictionsCorruptError,
+               "StorageError": StorageError}.get(kind, PredictionsMismatchError)(message)
     return store
 
 
-def gather_failures(dist: Any, path: Path, failure: BaseException | None,
+def gather_failures(dist: Any, store: OutputStore, failure: BaseException | None,
                     local: int, resumed: int) -> list[tuple[str | None, int, int]]:
     """Every process's (failure, parts it holds, parts kept from an earlier run), after
     its loop, failed or not (so that none waits on a dead one); raises this process's
     failure, or a :class:`~det_sdk.errors.StateError` naming another's. A failed run
-    gives up the directory's lock (:data:`LOCK`) here."""
+    gives up the output's lock (:data:`LOCK`) here."""
     results: list[tuple[str | None, int, int]] = dist.allgather(
         (repr(failure) if failure else None, local, resumed))
     if failure is not None or any(e for e, _, _ in results):
-        _release(path)  # the run is over: the directory is free for the next one
+        store.release()  # the run is over: the output is free for the next one
     if failure is not None:
         raise failure
     failed = [(r, e) for r, (e, _, _) in enumerate(results) if e]
     if failed:
         raise StateError(f"context.predict: process {failed[0][0]} failed ({failed[0][1]}); "
-                         f"the parts written in {path} stay valid: run again to finish them")
+                         f"the parts written in {store.location} stay valid: run again to "
+                         "finish them")
     return results
 
 
@@ -662,7 +738,7 @@ class PartWriter:
     """Writes parts on a thread, a bounded number of batches behind the predictions: the
     disk writes overlap the next batches' predictions, memory holds ``depth`` batches."""
 
-    def __init__(self, store: PartStore, depth: int = 2) -> None:
+    def __init__(self, store: OutputStore, depth: int = 2) -> None:
         self.store = store
         self.rows = 0
         self.error: BaseException | None = None
@@ -693,7 +769,8 @@ class PartWriter:
             try:  # each process's own parts (another machine's, on a shared filesystem)
                 self.store.sync()
             except OSError as err:
-                self.error = _disk_full(err, self.store.path, "the parts (flushing them)")
+                self.error = _disk_full(err, Path(self.store.location),
+                                        "the parts (flushing them)")
         if self.error is not None:
             raise self.error
 
@@ -757,9 +834,19 @@ def _read_leaves(path: Path, mmap: bool = False) -> list[np.ndarray]:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
+def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False,
+                     storage: Mapping[str, Any] | None = None) -> Any:
     """The predictions a streamed ``context.predict(..., output=path)`` wrote, in the
     input's order: one array, or a list/tuple/dict of arrays as the model returns them.
+
+    ``path`` may be the ``s3://``, ``gs://`` or ``az://`` URL the predict wrote to: the
+    parts are downloaded and verified alike. Its credentials: ``storage`` (a
+    ``checkpoint_storage`` mapping, used where it names the same bucket or container),
+    else the environment's (``AWS_*``, ``GOOGLE_APPLICATION_CREDENTIALS`` /
+    ``STORAGE_EMULATOR_HOST``, ``AZURE_STORAGE_CONNECTION_STRING``). With ``mmap=True``
+    the parts are written into one temporary ``.npy`` per output, which is mapped and
+    then unlinked: no file is left behind, and its disk space is freed when the arrays
+    are.
 
     ``mmap=True`` returns memory-mapped arrays, for outputs larger than memory: on the
     first such read the parts are copied, in order, into one ``combined-<output>.npy``
@@ -779,7 +866,13 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
 
         preds = det_sdk.load_predictions("predictions")           # numpy array
         big = det_sdk.load_predictions("predictions", mmap=True)  # np.memmap
+        preds = det_sdk.load_predictions("s3://bucket/job-7")      # from a bucket
     """
+    url = output_url(path)
+    if url is not None:
+        from det_sdk.predictions_buckets import load_from_bucket
+
+        return load_from_bucket(url, mmap=mmap, storage=storage)
     root = Path(path)
     try:
         text = (root / MANIFEST).read_bytes()
@@ -796,19 +889,29 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False) -> Any
         raise PredictionsIncompleteError(
             f"load_predictions: the predictions in {root} are not complete: the job stopped "
             "before its end; run it again with the same output= to finish them")
+    return assemble(manifest, lambda k, shape, dtype: _combined(root, manifest, k, shape, dtype)
+                    if mmap else None, lambda part: _verified_part(root, part,
+                                                                   manifest["structure"]))
+
+
+def assemble(manifest: Mapping[str, Any],
+             mapped: Any, verified_part: Any) -> Any:
+    """The predictions of a complete ``manifest`` as the model returned them: output
+    ``k`` from ``mapped(k, shape, dtype)`` (a memory-mapped array; None: read the parts
+    into memory) or else from ``verified_part(part)`` (its verified arrays)."""
     structure = manifest["structure"]
     if structure is None:
         return np.empty((0,))
     total = manifest["rows"]
     shapes = [((total, *leaf["shape"]), np.dtype(leaf["dtype"]))
               for leaf in structure["leaves"]]
-    if mmap:
-        outs = [_combined(root, manifest, k, shape, dtype)
-                for k, (shape, dtype) in enumerate(shapes)]
+    maps = [mapped(k, shape, dtype) for k, (shape, dtype) in enumerate(shapes)]
+    if all(m is not None for m in maps):
+        outs = maps
     else:
         outs = [np.empty(shape, dtype) for shape, dtype in shapes]
         for part in manifest["parts"]:
-            for out, leaf in zip(outs, _verified_part(root, part, structure)):
+            for out, leaf in zip(outs, verified_part(part)):
                 out[part["start"]:part["start"] + part["rows"]] = leaf
     names = [leaf["name"] for leaf in structure["leaves"]]
     kind = structure["kind"]
@@ -831,6 +934,15 @@ def _verified_part(root: Path, part: Mapping[str, Any],
         leaves = [] if why else _read_leaves(data, mmap=True)
     except _UNREADABLE as err:
         why, leaves = f"unreadable: {type(err).__name__}: {err}", []
+    return check_part(str(data), part, structure, leaves, why)
+
+
+def check_part(name: str, part: Mapping[str, Any], structure: Mapping[str, Any],
+               leaves: list[np.ndarray], why: str | None) -> list[np.ndarray]:
+    """``leaves`` (part ``part``'s arrays, read from ``name``) once their layout and
+    digest match the manifest's entry; :class:`PredictionsCorruptError` naming the part
+    if not, or if reading it found ``why``."""
+    data = name
     if why is None:
         expected = [(np.dtype(leaf["dtype"]), (part["rows"], *leaf["shape"]))
                     for leaf in structure["leaves"]]

@@ -27,7 +27,7 @@ from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
-from det_sdk.storage import OWNER_FILE
+from det_sdk.storage import OWNER_FILE, CheckpointStorage
 
 __all__ = ["CheckpointContext"]
 
@@ -127,6 +127,12 @@ class CheckpointContext:
         return json.loads(path.read_text()) if path.is_file() else {}
 
     # --- det_sdk extensions: what the fronts need beyond Determined's core API ----------
+
+    @property
+    def storage(self) -> CheckpointStorage:
+        """det_sdk extension: the storage the checkpoints go to (a streamed predict into
+        the same bucket uses its client and credentials)."""
+        return self._session.storage
 
     def checkpoint_path(self, storage_id: str) -> Path:
         """det_sdk extension: the directory of checkpoint ``storage_id`` as a path (what

@@ -45,6 +45,7 @@ from det_sdk.predictions import (
     digest_arrays,
     gather_failures,
     open_store,
+    output_store,
     resolve_output,
 )
 
@@ -239,7 +240,7 @@ class _Progress:
     REPORT_SECONDS = 1.0
 
     def __init__(self, dist: Processes, core: Context, plan: _Plan,
-                 batch_size: int, path: Path, done: int) -> None:
+                 batch_size: int, path: Path | str, done: int) -> None:
         self.dist, self.core, self.plan, self.path = dist, core, plan, path
         rows = plan.fingerprint.get("rows")
         self.rows = int(rows) if rows is not None else None  # arrays: exact
@@ -304,18 +305,18 @@ def predict_to(dist: Processes, core: Context, model: Any, x: Any,
         raise ArgumentTypeError(f"context.predict: batch_size must be a positive int, got "
                                 f"{batch_size!r}")
     verbose = kwargs.get("verbose", "auto")
-    path = resolve_output(core, output)
     plan = _plan(dist, x, batch_size)
     # every process stops alike on the chief's refusal, none waits for others
-    store = open_store(dist, path, plan.fingerprint, _model_fingerprint(model))
+    store = open_store(dist, output_store(core, output), plan.fingerprint,
+                       _model_fingerprint(model))
+    path = store.location
 
     done: set[int]
     if plan.mine is not None:
         done = store.complete_parts(plan.mine)
     else:  # an unsized dataset: this process's parts, found by their names
         done = store.complete_parts(
-            int(p.name[5:14]) for p in path.glob("part-*.json")
-            if int(p.name[5:14]) % dist.size == dist.rank)
+            i for i in store.written_parts() if i % dist.size == dist.rank)
     started, count, failure = time.monotonic(), 0, None
     progress = _Progress(dist, core, plan, batch_size, path,
                          sum(dist.allgather(len(done))) if dist.size > 1 else len(done))
@@ -336,7 +337,7 @@ def predict_to(dist: Processes, core: Context, model: Any, x: Any,
         failure = failure or err
     # every process ends here, failed or not, so that none waits on a dead one
     local = (plan.mine is not None and len(plan.mine)) or count + len(done)
-    results = gather_failures(dist, path, failure, local, len(done))
+    results = gather_failures(dist, store, failure, local, len(done))
     if progress.stopped:
         _stop(dist, core, progress, path, count)
     total = plan.total if plan.total is not None else sum(r[1] for r in results)
@@ -363,7 +364,7 @@ def _batch_rows(outputs: Any, default: int) -> int:
     return int(shape[0]) if shape is not None and len(shape) and shape[0] else default
 
 
-def _stop(dist: Processes, core: Context, progress: _Progress, path: Path,
+def _stop(dist: Processes, core: Context, progress: _Progress, path: Path | str,
           count: int) -> None:
     """The master asked the job to stop: every part written is complete (the writer has
     closed), which is the progress a resumed run starts from; the process exits 0 (a

@@ -46,7 +46,7 @@ from det_sdk.predictions import (
     digest_arrays,
     gather_failures,
     open_store,
-    resolve_output,
+    output_store,
 )
 from det_sdk.pytorch._data import DataLoader, ShardedBatches
 from det_sdk.pytorch._trial import Batch, Epoch, PyTorchTrial, PyTorchTrialContext
@@ -281,7 +281,6 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     loader = wrap_data(context, data, batch_size=batch_size)
     dist = context.distributed
     core = context._core
-    path = resolve_output(core, output)
     n, per_slot = len(loader.dataset), loader.batch_size
     # every process's share of every global batch, the empty ones left out: part i is
     # the i-th (batch, rank) share in order, the same numbering on every process
@@ -298,7 +297,9 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     fingerprint = {"kind": "torch-dataset", "rows": n, "batch_size": per_slot,
                    "processes": dist.size,
                    "digest": digest_arrays(_leaves(first)) if first is not None else None}
-    store = open_store(dist, path, fingerprint, _model_fingerprint(model))
+    store = open_store(dist, output_store(core, output), fingerprint,
+                       _model_fingerprint(model))
+    path = store.location
     done = store.complete_parts(mine)
     pending = [i for i in mine if i not in done]
     # only the batches not done are read (a batch sampler of their indices)
@@ -340,7 +341,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     except BaseException as err:
         failure = failure or err
     # every process ends here, failed, stopped or done, so that none waits on a dead one
-    gathered = gather_failures(dist, path, failure, count, len(done))
+    gathered = gather_failures(dist, store, failure, count, len(done))
     if stopped:  # asked by the master (a failure has been raised just above)
         _stop(context, path, min(n, sum(g[1] for g in gathered) * per_slot), n, written)
     resumed = sum(r[2] for r in gathered)
@@ -353,7 +354,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
     return StreamedPredictions(path=path, rows=rows, parts=len(order), resumed=resumed)
 
 
-def _stop(context: PyTorchTrialContext, path: Path, rows: int, total: int,
+def _stop(context: PyTorchTrialContext, path: Path | str, rows: int, total: int,
           written: int) -> NoReturn:
     """The master asked the task to stop: every part written is complete (the writer has
     closed), which is the progress a run into the same output starts from; the process

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import datetime
 import json
 import os
@@ -101,6 +102,10 @@ class ObjectStoreStorage(CheckpointStorage):
     #: words in a store's error that say the credential was refused (besides 401/403)
     refused_marks: ClassVar[tuple[str, ...]] = ()
 
+    #: what names this store in messages about a missing bucket (a streamed predict's
+    #: output sets ``output=``)
+    named_by: str = "checkpoint_storage"
+
     def __init__(self, location: str, prefix: str | None = None, *,
                  owner: dict[str, Any] | None = None) -> None:
         _obstore(self.kind)
@@ -147,10 +152,64 @@ class ObjectStoreStorage(CheckpointStorage):
                                    f"{self.location_field} exists ({first})") from None
             if any(mark in str(err) for mark in self.missing_marks):
                 raise StorageError(f"{self.describe()}: {what}: no such {self.location_field}: "
-                                   f"check checkpoint_storage.{self.location_field} ({first})"
+                                   f"check {self._field(self.location_field)} ({first})"
                                    ) from None
             raise StorageError(f"{self.describe()}: {what} failed after retries: check "
                                f"{self.endpoint_field} and the network ({first})") from None
+
+    def at(self, prefix: str | None) -> ObjectStoreStorage:
+        """This store's client (same bucket, endpoint and credentials) under another
+        ``prefix``: a streamed predict's output in the checkpoints' bucket."""
+        other = copy.copy(self)
+        other.prefix = (prefix or "").strip("/")
+        other._store = other._make_store(retry_config(RETRY_SECONDS))
+        other._probe_store = other._make_store(retry_config(PROBE_RETRY_SECONDS))
+        other._swept, other._cache = False, None
+        return other
+
+    def _field(self, name: str) -> str:
+        return f"{self.named_by}.{name}" if self.named_by != "output=" else "output="
+
+    # --- single objects (a streamed predict's parts: det_sdk.predictions_buckets) -------
+
+    def put_object(self, key: str, data: bytes, *, create: bool = False) -> dict[str, Any] | None:
+        """Write object ``key`` (under the prefix) whole; its ``e_tag``/``version``.
+        ``create``: only if no such object exists (None when one does); a store that
+        cannot write conditionally writes it anyway."""
+        obs = _obstore(self.kind)
+
+        def put() -> dict[str, Any] | None:
+            if not create:
+                return dict(obs.put(self._store, key, data))
+            try:
+                return dict(obs.put(self._store, key, data, mode="create"))
+            except obs.exceptions.AlreadyExistsError:
+                return None
+            except obs.exceptions.NotSupportedError:
+                return dict(obs.put(self._store, key, data))
+        return self._call(f"writing {key}", put)
+
+    def get_object(self, key: str) -> bytes:
+        """Object ``key``'s bytes; ``FileNotFoundError`` when there is none."""
+        obs = _obstore(self.kind)
+        return self._call(f"reading {key}", lambda: bytes(obs.get(self._store, key).bytes()))
+
+    def head_object(self, key: str) -> dict[str, Any]:
+        """Object ``key``'s size, ``e_tag`` and ``last_modified``; ``FileNotFoundError``."""
+        obs = _obstore(self.kind)
+        return dict(self._call(f"checking {key}", lambda: obs.head(self._store, key)))
+
+    def list_objects(self, prefix: str | None = None) -> list[dict[str, Any]]:
+        """Every object under the prefix (and ``prefix``): path, size, e_tag."""
+        obs = _obstore(self.kind)
+        return self._call("listing", lambda: [dict(o) for batch in obs.list(self._store, prefix)
+                                              for o in batch])
+
+    def delete_object(self, key: str) -> None:
+        """Remove object ``key`` (none: nothing to do)."""
+        obs = _obstore(self.kind)
+        with contextlib.suppress(FileNotFoundError):
+            self._call(f"deleting {key}", lambda: obs.delete(self._store, key))
 
     # --- writing ------------------------------------------------------------------------
 
@@ -391,7 +450,7 @@ class ObjectStoreStorage(CheckpointStorage):
             self._call("a test write", lambda: obs.put(self._probe_store, key, b"det_sdk probe"))
         except FileNotFoundError:  # GCS and Azure answer a write to a missing bucket 404
             raise StorageError(f"{self.describe()}: a test write: no such {self.location_field}:"
-                               f" check checkpoint_storage.{self.location_field}") from None
+                               f" check {self._field(self.location_field)}") from None
         self._call("a test delete", lambda: obs.delete(self._probe_store, key))
 
     def close(self) -> None:

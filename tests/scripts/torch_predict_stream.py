@@ -4,12 +4,15 @@ run by tests/e2e/test_pytorch_predict_stream.py.
 Environment: ``PRED_OUT`` (the output directory), ``PRED_ROWS``; ``PRED_FAIL_AT``: the
 row whose read fails (on the process that reads it); ``PRED_STOP_AFTER``: the chief's
 session says the master asks the task to stop from its ``n+1``-th question on (what the
-master's preemption long-poll sets on the cluster, emulated on the real local session).
+master's preemption long-poll sets on the cluster, emulated on the real local session);
+``PRED_SLEEP``: seconds each row's read takes (a test kills the run mid-stream).
+``PRED_OUT`` may be an ``s3://``/``gs://``/``az://`` URL (credentials from the environment).
 The model's weights are drawn from a fixed seed: every run predicts the same values.
 """
 
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -19,6 +22,7 @@ import det_sdk.pytorch as pytorch
 ROWS = int(os.environ.get("PRED_ROWS", "103"))
 FAIL_AT = os.environ.get("PRED_FAIL_AT")
 STOP_AFTER = os.environ.get("PRED_STOP_AFTER")
+SLEEP = float(os.environ.get("PRED_SLEEP", "0"))
 
 
 class Rows(torch.utils.data.Dataset):
@@ -32,6 +36,8 @@ class Rows(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         if FAIL_AT is not None and i == int(FAIL_AT):
             raise OSError("the node went away")
+        if SLEEP:
+            time.sleep(SLEEP)
         return self.x[i], torch.zeros(1)
 
 

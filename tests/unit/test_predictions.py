@@ -185,3 +185,39 @@ def test_a_stop_asked_is_taken_after_every_step_alone_and_at_meetings_on_n_proce
     # parts done)
     carrying = StopAsked(_Ranks(0, 2, [None, (False, False, 7)]), _Session(False))
     assert carrying.after(9, carry=5) is False and carrying.carried == [5, 7]
+
+
+def test_a_url_output_is_a_bucket_never_a_folder(tmp_path: Path, monkeypatch) -> None:
+    """``output=`` as a URL picks the bucket's store (credentials from the run's
+    checkpoint storage when it is the same bucket); a Path of a URL, which has lost a
+    slash, is the URL; another scheme or no bucket is refused naming output=."""
+    pytest.importorskip("obstore")
+    from types import SimpleNamespace
+
+    from det_sdk.errors import UsageError
+    from det_sdk.predictions import output_store, output_url
+    from det_sdk.predictions_buckets import BucketPartStore
+    from det_sdk.storage.s3 import S3Storage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    assert output_url("s3://preds/a/b/") == "s3://preds/a/b"
+    assert output_url(Path("gs://preds/a")) == "gs://preds/a"
+    assert output_url("az://c") == "az://c" and output_url("out/s3:") is None
+    for bad, said in (("http://host/x", "not a path nor an s3://"),
+                      ("s3://", "names no bucket")):
+        with pytest.raises(UsageError, match=f"output={bad!r}.*{said}"):
+            output_url(bad)
+    ckpts = S3Storage("preds", "ckpts", endpoint_url="http://127.0.0.1:1",
+                      access_key="AK", secret_key="SK")
+    core = SimpleNamespace(files_dir=None, local_run_dir=tmp_path,
+                           checkpoint=SimpleNamespace(storage=ckpts))
+    store = output_store(core, Path("s3://preds/job"))
+    assert isinstance(store, BucketPartStore) and store.location == "s3://preds/job"
+    assert store.storage.describe() == "s3://preds/job"
+    assert store.storage.endpoint_url == "http://127.0.0.1:1"  # the checkpoints' client
+    other = output_store(core, "s3://elsewhere/job")  # another bucket: the environment's
+    assert other.storage.endpoint_url == "http://127.0.0.1:2"
+    assert other.storage.describe() == "s3://elsewhere/job"
+    assert list(tmp_path.iterdir()) == []  # nothing local: no "s3:" folder

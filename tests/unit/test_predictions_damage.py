@@ -176,7 +176,7 @@ def _both_ranks_open(path: Path) -> list[BaseException | None]:
 
     def rank(r: int) -> None:
         try:
-            open_store(_ThreadRank(r, barrier), path, FP, MODEL)
+            open_store(_ThreadRank(r, barrier), PartStore(path), FP, MODEL)
         except BaseException as err:  # the rank's own refusal
             out[r] = err
 
