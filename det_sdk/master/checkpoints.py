@@ -309,6 +309,14 @@ class Checkpoints:
         with storage.restore(uuid) as path:
             yield path
 
+    def stored(self, uuid: str) -> bool:
+        """Whether recorded checkpoint ``uuid``'s files are in its storage (a folder, or an
+        object store's manifest): asked of the storage, whichever it is."""
+        c = self.store.checkpoint(uuid)
+        if c is None:
+            return False
+        return self.storage(self.config_of(c["trial_id"])).exists(uuid)
+
     def info(self, uuid: str) -> dict[str, Any]:
         c = self.store.checkpoint(uuid)
         if c is None:
