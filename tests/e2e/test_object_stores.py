@@ -130,9 +130,8 @@ def test_core_checkpoints_stored_verified_damage_found_deleted_and_retention_exa
     ckpt, storage = core.checkpoint, core._session.storage
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
-    # multipart (8 MiB parts) where the server takes it: fake-gcs-server has no XML
-    # multipart upload, so GCS's object stays in one part
-    size = (3 if store.kind == "gcs" else 20) << 20
+    # multipart: 3 parts of at most 8 MiB (on GCS, XML multipart: tests/fake_gcs.py serves it)
+    size = 20 << 20
     (src / "sub" / "w.bin").write_bytes(os.urandom(size))
     (src / "empty.txt").write_bytes(b"")
     uuid = ckpt.upload(src, {"steps_completed": 1})
