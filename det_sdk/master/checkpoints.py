@@ -326,11 +326,14 @@ class Checkpoints:
     def list(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         return [self._out(c) for c in self.store.checkpoints(trial_id)]
 
+    def path_of(self, trial_id: int, uuid: str) -> str:
+        """Where trial ``trial_id``'s checkpoint ``uuid`` is: a folder's path, or the
+        object store's URL of it (``s3://bucket/prefix/<uuid>``), as its storage says."""
+        return f"{self.storage(self.config_of(trial_id)).describe()}/{uuid}"
+
     def _out(self, c: CheckpointRow) -> dict[str, Any]:
         t = self.store.trial(c["trial_id"])
-        path = None
-        if t is not None:  # a folder's path, or the object store's URL of it
-            path = f"{self.storage(self.config_of(t['id'])).describe()}/{c['uuid']}"
+        path = None if t is None else self.path_of(t["id"], c["uuid"])
         return {
             "uuid": c["uuid"], "trial_id": c["trial_id"],
             "experiment_id": t["experiment_id"] if t else None,

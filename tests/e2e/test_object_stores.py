@@ -415,6 +415,10 @@ def test_master_keeps_checkpoints_in_the_store_versions_and_downloads_verified(
     with fakes.http() as http:
         info = http.get(f"/api/v1/checkpoints/{third}").json()
         assert info["path"] == f"{store.url_of('master')}/{third}", info
+        # the lists (`det checkpoint list`) say where too: the bucket, not the master's disk
+        listed = http.get(f"/api/v1/trials/{trial_a}/checkpoints").json()
+        assert [c["path"] for c in listed] == [
+            f"{store.url_of('master')}/{u}" for u in (second, third)], listed
         r = http.get(f"/api/v1/checkpoints/{third}/download")
         assert r.status_code == 200, r.text
         with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
