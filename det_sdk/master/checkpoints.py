@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from det_sdk.config import ExperimentConfig
+from det_sdk.config import CheckpointStorageConfig, ExperimentConfig
 from det_sdk.failure import Failure
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
@@ -91,6 +91,7 @@ class Checkpoints:
         self._trash: builtins.list[Callable[[], object]] = []
         self._trash_lock = threading.Lock()
         self._storages: dict[str, CheckpointStorage] = {}  # by their config (storage())
+        self._locations: dict[str | None, str] = {}  # location()'s, by stored config
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
@@ -100,7 +101,21 @@ class Checkpoints:
     def storage(self, config: ExperimentConfig) -> CheckpointStorage:
         """The store an experiment's checkpoints are in (its ``checkpoint_storage``: a
         folder, :meth:`directory`, or an object store's bucket)."""
-        given = config.checkpoint_storage.for_trials(self.directory(config))
+        return self._open(config.checkpoint_storage)
+
+    def location(self, stored: str | None) -> str:
+        """Where the checkpoints of an experiment whose ``checkpoint_storage`` the database
+        holds as ``stored`` (JSON text) are (:meth:`path_of` without a uuid): parsed once
+        per distinct value, so that a page of checkpoints costs no query or parse a row."""
+        where = self._locations.get(stored)
+        if where is None:
+            cfg = CheckpointStorageConfig.model_validate(json.loads(stored or "{}"))
+            where = self._locations[stored] = self._open(cfg).describe()
+        return where
+
+    def _open(self, cfg: CheckpointStorageConfig) -> CheckpointStorage:
+        host_path = cfg.host_path if cfg.type == "shared_fs" else None
+        given = cfg.for_trials(Path(host_path) if host_path else self.data_dir / "checkpoints")
         key = json.dumps(given, sort_keys=True)
         storage = self._storages.get(key)
         if storage is None:  # one client per store, not one per call (listings call often)

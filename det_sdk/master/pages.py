@@ -210,9 +210,8 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],
             damaged=c.get("damaged"),
-            # asked of the storage (a folder, or a bucket's URL): configs and stores are
-            # cached per experiment, so a page costs no parse per row
-            path=master.checkpoint_store.path_of(c["trial_id"], c["uuid"])
+            # as its storage says (a folder, or a bucket's URL), parsed once per config
+            path=f"{master.checkpoint_store.location(c['storage'])}/{c['uuid']}"
             if c["experiment_id"] is not None else None))
     return api.CheckpointPage(checkpoints=out, total=total,
                               next_cursor=_next("checkpoints", rows, limit, "seq"))
