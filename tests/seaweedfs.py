@@ -119,6 +119,12 @@ class SeaweedFS:
                     raise
                 time.sleep(0.5)
 
+    def checkpoint_storage(self, bucket: str, prefix: str) -> dict[str, str]:
+        """A ``checkpoint_storage`` (``type: s3``) of ``bucket``/``prefix`` on this server."""
+        return {"type": "s3", "bucket": bucket, "prefix": prefix,
+                "endpoint_url": self.endpoint_url, "access_key": ACCESS_KEY,
+                "secret_key": SECRET_KEY}
+
     def store(self, bucket: str, prefix: str | None = None, secret_key: str = SECRET_KEY):  # type: ignore[no-untyped-def]
         """An obstore ``S3Store`` of ``bucket`` (for set-up and checks beside det_sdk)."""
         from obstore.store import S3Store

@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from det_sdk.config import ExperimentConfig
+from det_sdk.config import CheckpointStorageConfig, ExperimentConfig
 from det_sdk.failure import Failure
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import Lifecycle, TrialEvent
@@ -91,6 +91,7 @@ class Checkpoints:
         self._trash: builtins.list[Callable[[], object]] = []
         self._trash_lock = threading.Lock()
         self._storages: dict[str, CheckpointStorage] = {}  # by their config (storage())
+        self._locations: dict[str | None, str] = {}  # location()'s, by stored config
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
@@ -100,7 +101,21 @@ class Checkpoints:
     def storage(self, config: ExperimentConfig) -> CheckpointStorage:
         """The store an experiment's checkpoints are in (its ``checkpoint_storage``: a
         folder, :meth:`directory`, or an object store's bucket)."""
-        given = config.checkpoint_storage.for_trials(self.directory(config))
+        return self._open(config.checkpoint_storage)
+
+    def location(self, stored: str | None) -> str:
+        """Where the checkpoints of an experiment whose ``checkpoint_storage`` the database
+        holds as ``stored`` (JSON text) are (:meth:`path_of` without a uuid): parsed once
+        per distinct value, so that a page of checkpoints costs no query or parse a row."""
+        where = self._locations.get(stored)
+        if where is None:
+            cfg = CheckpointStorageConfig.model_validate(json.loads(stored or "{}"))
+            where = self._locations[stored] = self._open(cfg).describe()
+        return where
+
+    def _open(self, cfg: CheckpointStorageConfig) -> CheckpointStorage:
+        host_path = cfg.host_path if cfg.type == "shared_fs" else None
+        given = cfg.for_trials(Path(host_path) if host_path else self.data_dir / "checkpoints")
         key = json.dumps(given, sort_keys=True)
         storage = self._storages.get(key)
         if storage is None:  # one client per store, not one per call (listings call often)
@@ -309,6 +324,14 @@ class Checkpoints:
         with storage.restore(uuid) as path:
             yield path
 
+    def stored(self, uuid: str) -> bool:
+        """Whether recorded checkpoint ``uuid``'s files are in its storage (a folder, or an
+        object store's manifest): asked of the storage, whichever it is."""
+        c = self.store.checkpoint(uuid)
+        if c is None:
+            return False
+        return self.storage(self.config_of(c["trial_id"])).exists(uuid)
+
     def info(self, uuid: str) -> dict[str, Any]:
         c = self.store.checkpoint(uuid)
         if c is None:
@@ -318,11 +341,14 @@ class Checkpoints:
     def list(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         return [self._out(c) for c in self.store.checkpoints(trial_id)]
 
+    def path_of(self, trial_id: int, uuid: str) -> str:
+        """Where trial ``trial_id``'s checkpoint ``uuid`` is: a folder's path, or the
+        object store's URL of it (``s3://bucket/prefix/<uuid>``), as its storage says."""
+        return f"{self.storage(self.config_of(trial_id)).describe()}/{uuid}"
+
     def _out(self, c: CheckpointRow) -> dict[str, Any]:
         t = self.store.trial(c["trial_id"])
-        path = None
-        if t is not None:  # a folder's path, or the object store's URL of it
-            path = f"{self.storage(self.config_of(t['id'])).describe()}/{c['uuid']}"
+        path = None if t is None else self.path_of(t["id"], c["uuid"])
         return {
             "uuid": c["uuid"], "trial_id": c["trial_id"],
             "experiment_id": t["experiment_id"] if t else None,

@@ -435,6 +435,10 @@ class Master:
     def checkpoint_info(self, uuid: str) -> dict[str, Any]:
         return self.checkpoint_store.info(uuid)
 
+    def checkpoint_stored(self, uuid: str) -> bool:
+        """Whether checkpoint ``uuid``'s files are in its storage (whichever store)."""
+        return self.checkpoint_store.stored(uuid)
+
     def checkpoints(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         return self.checkpoint_store.list(trial_id)
 

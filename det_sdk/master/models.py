@@ -13,7 +13,6 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
@@ -83,12 +82,12 @@ class ModelRegistry:
     """Models and their versions in ``store``'s database (a ``det_sdk.master.store.Store``)."""
 
     def __init__(self, store: Any,
-                 checkpoint_info: Callable[[str], dict[str, Any]] | None = None) -> None:
-        """``checkpoint_info``: a checkpoint's record with its ``path`` and ``damaged``
-        (``Master.checkpoint_info``), to refuse registering one whose files are gone or
-        damaged; without it only the record is looked up."""
+                 checkpoint_stored: Callable[[str], bool] | None = None) -> None:
+        """``checkpoint_stored``: whether a checkpoint's files are in its storage
+        (``Master.checkpoint_stored``: a folder, or an object store's manifest), to refuse
+        registering one whose files are gone; without it only the record is looked up."""
         self.store = store
-        self.checkpoint_info = checkpoint_info
+        self.checkpoint_stored = checkpoint_stored
         with store.tx() as db:
             for sql in _TABLES:
                 db.execute(sql)
@@ -152,11 +151,10 @@ class ModelRegistry:
         if ckpt.get("damaged"):
             raise Conflict(f"checkpoint {checkpoint_uuid} is damaged ({ckpt['damaged']}): a "
                            "model version must be one that restores; register another")
-        if self.checkpoint_info is not None:
-            path = self.checkpoint_info(checkpoint_uuid).get("path")
-            if path is None or not Path(path).is_dir():
-                raise Conflict(f"checkpoint {checkpoint_uuid}'s files are gone (no directory "
-                               f"{path}): a model version must be one that restores")
+        # asked of the checkpoint's storage: an object store's checkpoint is no directory
+        if self.checkpoint_stored is not None and not self.checkpoint_stored(checkpoint_uuid):
+            raise Conflict(f"checkpoint {checkpoint_uuid}'s files are gone from its storage: a "
+                           "model version must be one that restores")
         with self.store.tx() as db:
             (last,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM model_versions "
                                  "WHERE model_id = ?", (model["id"],)).fetchone()

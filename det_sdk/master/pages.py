@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from pathlib import Path
 from typing import Any, cast
 
 from det_sdk import api
@@ -206,14 +205,14 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
     rows, total = master.store.checkpoint_page(trial_id, before, limit + 1)
     out = []
     for c in rows[:limit]:
-        # as Checkpoints.directory: the experiment's host_path, else the master's own
-        base = Path(c["host_path"]) if c["host_path"] else master.data_dir / "checkpoints"
         out.append(api.CheckpointInfo(
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],
             damaged=c.get("damaged"),
-            path=str(base / c["uuid"]) if c["experiment_id"] is not None else None))
+            # as its storage says (a folder, or a bucket's URL), parsed once per config
+            path=f"{master.checkpoint_store.location(c['storage'])}/{c['uuid']}"
+            if c["experiment_id"] is not None else None))
     return api.CheckpointPage(checkpoints=out, total=total,
                               next_cursor=_next("checkpoints", rows, limit, "seq"))
 

@@ -147,4 +147,4 @@ class JobSummaryRow(TypedDict):
 class CheckpointListRow(CheckpointRow):
     seq: int  # the row's rowid: insertion order, the key the list pages by
     experiment_id: int | None
-    host_path: str | None  # its experiment's checkpoint_storage.host_path
+    storage: str | None  # its experiment's checkpoint_storage, as JSON text

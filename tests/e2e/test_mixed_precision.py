@@ -20,8 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from det_sdk.storage import open_storage
 from harness.master import Cluster, create, describe, trial_logs, wait_until
+from tests.e2e.conftest import S3_BUCKET
 from tests.e2e.test_horovod import HOROVODRUN, horovodrun
+from tests.seaweedfs import SeaweedFS
 from tests.support import SCRIPTS, run_python
 
 SCRIPT = SCRIPTS / "hvd_mixed_precision.py"
@@ -115,11 +118,15 @@ def test_a_mismatched_collective_ends_within_the_bound_saying_where_each_was(
 
 
 def test_horovods_example_under_mixed_float16_paused_on_two_slots_is_bit_equal(
-        cluster: Cluster) -> None:
+        cluster: Cluster, seaweedfs: SeaweedFS) -> None:
     """Horovod's own Keras example's shape (tests/hvd_example_model: per-process data, an
     unwrapped repeat().shuffle().batch() pipeline, a per-batch warmup), under mixed_float16
     on a 2-slot trial: paused in the middle of an epoch and activated, it ends with the
-    uninterrupted run's weights, Adam's slots, loss scale and counter, bit for bit."""
+    uninterrupted run's weights, Adam's slots, loss scale and counter, bit for bit.
+
+    The paused one keeps its checkpoints in S3 (SeaweedFS; the uninterrupted one on the
+    master's disk): stored by rank 0, restored by both ranks from the bucket at
+    activation, every one the master lists found there."""
     common = {"searcher": {"name": "single", "metric": "val_loss",
                            "max_length": {"epochs": 3}},
               "resources": {"slots_per_trial": 2},
@@ -131,7 +138,8 @@ def test_horovods_example_under_mixed_float16_paused_on_two_slots_is_bit_equal(
     hold.mkdir()
     # 16 steps an epoch on 2 processes, which agree on a stop every 10 batches: held at
     # epoch 1's batch 1 (the 18th), paused, released, they stop after its batch 3 (the 20th)
-    paused = cluster.write_config("hvd-paused", **common, data={
+    in_s3 = {**seaweedfs.checkpoint_storage(S3_BUCKET, "hvd-paused"), "save_trial_latest": 100}
+    paused = cluster.write_config("hvd-paused", **common, checkpoint_storage=in_s3, data={
         "mixed_precision": "mixed_float16", "weights_out": str(cluster.root / "hvd-paused.npz"),
         "hold_at": [1, 1, str(hold)]})
     exp_id = create(cluster, paused, HVD_EXAMPLE)
@@ -157,3 +165,9 @@ def test_horovods_example_under_mixed_float16_paused_on_two_slots_is_bit_equal(
     assert len(a) == len(b) > 6  # 3 layers' weights, then the optimizer's variables
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    with cluster.http() as http:
+        listed = http.get(f"/api/v1/trials/{trial_id}/checkpoints").json()
+    assert len(listed) >= 4, listed  # the pause's, then one per epoch
+    assert [c["path"] for c in listed] == [
+        f"s3://{S3_BUCKET}/hvd-paused/{c['uuid']}" for c in listed]
+    assert sorted(c["uuid"] for c in listed) == open_storage(in_s3).list()

@@ -68,22 +68,51 @@ def _validations(runs: Path) -> list[dict]:
             if r["group"] == "validation"]
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_sigterm_mid_epoch_and_resume_is_bit_equal(npz: Path, tmp_path: Path,
-                                                   nproc: int) -> None:
+@pytest.mark.parametrize(("nproc", "store"), [
+    (1, "local"),
+    # 2 ranks and a bucket in one run (pairwise, not 2 x 2: the ranks' stop agreement and
+    # RNG states are the same above any store, the store's seam the same under any ranks)
+    pytest.param(2, "s3", marks=pytest.mark.stack_neutral)])  # torch: no Keras
+def test_sigterm_mid_epoch_and_resume_is_bit_equal(npz: Path, tmp_path: Path, nproc: int,
+                                                   store: str,
+                                                   request: pytest.FixtureRequest) -> None:
     """shuffle=True, dropout 0.3: SIGTERM at batch 13 of 30, resume: the same bits.
+    With ``s3``, the stopped and resumed run keep their checkpoints in a bucket
+    (SeaweedFS): restored from there, none left on local disk, the uninterrupted run (on
+    local disk) the reference.
 
     N ranks agree on a stop about every 0.2 s of training: batches of 50 ms make that
     every 4 batches or fewer, so the stop comes well before the end however fast the
     machine (with 5 ms batches the next agreement could fall after batch 30)."""
+    env: dict[str, str] = {}
+    if store == "s3":
+        from tests.e2e.conftest import S3_BUCKET
+
+        storage_cfg = request.getfixturevalue("seaweedfs").checkpoint_storage(
+            S3_BUCKET, f"pytorch-{nproc}")
+        scratch = tmp_path / "tmp"  # the processes' TMPDIR: no det_sdk folder left there
+        scratch.mkdir()
+        env = {"PT_CHECKPOINT_STORAGE": json.dumps(storage_cfg), "TMPDIR": str(scratch)}
     _run(npz, tmp_path / "a", tmp_path / "a.pth", nproc)
     stopped = _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, PT_SIGTERM_AT="13",
-                   PT_BATCH_SLEEP="0.05")
+                   PT_BATCH_SLEEP="0.05", **env)
     assert "SIGTERM" in stopped.stderr and not (tmp_path / "b.pth").exists()
-    _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, DET_RESUME="latest")
+    _run(npz, tmp_path / "b", tmp_path / "b.pth", nproc, DET_RESUME="latest", **env)
     a, b = _weights(tmp_path / "a.pth"), _weights(tmp_path / "b.pth")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _validations(tmp_path / "a") == _validations(tmp_path / "b")
+    if store == "s3":
+        from det_sdk.storage import open_storage
+
+        recorded = [json.loads(line)["uuid"] for line in
+                    (tmp_path / "b" / "1" / "checkpoints.jsonl").read_text().splitlines()]
+        listed = open_storage(storage_cfg).list()
+        assert recorded[-1] in listed and set(listed) <= set(recorded), (listed, recorded)
+        local = tmp_path / "b" / "1" / "checkpoints"
+        assert not local.exists() or not any(local.iterdir())
+        # det_sdk's staging and restore folders gone (torch keeps its own cache there)
+        assert not [p for p in scratch.iterdir() if p.name.startswith("det-")], \
+            list(scratch.iterdir())
 
 
 def test_two_ranks_train_as_one_process(npz: Path, tmp_path: Path) -> None:

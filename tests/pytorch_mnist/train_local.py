@@ -4,7 +4,8 @@ Writes the final weights (state_dict) to OUT.pth. ``PT_SIGTERM_AT=k`` sends SIGT
 this process after batch k (a real signal: the Trainer checkpoints and stops);
 ``PT_BATCH_SLEEP=s`` makes every batch take s seconds longer (the ranks agree on a stop
 about every 0.2 s of training: slow batches make that a few batches, whatever the
-machine's speed); ``DET_RESUME`` continues a stopped run.
+machine's speed); ``DET_RESUME`` continues a stopped run; ``PT_CHECKPOINT_STORAGE``
+(JSON) is the config's ``checkpoint_storage`` (default: the run's folder).
 """
 
 import json
@@ -39,6 +40,8 @@ def main() -> None:
     with open(os.path.join(here, "const.yaml")) as f:
         config = yaml.safe_load(f)
     config["hyperparameters"].update(json.loads(os.environ.get("PT_HP", "{}")))
+    if os.environ.get("PT_CHECKPOINT_STORAGE"):
+        config["checkpoint_storage"] = json.loads(os.environ["PT_CHECKPOINT_STORAGE"])
     with pytorch.init(config=config) as context:
         trainer = pytorch.Trainer(Trial(context), context)
         trainer.fit(max_length=pytorch.Batch(batches), checkpoint_period=pytorch.Batch(10),

@@ -34,7 +34,7 @@ def models_router(master: Any, user: Any) -> APIRouter:
 
     >>> # app.include_router(models_router(master, user))
     """
-    registry = ModelRegistry(master.store, master.checkpoint_info)
+    registry = ModelRegistry(master.store, master.checkpoint_stored)
     router = APIRouter(prefix="/api/v1/models", dependencies=[Depends(user)])
 
     @router.post("")
