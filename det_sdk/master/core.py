@@ -360,8 +360,13 @@ class Master:
         """Trials handed to the resource manager that still wait in its queue (a Slurm job
         PENDING), with its reason: they show as QUEUED, though the lifecycle has them
         RUNNING (pause and kill reach them through the resource manager)."""
-        return {a["trial_id"]: a["queue_reason"] for a in self.store.running_allocations()
-                if a["queue_reason"] and a["trial_id"] is not None}
+        launching, why = self.launcher.launching_trial, self.launcher.launching_reason
+        queued = {a["trial_id"]: a["queue_reason"] for a in self.store.running_allocations()
+                  if a["queue_reason"] and a["trial_id"] is not None}
+        if launching is not None and why is not None:
+            # its state is RUNNING already, its allocation (with Slurm's reason) not yet
+            queued.setdefault(launching, why)
+        return queued
 
     def _trial_out(self, t: TrialRow, rungs: list[dict[str, Any]] | None = None,
                    queued: dict[int, str] | None = None) -> dict[str, Any]:

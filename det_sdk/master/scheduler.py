@@ -148,17 +148,22 @@ class Scheduler:
             "DET_TRIAL_SEED": str(t["seed"]), "DET_HPARAMS": t["hparams"],
             "DET_LATEST_CHECKPOINT": t["latest_checkpoint"], "DET_EXPERIMENT_CONFIG": config,
         })
-        self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+        self.launcher.launching_trial = t["id"]  # before its state is RUNNING
         try:
-            self.launcher.launch(
-                task_type="TRIAL", task_id=t["id"], archive=exp["archive"],
-                workdir=self.data_dir / "trials" / str(t["id"]) / "workdir",
-                entrypoint=cfg.entrypoint_script or "", slots=cfg.resources.slots_per_trial,
-                env=env, log_path=self.logs_path("trials", t["id"]),
-                per_node=cfg.entrypoint_runs == "per_node",
-            )
-        except Exception as err:
-            self._launch_failed(t["id"], f"{type(err).__name__}: {err}")
+            self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+            try:
+                self.launcher.launch(
+                    task_type="TRIAL", task_id=t["id"], archive=exp["archive"],
+                    workdir=self.data_dir / "trials" / str(t["id"]) / "workdir",
+                    entrypoint=cfg.entrypoint_script or "",
+                    slots=cfg.resources.slots_per_trial,
+                    env=env, log_path=self.logs_path("trials", t["id"]),
+                    per_node=cfg.entrypoint_runs == "per_node",
+                )
+            except Exception as err:
+                self._launch_failed(t["id"], f"{type(err).__name__}: {err}")
+        finally:
+            self.launcher.launching_trial = None  # its allocation says the rest
 
     def _launch_failed(self, trial_id: int, reason: str) -> None:
         log.warning("trial %s could not be launched: %s", trial_id, reason)

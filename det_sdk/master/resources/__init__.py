@@ -153,6 +153,9 @@ class ResourceManager:
 
     kind = "?"
     poll_seconds: float | None = None  # call _poll this often (None: never)
+    #: what ``describe`` says of a trial while its launch runs: None, RUNNING (a local
+    #: process starts at once); a manager with a queue says why it is not running yet
+    launching_reason: str | None = None
 
     def __init__(self, store: Store, data_dir: Path, slots: int, master_url: str,
                  on_exit: Callable[[dict[str, Any], int], None]) -> None:
@@ -170,6 +173,9 @@ class ResourceManager:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the trial whose :meth:`launch` runs now (the scheduler launches one at a time;
+        #: its state is RUNNING before the allocation that carries a queue reason exists)
+        self.launching_trial: int | None = None
 
     # --- what the scheduler asks ------------------------------------------------------------
 

@@ -189,6 +189,7 @@ class SlurmManager(ResourceManager):
     """Runs each task as one Slurm job in ``partition`` (Slurm's default if None)."""
 
     kind = "slurm"
+    launching_reason = "Submitting"  # not in Slurm's queue yet: never shown RUNNING
     poll_seconds = 1.0
 
     def __init__(self, store: Any, data_dir: Path, master_url: str,
