@@ -196,10 +196,10 @@ def test_the_lock_refuses_a_live_run_and_takes_a_dead_ones(
     assert json.loads(client.get_object(".predict.lock"))["pid"] == 4243
 
 
+# the same code for every store: one process run (S3, the module's server) is enough
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
 def test_a_killed_process_resumes_writing_only_the_missing_parts(
         store: Store, tmp_path: Path) -> None:
-    if store.scheme != "s3":
-        pytest.skip("the same code for every store: one process run (S3) is enough")
     url, rows = store.url("killed"), 203  # 51 parts of 4 rows
     env = outside(PYTHONPATH=str(REPO), DET_RUNS_DIR=str(tmp_path / "runs"), PRED_OUT=url,
                   PRED_ROWS=str(rows), **store.env)
