@@ -19,11 +19,11 @@
 # and its tests took 2,473 s, over the budget: docs/benchmarks.md, Tests), a file per
 # worker (its module's master and fixtures stay shared by its tests).
 # --stack all warns when its tests (lint and pytest, both stacks, set-up excluded) take
-# longer than DET_TEST_TARGET seconds (default 2100, 35 minutes) and fails past
-# DET_TEST_BUDGET (default 3000, 50 minutes; CI has 90 for all of it). Issue 45 asks for a
-# failure at 40 minutes: two fresh clones of nearly one commit took 2,239 s and 2,632 s here
-# (the machine's own variance), so 40 would fail CI on noise until the tests are cut
-# below 35 minutes with a margin; the warning at 35 stays.
+# longer than DET_TEST_TARGET seconds (default 2100, 35 minutes, the project's standard)
+# and fails past DET_TEST_BUDGET (default 2400, 40 minutes: issue 45's line, so that growth
+# fails CI the day it happens, long before CI's 90 minutes). CI's last two runs on this
+# 2-core machine took 2,267 s (tests 2,060 s) and 2,113 s in all, set-up included; fresh
+# clones run beside other work took 2,239 and 2,632 s of tests: docs/benchmarks.md, Tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,7 +48,7 @@ if [ "$STACK" = all ]; then
   keras3_s=$((SECONDS - start))
   bash "$0" --stack keras2 ${ARGS[@]+"${ARGS[@]}"} || status=$?
   took=$((SECONDS - start))
-  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-3000}
+  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-2400}
   echo "[test all] tests took ${took} s (keras3 ${keras3_s} s, keras2 $((took - keras3_s)) s):" \
     "target ${target} s, budget ${budget} s"
   # Past the target (35 minutes, the project's standard) a warning; past the budget a
