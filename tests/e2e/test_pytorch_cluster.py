@@ -2,16 +2,21 @@
 
 `entrypoint: model_def:MNistTrial` runs through det_sdk.launch.trial; 2 slots start the
 ranks under `horovodrun --gloo` and det_sdk.pytorch builds its torch.distributed group
-from Horovod's variables. One master for the module (the `cluster` fixture).
+from Horovod's variables. One master for the module (the `cluster` fixture, here with the
+GCS emulator's address in its environment: the 2-slot pause runs with its checkpoints on
+the master's disk, in GCS (fake-gcs-server) and in Azure (Azurite), servers this module
+starts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,11 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from harness.master import Cluster, create, describe, wait_until  # noqa: E402
+from harness.master import Cluster, create, describe, running_cluster, wait_until  # noqa: E402
+from tests.azurite import Azurite, azurite_binary  # noqa: E402
+from tests.fake_gcs import FakeGCS, fake_gcs_binary  # noqa: E402
+
+BUCKET = "det-sdk-pt-cluster"
 
 MNIST = Path(__file__).parents[1] / "pytorch_mnist"
 
@@ -60,6 +69,35 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
+    """The object stores a paused trial may keep its checkpoints in, by name: each one's
+    ``checkpoint_storage`` (none where its server is not installed); "env": what the
+    master's environment needs for them."""
+    with contextlib.ExitStack() as stack:
+        found: dict[str, dict[str, Any]] = {"env": {}}
+        if fake_gcs_binary() is not None:
+            gcs = stack.enter_context(FakeGCS())
+            gcs.create_bucket(BUCKET)
+            found["gcs"] = {"type": "gcs", "bucket": BUCKET, "prefix": "paused"}
+            # Google's client has no config field for an emulator: the environment's
+            found["env"]["STORAGE_EMULATOR_HOST"] = gcs.url
+        if azurite_binary() is not None:
+            az = stack.enter_context(Azurite(tmp_path_factory.mktemp("azurite")))
+            az.create_container(BUCKET)
+            found["azure"] = {"type": "azure", "container": BUCKET, "prefix": "paused",
+                              "connection_string": az.connection_string}
+        yield found
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            stores: dict[str, dict[str, Any]]) -> Iterator[Cluster]:
+    """This module's master, with the stores' environment (its trials inherit it)."""
+    with running_cluster(tmp_path_factory.mktemp("cluster"), env=stores["env"]) as c:
+        yield c
+
+
 def _config(path: Path, model_dir: Path, **overrides: Any) -> Path:
     cfg = yaml.safe_load((model_dir / "const.yaml").read_text())
     cfg.update({"data": {"npz": str(model_dir.parent / "mnist8.npz")},
@@ -80,8 +118,13 @@ def _checkpoints(cluster: Cluster, trial_id: int) -> list[dict]:
 
 
 def _final_weights(cluster: Cluster, trial_id: int) -> dict:
+    """The last checkpoint's model, read through `det checkpoint download` (verified
+    against the manifest where it is in a bucket)."""
     last = _checkpoints(cluster, trial_id)[-1]
-    state = torch.load(Path(last["path"]) / "state_dict.pth", weights_only=True)
+    where = cluster.root / "downloads" / last["uuid"]
+    out = cluster.det("checkpoint", "download", last["uuid"], "-o", str(where), "-q")
+    assert out.returncode == 0, out.stderr
+    state = torch.load(where / "state_dict.pth", weights_only=True)
     return state["models_state_dict"][0]
 
 
@@ -116,18 +159,35 @@ def test_tutorial_completes_on_one_and_two_slots(cluster: Cluster, model_dir: Pa
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
 
 
-def test_pause_mid_epoch_and_activate_is_bit_equal(cluster: Cluster, model_dir: Path,
-                                                  tmp_path: Path) -> None:
-    """shuffle=True and dropout 0.3, 2 slots: paused mid-epoch, activated: the uninterrupted
-    bits. (One process stopped mid-epoch and resumed: test_pytorch.py's SIGTERM test; the
-    pause reaches one slot's trial as it reaches two.)"""
-    res = {"slots_per_trial": 2}
-    full = create(cluster, _config(tmp_path / "full.yaml", model_dir, resources=res,
+@pytest.fixture(scope="module")
+def uninterrupted(cluster: Cluster, model_dir: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The 2-slot trial the paused ones must equal, run once (checkpoints on the master's
+    disk)."""
+    path = tmp_path_factory.mktemp("full") / "full.yaml"
+    full = create(cluster, _config(path, model_dir, resources={"slots_per_trial": 2},
                                    entrypoint="slow:SlowMNistTrial"), model_dir)
-    t_full = _completed(cluster, full)
+    return _completed(cluster, full)
+
+
+@pytest.mark.parametrize("where", ["disk", "gcs", "azure"])
+def test_pause_mid_epoch_and_activate_is_bit_equal(
+        cluster: Cluster, model_dir: Path, tmp_path: Path, uninterrupted: dict,
+        stores: dict[str, dict[str, Any]], where: str) -> None:
+    """shuffle=True and dropout 0.3, 2 slots: paused mid-epoch, activated: the uninterrupted
+    bits, with the checkpoints on the master's disk, in GCS or in Azure (every checkpoint
+    the master lists is at its bucket's URL). (One process stopped mid-epoch and resumed:
+    test_pytorch.py's SIGTERM test; the pause reaches one slot's trial as it reaches two.)"""
+    storage: dict[str, Any] = {"save_trial_latest": 100}
+    if where != "disk":
+        if where not in stores:
+            pytest.skip(f"no {where} emulator installed (scripts/setup.sh installs them)")
+        storage.update(stores[where])
     started = tmp_path / "started"
-    paused = create(cluster, _config(tmp_path / "paused.yaml", model_dir, resources=res,
+    paused = create(cluster, _config(tmp_path / "paused.yaml", model_dir,
+                                     resources={"slots_per_trial": 2},
                                      entrypoint="slow:SlowMNistTrial",
+                                     checkpoint_storage=storage,
                                      data={"sleep_per_batch": 0.3, "started": str(started)}),
                     model_dir)
     wait_until("the trial to train 3 batches", started.exists, timeout=180)
@@ -139,9 +199,14 @@ def test_pause_mid_epoch_and_activate_is_bit_equal(cluster: Cluster, model_dir: 
     assert cluster.det("experiment", "activate", str(paused)).returncode == 0
     t_paused = _completed(cluster, paused)
     assert t_paused["restarts"] == 0
-    a, b = _final_weights(cluster, t_full["id"]), _final_weights(cluster, t_paused["id"])
+    if where != "disk":
+        scheme = {"gcs": "gs", "azure": "az"}[where]
+        paths = [c["path"] for c in _checkpoints(cluster, t_paused["id"])]
+        assert paths and all(p.startswith(f"{scheme}://{BUCKET}/paused/") for p in paths), paths
+    a = _final_weights(cluster, uninterrupted["id"])
+    b = _final_weights(cluster, t_paused["id"])
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert _validations(cluster, t_full["id"]) == _validations(cluster, t_paused["id"])
+    assert _validations(cluster, uninterrupted["id"]) == _validations(cluster, t_paused["id"])
 
 
 KILL_SCRIPT = '''
