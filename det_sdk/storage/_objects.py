@@ -285,27 +285,20 @@ class ObjectStoreStorage(CheckpointStorage):
         dest = Path(dest)
         files = {rel: int(v["size"]) for rel, v in manifest["files"].items() if rel != OWNER_FILE}
         jobs: list[tuple[str, int, int]] = []
-        for rel, size in files.items():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            with open(dest / rel, "wb") as f:
-                f.truncate(size)
-            jobs += [(rel, start, min(start + PART, size)) for start in range(0, size, PART)]
-
-        def fetch(job: tuple[str, int, int]) -> None:
-            rel, start, end = job
-            try:
-                data = self._call(f"downloading {uuid}/{rel}", lambda: obs.get_range(
-                    self._store, f"{uuid}/{rel}", start=start, end=end))
-            except FileNotFoundError:
-                raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} is "
-                                             "missing from the store") from None
-            if len(data) != end - start:
-                raise CheckpointCorruptError(
-                    f"checkpoint {self._where(uuid)}: {rel} is shorter in the store than "
-                    "its manifest says")
-            with open(dest / rel, "r+b") as f:
-                f.seek(start)
-                f.write(memoryview(data))
+        # one descriptor per file, written in place at each range's offset: opening the
+        # file for each 8 MiB range cost a 420 MiB download 0.25 s of CPU in 0.65 (and
+        # 0.2 s of its 0.8 s) on this machine
+        fds: dict[str, int] = {}
+        try:
+            for rel, size in files.items():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                fds[rel] = os.open(dest / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                os.ftruncate(fds[rel], size)
+                jobs += [(rel, start, min(start + PART, size)) for start in range(0, size, PART)]
+            self._fetch_ranges(uuid, jobs, fds)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
         def check(rel: str) -> None:
             try:
@@ -321,8 +314,33 @@ class ObjectStoreStorage(CheckpointStorage):
             manifest_lib.verify_file(manifest, rel, dest / rel, self._where(uuid))
 
         with ThreadPoolExecutor(THREADS) as pool:
-            list(pool.map(fetch, jobs))
             list(pool.map(check, files))
+
+    def _fetch_ranges(self, uuid: str, jobs: list[tuple[str, int, int]],
+                      fds: dict[str, int]) -> None:
+        """Each (file, start, end) range of checkpoint ``uuid`` into its file's descriptor,
+        :data:`THREADS` at a time."""
+        obs = _obstore(self.kind)
+
+        def fetch(job: tuple[str, int, int]) -> None:
+            rel, start, end = job
+            try:
+                data = self._call(f"downloading {uuid}/{rel}", lambda: obs.get_range(
+                    self._store, f"{uuid}/{rel}", start=start, end=end))
+            except FileNotFoundError:
+                raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} is "
+                                             "missing from the store") from None
+            if len(data) != end - start:
+                raise CheckpointCorruptError(
+                    f"checkpoint {self._where(uuid)}: {rel} is shorter in the store than "
+                    "its manifest says")
+            view, offset = memoryview(data), start
+            while view:  # pwrite may write less than asked
+                done = os.pwrite(fds[rel], view, offset)
+                view, offset = view[done:], offset + done
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            list(pool.map(fetch, jobs))
 
     def path(self, uuid: str) -> Path:
         """A local, verified copy of checkpoint ``uuid`` (downloaded once per process;

@@ -106,23 +106,30 @@ def obstore_mover(s3: SeaweedFS, bucket: str, threads: int) -> tuple[Callable, C
         asyncio.run(all_files())
 
     def download(names: list[str], prefix: str, dest: Path) -> None:
-        # ranges of PART bytes, ``threads`` at a time over all files, written in place
+        # as ObjectStoreStorage.download: ranges of PART bytes, ``threads`` at a time over
+        # all files, each written in place through its file's one descriptor
         jobs: list[tuple[str, int, int]] = []
-        for n in names:
-            size = obstore.head(store, f"{prefix}/{n}")["size"]
-            with open(dest / n, "wb") as f:
-                f.truncate(size)
-            jobs += [(n, start, min(start + PART, size)) for start in range(0, size, PART)]
+        fds: dict[str, int] = {}
+        try:
+            for n in names:
+                size = obstore.head(store, f"{prefix}/{n}")["size"]
+                fds[n] = os.open(dest / n, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                os.ftruncate(fds[n], size)
+                jobs += [(n, start, min(start + PART, size)) for start in range(0, size, PART)]
 
-        def fetch(job: tuple[str, int, int]) -> None:
-            n, start, end = job
-            data = obstore.get_range(store, f"{prefix}/{n}", start=start, end=end)
-            with open(dest / n, "r+b") as f:
-                f.seek(start)
-                f.write(memoryview(data))
+            def fetch(job: tuple[str, int, int]) -> None:
+                n, start, end = job
+                view = memoryview(obstore.get_range(store, f"{prefix}/{n}", start=start,
+                                                    end=end))
+                while view:
+                    done = os.pwrite(fds[n], view, start)
+                    view, start = view[done:], start + done
 
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(fetch, jobs))
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(fetch, jobs))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     return upload, download
 
