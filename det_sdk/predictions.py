@@ -328,6 +328,50 @@ def check_same_job(where: str, manifest: Mapping[str, Any], fingerprint: Mapping
 # --- writing ---------------------------------------------------------------------------------
 
 
+def same_structure(known: dict[str, Any] | None, structure: dict[str, Any], index: int,
+                   where: Path | str) -> dict[str, Any]:
+    """The output structure of batch ``index``, which must be the earlier batches'
+    (``known``; None: the first) in every part of ``where``.
+
+    >>> s = {"kind": "array"}
+    >>> same_structure(None, s, 0, "out") == s
+    True
+    """
+    if known is not None and known != structure:
+        raise PredictionsCorruptError(
+            f"predict: batch {index}'s outputs are {_describe(structure)}, the earlier "
+            f"batches' {_describe(known)} (in {where}): a model must predict the same "
+            "structure, dtypes and per-row shapes for every batch")
+    return structure
+
+
+def final_manifest(manifest: dict[str, Any], sidecars: Mapping[int, dict[str, Any] | None],
+                   parts: int, where: Path | str) -> dict[str, Any]:
+    """``manifest`` completed over parts ``0 .. parts-1`` from their sidecars (missing or
+    None, damaged: refused): which rows each part holds, the structure, the rows.
+
+    >>> m = final_manifest({}, {0: {"file": "p.npy", "rows": 2, "bytes": 9, "xxh3": "x",
+    ...                             "structure": None}}, 1, "out")
+    >>> (m["complete"], m["rows"], m["parts"][0]["start"])
+    (True, 2, 0)
+    """
+    table, start = [], 0
+    for i in range(parts):
+        meta = sidecars.get(i)
+        if meta is None:
+            raise PredictionsIncompleteError(
+                f"predict: part {i} of {parts} is missing or damaged in {where}: "
+                "run again with the same output= to write it")
+        table.append({"index": i, "file": meta["file"], "start": start,
+                      "rows": meta["rows"], "bytes": meta["bytes"], "xxh3": meta["xxh3"]})
+        start += meta["rows"]
+        manifest.setdefault("structure", meta["structure"])
+    manifest.update({"complete": True, "rows": start, "parts": table})
+    manifest.setdefault("structure", None)  # no rows at all: nothing to describe
+    return manifest
+
+
+
 class PartStore:
     """One output directory: what each process of a streamed predict writes through.
 
@@ -505,14 +549,7 @@ class PartStore:
         """Write global batch ``index``'s predictions (atomically: complete or absent).
         Returns its number of rows."""
         structure, leaves = flatten_outputs(outputs)
-        known = self.structure()
-        if known is None:
-            self._structure = structure
-        elif known != structure:
-            raise PredictionsCorruptError(
-                f"predict: batch {index}'s outputs are {_describe(structure)}, the earlier "
-                f"batches' {_describe(known)} (in {self.path}): a model must predict the same "
-                "structure, dtypes and per-row shapes for every batch")
+        self._structure = same_structure(self.structure(), structure, index, self.path)
         stem = part_stem(index)
         name = f"{stem}.npy" if structure["kind"] == "array" else f"{stem}.npz"
         try:
@@ -535,20 +572,9 @@ class PartStore:
     def finish(self, parts: int) -> dict[str, Any]:
         """Write the final manifest over parts ``0 .. parts-1`` (all must be complete):
         which rows each part holds, the output structure and the total rows."""
-        manifest = self.read_manifest() or {}
-        table, start = [], 0
-        for i in range(parts):
-            meta = self.read_sidecar(i)
-            if meta is None:
-                raise PredictionsIncompleteError(
-                    f"predict: part {i} of {parts} is missing or damaged in {self.path}: "
-                    "run again with the same output= to write it")
-            table.append({"index": i, "file": meta["file"], "start": start,
-                          "rows": meta["rows"], "bytes": meta["bytes"], "xxh3": meta["xxh3"]})
-            start += meta["rows"]
-            manifest.setdefault("structure", meta["structure"])
-        manifest.update({"complete": True, "rows": start, "parts": table})
-        manifest.setdefault("structure", None)  # no rows at all: nothing to describe
+        manifest = final_manifest(self.read_manifest() or {},
+                                  {i: self.read_sidecar(i) for i in range(parts)}, parts,
+                                  self.path)
         try:
             _syncfs(self.path)  # every part on disk before the manifest says complete
             write_atomic(self.path / MANIFEST, _dumps(manifest))

@@ -62,7 +62,6 @@ from det_sdk.predictions import (
     PredictionsCorruptError,
     PredictionsIncompleteError,
     PredictionsMismatchError,
-    _describe,
     _digest,
     _dumps,
     _manifest_problem,
@@ -70,8 +69,10 @@ from det_sdk.predictions import (
     assemble,
     check_part,
     check_same_job,
+    final_manifest,
     flatten_outputs,
     part_stem,
+    same_structure,
 )
 
 if TYPE_CHECKING:
@@ -428,14 +429,7 @@ class BucketPartStore:
         if lock is not None:
             lock.check()
         structure, leaves = flatten_outputs(outputs)
-        known = self.structure()
-        if known is None:
-            self._structure = structure
-        elif known != structure:
-            raise PredictionsCorruptError(
-                f"predict: batch {index}'s outputs are {_describe(structure)}, the earlier "
-                f"batches' {_describe(known)} (in {self.url}): a model must predict the same "
-                "structure, dtypes and per-row shapes for every batch")
+        self._structure = same_structure(self.structure(), structure, index, self.url)
         stem = part_stem(index)
         name = f"{stem}.npy" if structure["kind"] == "array" else f"{stem}.npz"
         data = _encode(structure, leaves)
@@ -449,19 +443,8 @@ class BucketPartStore:
     # the chief, after every process wrote its parts
     def finish(self, parts: int) -> dict[str, Any]:
         """Write the final manifest over parts ``0 .. parts-1`` (all complete), last."""
-        manifest = self.read_manifest() or {}
-        table, start = [], 0
-        for i, meta in sorted(self._sidecars(range(parts)).items()):
-            if meta is None:
-                raise PredictionsIncompleteError(
-                    f"predict: part {i} of {parts} is missing or damaged in {self.url}: run "
-                    "again with the same output= to write it")
-            table.append({"index": i, "file": meta["file"], "start": start,
-                          "rows": meta["rows"], "bytes": meta["bytes"], "xxh3": meta["xxh3"]})
-            start += meta["rows"]
-            manifest.setdefault("structure", meta["structure"])
-        manifest.update({"complete": True, "rows": start, "parts": table})
-        manifest.setdefault("structure", None)
+        manifest = final_manifest(self.read_manifest() or {},
+                                  self._sidecars(range(parts)), parts, self.url)
         self.storage.put_object(MANIFEST, _dumps(manifest).encode())
         self.release()
         return manifest

