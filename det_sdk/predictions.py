@@ -59,7 +59,7 @@ import secrets
 import threading
 import time
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -860,6 +860,27 @@ def _read_leaves(path: Path, mmap: bool = False) -> list[np.ndarray]:
 # --- reading ---------------------------------------------------------------------------------
 
 
+def complete_manifest(read: Callable[[], bytes], where: Path | str,
+                      kind: str) -> dict[str, Any]:
+    """The final manifest ``read()`` returns for the output at ``where``, refused when
+    absent (not ``kind``), damaged, or not complete (the job stopped before its end)."""
+    try:
+        text = read()
+    except FileNotFoundError:
+        raise PredictionsIncompleteError(
+            f"load_predictions: {where} has no {MANIFEST}: not {kind} writes one)") from None
+    problem = _manifest_problem(text)
+    if problem:
+        raise PredictionsCorruptError(f"load_predictions: {where}/{MANIFEST} is damaged "
+                                      f"({problem})")
+    manifest: dict[str, Any] = json.loads(text)
+    if not manifest.get("complete"):
+        raise PredictionsIncompleteError(
+            f"load_predictions: the predictions in {where} are not complete: the job stopped "
+            "before its end; run it again with the same output= to finish them")
+    return manifest
+
+
 def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False,
                      storage: Mapping[str, Any] | None = None) -> Any:
     """The predictions a streamed ``context.predict(..., output=path)`` wrote, in the
@@ -900,21 +921,8 @@ def load_predictions(path: str | os.PathLike[str], *, mmap: bool = False,
 
         return load_from_bucket(url, mmap=mmap, storage=storage)
     root = Path(path)
-    try:
-        text = (root / MANIFEST).read_bytes()
-    except FileNotFoundError:
-        raise PredictionsIncompleteError(
-            f"load_predictions: {root} has no manifest.json: not a predictions directory "
-            "(context.predict(..., output=DIR) writes one)") from None
-    problem = _manifest_problem(text)
-    if problem:
-        raise PredictionsCorruptError(f"load_predictions: {root / MANIFEST} is damaged "
-                                      f"({problem})")
-    manifest = json.loads(text)
-    if not manifest.get("complete"):
-        raise PredictionsIncompleteError(
-            f"load_predictions: the predictions in {root} are not complete: the job stopped "
-            "before its end; run it again with the same output= to finish them")
+    manifest = complete_manifest(lambda: (root / MANIFEST).read_bytes(), root,
+                                 "a predictions directory (context.predict(..., output=DIR)")
     return assemble(manifest, lambda k, shape, dtype: _combined(root, manifest, k, shape, dtype)
                     if mmap else None, lambda part: _verified_part(root, part,
                                                                    manifest["structure"]))

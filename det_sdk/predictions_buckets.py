@@ -60,7 +60,6 @@ from det_sdk.predictions import (
     MANIFEST,
     PredictionsBusyError,
     PredictionsCorruptError,
-    PredictionsIncompleteError,
     PredictionsMismatchError,
     _digest,
     _dumps,
@@ -69,6 +68,7 @@ from det_sdk.predictions import (
     assemble,
     check_part,
     check_same_job,
+    complete_manifest,
     final_manifest,
     flatten_outputs,
     part_stem,
@@ -458,21 +458,8 @@ def load_from_bucket(url: str, *, mmap: bool = False, storage: Any = None) -> An
     checked against the manifest's digests (``PredictionsCorruptError`` naming a damaged
     part). ``mmap``: the outputs in temporary ``.npy`` files, mapped then unlinked."""
     client = bucket_storage(url, storage)
-    try:
-        text = client.get_object(MANIFEST)
-    except FileNotFoundError:
-        raise PredictionsIncompleteError(
-            f"load_predictions: {url} has no manifest.json: not a predictions output "
-            "(context.predict(..., output=URL) writes one)") from None
-    problem = _manifest_problem(text)
-    if problem:
-        raise PredictionsCorruptError(f"load_predictions: {url}/{MANIFEST} is damaged "
-                                      f"({problem})")
-    manifest = json.loads(text)
-    if not manifest.get("complete"):
-        raise PredictionsIncompleteError(
-            f"load_predictions: the predictions in {url} are not complete: the job stopped "
-            "before its end; run it again with the same output= to finish them")
+    manifest = complete_manifest(lambda: client.get_object(MANIFEST), url,
+                                 "a predictions output (context.predict(..., output=URL)")
     structure = manifest["structure"]
 
     def verified(part: Mapping[str, Any]) -> list[np.ndarray]:
