@@ -114,8 +114,8 @@ class Checkpoints:
         return where
 
     def _open(self, cfg: CheckpointStorageConfig) -> CheckpointStorage:
-        host_path = cfg.host_path if cfg.type == "shared_fs" else None
-        given = cfg.for_trials(Path(host_path) if host_path else self.data_dir / "checkpoints")
+        # for_trials keeps a shared folder's host_path, else this master's (as directory())
+        given = cfg.for_trials(self.data_dir / "checkpoints")
         key = json.dumps(given, sort_keys=True)
         storage = self._storages.get(key)
         if storage is None:  # one client per store, not one per call (listings call often)
