@@ -93,38 +93,30 @@ def bucket_storage(url: str, storage: Any = None) -> ObjectStoreStorage:
     with ``storage``'s credentials where it names the same store and bucket (the run's
     checkpoint storage: a ``CheckpointStorage``, or a ``checkpoint_storage`` mapping),
     else the environment's. Messages name ``output=``."""
-    from det_sdk.config.storage import URL_TYPES, CheckpointStorageConfig
+    from det_sdk.config.storage import URL_TYPES
+    from det_sdk.storage import open_storage
     from det_sdk.storage._objects import ObjectStoreStorage
 
     scheme = url[:url.index("://") + 3]
     kind = URL_TYPES[scheme]
     location, _, prefix = url[len(scheme):].partition("/")
-    if isinstance(storage, ObjectStoreStorage):
-        if storage.kind == kind and storage.location == location:
-            clone = storage.at(prefix)
-            clone.named_by = "output="
-            return clone
-        storage = None
-    cfg = None
     if isinstance(storage, Mapping) and storage:
-        try:
-            cfg = CheckpointStorageConfig.model_validate(dict(storage))
+        try:  # a checkpoint_storage mapping: the storage it names (no request is made)
+            storage = open_storage(storage, owner={})
         except ValueError:  # the run's own storage was validated where it was opened
-            cfg = None
-    same = cfg is not None and cfg.type == kind and (
-        cfg.container if kind == "azure" else cfg.bucket) == location
+            storage = None
+    if isinstance(storage, ObjectStoreStorage) and storage.kind == kind \
+            and storage.location == location:
+        clone = storage.at(prefix)  # its endpoint and credentials, under the output's prefix
+        clone.named_by = "output="
+        return clone
     env = os.environ
     made: ObjectStoreStorage
     if kind == "s3":
         from det_sdk.storage.s3 import S3Storage
 
-        if same and cfg is not None:
-            made = S3Storage(location, prefix, endpoint_url=cfg.endpoint_url,
-                             access_key=cfg.access_key, secret_key=cfg.secret_key, owner={})
-        else:
-            made = S3Storage(location, prefix, owner={},
-                             endpoint_url=env.get("AWS_ENDPOINT_URL_S3")
-                             or env.get("AWS_ENDPOINT_URL"))
+        made = S3Storage(location, prefix, owner={},
+                         endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"))
     elif kind == "gcs":
         from det_sdk.storage.gcs import GCSStorage
 
@@ -132,11 +124,7 @@ def bucket_storage(url: str, storage: Any = None) -> ObjectStoreStorage:
     else:
         from det_sdk.storage.azure import AzureStorage
 
-        if same and cfg is not None:
-            made = AzureStorage(location, prefix, connection_string=cfg.connection_string,
-                                account_url=cfg.account_url, credential=cfg.credential,
-                                owner={})
-        elif env.get("AZURE_STORAGE_CONNECTION_STRING"):
+        if env.get("AZURE_STORAGE_CONNECTION_STRING"):
             made = AzureStorage(location, prefix, owner={},
                                 connection_string=env["AZURE_STORAGE_CONNECTION_STRING"])
         elif env.get("AZURE_STORAGE_ACCOUNT_NAME"):
