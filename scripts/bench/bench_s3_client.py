@@ -140,11 +140,13 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=300, help="checkpoint size in MiB")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument("--goal", type=float, default=0.9,
+                        help="least throughput obstore/boto3, up and down (issue 47)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp, SeaweedFS(Path(tmp) / "s3") as s3:
         s3.create_bucket("bench")
@@ -177,16 +179,22 @@ def main() -> None:
                       f"({args.mb / down:6.1f} MiB/s, client CPU {down_cpu:5.2f} s)", flush=True)
                 for n in names:
                     (dest / n).unlink()
+        missed = []
         for way in ("upload", "download"):
             b = statistics.median(times[("boto3", way)])
             o = statistics.median(times[("obstore", way)])
             print(f"{way}: median boto3 {b:.2f} s, obstore {o:.2f} s; "
                   f"throughput obstore/boto3 = {b / o:.3f}")
+            if b / o < args.goal:
+                missed.append(f"{way} {b / o:.3f}")
             b = statistics.median(times[("boto3", f"{way} cpu")])
             o = statistics.median(times[("obstore", f"{way} cpu")])
             print(f"{way} client CPU: median boto3 {b:.2f} s, obstore {o:.2f} s; "
                   f"obstore/boto3 = {o / b:.3f}")
+    print(f"MISSED (goal >= {args.goal}): {', '.join(missed)}" if missed
+          else f"OK: both ways >= {args.goal}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
