@@ -35,11 +35,14 @@ from __future__ import annotations
 import collections
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from typing import BinaryIO
 
 from det_sdk.failure import (
     Failure,
@@ -54,6 +57,8 @@ from det_sdk.ranks import rank_hint
 __all__ = ["main"]
 
 _KEEP_LINES = 400  # the last lines of standard error kept for parsing
+_PARTIAL_SECONDS = 0.25  # an unfinished line is held back this long, then passed on
+_PARTIAL_BYTES = 65536  # ... or once it is this long
 _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
 # a traceback followed by more than this many lines was handled: not the cause of the exit
 _STALE_AFTER = 50
@@ -83,26 +88,81 @@ class _Tail:
             self.feed(b"\n")
 
 
-def _pump(fd: int, tail: _Tail) -> None:
-    out = sys.stderr.buffer
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
+class _Stream:
+    """One of COMMAND's streams, passed on to ``out`` in whole lines."""
+
+    def __init__(self, out: BinaryIO, tail: _Tail | None = None) -> None:
+        self.out = out
+        self.tail = tail  # standard error's lines, kept for the failure record
+        self.partial = b""  # the unfinished line, held back
+        self.since = 0.0  # when the held-back line started
+
+    def feed(self, chunk: bytes, read_at: float) -> None:
         # timed as read, before it is passed on: writing to the log can block (horovodrun
         # reads every rank's pipe on a busy machine), and a late time for this rank's
         # traceback would make another rank's later failure look like the first
-        read_at = now()
+        if self.tail is not None:
+            self.tail.feed(chunk, read_at)
+        if not self.partial:
+            self.since = time.monotonic()
+        data = self.partial + chunk
+        end = data.rfind(b"\n") + 1
+        self.partial = data[end:]
+        if len(self.partial) > _PARTIAL_BYTES:  # one endless line: pass it on as it comes
+            end, self.partial = len(data), b""
+        self._write(data[:end])
+        if self.partial and end:
+            self.since = time.monotonic()
+
+    def flush_stale(self, moment: float) -> None:
+        """Pass on a line left unfinished since ``_PARTIAL_SECONDS`` before ``moment``."""
+        if self.partial and moment - self.since >= _PARTIAL_SECONDS:
+            self._write(self.partial)
+            self.partial = b""
+
+    def finish(self) -> None:
+        """The stream is closed: pass on what is left."""
+        self._write(self.partial)
+        self.partial = b""
+        if self.tail is not None:
+            self.tail.close()
+
+    def _write(self, data: bytes) -> None:
+        if not data:
+            return
         try:
-            out.write(chunk)
-            out.flush()
+            self.out.write(data)
+            self.out.flush()
         except (OSError, ValueError):
             pass  # the log is gone: keep reading, so COMMAND never blocks on a full pipe
-        tail.feed(chunk, read_at)
-    tail.close()
+
+
+def _pump(streams: dict[int, _Stream]) -> None:
+    """Pass COMMAND's streams on until both are closed; one thread writes them all, so
+    one stream's line never lands inside another's."""
+    poller = select.poll()
+    for fd in streams:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(streams)
+    while open_fds:
+        waiting = [s.since for s in streams.values() if s.partial]
+        timeout = None if not waiting else max(
+            0, int((min(waiting) + _PARTIAL_SECONDS - time.monotonic()) * 1000) + 1)
+        for fd, _ in poller.poll(timeout):
+            read_at = now()
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:  # closed (POLLHUP or POLLERR read as end of stream)
+                poller.unregister(fd)
+                open_fds.discard(fd)
+                streams[fd].finish()
+            else:
+                streams[fd].feed(chunk, read_at)
+        moment = time.monotonic()
+        for stream in streams.values():
+            stream.flush_stale(moment)
 
 
 def _rank() -> int:
@@ -167,23 +227,26 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
     for signum in (signal.SIGTERM, signal.SIGINT):
         # a handler, not SIG_IGN: COMMAND gets the default disposition back at exec
         signal.signal(signum, on_signal)
-    read_fd, write_fd = os.pipe()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
     try:
         # launchers inside COMMAND wrap their own workers with the same record dir
         env = {**os.environ, RECORD_DIR_VAR: str(record_dir)}
-        proc = subprocess.Popen(list(command), stderr=write_fd, env=env)
+        proc = subprocess.Popen(list(command), stdout=out_write, stderr=err_write, env=env)
     except OSError as err:
-        os.close(read_fd)
-        os.close(write_fd)
+        for fd in (out_read, out_write, err_read, err_write):
+            os.close(fd)
         print(f"det_sdk.launch.catch: cannot run {command[0]!r}: {err}", file=sys.stderr)
         failure = Failure(type=type(err).__name__, message=f"cannot run {command[0]!r}: {err}",
                           rank=_rank(), time=now(), exit_code=127)
         _write(record_dir, failure)
         return 127
     child.append(proc)
-    os.close(write_fd)
+    os.close(out_write)
+    os.close(err_write)
     tail = _Tail()
-    pump = threading.Thread(target=_pump, args=(read_fd, tail), daemon=True)
+    streams = {out_read: _Stream(sys.stdout.buffer), err_read: _Stream(sys.stderr.buffer, tail)}
+    pump = threading.Thread(target=_pump, args=(streams,), daemon=True)
     pump.start()
     while True:
         try:

@@ -220,3 +220,53 @@ def test_a_libraries_start_up_log_is_not_a_silent_exits_last_word() -> None:
     assert failure_of(tail, 3, "/w", 0).message == ""
     tail.feed(b"bad learning rate 7\nW1127 20:01:02.123456    12 x.cc:1] a warning\n")
     assert failure_of(tail, 1, "/w", 0).message == "bad learning rate 7"
+
+
+class _Sink:
+    """One file both streams are written to, as a task's log is."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_wrapper_passes_a_printed_line_on_whole_with_stderr_between_its_pieces() -> None:
+    """Under PYTHONUNBUFFERED each argument of a ``print`` is its own write: a line on
+    standard error written between two of them lands after the printed line, not inside
+    it (CI read "RESULT det_sdk: predictions: ...\\n3000 30 12" in a job's log); a line left
+    unfinished (a prompt) is still passed on within a second."""
+    import os
+    import threading
+
+    from det_sdk.launch.catch import _pump, _Stream, _Tail
+
+    sink, tail = _Sink(), _Tail()
+    (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+    pump = threading.Thread(target=_pump, args=({out_r: _Stream(sink),  # type: ignore[arg-type]
+                                                 err_r: _Stream(sink, tail)},))  # type: ignore[arg-type]
+    pump.start()
+    try:
+        os.write(out_w, b"RESULT")
+        time.sleep(0.05)
+        os.write(err_w, b"det_sdk: predictions: 3000 rows\n")
+        time.sleep(0.05)
+        os.write(out_w, b" 3000 30 12\nprompt> ")
+        deadline = time.monotonic() + 5
+        while not sink.data.endswith(b"prompt> ") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sink.data == b"det_sdk: predictions: 3000 rows\nRESULT 3000 30 12\nprompt> "
+        os.write(err_w, b"Traceback (most recent")
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+        pump.join(5)
+    assert not pump.is_alive()
+    assert sink.data.endswith(b"prompt> Traceback (most recent")
+    assert [line for _, line in tail.lines] == ["det_sdk: predictions: 3000 rows",
+                                               "Traceback (most recent"]
