@@ -14,10 +14,8 @@ under ``horovodrun``, where each process already is one worker) that is 1.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 __all__ = ["horovodrun", "node_slots", "under_horovodrun"]
 
@@ -31,10 +29,12 @@ def node_slots(environ: Mapping[str, str] | None = None) -> int:
     return max(1, len(info.slot_ids)) if info is not None else 1
 
 
-def horovodrun() -> str:
-    """The ``horovodrun`` beside this interpreter (det_sdk's venv), else on PATH."""
-    beside = Path(sys.executable).with_name("horovodrun")
-    return str(beside) if beside.exists() else (shutil.which("horovodrun") or "horovodrun")
+def horovodrun() -> list[str]:
+    """``horovodrun`` as det_sdk starts it: :mod:`det_sdk.launch.horovodrun` (Horovod's
+    own launcher without its 3-second start-up check) with this interpreter."""
+    from det_sdk.launch.horovodrun import command
+
+    return command()
 
 
 def under_horovodrun(script: list[str], n: int,
@@ -46,7 +46,7 @@ def under_horovodrun(script: list[str], n: int,
     worker's own failure where the master reads it).
 
     >>> under_horovodrun(["python3", "t.py"], 2, {})[1:]
-    ['-np', '2', '--gloo', 'python3', 't.py']
+    ['-m', 'det_sdk.launch.horovodrun', '-np', '2', '--gloo', 'python3', 't.py']
     """
     from det_sdk.launch.catch import RECORD_DIR_VAR
 
@@ -55,4 +55,4 @@ def under_horovodrun(script: list[str], n: int,
     if records:
         script = [sys.executable, "-m", "det_sdk.launch.catch", "--forward-signals",
                   "--record-dir", records, "--", *script]
-    return [horovodrun(), "-np", str(n), "--gloo", *script]
+    return [*horovodrun(), "-np", str(n), "--gloo", *script]

@@ -25,7 +25,12 @@ the wrapper and COMMAND alike: by default the wrapper lets SIGTERM and SIGINT go
 COMMAND on their own and waits for its end, as the local manager's shell does (passing
 them on would deliver each twice: a second Ctrl-C interrupts det_sdk at once).
 ``horovodrun`` signals only the process it started (the wrapper): under it the master
-adds ``--forward-signals``, and the wrapper passes SIGTERM and SIGINT on to COMMAND.
+adds ``--forward-signals``, and the wrapper passes SIGTERM and SIGINT on to COMMAND's
+process group (COMMAND is ``sh -c ENTRYPOINT``: the shell dies of SIGTERM, the worker
+it started stops gracefully), adopts COMMAND's orphans (a child subreaper, so that
+horovodrun's end of the rank's tree still reaches them) and exits only once the group
+is gone: a worker never outlives its task, and the master never relaunches a trial
+beside its earlier worker.
 Its own exit status is COMMAND's (128+N when COMMAND was killed by signal N, as a
 shell reports it).
 """
@@ -33,6 +38,7 @@ shell reports it).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import select
@@ -59,6 +65,8 @@ __all__ = ["main"]
 _KEEP_LINES = 400  # the last lines of standard error kept for parsing
 _PARTIAL_SECONDS = 0.25  # an unfinished line is held back this long, then passed on
 _PARTIAL_BYTES = 65536  # ... or once it is this long
+_GROUP_SECONDS = 60.0  # after COMMAND exits, how long the rest of its group may stop
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 _DRAIN_SECONDS = 2.0  # after COMMAND exits, how long its children may hold the pipe
 # a traceback followed by more than this many lines was handled: not the cause of the exit
 _STALE_AFTER = 50
@@ -221,8 +229,14 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
     child: list[subprocess.Popen[bytes]] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        if forward_signals and child and child[0].poll() is None:
-            child[0].send_signal(signum)
+        if forward_signals and child:
+            # to COMMAND's whole group: COMMAND is ``sh -c ENTRYPOINT``, and a shell
+            # ended by SIGTERM would leave the worker it started running on, orphaned
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child[0].pid, signum)
+
+    if forward_signals:
+        _become_subreaper()  # COMMAND's orphans stay this process's: horovodrun ends them
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         # a handler, not SIG_IGN: COMMAND gets the default disposition back at exec
@@ -232,7 +246,9 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
     try:
         # launchers inside COMMAND wrap their own workers with the same record dir
         env = {**os.environ, RECORD_DIR_VAR: str(record_dir)}
-        proc = subprocess.Popen(list(command), stdout=out_write, stderr=err_write, env=env)
+        # forwarding: COMMAND leads its own group, so that a signal reaches all of it
+        proc = subprocess.Popen(list(command), stdout=out_write, stderr=err_write, env=env,
+                                process_group=0 if forward_signals else None)
     except OSError as err:
         for fd in (out_read, out_write, err_read, err_write):
             os.close(fd)
@@ -254,10 +270,44 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
             continue
+    if forward_signals:
+        _wait_group_gone(proc.pid)
     pump.join(_DRAIN_SECONDS)  # a background child may hold the pipe open
     if code != 0:
         _write(record_dir, failure_of(tail, code, os.getcwd(), _rank()))
     return 128 - code if code < 0 else code
+
+
+def _become_subreaper() -> None:
+    """Orphans of COMMAND (a worker whose shell a signal ended) become this process's
+    children, not init's: they stay in the tree that horovodrun ends and waits for."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the group wait below still holds
+        pass
+
+
+def _wait_group_gone(pgid: int) -> None:
+    """Wait until no process of COMMAND's group is left, reaping the orphans adopted on
+    the way; past :data:`_GROUP_SECONDS` what is left is killed. The task ends with its
+    last worker: a master that relaunched it earlier would run two at once (a relaunch
+    met its own earlier worker's lock on a streamed predict's output)."""
+    deadline = time.monotonic() + _GROUP_SECONDS
+    while True:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + _GROUP_SECONDS
+        time.sleep(0.05)
 
 
 def _write(record_dir: str, failure: Failure) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,39 @@ def test_catch_a_handled_traceback_long_before_the_exit_is_not_the_cause(tmp_pat
     assert proc.returncode == 1
     (f,) = records
     assert f.headline() == "exited with code 1: error: no such file: data.csv"
+
+
+def test_a_forwarded_sigterm_reaches_the_worker_behind_the_shell_and_the_wrapper_waits_for_it(
+        tmp_path: Path) -> None:
+    """Under horovodrun the wrapper passes SIGTERM on: COMMAND is ``sh -c ENTRYPOINT``,
+    whose shell dies of it at once; the worker behind it gets it too, stops in its own
+    time, and the wrapper (so the rank, so the task) ends only after it. Before, the
+    worker ran on, orphaned, and the master relaunched the trial beside it."""
+    import signal
+
+    from det_sdk.storage import pid_alive
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import os, signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(1.0)  # a graceful stop takes a while (a checkpoint)\n"
+        f"    open({str(tmp_path / 'stopped')!r}, 'w').write('yes')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n")
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "det_sdk.launch.catch", "--forward-signals", "--record-dir",
+         str(tmp_path / "records"), "--", "sh", "-c", f"{sys.executable} {worker}; true"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int((tmp_path / "pid").read_text())
+    wrapper.send_signal(signal.SIGTERM)
+    wrapper.wait(timeout=30)
+    # the wrapper ended after the worker's own stop, and nothing of it is left
+    assert (tmp_path / "stopped").read_text() == "yes"
+    assert not pid_alive(pid)

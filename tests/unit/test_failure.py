@@ -270,3 +270,4 @@ def test_the_wrapper_passes_a_printed_line_on_whole_with_stderr_between_its_piec
     assert sink.data.endswith(b"prompt> Traceback (most recent")
     assert [line for _, line in tail.lines] == ["det_sdk: predictions: 3000 rows",
                                                "Traceback (most recent"]
+

@@ -10,6 +10,8 @@ This module's other half, its end-to-end tests (real processes): tests/e2e/test_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import det_sdk as det
@@ -74,6 +76,27 @@ def test_launcher_commands() -> None:
     with pytest.raises(det.errors.DetSdkError, match="give the command"):
         horovod_launcher.parse_args([])
     wrapped = under_horovodrun(["python3", "t.py"], 2, {"DET_FAILURE_RECORD_DIR": "/r"})
-    assert wrapped[1:4] == ["-np", "2", "--gloo"]
-    assert wrapped[4:] [1:] == ["-m", "det_sdk.launch.catch", "--forward-signals",
+    # horovodrun's own code, started without its TensorFlow-importing check
+    assert wrapped[1:6] == ["-m", "det_sdk.launch.horovodrun", "-np", "2", "--gloo"]
+    assert wrapped[6:][1:] == ["-m", "det_sdk.launch.catch", "--forward-signals",
                                "--record-dir", "/r", "--", "python3", "t.py"]
+
+
+def test_the_launcher_reads_gloo_from_the_extension_files(tmp_path: Path) -> None:
+    """det_sdk's horovodrun skips Horovod's check (a forked TensorFlow import) only where an
+    extension's file names Gloo's rendezvous; elsewhere Horovod's own check decides."""
+    import horovod
+
+    from det_sdk.launch.horovodrun import gloo_in_extensions
+
+    assert gloo_in_extensions(Path(horovod.__file__).parent) is True  # this venv's build
+    (tmp_path / "tensorflow").mkdir()
+    lib = tmp_path / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so"
+    lib.write_bytes(b"\x7fELF built with MPI only")
+    assert gloo_in_extensions(tmp_path) is None
+    lib.write_bytes(b"\x7fELF ... gloo::rendezvous::Context ...")
+    assert gloo_in_extensions(tmp_path) is True
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "mpi_lib_v2.so").write_bytes(b"")  # empty: cannot be mapped
+    lib.write_bytes(b"no mark")
+    assert gloo_in_extensions(tmp_path) is None

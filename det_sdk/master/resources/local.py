@@ -18,13 +18,13 @@ import secrets
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from det_sdk.api import AllocationState
+from det_sdk.launch.horovodrun import command as horovodrun_command
 from det_sdk.master.resources import (
     KILL_GRACE_SECONDS,
     ResourceManager,
@@ -102,8 +102,7 @@ class LocalManager(ResourceManager):
         command = catch_command(entrypoint, record_dir(workdir, alloc_id),
                                 forward_signals=per_slot)
         if per_slot:
-            horovodrun = Path(sys.executable).with_name("horovodrun")
-            command = f"{shlex.quote(str(horovodrun))} -np {slots} --gloo {command}"
+            command = f"{shlex.join(horovodrun_command())} -np {slots} --gloo {command}"
         # The shell outlives a SIGTERM to the group (a trap, not an ignore: the
         # entrypoint gets the default disposition back) so that it records the
         # entrypoint's own exit status once the entrypoint has finished.
