@@ -39,6 +39,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-np", type=int, default=2, dest="np")
+    ap.add_argument("--goal", type=float, default=0.5,
+                    help="most CPU of det_sdk's launch over horovodrun's")
     args = ap.parse_args()
     ranks = ["-np", str(args.np), "--gloo", sys.executable, "-c", "pass"]
     runs = {"horovodrun": [str(Path(sys.executable).with_name("horovodrun")), *ranks],
@@ -57,6 +59,9 @@ def main() -> int:
     wall_ratio = (statistics.median(w for _, w in got["det_sdk"])
                   / statistics.median(w for _, w in got["horovodrun"]))
     print(f"det_sdk / horovodrun: CPU {cpu_ratio:.2f}x, wall {wall_ratio:.2f}x")
+    if cpu_ratio > args.goal:
+        print(f"MISSED (goal <= {args.goal}): CPU {cpu_ratio:.2f}x")
+        return 1
     return 0
 
 
