@@ -92,6 +92,11 @@ class Checkpoints:
         self._trash_lock = threading.Lock()
         self._storages: dict[str, CheckpointStorage] = {}  # by their config (storage())
         self._locations: dict[str | None, str] = {}  # location()'s, by stored config
+        # the sweep of object stores runs in a thread of its own, one at a time: a
+        # listing is a request, which must hold neither the lock nor the disk thread
+        self._bucket_sweep_lock = threading.Lock()
+        self._bucket_sweep: threading.Thread | None = None
+        self._buckets_to_sweep: dict[int, CheckpointStorage] = {}
 
     def directory(self, config: ExperimentConfig) -> Path:
         """Where an experiment's checkpoints go (``host_path``, else the data directory)."""
@@ -296,6 +301,74 @@ class Checkpoints:
             return
         with self._trash_lock:
             self._trash.append(finish)
+
+    def sweep_unrecorded_objects_soon(self, storages: Iterable[CheckpointStorage],
+                                      idle: Callable[[CheckpointStorage], bool]) -> None:
+        """Sweep, in a thread of its own, the object stores among ``storages``: the
+        checkpoints stored whole there that this master's trials wrote and no record
+        names (a trial killed between its manifest and its report), as
+        :meth:`sweep_unrecorded` does for folders. ``idle(storage)``, asked under the
+        lifecycle lock, says that no trial writing there runs (its report may still be
+        on the way); a storage that is busy then is left for the next sweep."""
+        from det_sdk.storage import SharedFSStorage
+
+        with self._bucket_sweep_lock:
+            for storage in storages:
+                if not isinstance(storage, SharedFSStorage):  # folders: sweep_unrecorded
+                    self._buckets_to_sweep[id(storage)] = storage
+            if not self._buckets_to_sweep or self._bucket_sweep is not None:
+                return  # nothing to do, or the running sweep takes these up after its own
+            self._bucket_sweep = threading.Thread(target=self._sweep_buckets, args=(idle,),
+                                                  daemon=True, name="bucket-sweep")
+            self._bucket_sweep.start()
+
+    def wait_bucket_sweep(self, timeout: float) -> bool:
+        """Whether no object-store sweep runs, waiting up to ``timeout`` seconds."""
+        with self._bucket_sweep_lock:
+            sweep = self._bucket_sweep
+        if sweep is not None:
+            sweep.join(timeout)
+            return not sweep.is_alive()
+        return True
+
+    def _sweep_buckets(self, idle: Callable[[CheckpointStorage], bool]) -> None:
+        while True:
+            with self._bucket_sweep_lock:
+                if not self._buckets_to_sweep:
+                    self._bucket_sweep = None
+                    return
+                storages = list(self._buckets_to_sweep.values())
+                self._buckets_to_sweep.clear()
+            for storage in storages:
+                try:
+                    self.sweep_unrecorded_objects(storage, idle)
+                except Exception:  # the store away, a bad answer: logged, the next sweep tries
+                    log.exception("could not sweep %s", storage.describe())
+
+    def sweep_unrecorded_objects(self, storage: CheckpointStorage,
+                                 idle: Callable[[CheckpointStorage], bool]) -> builtins.list[str]:
+        """Delete the checkpoints in object store ``storage`` that a trial of this master
+        wrote and no record names; returns their uuids. The listing and the owner records
+        are read without the lock; under it, the storage must still be ``idle`` and each
+        checkpoint still unrecorded; the objects go after it."""
+        recorded = {c["uuid"] for c in self.store.checkpoints()}
+        unrecorded = [u for u in storage.list() if is_checkpoint_name(u) and u not in recorded]
+        orphans = [u for u in unrecorded if self._owned(storage.read_owner(u))]
+        if not orphans:
+            return []
+        gone = []
+        with self.lifecycle.lock:
+            if not idle(storage):
+                return []
+            recorded = {c["uuid"] for c in self.store.checkpoints()}
+            for uuid in orphans:
+                if uuid not in recorded:
+                    with self._trash_lock:
+                        self._trash.append(storage.retire(uuid))
+                    gone.append(uuid)
+        self.empty_trash()
+        log.info("deleted %d unrecorded checkpoints in %s", len(gone), storage.describe())
+        return gone
 
     def empty_trash(self) -> int:
         """Delete what was retired (renamed out of sight, or an object store's unlisted

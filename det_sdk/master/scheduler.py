@@ -251,12 +251,23 @@ class Scheduler:
 
     def sweep_idle_checkpoint_dirs(self) -> None:
         """Delete unrecorded checkpoint directories under every storage no running trial
-        writes to (a running trial's report may still be on its way)."""
+        writes to (a running trial's report may still be on its way); the object stores'
+        unrecorded checkpoints go in a thread of their own (a listing is a request)."""
         busy = {self.checkpoints.directory(self.config_of(a["trial_id"]))
                 for a in self.store.running_allocations() if a["trial_id"] is not None}
         bases = {self.checkpoints.directory(self.config_of(t["id"]))
                  for t in self.store.trials()} - busy
         self.checkpoints.sweep_unrecorded(sorted(bases))
+        idle = {id(s): s for s in (self.checkpoints.storage(self.config_of(t["id"]))
+                                   for t in self.store.trials())
+                if self._storage_idle(s)}
+        self.checkpoints.sweep_unrecorded_objects_soon(idle.values(), self._storage_idle)
+
+    def _storage_idle(self, storage: Any) -> bool:
+        """Whether no running trial saves to ``storage`` (storages are one object per
+        config: :meth:`Checkpoints.storage`)."""
+        return not any(self.checkpoints.storage(self.config_of(a["trial_id"])) is storage
+                       for a in self.store.running_allocations() if a["trial_id"] is not None)
 
     def job_ended(self, job: JobRow) -> None:
         """A job's directory and upload go when it ends; its log and the files it wrote

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from harness.master import Cluster, running_cluster
+from harness.master import Cluster, running_cluster, wait_until
 from tests.object_servers import started
 from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
 from tests.support import SCRIPTS, read_jsonl, run_python
@@ -420,3 +420,11 @@ def test_master_keeps_checkpoints_in_the_store_versions_and_downloads_verified(
     for trial in (trial_a, trial_b):
         fakes.send(trial, "finish")
     fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
+    # no trial saves there any more: b's checkpoint, stored whole but never reported (as
+    # if b was killed between its manifest and its report), is swept with its objects;
+    # the recorded ones stay
+    wait_until("the unreported checkpoint swept", lambda: other not in storage.list(),
+               timeout=60)
+    assert sorted(storage.list()) == sorted([second, third])
+    wait_until("its objects gone", lambda: not [k for k in _keys(storage)
+                                                 if k.startswith(other)], timeout=30)
