@@ -8,6 +8,7 @@ This module's other half, the tests that start no process: tests/unit/test_failu
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -168,12 +169,18 @@ def test_a_forwarded_sigterm_reaches_the_worker_behind_the_shell_and_the_wrapper
         [sys.executable, "-m", "det_sdk.launch.catch", "--forward-signals", "--record-dir",
          str(tmp_path / "records"), "--", "sh", "-c", f"{sys.executable} {worker}; true"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    pid = int((tmp_path / "pid").read_text())
-    wrapper.send_signal(signal.SIGTERM)
-    wrapper.wait(timeout=30)
-    # the wrapper ended after the worker's own stop, and nothing of it is left
-    assert (tmp_path / "stopped").read_text() == "yes"
-    assert not pid_alive(pid)
+    pid = 0
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pid = int((tmp_path / "pid").read_text())
+        wrapper.send_signal(signal.SIGTERM)
+        wrapper.wait(timeout=30)
+        # the wrapper ended after the worker's own stop, and nothing of it is left
+        assert (tmp_path / "stopped").read_text() == "yes"
+        assert not pid_alive(pid)
+    finally:  # a failure leaves no worker looping on (it would outlive the test run)
+        wrapper.kill()
+        if pid and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
