@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-__all__ = ["horovodrun", "node_slots", "under_horovodrun"]
+__all__ = ["node_slots", "under_horovodrun"]
 
 
 def node_slots(environ: Mapping[str, str] | None = None) -> int:
@@ -27,14 +27,6 @@ def node_slots(environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
     info = get_cluster_info(env)
     return max(1, len(info.slot_ids)) if info is not None else 1
-
-
-def horovodrun() -> list[str]:
-    """``horovodrun`` as det_sdk starts it: :mod:`det_sdk.launch.horovodrun` (Horovod's
-    own launcher without its 3-second start-up check) with this interpreter."""
-    from det_sdk.launch.horovodrun import command
-
-    return command()
 
 
 def under_horovodrun(script: list[str], n: int,
@@ -49,6 +41,7 @@ def under_horovodrun(script: list[str], n: int,
     ['-m', 'det_sdk.launch.horovodrun', '-np', '2', '--gloo', 'python3', 't.py']
     """
     from det_sdk.launch.catch import RECORD_DIR_VAR
+    from det_sdk.launch.horovodrun import command as horovodrun  # without its 3 s check
 
     env = os.environ if environ is None else environ
     records = env.get(RECORD_DIR_VAR)

@@ -322,15 +322,6 @@ class Checkpoints:
                                                   daemon=True, name="bucket-sweep")
             self._bucket_sweep.start()
 
-    def wait_bucket_sweep(self, timeout: float) -> bool:
-        """Whether no object-store sweep runs, waiting up to ``timeout`` seconds."""
-        with self._bucket_sweep_lock:
-            sweep = self._bucket_sweep
-        if sweep is not None:
-            sweep.join(timeout)
-            return not sweep.is_alive()
-        return True
-
     def _sweep_buckets(self, idle: Callable[[CheckpointStorage], bool]) -> None:
         while True:
             with self._bucket_sweep_lock:
@@ -367,7 +358,8 @@ class Checkpoints:
                         self._trash.append(storage.retire(uuid))
                     gone.append(uuid)
         self.empty_trash()
-        log.info("deleted %d unrecorded checkpoints in %s", len(gone), storage.describe())
+        if gone:
+            log.info("deleted %d unrecorded checkpoints in %s", len(gone), storage.describe())
         return gone
 
     def empty_trash(self) -> int:

@@ -253,19 +253,20 @@ class Scheduler:
         """Delete unrecorded checkpoint directories under every storage no running trial
         writes to (a running trial's report may still be on its way); the object stores'
         unrecorded checkpoints go in a thread of their own (a listing is a request)."""
-        busy = {self.checkpoints.directory(self.config_of(a["trial_id"]))
-                for a in self.store.running_allocations() if a["trial_id"] is not None}
-        bases = {self.checkpoints.directory(self.config_of(t["id"]))
-                 for t in self.store.trials()} - busy
+        running = [self.config_of(a["trial_id"]) for a in self.store.running_allocations()
+                   if a["trial_id"] is not None]
+        configs = [self.config_of(t["id"]) for t in self.store.trials()]
+        busy = {self.checkpoints.directory(c) for c in running}
+        bases = {self.checkpoints.directory(c) for c in configs} - busy
         self.checkpoints.sweep_unrecorded(sorted(bases))
-        idle = {id(s): s for s in (self.checkpoints.storage(self.config_of(t["id"]))
-                                   for t in self.store.trials())
-                if self._storage_idle(s)}
+        # storages are one object per config (Checkpoints.storage): compared by identity
+        saving = {id(self.checkpoints.storage(c)) for c in running}
+        idle = {id(s): s for s in map(self.checkpoints.storage, configs) if id(s) not in saving}
         self.checkpoints.sweep_unrecorded_objects_soon(idle.values(), self._storage_idle)
 
     def _storage_idle(self, storage: Any) -> bool:
-        """Whether no running trial saves to ``storage`` (storages are one object per
-        config: :meth:`Checkpoints.storage`)."""
+        """Whether no running trial saves to ``storage`` (asked again under the lock by
+        the object stores' sweep)."""
         return not any(self.checkpoints.storage(self.config_of(a["trial_id"])) is storage
                        for a in self.store.running_allocations() if a["trial_id"] is not None)
 
