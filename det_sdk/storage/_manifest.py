@@ -82,7 +82,13 @@ def verify_file(manifest: dict[str, Any], rel: str, path: Path, where: str) -> N
         raise CheckpointCorruptError(
             f"checkpoint {where}: {rel} has {size} bytes, its manifest says {want['size']} "
             "(truncated or altered in storage)")
-    if sha256_file(path) != want["sha256"]:
+    check_digest(manifest, rel, sha256_file(path), where)
+
+
+def check_digest(manifest: dict[str, Any], rel: str, sha256: str, where: str) -> None:
+    """Raise :class:`CheckpointCorruptError` unless ``sha256`` is file ``rel``'s in the
+    manifest (a download that took the digest as the file arrived)."""
+    if sha256 != manifest["files"][rel]["sha256"]:
         raise CheckpointCorruptError(
             f"checkpoint {where}: {rel} does not match its manifest's SHA-256 (altered or "
             "damaged in storage)")

@@ -66,4 +66,10 @@ def test_vae_x_only_on_two_processes_with_a_padding_step_resumes_exactly(
     resumed = _run(tmp_path, "resumed", 2, det_runs="stopped", det_resume="1", **common)
     for a, b in zip(whole["weights"], resumed["weights"]):
         np.testing.assert_array_equal(a, b)
-    assert resumed["history"]["total_loss"] == whole["history"]["total_loss"]
+    # The training is bit-equal (above). The loss metric is a float32 sum of losses
+    # whose last bit depends on how TensorFlow optimizes this train_step's reductions
+    # (an added tf.print moved its step losses by 1-2 ulps, the weights unchanged); a
+    # CI run once saw the uninterrupted run's last epoch 1 ulp off (45 repeats here:
+    # none). A resume that counted a padding step or lost one would be ~1e-2 off.
+    np.testing.assert_allclose(resumed["history"]["total_loss"],
+                               whole["history"]["total_loss"], rtol=1e-6, atol=0)
