@@ -50,7 +50,8 @@ __all__ = ["ObjectStoreStorage"]
 MANIFEST_SUFFIX = ".det_sdk-manifest.json"
 PENDING = ".det_sdk-pending.json"
 PART = 8 << 20  # multipart part and ranged-read size
-STREAM_CHUNK = 1 << 20  # a ranged read's body is written in pieces of at least this
+STREAM_CHUNK = 256 << 10  # a ranged read's body is written in pieces of at least this (larger
+# pieces cost more: obstore gathers each by copying; docs/benchmarks.md)
 HASH_READ = 4 << 20  # a landed range is read back for its digest in pieces of this
 BODY_RETRIES = 5  # a range's body cut off mid-stream: asked for again from there
 THREADS = 10  # parallel transfers per checkpoint
