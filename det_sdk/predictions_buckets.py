@@ -156,11 +156,20 @@ def _encode(structure: Mapping[str, Any], leaves: list[np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
+# np.load parses each header with ast.literal_eval, and CPython 3.11's AST construction
+# keeps its recursion depth in state the threads share: parts decoded in parallel once
+# failed with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905;
+# seen in tests/e2e/test_predict_buckets.py). Decoding is a copy of a small part: one at
+# a time costs nothing the downloads (still parallel) would notice.
+_DECODING = threading.Lock()
+
+
 def _decode(name: str, data: bytes) -> list[np.ndarray]:
-    if name.endswith(".npy"):
-        return [np.load(io.BytesIO(data), allow_pickle=False)]
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return [z[k] for k in z.files]
+    with _DECODING:
+        if name.endswith(".npy"):
+            return [np.load(io.BytesIO(data), allow_pickle=False)]
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return [z[k] for k in z.files]
 
 
 # --- the lock ----------------------------------------------------------------------------

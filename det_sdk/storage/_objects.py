@@ -53,7 +53,6 @@ PART = 8 << 20  # multipart part and ranged-read size
 STREAM_CHUNK = 256 << 10  # a ranged read's body is written in pieces of at least this (larger
 # pieces cost more: obstore gathers each by copying; docs/benchmarks.md)
 HASH_READ = 4 << 20  # a landed range is read back for its digest in pieces of this
-BODY_RETRIES = 5  # a range's body cut off mid-stream: asked for again from there
 THREADS = 10  # parallel transfers per checkpoint
 ABANDONED_AFTER = datetime.timedelta(days=1)  # another host's unfinished upload: swept after
 PROBE_RETRY_SECONDS = 10.0  # the probe before training: a bad endpoint answers in seconds
@@ -396,36 +395,32 @@ class ObjectStoreStorage(CheckpointStorage):
         Streamed, not read whole: obstore's ``get_range`` gathers a range's body into
         one buffer first, which cost a 600 MiB download 1.7x boto3's client CPU on this
         machine (docs/benchmarks.md). A body cut off mid-stream is asked for again from
-        where it stopped (obstore retries a request, not a body already flowing).
+        where it stopped by obstore itself, within its retry budget (:func:`retry_config`;
+        tests/e2e/test_s3_checkpoints.py cuts some 20 bodies of one download).
         """
         obs = _obstore(self.kind)
 
         async def fetch(job: tuple[str, int, int], gate: asyncio.Semaphore) -> None:
             rel, start, end = job
-            what, key, offset, cuts = f"downloading {uuid}/{rel}", f"{uuid}/{rel}", start, 0
+            what, offset = f"downloading {uuid}/{rel}", start
             async with gate:
-                while offset < end:
-                    try:
-                        result = await obs.get_async(self._store, key,
-                                                     options={"range": (offset, end)})
-                    except FileNotFoundError:
-                        raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} "
-                                                     "is missing from the store") from None
-                    except Exception as err:
-                        raise self._translated(what, err) from None
-                    before = offset
-                    try:
-                        async for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
-                            offset = _write_at(fds[rel], memoryview(chunk), offset)
-                    except obs.exceptions.BaseError as err:
-                        cuts += 1
-                        if cuts > BODY_RETRIES:
-                            raise self._translated(what, err) from None
-                        continue
-                    if offset == before or offset > end:  # not the bytes asked for
-                        raise CheckpointCorruptError(
-                            f"checkpoint {self._where(uuid)}: {rel} does not have the size "
-                            "in the store that its manifest says")
+                try:
+                    result = await obs.get_async(self._store, f"{uuid}/{rel}",
+                                                 options={"range": (start, end)})
+                    async for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
+                        offset = _write_at(fds[rel], memoryview(chunk), offset)
+                except FileNotFoundError:
+                    raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} "
+                                                 "is missing from the store") from None
+                except Exception as err:
+                    mapped = self._translated(what, err)
+                    if mapped is err:
+                        raise
+                    raise mapped from None
+            if offset != end:  # not the bytes asked for
+                raise CheckpointCorruptError(
+                    f"checkpoint {self._where(uuid)}: {rel} does not have the size in the "
+                    "store that its manifest says")
             await digests[rel].landed(start, end)
 
         digests = {rel: _Digest(fd) for rel, fd in fds.items()}

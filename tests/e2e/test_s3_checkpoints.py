@@ -1,7 +1,8 @@
 """What only S3 needs tested, against a real server: SeaweedFS (``weed server -s3``),
 started once for the module. No mock at the storage boundary: det_sdk's obstore client
 talks S3 to it. A 20 MiB object in 3 parts, a wrong secret and an endpoint where nothing
-answers, and the server killed for 5 s mid-save.
+answers, the server killed for 5 s mid-save, and a download whose bodies are cut off
+mid-stream (a relay in this process between client and server).
 
 What every store does alike (a Keras fit stopped by SIGTERM and resumed, a master's
 retention, model versions and verified downloads, kill -9 mid-upload) is tested on S3,
@@ -10,6 +11,7 @@ GCS and Azure in tests/e2e/test_object_stores.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -159,3 +161,93 @@ def test_server_killed_for_5_s_mid_save_the_save_completes_whole(
     assert storage.list() == [uuid]
     storage.download(uuid, tmp_path / "back")  # every file verified against the manifest
     assert len(list((tmp_path / "back").iterdir())) == 24
+
+
+class _CuttingProxy:
+    """A TCP relay in front of the server (threads in this process) that cuts the
+    connection of each of the first ``cuts`` responses once 1 MiB of it has passed: a
+    body that stops mid-stream, as a dropped connection or a restarted server does."""
+
+    def __init__(self, upstream: str, cuts: int) -> None:
+        import socket
+        import threading
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname, parts.port)
+        self.left = cuts
+        self.done = 0
+        self._lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, downstream: bool) -> None:  # type: ignore[no-untyped-def]
+        import socket
+
+        passed = 0
+        try:
+            while data := src.recv(256 << 10):
+                dst.sendall(data)
+                passed += len(data)
+                if downstream and passed > (1 << 20):
+                    with self._lock:
+                        cut = self.left > 0
+                        self.left -= cut
+                        self.done += cut
+                    if cut:
+                        break
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.stack_neutral  # the store alone: no Keras
+def test_a_download_cut_off_mid_body_asks_for_the_rest_and_verifies(
+        s3: SeaweedFS, tmp_path: Path) -> None:
+    from det_sdk.storage import open_storage
+
+    src = tmp_path / "src"
+    src.mkdir()
+    big = os.urandom(20 << 20)  # three 8 MiB ranges, each cut once below
+    (src / "weights.bin").write_bytes(big)
+    (src / "meta.json").write_text('{"a": 1}')
+    _storage(s3, "cut").upload("c0ffee00-0000-4000-8000-000000000001", src)
+
+    proxy = _CuttingProxy(s3.endpoint_url, cuts=3)
+    try:
+        through = open_storage({**_storage_config(s3, "cut"), "endpoint_url": proxy.url})
+        dest = tmp_path / "dest"
+        dest.mkdir()
+        through.download("c0ffee00-0000-4000-8000-000000000001", dest)
+        assert proxy.done == 3  # the bodies really were cut
+        assert (dest / "weights.bin").read_bytes() == big
+
+        # every body cut after its first MiB: each request still brings bytes, so the
+        # download goes on to the end
+        proxy.left, proxy.done = 10_000, 0
+        again = tmp_path / "again"
+        again.mkdir()
+        through.download("c0ffee00-0000-4000-8000-000000000001", again)
+        assert proxy.done >= 3 and (again / "weights.bin").read_bytes() == big
+    finally:
+        proxy.close()
