@@ -8,6 +8,7 @@ A local run directory (default ``./det-runs/<run-id>/``)::
     run.json            run id, seed, hparams, config, created
     metrics.jsonl       one JSON object per report: group, steps_completed, epoch, metrics
     checkpoints.jsonl   one JSON object per checkpoint: uuid, steps_completed, epoch, metrics
+    deleted.jsonl       one JSON object per checkpoint retention deleted: uuid, time
     checkpoints/<uuid>/ the checkpoints themselves (see det_sdk.keras checkpoint format)
     tensorboard/        TensorBoard event files
 
@@ -39,7 +40,7 @@ from typing import Any, Literal
 
 from det_sdk.atomic import write_atomic
 from det_sdk.config import Length
-from det_sdk.config.storage import mask_config_secrets
+from det_sdk.config.storage import URL_TYPES, mask_config_secrets
 from det_sdk.errors import DetSdkError, ReportRefusedError, StateError
 from det_sdk.stages import (
     DEFAULT_STAGE,
@@ -296,6 +297,9 @@ class LocalSession(Session):
             with contextlib.suppress(CheckpointNotFoundError):  # deleted before
                 self.storage.delete(r["uuid"])
             rows.remove(r)
+            # what `det runs list` counts for a bucket it has no credentials to list
+            with open(self.run_dir / "deleted.jsonl", "a") as f:
+                f.write(json.dumps({"uuid": r["uuid"], "time": time.time()}) + "\n")
 
     def discard_if_empty(self) -> bool:
         """Remove this run's directory if this process created it and it holds no
@@ -412,21 +416,55 @@ def resolve_run_dir(runs_dir: str | os.PathLike[str], run_id: int | str) -> Path
 
 
 def list_runs(runs_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """A summary row per local run: id, position reached, checkpoints, last validation."""
+    """A summary row per local run: id, position reached, checkpoints, last validation.
+
+    ``checkpoints`` counts those on disk for a run in its own folder. For a run whose
+    checkpoints went to a bucket (``checkpoints_in``: its URL), listing it would need the
+    credentials that ``run.json`` keeps masked: the count is the run's record (reported,
+    less what its retention deleted), not a listing.
+    """
     rows = []
     for run_id in sorted(_run_ids(Path(runs_dir))):
         run_dir = Path(runs_dir) / str(run_id)
         metrics = _read_jsonl(run_dir / "metrics.jsonl")
         last = metrics[-1] if metrics else {}
         vals = [m for m in metrics if m.get("group") == "validation"]
+        bucket = _bucket_of(run_dir)
+        if bucket is None:
+            count = len(_read_checkpoint_rows(run_dir))
+        else:
+            deleted = {r.get("uuid") for r in _read_jsonl(run_dir / "deleted.jsonl")}
+            count = len({r["uuid"] for r in _read_jsonl(run_dir / "checkpoints.jsonl")
+                         if r.get("uuid") not in deleted})
         rows.append({
             "run_id": run_id,
             "epoch": last.get("epoch", 0),
             "steps_completed": last.get("steps_completed", 0),
-            "checkpoints": len(_read_checkpoint_rows(run_dir)),
+            "checkpoints": count,
+            "checkpoints_in": bucket,
             "last_validation": vals[-1]["metrics"] if vals else None,
         })
     return rows
+
+
+def _bucket_of(run_dir: Path) -> str | None:
+    """The URL of the bucket a run's checkpoints went to (None: its own folder). Read
+    from ``run.json`` as written, not validated: its masked secrets would not pass."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    raw = (info.get("config") or {}).get("checkpoint_storage") if isinstance(info, dict) else None
+    if not isinstance(raw, Mapping):
+        return None
+    path = raw.get("host_path")
+    if isinstance(path, str) and path.startswith(tuple(URL_TYPES)):
+        return path.rstrip("/")
+    scheme = next((u for u, kind in URL_TYPES.items() if kind == raw.get("type")), None)
+    if scheme is None:
+        return None
+    location = raw.get("container" if raw.get("type") == "azure" else "bucket")
+    return f"{scheme}{location}/{raw.get('prefix') or ''}".rstrip("/")
 
 
 def find_runs_dir_checkpoint(runs_dir: str | os.PathLike[str], uuid: str) -> Path:

@@ -58,10 +58,15 @@ def _runs_list(args: argparse.Namespace) -> int:
         print(f"no runs in {args.runs_dir}")
         return 0
     print(f"{'RUN':>4}  {'EPOCH':>5}  {'STEPS':>7}  {'CHECKPOINTS':>11}  LAST VALIDATION")
+    buckets = False
     for r in rows:
         val = ", ".join(f"{k}={v:.4g}" for k, v in (r["last_validation"] or {}).items())
+        count = f"{r['checkpoints']}*" if r["checkpoints_in"] else str(r["checkpoints"])
+        buckets = buckets or bool(r["checkpoints_in"])
         print(f"{r['run_id']:>4}  {r['epoch']:>5}  {r['steps_completed']:>7}  "
-              f"{r['checkpoints']:>11}  {val}")
+              f"{count:>11}  {val}")
+    if buckets:
+        print("* in a bucket (--json: checkpoints_in): the run's record, not a listing")
     return 0
 
 

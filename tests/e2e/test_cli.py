@@ -56,7 +56,7 @@ def test_runs_list(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert rows == [{"run_id": 1, "epoch": 1, "steps_completed": 10, "checkpoints": 0,
-                     "last_validation": {"val_loss": 0.25}}]
+                     "checkpoints_in": None, "last_validation": {"val_loss": 0.25}}]
     table = subprocess.run([str(DET), "runs", "list", "--runs-dir", str(tmp_path)],
                            capture_output=True, text=True).stdout
     assert "val_loss=0.25" in table

@@ -325,3 +325,52 @@ def test_a_save_after_the_checkpoint_folder_was_removed_recreates_it(tmp_path):
         (path / "sub" / "state.bin").write_bytes(b"2")
     assert storage.list() == [second]
     assert (storage.path(second) / "sub" / "state.bin").read_bytes() == b"2"
+
+
+def test_retention_records_what_it_deleted(tmp_path, sessions):
+    s = sessions(_create(tmp_path))  # latest 1, best 1
+    first = _checkpoint(s, 10, {"val_loss": 0.1})
+    middle = _checkpoint(s, 20, {"val_loss": 0.9})
+    _checkpoint(s, 30, {"val_loss": 0.8})
+    deleted = [json.loads(line)["uuid"]
+               for line in (s.run_dir / "deleted.jsonl").read_text().splitlines()]
+    assert deleted == [middle] and first not in deleted
+
+
+def _bucket_run(runs, run_id, storage, reported, deleted):
+    """A local run's folder as a run that checkpointed to a bucket leaves it (its storage
+    would need credentials to open: none here, as for `det runs list`)."""
+    from det_sdk.config.storage import mask_config_secrets
+
+    run_dir = runs / str(run_id)
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "run_id": run_id, "created": 0, "seed": 1, "hparams": {},
+        "config": mask_config_secrets({"checkpoint_storage": storage})}))
+    (run_dir / "checkpoints.jsonl").write_text("".join(
+        json.dumps({"uuid": u, "steps_completed": 10, "epoch": 1, "metrics": {}}) + "\n"
+        for u in reported))
+    (run_dir / "deleted.jsonl").write_text("".join(
+        json.dumps({"uuid": u, "time": 0}) + "\n" for u in deleted))
+
+
+def test_runs_list_counts_a_bucket_runs_checkpoints_from_its_record(tmp_path, capsys):
+    from det_sdk.cli.main import main
+    from det_sdk.session import list_runs
+
+    _bucket_run(tmp_path, 1, {"type": "s3", "bucket": "ckpts", "prefix": "team/a",
+                              "access_key": "AKIA", "secret_key": "s3cr3t-value"},
+                ["a", "b", "c"], ["a"])
+    _bucket_run(tmp_path, 2, {"type": "azure", "container": "c1",
+                              "connection_string": "UseDevelopmentStorage=true"}, ["x"], [])
+    _bucket_run(tmp_path, 3, {"host_path": "gs://b2/p"}, ["y", "z"], ["y", "z"])
+    folder_run = tmp_path / "4"  # checkpoints in its own folder: counted on disk
+    folder_run.mkdir()
+    (folder_run / "run.json").write_text(json.dumps({"run_id": 4, "config": {}}))
+    (folder_run / "checkpoints.jsonl").write_text(json.dumps({"uuid": "gone"}) + "\n")
+    rows = {r["run_id"]: r for r in list_runs(tmp_path)}
+    assert [(rows[i]["checkpoints"], rows[i]["checkpoints_in"]) for i in (1, 2, 3, 4)] == [
+        (2, "s3://ckpts/team/a"), (1, "az://c1"), (0, "gs://b2/p"), (0, None)]
+    assert main(["runs", "list", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2*" in out and "* in a bucket" in out and "s3cr3t" not in out
