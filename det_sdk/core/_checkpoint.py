@@ -27,7 +27,7 @@ from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
-from det_sdk.storage import OWNER_FILE, CheckpointStorage
+from det_sdk.storage import OWNER_FILE, CheckpointStorage, Staged
 
 __all__ = ["CheckpointContext"]
 
@@ -159,6 +159,12 @@ class CheckpointContext:
         and calls :meth:`report_checkpoint` (``context.fit`` writes in the background)."""
         with self._session.storage.store(storage_id) as (_, path):
             yield path
+
+    def stage_unreported(self, storage_id: str) -> Staged:
+        """det_sdk extension: :meth:`store_unreported` in two steps, for a writer that fills
+        the next checkpoint while this one is stored: a directory to fill (``.path``),
+        stored by ``.publish()`` (an upload to a bucket), dropped by ``.discard()``."""
+        return self._session.storage.stage(storage_id)
 
     def report_checkpoint(self, storage_id: str, record: Mapping[str, Any], *,
                           stage: str = DEFAULT_STAGE, searched: bool = True) -> None:

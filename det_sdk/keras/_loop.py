@@ -16,7 +16,7 @@ import copy
 import logging
 import time
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -387,11 +387,19 @@ class TrainingLoop:
         uuid = str(uuidlib.uuid4())
         record = {**position.as_dict(), "metrics": dict(metrics)}
 
-        def write() -> None:
-            with self.core.checkpoint.store_unreported(uuid) as path:
-                size = _checkpoint.write_snapshot(path, snap, metadata)
-            self.core.checkpoint.report_checkpoint(uuid, {**record, "size": size},
-                                                   stage=stage, searched=searched)
+        def write() -> Callable[[], None]:
+            staged = self.core.checkpoint.stage_unreported(uuid)
+            try:
+                size = _checkpoint.write_snapshot(staged.path, snap, metadata)
+            except BaseException:
+                staged.discard()
+                raise
+
+            def publish() -> None:  # after the snapshot is dropped: the upload, the report
+                staged.publish()
+                self.core.checkpoint.report_checkpoint(uuid, {**record, "size": size},
+                                                       stage=stage, searched=searched)
+            return publish
 
         self.writer.submit(write)
         return uuid

@@ -25,7 +25,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator, Mapping
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -553,11 +554,25 @@ class Trainer:
                     "hparams": _jsonable(self.context.get_hparams())}
         store = self.core.checkpoint
 
-        def write() -> None:
-            with store.store_path(metadata) as (path, _uuid):
-                torch.save(snap, path / STATE_FILE)
-                meta = {**metadata, "checksums": {STATE_FILE: _sha256(path / STATE_FILE)}}
-                (path / "metadata.json").write_text(json.dumps(meta))
+        def write() -> Callable[[], None]:
+            staged = store.stage_unreported(str(uuidlib.uuid4()))
+            try:
+                torch.save(snap, staged.path / STATE_FILE)
+                meta = {**metadata,
+                        "checksums": {STATE_FILE: _sha256(staged.path / STATE_FILE)}}
+                (staged.path / "metadata.json").write_text(json.dumps(meta))
+                size = sum(f.stat().st_size for f in staged.path.rglob("*") if f.is_file())
+            except BaseException:
+                staged.discard()
+                raise
+
+            def publish() -> None:  # after the snapshot is dropped: the upload, the report
+                staged.publish()
+                store.report_checkpoint(staged.uuid, {
+                    "steps_completed": metadata["steps_completed"], "epoch": epoch,
+                    "batch": metadata["batch"], "size": size,
+                    "metrics": dict(metadata["metrics"])})
+            return publish
 
         self.writer.submit(write)
 

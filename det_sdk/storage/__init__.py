@@ -18,6 +18,7 @@ b'...'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -36,8 +37,8 @@ from det_sdk.storage._trees import RETIRED_SUFFIX, pause, remove_tree, retire_di
 from det_sdk.wire import metric_rank
 
 __all__ = ["OWNER_FILE", "RETIRED_SUFFIX", "CheckpointNotFoundError", "CheckpointStorage",
-           "SharedFSStorage", "best_first", "check_uuid", "fsync_path", "open_storage", "pause",
-           "pid_alive", "read_owner", "remove_tree", "retire_dir"]
+           "SharedFSStorage", "Staged", "best_first", "check_uuid", "fsync_path",
+           "open_storage", "pause", "pid_alive", "read_owner", "remove_tree", "retire_dir"]
 
 _TMP_PREFIX = ".tmp-"
 #: Written into every checkpoint a master's task saves: ``{"allocation_id", "trial_id"}``
@@ -51,6 +52,24 @@ class CheckpointNotFoundError(DetSdkError, LookupError):
     """No checkpoint with that UUID in this storage."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """A checkpoint being written (:meth:`CheckpointStorage.stage`): its files go in
+    ``path``; ``publish()`` stores it whole (and removes what was local); ``discard()``
+    drops it. Each removes what is left of the other's work if it fails.
+
+    >>> import tempfile
+    >>> s = SharedFSStorage(tempfile.mkdtemp()).stage()
+    >>> _ = (s.path / "w.bin").write_bytes(b"w")
+    >>> s.publish()
+    """
+
+    uuid: str
+    path: Path
+    publish: Callable[[], None]
+    discard: Callable[[], None]
+
+
 class CheckpointStorage:
     """Where checkpoints live: one per store (:class:`SharedFSStorage`; the object stores
     S3, GCS and Azure through :class:`~det_sdk.storage._objects.ObjectStoreStorage`),
@@ -62,9 +81,22 @@ class CheckpointStorage:
     caller's block ends without error; :meth:`list` never shows a partial one.
     """
 
-    def store(self, uuid: str | None = None) -> contextlib.AbstractContextManager[tuple[str, Path]]:
+    @contextlib.contextmanager
+    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
         """A local directory to fill, yielded with the checkpoint's uuid; stored when the
-        block ends without error."""
+        block ends without error (:meth:`stage`, then its ``publish``)."""
+        staged = self.stage(uuid)
+        try:
+            yield staged.uuid, staged.path
+        except BaseException:
+            staged.discard()
+            raise
+        staged.publish()
+
+    def stage(self, uuid: str | None = None) -> Staged:
+        """A local directory to fill for checkpoint ``uuid`` (a new one by default), stored
+        only by the :class:`Staged`'s ``publish()``: filling it and storing it may run in
+        different threads, so a writer can fill the next one while this one uploads."""
         raise NotImplementedError
 
     def path(self, uuid: str) -> Path:
@@ -171,9 +203,8 @@ class SharedFSStorage(CheckpointStorage):
         self.owner = owner if owner is not None else _task_owner()
         self._swept = False  # abandoned temporary folders removed (at the first save)
 
-    @contextlib.contextmanager
-    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
-        """Yield ``(uuid, tmp_dir)`` to write into; publish it atomically on success."""
+    def stage(self, uuid: str | None = None) -> Staged:
+        """A temporary folder beside the checkpoints; published by an atomic rename."""
         uuid = uuid or str(uuidlib.uuid4())
         check_uuid(uuid)
         if not self._swept:  # once per process: a save is the only writer of its run
@@ -186,19 +217,22 @@ class SharedFSStorage(CheckpointStorage):
         except FileNotFoundError:  # the folder was removed since
             self.base.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()
-        try:
-            yield uuid, tmp
-            if self.owner:  # after the caller's files: a copied-in owner file is replaced
-                (tmp / OWNER_FILE).write_text(json.dumps(self.owner))
-            # the files and the folders that name them, all at once: each folder's
-            # entries are complete once the caller is done
-            fsync_together([Path(top, name) for top, _, files in os.walk(tmp)
-                            for name in ("", *files)])  # each folder, as its own top
-            os.rename(tmp, self.base / uuid)
-            fsync_path(self.base)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        def publish() -> None:
+            try:
+                if self.owner:  # after the caller's files: a copied-in owner file is replaced
+                    (tmp / OWNER_FILE).write_text(json.dumps(self.owner))
+                # the files and the folders that name them, all at once: each folder's
+                # entries are complete once the caller is done
+                fsync_together([Path(top, name) for top, _, files in os.walk(tmp)
+                                for name in ("", *files)])  # each folder, as its own top
+                os.rename(tmp, self.base / uuid)
+                fsync_path(self.base)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+
+        return Staged(uuid, tmp, publish, lambda: shutil.rmtree(tmp, ignore_errors=True))
 
     def path(self, uuid: str) -> Path:
         check_uuid(uuid)

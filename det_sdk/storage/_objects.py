@@ -39,6 +39,7 @@ from det_sdk.storage import (
     OWNER_FILE,
     CheckpointNotFoundError,
     CheckpointStorage,
+    Staged,
     check_uuid,
     pid_alive,
     task_owner,
@@ -282,23 +283,25 @@ class ObjectStoreStorage(CheckpointStorage):
 
     # --- writing ------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def store(self, uuid: str | None = None) -> Iterator[tuple[str, Path]]:
-        """Yield ``(uuid, local_dir)`` to fill; on success upload its files, then the
-        manifest; the local folder is removed either way."""
+    def stage(self, uuid: str | None = None) -> Staged:
+        """A local folder to fill; ``publish()`` uploads its files, then the manifest; the
+        local folder is removed either way."""
         uuid = uuid or str(uuidlib.uuid4())
         check_uuid(uuid)
         if not self._swept:
             self._sweep_abandoned()
             self._swept = True
         staging = Path(tempfile.mkdtemp(prefix=f"det-ckpt-{uuid}-"))
-        try:
-            yield uuid, staging
-            if self.owner:
-                (staging / OWNER_FILE).write_text(json.dumps(self.owner))
-            self.upload(uuid, staging)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+
+        def publish() -> None:
+            try:
+                if self.owner:
+                    (staging / OWNER_FILE).write_text(json.dumps(self.owner))
+                self.upload(uuid, staging)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+        return Staged(uuid, staging, publish, lambda: shutil.rmtree(staging, ignore_errors=True))
 
     def upload(self, uuid: str, folder: Path) -> None:
         """Store ``folder``'s files as checkpoint ``uuid``: a pending mark, the files in
