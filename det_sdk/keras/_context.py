@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -67,7 +68,8 @@ class KerasContext:
         # The run's stages (det_sdk.stages): read at the first fit, as far as the script goes
         self._stages: RunStages | None = None
         self._searched_stage = searched_stage
-        self._trained_in: dict[int, str] = {}  # id(model) -> the stage that last trained it
+        # model -> the stage that last trained it (weakly: not an id a new model could reuse)
+        self._trained_in: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         # The latest fit's stage and whether it is the searched one: an evaluate of a model
         # no fit trained is recorded in it, and every evaluate carries its searched flag
         self._latest_stage: tuple[str, bool] = (DEFAULT_STAGE, True)
@@ -181,7 +183,7 @@ class KerasContext:
         current = self._run_stages().begin("fit", stage)
         self._latest_stage = (current.name, current.searched)
         outcome = _fit.run_fit(self._loop, model, kwargs, current)
-        self._trained_in[id(model)] = current.name
+        self._trained_in[model] = current.name
         pos = outcome.position
         self._stage_positions[current.name] = (pos.steps_completed, pos.epoch)
         if outcome.stopped is not None:
@@ -242,7 +244,7 @@ class KerasContext:
             if own is not None:
                 name, steps, epoch = own.name, 0, 0
             else:  # the stage that trained the model (else the latest fit's), at its position
-                name = self._trained_in.get(id(model), latest)
+                name = self._trained_in.get(model, latest)
                 steps, epoch = pos.steps_completed, pos.epoch
                 if name != latest:  # another stage's model: where it ended
                     steps, epoch = self._stage_positions.get(name, (steps, epoch))

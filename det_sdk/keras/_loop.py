@@ -16,6 +16,7 @@ import copy
 import logging
 import time
 import uuid as uuidlib
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -65,8 +66,12 @@ class TrainingLoop:
         self.resume_uuid: str | None = core.checkpoint.latest_checkpoint
         # The latest fit (it owns where training is: read its position, hold no copy)
         self.current: FitRun | None = None
-        # (id(model), with non-trainable state) -> compiled fingerprint fn
-        self._fingerprints: dict[tuple[int, bool], Any] = {}
+        # model -> {with non-trainable state: (compiled fingerprint fn, its variables)}.
+        # Keyed by the model itself, weakly: an id would outlive its model, and a new
+        # model made at a freed one's address would be checked by the old one's weights
+        # on one process and not on another (and the old weights would never be freed).
+        self._fingerprints: weakref.WeakKeyDictionary[Any, dict[bool, Any]] = (
+            weakref.WeakKeyDictionary())
         # Where the state of the fit under way lives: found at its first save rather
         # than at every one (walking the layers costs more than reading the state)
         self._layout: _checkpoint.StateLayout | None = None
@@ -74,10 +79,13 @@ class TrainingLoop:
         # The searcher's protocol, det.core's (one length at a time; off the cluster no
         # length: the script's epochs, or a TFKerasTrial's searcher.max_length)
         self.searcher = core.searcher
-        # Random-state variables already given this rank's own seeds (once each)
-        self._distinct_rng: set[int] = set()
+        # Random-state variables already given this rank's own seeds (once each), by id;
+        # weakly held: a freed variable's id may come back as a new one's
+        self._distinct_rng: weakref.WeakValueDictionary[int, Any] = (
+            weakref.WeakValueDictionary())
         # Inner models' own optimizers a checkpoint leaves out, with their step counts
-        self._left_out: dict[int, list[tuple[Any, int]]] = {}  # by id(model)
+        self._left_out: weakref.WeakKeyDictionary[Any, list[tuple[Any, int]]] = (
+            weakref.WeakKeyDictionary())  # by model
 
     # --- optimizers -----------------------------------------------------------------------
 
@@ -114,12 +122,12 @@ class TrainingLoop:
         """Remember the step counts of the optimizers a checkpoint of ``model`` leaves out
         for being an inner model's own (:meth:`tracked_optimizers`): one that steps while
         ``model`` trains is refused at the next checkpoint (:meth:`_check_left_out`)."""
-        self._left_out[id(model)] = [(o, int(o.iterations.numpy())) for o in self._optimizers
+        self._left_out[model] = [(o, int(o.iterations.numpy())) for o in self._optimizers
                                      if _inner_models_optimizer(o, model)
                                      and _compat.optimizer_built(o)]
 
     def _check_left_out(self, model: tf.keras.Model) -> None:
-        for opt, steps in self._left_out.get(id(model), []):
+        for opt, steps in self._left_out.get(model, []):
             if int(opt.iterations.numpy()) != steps:
                 raise UsageError(
                     f"context.fit: the optimizer {type(opt).__name__} that a model inside "
@@ -156,9 +164,10 @@ class TrainingLoop:
         if sample_batch is not None and self._made_in_first_step(model):
             _compat.trace_train_step(model, sample_batch())
         if self.distributed.size > 1:
-            fresh = [v for v in _compat.rng_variables(model) if id(v) not in self._distinct_rng]
+            fresh = [v for v in _compat.rng_variables(model)
+                     if self._distinct_rng.get(id(v)) is not v]
             _compat.distinct_random_state(fresh, self.distributed.rank)
-            self._distinct_rng.update(id(v) for v in fresh)
+            self._distinct_rng.update((id(v), v) for v in fresh)
         for opt in self.tracked_optimizers(model):
             _compat.optimizer_variables(opt, model.trainable_variables)
         self._note_left_out(model)
@@ -308,8 +317,8 @@ class TrainingLoop:
         """
         if self.distributed.size == 1:
             return
-        key = (id(model), state)
-        fn = self._fingerprints.get(key)
+        per_model = self._fingerprints.setdefault(model, {})
+        fn = per_model.get(state)
         if fn is None:
             variables = list(model.trainable_weights)
             if state:
@@ -319,7 +328,7 @@ class TrainingLoop:
             def fingerprint() -> tf.Tensor:
                 return tf.stack([tf.reduce_sum(tf.cast(v, tf.float64)) for v in variables])
 
-            fn = self._fingerprints[key] = (fingerprint, variables)
+            fn = per_model[state] = (fingerprint, variables)
         fingerprint, variables = fn
         if not variables:
             return

@@ -264,3 +264,38 @@ def test_preprocessing_adapted_on_wrapped_data_equals_one_process() -> None:
         for key in ("norm", "scaled", "ds"):
             for a, b in zip(got[key], one[key]):
                 np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=key)
+
+
+class _MirrorProcess(SingleProcess):
+    """The second of two processes, as a mirror of this one (a test double at the
+    process boundary: real processes run in tests/e2e/test_same_on_n.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 2
+
+    def gather_arrays(self, arr):
+        return np.concatenate([arr, arr])
+
+
+def test_the_divergence_guard_keeps_no_model_it_checked(tmp_path: Path) -> None:
+    """The guard's compiled fingerprints were kept by ``id(model)``: they held every
+    checked model's weights for the life of the context, and a new model made where a
+    freed one had lived was fingerprinted by the old one's weights, on one process and
+    not another (a false DivergenceError, or a check of the wrong weights)."""
+    import gc
+    import weakref
+
+    ctx = det.keras.init(runs_dir=tmp_path, seed=4, checkpoint_period=False)
+    loop = ctx._loop
+    loop.distributed = _MirrorProcess()
+    gone = []
+    for _ in range(3):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        loop.check_in_sync(model, "here")
+        assert len(loop._fingerprints) == 1
+        gone.append(weakref.ref(model.trainable_weights[0]))
+        del model
+        gc.collect()
+    assert [ref() for ref in gone] == [None, None, None]
+    assert len(loop._fingerprints) == 0
