@@ -27,7 +27,7 @@ from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
-from det_sdk.storage import OWNER_FILE, CheckpointStorage, Staged
+from det_sdk.storage import OWNER_FILE, CheckpointStorage, Staged, folder_size
 
 __all__ = ["CheckpointContext"]
 
@@ -69,7 +69,7 @@ class CheckpointContext:
             yield path, uuid
             if not (path / METADATA).exists():
                 (path / METADATA).write_text(json.dumps(meta, default=str))
-            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            size = folder_size(path)
         self._report(uuid, meta, size)
 
     def upload(self, ckpt_dir: str | os.PathLike[str], metadata: Mapping[str, Any],

@@ -45,6 +45,7 @@ from det_sdk.pytorch._trial import (
     PyTorchTrial,
     PyTorchTrialContext,
 )
+from det_sdk.storage import folder_size
 
 __all__ = ["Trainer", "init"]
 
@@ -561,7 +562,7 @@ class Trainer:
                 meta = {**metadata,
                         "checksums": {STATE_FILE: _sha256(staged.path / STATE_FILE)}}
                 (staged.path / "metadata.json").write_text(json.dumps(meta))
-                size = sum(f.stat().st_size for f in staged.path.rglob("*") if f.is_file())
+                size = folder_size(staged.path)
             except BaseException:
                 staged.discard()
                 raise

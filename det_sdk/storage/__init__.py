@@ -37,7 +37,7 @@ from det_sdk.storage._trees import RETIRED_SUFFIX, pause, remove_tree, retire_di
 from det_sdk.wire import metric_rank
 
 __all__ = ["OWNER_FILE", "RETIRED_SUFFIX", "CheckpointNotFoundError", "CheckpointStorage",
-           "SharedFSStorage", "Staged", "best_first", "check_uuid", "fsync_path",
+           "SharedFSStorage", "Staged", "best_first", "check_uuid", "folder_size", "fsync_path",
            "open_storage", "pause", "pid_alive", "read_owner", "remove_tree", "retire_dir"]
 
 _TMP_PREFIX = ".tmp-"
@@ -286,6 +286,17 @@ def read_owner(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) else None
+
+
+def folder_size(folder: Path) -> int:
+    """The bytes of the files under ``folder``: the size a checkpoint is reported with.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "w.bin").write_bytes(b"abc")
+    >>> folder_size(d)
+    3
+    """
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def check_uuid(uuid: str) -> None:

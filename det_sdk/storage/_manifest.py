@@ -29,13 +29,15 @@ from typing import Any
 from det_sdk.errors import CheckpointCorruptError
 
 FORMAT = 1
-_CHUNK = 4 << 20  # hashlib releases the GIL on large buffers: training goes on meanwhile
+#: Files are read for their digest in pieces of this: hashlib releases the GIL on large
+#: buffers (training goes on meanwhile), and the page cache serves them whole.
+READ_CHUNK = 4 << 20
 
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(READ_CHUNK):
             h.update(chunk)
     return h.hexdigest()
 

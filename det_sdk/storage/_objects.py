@@ -53,7 +53,6 @@ PENDING = ".det_sdk-pending.json"
 PART = 8 << 20  # multipart part and ranged-read size
 STREAM_CHUNK = 256 << 10  # a ranged read's body is written in pieces of at least this (larger
 # pieces cost more: obstore gathers each by copying; docs/benchmarks.md)
-HASH_READ = 4 << 20  # a landed range is read back for its digest in pieces of this
 THREADS = 10  # parallel transfers per checkpoint
 ABANDONED_AFTER = datetime.timedelta(days=1)  # another host's unfinished upload: swept after
 PROBE_RETRY_SECONDS = 10.0  # the probe before training: a bad endpoint answers in seconds
@@ -107,7 +106,7 @@ class _Digest:
 
     def _hash(self, start: int, end: int) -> None:
         while start < end:
-            data = os.pread(self.fd, min(HASH_READ, end - start), start)
+            data = os.pread(self.fd, min(manifest_lib.READ_CHUNK, end - start), start)
             if not data:
                 return  # cannot happen: the file was sized first
             self._sha.update(data)
@@ -196,8 +195,14 @@ class ObjectStoreStorage(CheckpointStorage):
     def _call(self, what: str, call: Callable[[], _T]) -> _T:
         """``call`` (obstore retries it with backoff), its failure as a StorageError that
         names the storage and the config field to look at; never a secret."""
-        try:
+        with self._translating(what):
             return call()
+
+    @contextlib.contextmanager
+    def _translating(self, what: str) -> Iterator[None]:
+        """Raise obstore's errors inside as :meth:`_translated` says (others as they are)."""
+        try:
+            yield
         except Exception as err:
             mapped = self._translated(what, err)
             if mapped is err:
@@ -408,18 +413,14 @@ class ObjectStoreStorage(CheckpointStorage):
             what, offset = f"downloading {uuid}/{rel}", start
             async with gate:
                 try:
-                    result = await obs.get_async(self._store, f"{uuid}/{rel}",
-                                                 options={"range": (start, end)})
-                    async for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
-                        offset = _write_at(fds[rel], memoryview(chunk), offset)
+                    with self._translating(what):
+                        result = await obs.get_async(self._store, f"{uuid}/{rel}",
+                                                     options={"range": (start, end)})
+                        async for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
+                            offset = _write_at(fds[rel], memoryview(chunk), offset)
                 except FileNotFoundError:
                     raise CheckpointCorruptError(f"checkpoint {self._where(uuid)}: {rel} "
                                                  "is missing from the store") from None
-                except Exception as err:
-                    mapped = self._translated(what, err)
-                    if mapped is err:
-                        raise
-                    raise mapped from None
             if offset != end:  # not the bytes asked for
                 raise CheckpointCorruptError(
                     f"checkpoint {self._where(uuid)}: {rel} does not have the size in the "
