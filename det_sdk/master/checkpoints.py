@@ -332,6 +332,9 @@ class Checkpoints:
                 self._buckets_to_sweep.clear()
             for storage in storages:
                 try:
+                    # what a killed save or removal (this master's own, before a
+                    # restart) left unlisted, then what is listed and no record names
+                    storage.sweep_abandoned()
                     self.sweep_unrecorded_objects(storage, idle)
                 except Exception:  # the store away, a bad answer: logged, the next sweep tries
                     log.exception("could not sweep %s", storage.describe())

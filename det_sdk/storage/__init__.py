@@ -129,6 +129,11 @@ class CheckpointStorage:
         """The uuids of the checkpoints stored whole."""
         raise NotImplementedError
 
+    def sweep_abandoned(self) -> None:
+        """Remove what saves and deletions cut short (a kill) left, once the process that
+        made them is gone: never a checkpoint stored whole. A process's first save calls
+        it, and so does a master's sweep of the storages its trials use."""
+
     def exists(self, uuid: str) -> bool:
         return uuid in self.list()
 
@@ -209,7 +214,7 @@ class SharedFSStorage(CheckpointStorage):
         check_uuid(uuid)
         if not self._swept:  # once per process: a save is the only writer of its run
             self.base.mkdir(parents=True, exist_ok=True)
-            self._sweep_abandoned()
+            self.sweep_abandoned()
             self._swept = True
         tmp = self.base / f"{_TMP_PREFIX}{uuid}-{os.getpid()}"
         try:
@@ -265,7 +270,7 @@ class SharedFSStorage(CheckpointStorage):
             p.name for p in self.base.iterdir() if p.is_dir() and not p.name.startswith(".")
         )
 
-    def _sweep_abandoned(self) -> None:
+    def sweep_abandoned(self) -> None:
         """Remove temporary directories of saves whose process is gone."""
         for p in self.base.glob(f"{_TMP_PREFIX}*"):
             pid = p.name.rsplit("-", 1)[-1]

@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import copy
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -294,7 +295,7 @@ class ObjectStoreStorage(CheckpointStorage):
         uuid = uuid or str(uuidlib.uuid4())
         check_uuid(uuid)
         if not self._swept:
-            self._sweep_abandoned()
+            self.sweep_abandoned()
             self._swept = True
         staging = Path(tempfile.mkdtemp(prefix=f"det-ckpt-{uuid}-"))
 
@@ -313,10 +314,7 @@ class ObjectStoreStorage(CheckpointStorage):
         parallel (multipart when large), the manifest last. A failure removes what was
         uploaded and raises :class:`StorageError`."""
         obs = _obstore(self.kind)
-        pending = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                              "time": time.time()}).encode()
-        self._call(f"writing {uuid}/{PENDING}",
-                   lambda: obs.put(self._store, f"{uuid}/{PENDING}", pending))
+        self._mark_pending(uuid)
         files = manifest_lib.files_of(folder)
         entries: dict[str, dict[str, Any]] = {}
 
@@ -340,6 +338,15 @@ class ObjectStoreStorage(CheckpointStorage):
             raise
         with contextlib.suppress(Exception):  # listed already: the mark only helps the sweep
             obs.delete(self._store, f"{uuid}/{PENDING}")
+
+    def _mark_pending(self, uuid: str) -> None:
+        """Mark ``uuid``'s objects as this process's unfinished work (an upload, or a
+        removal): killed before it ends, its objects are swept once it is gone."""
+        obs = _obstore(self.kind)
+        mark = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                           "time": time.time()}).encode()
+        self._call(f"writing {uuid}/{PENDING}",
+                   lambda: obs.put(self._store, f"{uuid}/{PENDING}", mark))
 
     # --- reading ------------------------------------------------------------------------
 
@@ -498,12 +505,22 @@ class ObjectStoreStorage(CheckpointStorage):
 
     def delete(self, uuid: str) -> None:
         """Unlist checkpoint ``uuid`` (its manifest goes first), then remove its objects."""
+        self.retire(uuid)()
+
+    def retire(self, uuid: str) -> Callable[[], object]:
+        """Unlist checkpoint ``uuid`` now; what is returned removes its objects.
+
+        A pending mark naming this process goes in before the manifest goes: a removal
+        cut short (a master killed while it deletes) leaves objects that the next sweep
+        on this host (:meth:`sweep_abandoned`: a restarted master's, a save's) removes
+        at once, not after a day."""
         obs = _obstore(self.kind)
         if not self.exists(uuid):
             raise CheckpointNotFoundError(f"no checkpoint {uuid!r} in {self.describe()}")
+        self._mark_pending(uuid)
         self._call(f"deleting {uuid}{MANIFEST_SUFFIX}",
                    lambda: obs.delete(self._store, f"{uuid}{MANIFEST_SUFFIX}"))
-        self._remove_objects(uuid)
+        return functools.partial(self._remove_objects, uuid)
 
     def _remove_objects(self, uuid: str) -> None:
         obs = _obstore(self.kind)
@@ -518,9 +535,9 @@ class ObjectStoreStorage(CheckpointStorage):
             self._call(f"deleting {uuid}/",
                        lambda chunk=chunk: obs.delete(self._store, chunk))  # type: ignore[misc]
 
-    def _sweep_abandoned(self) -> None:
-        """Remove the objects of uploads that will never finish: no manifest, and their
-        writer's process gone (this host) or a day old (any host)."""
+    def sweep_abandoned(self) -> None:
+        """Remove the objects of uploads and removals that will never finish: no
+        manifest, and their writer's process gone (this host) or a day old (any host)."""
         obs = _obstore(self.kind)
         manifests, folders = self._listing()
         for uuid in folders:

@@ -220,6 +220,60 @@ def test_kill_9_mid_upload_leaves_nothing_listed_and_the_next_save_sweeps(
     storage.delete(again)
 
 
+_RETIRER = textwrap.dedent("""
+    import json, sys, time
+    from det_sdk.storage import open_storage
+    storage = open_storage(json.loads(sys.argv[1]))
+    storage.retire(sys.argv[2])  # unlisted; its objects left for what it returns
+    print("retired", flush=True)
+    time.sleep(600)  # killed here, as a master mid-delete
+""")
+
+
+def _kill_mid_delete(store: Store, uuid: str, tmp_path: Path, prefix: str = "master") -> None:
+    """Checkpoint ``uuid`` (under ``prefix``) retired by a process killed with SIGKILL
+    before it removed the objects."""
+    import json
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RETIRER, json.dumps(store.config(prefix)), uuid],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "retired"
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(10) == -signal.SIGKILL
+
+
+@neutral
+def test_kill_9_mid_delete_leaves_it_unlisted_and_the_next_sweep_removes_the_rest(
+        store: Store, tmp_path: Path) -> None:
+    """A master killed while it deletes a checkpoint: the checkpoint is unlisted at once,
+    and the objects left are removed by the next sweep on this host (a restarted master's,
+    or a save's), not a day later. Another checkpoint stays whole."""
+    from det_sdk.storage import open_storage
+
+    storage = open_storage(store.config("deleting"))
+    uuids = []
+    for _ in range(2):
+        with storage.store() as (uuid, path):
+            for i in range(5):
+                (path / f"w{i}.bin").write_bytes(os.urandom(1 << 16))
+        uuids.append(uuid)
+    doomed, kept = uuids
+    _kill_mid_delete(store, doomed, tmp_path, prefix="deleting")
+    assert storage.list() == [kept]
+    left = [k for k in _keys(storage) if k.startswith(f"{doomed}/")]
+    assert any(k.endswith(".bin") for k in left), left
+    open_storage(store.config("deleting")).sweep_abandoned()  # what the next sweep runs
+    assert not [k for k in _keys(storage) if k.startswith(doomed)], _keys(storage)
+    assert storage.list() == [kept]
+    out = tmp_path / "kept"
+    storage.download(kept, out)  # whole and verified
+    assert sorted(p.name for p in out.iterdir()) == [f"w{i}.bin" for i in range(5)]
+    storage.delete(kept)
+    assert _keys(storage) == []
+
+
 @neutral
 def test_refused_at_init_and_at_create_naming_the_field_not_the_secret(
         store: Store, tmp_path: Path) -> None:
@@ -417,6 +471,12 @@ def test_master_keeps_checkpoints_in_the_store_versions_and_downloads_verified(
     with pytest.raises(MasterError, match=r"state\.json"):
         version.checkpoint.download(str(tmp_path / "altered"))
     obstore.put(raw, f"{second}/state.json", b'{"steps": 2}')
+    # a checkpoint whose deletion was cut short by a kill -9 (as a master's before its
+    # restart): unlisted, its objects left with a dead process's mark
+    with storage.store() as (cut_short, path):
+        (path / "w.bin").write_bytes(os.urandom(1 << 16))
+    _kill_mid_delete(store, cut_short, tmp_path)
+    assert [k for k in _keys(storage) if k.startswith(f"{cut_short}/")]
     for trial in (trial_a, trial_b):
         fakes.send(trial, "finish")
     fakes.wait_state(exp_a, "COMPLETED", "COMPLETED")
@@ -428,3 +488,6 @@ def test_master_keeps_checkpoints_in_the_store_versions_and_downloads_verified(
     assert sorted(storage.list()) == sorted([second, third])
     wait_until("its objects gone", lambda: not [k for k in _keys(storage)
                                                  if k.startswith(other)], timeout=30)
+    # the master's sweep took the cut-short deletion's objects too
+    wait_until("the cut-short deletion's objects gone", lambda: not [
+        k for k in _keys(storage) if k.startswith(cut_short)], timeout=30)
