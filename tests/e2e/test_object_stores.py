@@ -35,7 +35,7 @@ import pytest
 from harness.master import Cluster, running_cluster, wait_until
 from tests.object_servers import started
 from tests.seaweedfs import ACCESS_KEY, SECRET_KEY
-from tests.support import SCRIPTS, read_jsonl, run_python
+from tests.support import SCRIPTS, pid_gone, read_jsonl, run_python
 
 pytest.importorskip("obstore")
 # Every test but the Keras fit's is marked stack_neutral (det.core, the stores, the master:
@@ -437,6 +437,14 @@ def test_master_keeps_checkpoints_in_the_store_versions_and_downloads_verified(
     second = fakes.send(trial_a, "checkpoint")["uuid"]  # retention (latest 1) drops first
     assert sorted(storage.list()) == sorted([second, other])
     assert not [k for k in _keys(storage) if k.startswith(first)]
+
+    # the master killed and started again: it reaches the bucket with the credentials it
+    # kept (describe shows them masked), adopts the running trial, and its retention and
+    # downloads below are the restarted master's
+    master_pid = int((fakes.cluster.data_dir / "master.pid").read_text())
+    os.kill(master_pid, signal.SIGKILL)
+    wait_until("the master to die", lambda: pid_gone(master_pid))
+    fakes.cluster.up()
 
     # a model version points at the second; the third checkpoint leaves it there
     monkeypatch.setenv("DET_USER_TOKEN", fakes.cluster.token)
