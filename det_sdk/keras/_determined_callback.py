@@ -59,7 +59,7 @@ from det_sdk.keras._callbacks import (
 )
 from det_sdk.keras._fit_run import FitRun
 from det_sdk.keras._horovod import HorovodProcesses
-from det_sdk.keras._loop import TrainingLoop
+from det_sdk.keras._loop import BROADCAST_MISSED, TrainingLoop
 
 __all__ = ["BatchSplitError", "DeterminedCallback", "TensorBoard", "continues"]
 
@@ -493,6 +493,7 @@ class _SplitBatches:
         for o in loop.tracked_optimizers(model):
             _compat.optimizer_variables(o, model.trainable_variables)
         loop.broadcast(model)
+        loop.check_in_sync(model, "at the start of training", False, BROADCAST_MISSED)
         loop.turn_off_xla(model)
         self.uninstall(model)  # a fit that raised left its split step: split once, not twice
         model.train_step = self._split_step(model.train_step)

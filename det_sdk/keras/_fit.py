@@ -52,7 +52,7 @@ from det_sdk.keras._callbacks import (
 )
 from det_sdk.keras._fit_inputs import FitInputs, PipelinePosition, Validation, fit_inputs
 from det_sdk.keras._fit_run import FitRun, Preempted
-from det_sdk.keras._loop import TrainingLoop
+from det_sdk.keras._loop import BROADCAST_MISSED, TrainingLoop
 from det_sdk.keras._plan import FitCall, plan_calls
 from det_sdk.stages import Stage, StageMismatchError
 
@@ -214,6 +214,9 @@ class PlannedFit:
         if uuid is not None:
             _restore(self.loop, self.model, uuid, self.stage)
         self.loop.broadcast(self.model)  # rank 0's state everywhere before the first step
+        if self.dist.size > 1:  # one small allgather: a failed start is told as such
+            self.loop.check_in_sync(self.model, "at the start of this fit", False,
+                                    BROADCAST_MISSED)
         return resume or Position(initial_epoch, 0, 0), uuid, past
 
     def _user_callbacks(self, uuid: str | None

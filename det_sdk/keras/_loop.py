@@ -46,6 +46,20 @@ __all__ = ["TrainingLoop"]
 log = logging.getLogger("det_sdk.keras")
 
 
+#: What a divergence after training steps most likely comes from.
+_TRAINED_APART = (
+    "Likely causes: the model was compiled with an optimizer not wrapped by "
+    "context.wrap_optimizer (also a string like optimizer='adam'), or a custom train_step or "
+    "loop changes weights without the wrapped optimizer's apply/apply_gradients (e.g. "
+    "var.assign_add). Wrap every optimizer with context.wrap_optimizer and update weights "
+    "only through them.")
+
+#: What a divergence right after the start's broadcast comes from.
+BROADCAST_MISSED = (
+    "Rank 0's weights had just been broadcast to every process, so this is det_sdk's "
+    "fault or Horovod's, not the script's: please report it with this message.")
+
+
 class TrainingLoop:
     """Owns everything a run carries from one ``fit`` to the next, and its state operations."""
 
@@ -307,13 +321,15 @@ class TrainingLoop:
             mean = np.mean([np.asarray(mine[i], np.float64) for mine in every], axis=0)
             var.assign(mean.astype(np.asarray(every[0][i]).dtype))
 
-    def check_in_sync(self, model: tf.keras.Model, where: str, state: bool = True) -> None:
+    def check_in_sync(self, model: tf.keras.Model, where: str, state: bool = True,
+                      cause: str = _TRAINED_APART) -> None:
         """Stop with :class:`DivergenceError` if the processes' weights differ.
 
         Trainable weights always; with ``state`` the non-trainable ones too (moving
         statistics, once :meth:`average_moving_statistics` made them agree). One small
         allgather of a float64 sum per variable. Every process runs it at the same
-        point and sees the same gathered values, so all raise together.
+        point and sees the same gathered values, so all raise together. ``cause``: what
+        the error tells the user to look at.
         """
         if self.distributed.size == 1:
             return
@@ -337,16 +353,13 @@ class TrainingLoop:
         differs = np.flatnonzero((every != every[0]).any(axis=0))
         if differs.size == 0:
             return
-        name = _compat.variable_name(variables[int(differs[0])])
+        first = int(differs[0])
+        name = _compat.variable_name(variables[first])
+        sums = ", ".join(f"rank {r}: {float(row[first])!r}" for r, row in enumerate(every))
         raise DivergenceError(
             f"det_sdk: {where}, the {self.distributed.size} processes hold different weights "
-            f"({differs.size} of {len(variables)} variables differ, first {name!r}); "
-            "training would go on silently wrong. Likely causes: the model was compiled "
-            "with an optimizer not wrapped by context.wrap_optimizer (also a string like "
-            "optimizer='adam'), or a custom train_step or loop changes weights without the "
-            "wrapped optimizer's apply/apply_gradients (e.g. var.assign_add). Wrap every "
-            "optimizer with context.wrap_optimizer and update weights only through them."
-        )
+            f"({differs.size} of {len(variables)} variables differ, first {name!r}: its sum "
+            f"is {sums}); training would go on silently wrong. {cause}")
 
     # --- checkpoints ----------------------------------------------------------------------
 

@@ -299,3 +299,30 @@ def test_the_divergence_guard_keeps_no_model_it_checked(tmp_path: Path) -> None:
         gc.collect()
     assert [ref() for ref in gone] == [None, None, None]
     assert len(loop._fingerprints) == 0
+
+
+class _SkewedMirror(_MirrorProcess):
+    """A second process whose weights differ from this one's (a double, as above)."""
+
+    def gather_arrays(self, arr):
+        return np.concatenate([arr, arr + 1.0])
+
+
+def test_the_divergence_guard_names_the_variable_each_process_sum_and_the_cause(
+        tmp_path: Path) -> None:
+    from det_sdk.errors import DetSdkError, DivergenceError
+    from det_sdk.keras._loop import BROADCAST_MISSED
+
+    ctx = det.keras.init(runs_dir=tmp_path, seed=4, checkpoint_period=False)
+    loop = ctx._loop
+    loop.distributed = _SkewedMirror()
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="head")])
+    model.layers[0].kernel.assign(np.ones((3, 2), "float32"))
+    with pytest.raises(DivergenceError, match=r"at the start of this fit.*2 of 2 variables "
+                       r"differ, first '(sequential\w*/)?head/kernel(:0)?': its sum is rank 0: 6\.0, rank 1: 7\.0"
+                       ) as err:
+        loop.check_in_sync(model, "at the start of this fit", False, BROADCAST_MISSED)
+    assert "det_sdk's fault or Horovod's" in str(err.value)
+    assert isinstance(err.value, DetSdkError)
+    with pytest.raises(DivergenceError, match="wrap_optimizer"):  # after steps: the script's
+        loop.check_in_sync(model, "after step 1", False)
