@@ -39,16 +39,56 @@ from det_sdk.errors import DetSdkError
 from det_sdk.ranks import horovodrun, torchrun, which
 
 if TYPE_CHECKING:
+    import torch
     from torch.distributed import Store
 
-__all__ = ["TorchDistributed", "launched_by_torch_or_horovod"]
+__all__ = ["TorchDistributed", "launched_by_torch_or_horovod", "rank_device", "use_rank_device"]
 
 T = TypeVar("T")
 _SCOPE = "det_sdk_torch"
 
 
 class DistributedSetupError(DetSdkError, RuntimeError):
-    """The ranks could not find each other (rendezvous, missing variables)."""
+    """The ranks could not find each other (rendezvous, missing variables), or a machine
+    has fewer GPUs than processes."""
+
+
+def rank_device(local_rank: int, local_size: int, gpus: int) -> torch.device:
+    """The device a rank trains on, among ``gpus`` visible ones: GPU ``local_rank`` (one
+    per process, as Determined gives each slot its own), or the CPU when there are none.
+
+    Fewer GPUs than local ranks is refused: two processes on one GPU fail in NCCL, and
+    ``cuda:<local_rank>`` beyond the last one does not exist.
+
+    >>> rank_device(1, 2, gpus=2), rank_device(1, 2, gpus=0)
+    (device(type='cuda', index=1), device(type='cpu'))
+    """
+    import torch
+
+    if gpus == 0:
+        return torch.device("cpu")
+    if local_rank >= gpus:
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise DistributedSetupError(
+            f"det_sdk.pytorch: {local_size} processes on this machine, but it shows {gpus} "
+            f"GPU{'s' if gpus != 1 else ''}"
+            f"{f' (CUDA_VISIBLE_DEVICES={shown!r})' if shown is not None else ''}: each "
+            f"process trains on a GPU of its own, and local rank {local_rank} has none. "
+            f"Start at most {gpus} per machine (--nproc-per-node, slots_per_trial), or "
+            "hide the GPUs (CUDA_VISIBLE_DEVICES='') to train on the CPU.")
+    return torch.device("cuda", local_rank)
+
+
+def use_rank_device(local_rank: int, local_size: int) -> torch.device:
+    """:func:`rank_device` on this machine, made the current CUDA device (NCCL's
+    collectives and a bare ``.cuda()`` then use the rank's own GPU)."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = rank_device(local_rank, local_size, gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def launched_by_torch_or_horovod(environ: Mapping[str, str] | None = None) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from det_sdk.errors import DetSdkError
+from det_sdk.pytorch._distributed import use_rank_device
 
 __all__ = ["Batch", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
            "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TrialContext",
@@ -144,7 +145,6 @@ class PyTorchTrialContext:
 
     def __init__(self, core: Any, *, hparams: Mapping[str, Any],
                  data_config: Mapping[str, Any] | None = None) -> None:
-        import torch
 
         self._core = core
         self.distributed = core.distributed
@@ -158,10 +158,7 @@ class PyTorchTrialContext:
         self._script_fit_done = False
         self._batch_in_epoch = 0  # where the Trainer is (is_epoch_start/is_epoch_end)
         self._epoch_end = False
-        if torch.cuda.is_available():
-            self.device = torch.device("cuda", self.distributed.local_rank)
-        else:
-            self.device = torch.device("cpu")
+        self.device = use_rank_device(self.distributed.local_rank, self.distributed.local_size)
 
     # -- hyperparameters and sizes
     def get_hparams(self) -> dict[str, Any]:

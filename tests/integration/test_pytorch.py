@@ -258,3 +258,19 @@ def test_under_horovodrun_rank_0_publishes_a_store_already_listening() -> None:
         assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[:2] == (host, port)
         assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[2].get("k") == b"v"
         server.shutdown()
+
+
+def test_each_rank_trains_on_a_gpu_of_its_own_or_is_refused_naming_what_to_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device rule, GPUs given as a count (this machine has none; the device machine
+    ran the CUDA path itself: docs/pytorch.md)."""
+    from det_sdk.pytorch._distributed import DistributedSetupError, rank_device
+
+    assert str(rank_device(0, 1, gpus=0)) == "cpu"
+    assert str(rank_device(3, 4, gpus=8)) == "cuda:3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(DistributedSetupError, match=r"2 processes on this machine, but it "
+                       r"shows 1 GPU \(CUDA_VISIBLE_DEVICES='0'\).*local rank 1 has none.*"
+                       r"at most 1 per machine") as err:
+        rank_device(1, 2, gpus=1)
+    assert isinstance(err.value, DetSdkError)

@@ -318,8 +318,9 @@ def test_the_divergence_guard_names_the_variable_each_process_sum_and_the_cause(
     loop.distributed = _SkewedMirror()
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="head")])
     model.layers[0].kernel.assign(np.ones((3, 2), "float32"))
-    with pytest.raises(DivergenceError, match=r"at the start of this fit.*2 of 2 variables "
-                       r"differ, first '(sequential\w*/)?head/kernel(:0)?': its sum is rank 0: 6\.0, rank 1: 7\.0"
+    with pytest.raises(DivergenceError, match=(
+            r"at the start of this fit.*2 of 2 variables differ, first "
+            r"'(sequential\w*/)?head/kernel(:0)?': its sum is rank 0: 6\.0, rank 1: 7\.0")
                        ) as err:
         loop.check_in_sync(model, "at the start of this fit", False, BROADCAST_MISSED)
     assert "det_sdk's fault or Horovod's" in str(err.value)

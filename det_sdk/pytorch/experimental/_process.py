@@ -161,11 +161,10 @@ def _default_distributed() -> Any:
 
 
 def _device(core_context: Context) -> Any:
-    import torch
+    from det_sdk.pytorch._distributed import use_rank_device
 
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(core_context.distributed.get_local_rank()))
-    return torch.device("cpu")
+    dist = core_context.distributed
+    return use_rank_device(int(dist.get_local_rank()), int(dist.get_local_size()))
 
 
 def _in_job(core_context: Context) -> bool:
