@@ -49,7 +49,14 @@ from det_sdk.predictions import (
     output_store,
 )
 from det_sdk.pytorch._data import DataLoader, ShardedBatches
-from det_sdk.pytorch._trial import Batch, Epoch, PyTorchTrial, PyTorchTrialContext
+from det_sdk.pytorch._trial import (
+    Batch,
+    Epoch,
+    PyTorchTrial,
+    PyTorchTrialContext,
+    model_device,
+    move_to,
+)
 
 __all__ = ["evaluate", "fit", "load_checkpoint_model", "predict", "predict_to", "wrap_data"]
 
@@ -192,12 +199,13 @@ def evaluate(context: PyTorchTrialContext, model: Any, data: Any, *,
         raise UsageError("context.evaluate: nothing to compute; give loss_fn or metrics")
     sums = dict.fromkeys(fns, 0.0)
     count = 0
+    device = model_device(model, context.device)  # the data goes where the model is
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             for batch in _batches(context, data):
-                x, y = _split(context.to_device(batch))
+                x, y = _split(move_to(batch, device))
                 out = model(x)
                 n = len(y)
                 for name, fn in fns.items():
@@ -217,13 +225,14 @@ def predict(context: PyTorchTrialContext, model: Any, data: Any, *,
             batch_size: int | None = None) -> torch.Tensor:
     """``model``'s outputs for every sample of ``data`` (inputs, or (inputs, targets)), in
     the data's order, on every rank."""
+    device = model_device(model, context.device)
     was_training = model.training
     model.eval()
     mine: list[torch.Tensor] = []
     try:
         with torch.no_grad():
             for batch in _batches(context, data, batch_size):
-                batch = context.to_device(batch)
+                batch = move_to(batch, device)
                 x = batch[0] if isinstance(batch, (list, tuple)) else batch
                 mine.append(model(x).cpu())
     finally:
@@ -309,6 +318,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
         pin_memory=loader.pin_memory, **loader.kwargs)
     reported, failure, count = 0.0, None, len(done)
     asked, stopped, written = StopAsked(dist, core.preempt), False, 0
+    device = model_device(model, context.device)
     was_training = model.training
     model.eval()
     writer = PartWriter(store)
@@ -318,7 +328,7 @@ def predict_to(context: PyTorchTrialContext, model: Any, data: Any,
             for step in range(steps):
                 if failure is None and step < len(parts) and parts[step] not in done:
                     try:
-                        outputs = _numpy(model(_inputs(context.to_device(next(it)))))
+                        outputs = _numpy(model(_inputs(move_to(next(it), device))))
                         writer.put(parts[step], outputs)
                         count += 1
                         written += 1

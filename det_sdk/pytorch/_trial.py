@@ -12,7 +12,38 @@ from det_sdk.pytorch._distributed import use_rank_device
 
 __all__ = ["Batch", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
            "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TrialContext",
-           "reset_parameters"]
+           "model_device", "move_to", "reset_parameters"]
+
+
+def move_to(data: Any, device: Any) -> Any:
+    """``data`` (tensors in lists, tuples, dicts) on ``device``; anything else as it is.
+
+    >>> import torch
+    >>> move_to({"x": [torch.zeros(1)], "n": 3}, "cpu")["x"][0].device
+    device(type='cpu')
+    """
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, dict):
+        return {k: move_to(v, device) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(move_to(v, device) for v in data)
+    return data
+
+
+def model_device(model: Any, default: Any) -> Any:
+    """Where ``model`` computes: its first parameter's (or buffer's) device; ``default``
+    for a model that holds neither.
+
+    >>> import torch
+    >>> model_device(torch.nn.Linear(2, 1), "cuda")
+    device(type='cpu')
+    """
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return default
 
 
 class PyTorchTrialError(DetSdkError, ValueError):
@@ -266,15 +297,7 @@ class PyTorchTrialContext:
 
     def to_device(self, data: Any) -> Any:
         """``data`` (tensors in lists, tuples, dicts) on this rank's device."""
-        import torch
-
-        if isinstance(data, torch.Tensor):
-            return data.to(self.device)
-        if isinstance(data, dict):
-            return {k: self.to_device(v) for k, v in data.items()}
-        if isinstance(data, (list, tuple)):
-            return type(data)(self.to_device(v) for v in data)
-        return data
+        return move_to(data, self.device)
 
     def is_epoch_start(self) -> bool:
         return self._batch_in_epoch == 0

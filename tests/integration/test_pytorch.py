@@ -131,8 +131,8 @@ def test_trainer_trains_checkpoints_tensors_only_and_validates_per_sample(
         trainer.fit(max_length=pytorch.Epoch(2))
         assert trainer.batches_trained == 20  # 400 / 40 per epoch
         assert trial.opt.param_groups[0]["lr"] == pytest.approx(0.01 * 0.9 ** 2)
-        x = torch.from_numpy(data["x_val"])
-        y = torch.from_numpy(data["y_val"])
+        x = ctx.to_device(torch.from_numpy(data["x_val"]))  # where wrap_model put it
+        y = ctx.to_device(torch.from_numpy(data["y_val"]))
         with torch.no_grad():
             want = torch.nn.functional.cross_entropy(trial.model(x), y).item()
     run = next(p for p in tmp_path.iterdir() if p.is_dir())

@@ -60,21 +60,24 @@ def test_fit_trains_in_place_validates_per_sample_and_reloads(tmp_path: Path) ->
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         val = ctx.fit(model, opt, F.mse_loss, (x, y), validation_data=(xv, yv), epochs=3,
                       metrics={"mae": _mae})
-        xt, yt = torch.from_numpy(xv), torch.from_numpy(yv)
+        # fit trains the model where it put it: the rank's device (a GPU if there is one)
+        assert next(model.parameters()).device == ctx.device
+        xt, yt = ctx.to_device(torch.from_numpy(xv)), ctx.to_device(torch.from_numpy(yv))
         with torch.no_grad():
             out = model(xt)
         # the user's model is the trained one; 40 rows in batches of 16, 16, 8: the
         # per-sample mean, not a mean of batch means
         assert val["val_loss"] == pytest.approx(F.mse_loss(out, yt).item(), rel=1e-5)
         assert val["val_mae"] == pytest.approx(_mae(out, yt).item(), rel=1e-5)
-        assert F.mse_loss(model(torch.from_numpy(x)), torch.from_numpy(y)).item() < before
+        assert F.mse_loss(model(ctx.to_device(torch.from_numpy(x))),
+                          ctx.to_device(torch.from_numpy(y))).item() < before
         assert ctx.evaluate(model, (xv, yv), loss_fn=F.mse_loss, metrics={"mae": _mae}) == \
             pytest.approx({"loss": val["val_loss"], "mae": val["val_mae"]}, rel=1e-5)
-        assert torch.allclose(ctx.predict(model, (xv,)), out)
+        assert torch.allclose(ctx.predict(model, (xv,)), out.cpu())  # outputs come on the CPU
         # reload into a fresh model: the trained weights
         fresh = ctx.load_checkpoint_model(_model())
-        assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
-                                                     model.state_dict().values()))
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(fresh.state_dict().values(),
+                                                                 model.state_dict().values()))
         best = ctx.load_checkpoint_model(_model(), best=True)
         assert isinstance(best, torch.nn.Module)
         with pytest.raises(DetSdkError, match="one fit per"):

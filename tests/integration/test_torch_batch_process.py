@@ -41,19 +41,12 @@ def _latest_meta(runs: Path) -> dict:
     return json.loads(ckpt.read_text())
 
 
-def _plain_loop(n: int, batch_size: int) -> np.ndarray:
-    model = rows.build_model().eval()
-    loader = torch.utils.data.DataLoader(rows.Rows(n), batch_size=batch_size)
-    with torch.no_grad():
-        return np.concatenate([model(x).numpy() for x, _ in loader])
-
-
 def test_a_local_run_equals_a_plain_loop_over_the_same_batches(runs: Path) -> None:
     experimental.torch_batch_process(rows.Predict, rows.Rows(103), batch_size=10,
                                      checkpoint_interval=3)
     ids, preds = rows.read_outputs(_output(runs))
     assert ids.tolist() == list(range(103))
-    assert np.array_equal(preds, _plain_loop(103, 10))
+    assert np.array_equal(preds, rows.plain_loop(103, 10))
     meta = _latest_meta(runs)["torch_batch_process"]
     assert (meta["global_batches_done"], meta["finished"]) == (11, True)
     assert not (_output(runs) / ".staging").exists()
@@ -99,7 +92,7 @@ def test_a_resumed_run_skips_the_checkpointed_batches_and_keeps_each_row_once(
     assert batches == list(range(7)) + list(range(6, 11))  # batch 6 redone: after the checkpoint
     ids, preds = rows.read_outputs(_output(runs))
     assert ids.tolist() == list(range(103))  # each row once
-    assert np.array_equal(preds, _plain_loop(103, 10))
+    assert np.array_equal(preds, rows.plain_loop(103, 10))
     # a finished run resumed again does nothing
     experimental.torch_batch_process(cls, rows.Rows(103), batch_size=10, checkpoint_interval=3)
     assert len(log.read_text().splitlines()) == len(batches)

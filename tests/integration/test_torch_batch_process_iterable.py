@@ -80,13 +80,6 @@ def _meta(runs: Path) -> dict:
     return json.loads(ckpt.read_text())["torch_batch_process"]
 
 
-def _plain_loop(n: int, batch_size: int) -> np.ndarray:
-    model = rows.build_model().eval()
-    loader = torch.utils.data.DataLoader(rows.Rows(n), batch_size=batch_size)
-    with torch.no_grad():
-        return np.concatenate([model(x).numpy() for x, _ in loader])
-
-
 @pytest.mark.parametrize("fail_batch", [6, 7])
 def test_an_interrupted_iterable_run_resumed_processes_each_row_once_in_order(
         runs: Path, reported: list, monkeypatch: pytest.MonkeyPatch, fail_batch: int) -> None:
@@ -110,7 +103,7 @@ def test_an_interrupted_iterable_run_resumed_processes_each_row_once_in_order(
         assert Counting.processed == list(range(103))
     ids, preds = rows.read_outputs(next((runs / "1" / "torch_batch_process").iterdir()))
     assert ids.tolist() == list(range(103))  # each row's output kept once
-    assert np.array_equal(preds, _plain_loop(103, 10))
+    assert np.array_equal(preds, rows.plain_loop(103, 10))
     meta = _meta(runs)
     assert (meta["global_batches_done"], meta["global_batches"], meta["finished"]) == (11, 11,
                                                                                       True)

@@ -49,6 +49,16 @@ def build_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
 
 
+def plain_loop(n: int, batch_size: int) -> np.ndarray:
+    """What a plain loop over ``Rows(n)`` predicts, on the device the processor's model is
+    put on (a GPU's kernels round differently from the CPU's)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = build_model().to(device).eval()
+    loader = torch.utils.data.DataLoader(Rows(n), batch_size=batch_size)
+    with torch.no_grad():
+        return np.concatenate([model(x.to(device)).cpu().numpy() for x, _ in loader])
+
+
 class Predict(experimental.TorchBatchProcessor):
     def __init__(self, context: experimental.TorchBatchProcessorContext) -> None:
         self.context = context
