@@ -40,14 +40,19 @@ import det_sdk.pytorch as pytorch
 WIDTH = 2048  # features per Linear layer: 4.2M parameters each
 
 
-class _Trial(pytorch.PyTorchTrial):
-    def __init__(self, context: pytorch.PyTorchTrialContext, layers: int) -> None:
+class LinearStack(pytorch.PyTorchTrial):
+    """``layers`` Linear layers of ``width`` features, Adam, ``rows`` rows of random data
+    (the benchmarks of det_sdk.pytorch's checkpoints train it)."""
+
+    def __init__(self, context: pytorch.PyTorchTrialContext, layers: int, width: int = WIDTH,
+                 rows: int = 8) -> None:
         self.context = context
         torch.manual_seed(0)
         self.model = context.wrap_model(torch.nn.Sequential(
-            *[torch.nn.Linear(WIDTH, WIDTH) for _ in range(layers)]))
+            *[torch.nn.Linear(width, width) for _ in range(layers)]))
         self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=1e-4))
-        self.data = torch.utils.data.TensorDataset(torch.randn(8, WIDTH), torch.randn(8, WIDTH))
+        self.data = torch.utils.data.TensorDataset(torch.randn(rows, width),
+                                                   torch.randn(rows, width))
 
     def build_training_data_loader(self) -> pytorch.DataLoader:
         return pytorch.DataLoader(self.data, batch_size=self.context.get_per_slot_batch_size())
@@ -68,7 +73,7 @@ def one_round(tmp: Path, layers: int, period: int) -> tuple[list[float], float, 
     runs = tmp / "runs"
     blocked: list[float] = []
     with pytorch.init(hparams={"global_batch_size": 4}, runs_dir=runs, seed=1) as ctx:
-        trial = _Trial(ctx, layers)
+        trial = LinearStack(ctx, layers)
         trainer = pytorch.Trainer(trial, ctx)
         checkpoint = trainer._checkpoint
 

@@ -27,38 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pytorch_checkpoint import LinearStack
 
 import det_sdk.pytorch as pytorch
 from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
 WIDTH = 1024  # features per Linear layer: about 1M parameters each
-
-
-class _Trial(pytorch.PyTorchTrial):
-    def __init__(self, context: pytorch.PyTorchTrialContext, layers: int) -> None:
-        self.context = context
-        torch.manual_seed(0)
-        self.model = context.wrap_model(torch.nn.Sequential(
-            *[torch.nn.Linear(WIDTH, WIDTH) for _ in range(layers)]))
-        self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=1e-4))
-        self.data = torch.utils.data.TensorDataset(torch.randn(64, WIDTH),
-                                                   torch.randn(64, WIDTH))
-
-    def build_training_data_loader(self) -> pytorch.DataLoader:
-        return pytorch.DataLoader(self.data, batch_size=self.context.get_per_slot_batch_size())
-
-    def build_validation_data_loader(self) -> None:
-        return None
-
-    def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.model(x), y)
-        self.context.backward(loss)
-        self.context.step_optimizer(self.opt)
-        return {"loss": loss}
 
 
 def run_seconds(runs: Path, layers: int, batches: int, period: int | None,
@@ -68,7 +44,7 @@ def run_seconds(runs: Path, layers: int, batches: int, period: int | None,
     config = {"checkpoint_storage": storage} if storage else None
     with pytorch.init(hparams={"global_batch_size": 16}, runs_dir=runs, seed=1,
                       config=config) as ctx:
-        trainer = pytorch.Trainer(_Trial(ctx, layers), ctx)
+        trainer = pytorch.Trainer(LinearStack(ctx, layers, WIDTH, rows=64), ctx)
         t0 = time.perf_counter()
         trainer.fit(max_length=pytorch.Batch(batches),
                     checkpoint_period=pytorch.Batch(period or 10 * batches))
