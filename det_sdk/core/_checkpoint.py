@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, StateError, UsageError
 from det_sdk.session import Session
 from det_sdk.stages import DEFAULT_STAGE
-from det_sdk.storage import OWNER_FILE, CheckpointStorage, Staged, folder_size
+from det_sdk.storage import OWNER_FILE, CheckpointStorage, folder_size
 
 __all__ = ["CheckpointContext"]
 
@@ -152,24 +152,33 @@ class CheckpointContext:
         reached, and where. Read by the chief."""
         return self._session.stage_checkpoints()
 
-    @contextlib.contextmanager
-    def store_unreported(self, storage_id: str) -> Iterator[Path]:
-        """det_sdk extension: a directory that becomes checkpoint ``storage_id`` on leaving
-        the block (renamed into place), not reported: the caller writes its own metadata
-        and calls :meth:`report_checkpoint` (``context.fit`` writes in the background)."""
-        with self._session.storage.store(storage_id) as (_, path):
-            yield path
+    def write_staged(self, storage_id: str, fill: Callable[[Path], Mapping[str, Any]], *,
+                     stage: str = DEFAULT_STAGE, searched: bool = True) -> Callable[[], None]:
+        """det_sdk extension: checkpoint ``storage_id`` in two steps, for a background writer
+        that fills the next checkpoint while this one is stored. ``fill(path)`` writes its
+        files into a local directory and returns the record to report
+        (:meth:`report_checkpoint`); if it raises, nothing is left. Returns what stores the
+        checkpoint (an upload to a bucket) and then reports it.
 
-    def stage_unreported(self, storage_id: str) -> Staged:
-        """det_sdk extension: :meth:`store_unreported` in two steps, for a writer that fills
-        the next checkpoint while this one is stored: a directory to fill (``.path``),
-        stored by ``.publish()`` (an upload to a bucket), dropped by ``.discard()``."""
-        return self._session.storage.stage(storage_id)
+        >>> publish = ctx.write_staged(uuid, fill)  # doctest: +SKIP
+        >>> publish()  # doctest: +SKIP
+        """
+        staged = self._session.storage.stage(storage_id)
+        try:
+            record = fill(staged.path)
+        except BaseException:
+            staged.discard()
+            raise
+
+        def publish() -> None:
+            staged.publish()
+            self.report_checkpoint(storage_id, record, stage=stage, searched=searched)
+        return publish
 
     def report_checkpoint(self, storage_id: str, record: Mapping[str, Any], *,
                           stage: str = DEFAULT_STAGE, searched: bool = True) -> None:
         """det_sdk extension: report checkpoint ``storage_id``, stored with
-        :meth:`store_unreported`: ``record`` holds its ``steps_completed``, ``epoch``,
+        :meth:`write_staged`: ``record`` holds its ``steps_completed``, ``epoch``,
         ``batch``, ``size`` and ``metrics``; ``stage`` and ``searched`` say which stage
         (det_sdk.stages) it belongs to. The chief reports."""
         self._session.report_checkpoint(storage_id, record, stage=stage, searched=searched)

@@ -409,19 +409,10 @@ class TrainingLoop:
         uuid = str(uuidlib.uuid4())
         record = {**position.as_dict(), "metrics": dict(metrics)}
 
-        def write() -> Callable[[], None]:
-            staged = self.core.checkpoint.stage_unreported(uuid)
-            try:
-                size = _checkpoint.write_snapshot(staged.path, snap, metadata)
-            except BaseException:
-                staged.discard()
-                raise
-
-            def publish() -> None:  # after the snapshot is dropped: the upload, the report
-                staged.publish()
-                self.core.checkpoint.report_checkpoint(uuid, {**record, "size": size},
-                                                       stage=stage, searched=searched)
-            return publish
+        def write() -> Callable[[], None]:  # the publish: after the snapshot is dropped
+            return self.core.checkpoint.write_staged(
+                uuid, lambda path: {**record, "size": _checkpoint.write_snapshot(
+                    path, snap, metadata)}, stage=stage, searched=searched)
 
         self.writer.submit(write)
         return uuid

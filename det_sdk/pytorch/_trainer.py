@@ -27,6 +27,7 @@ import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -555,25 +556,16 @@ class Trainer:
                     "hparams": _jsonable(self.context.get_hparams())}
         store = self.core.checkpoint
 
-        def write() -> Callable[[], None]:
-            staged = store.stage_unreported(str(uuidlib.uuid4()))
-            try:
-                torch.save(snap, staged.path / STATE_FILE)
-                meta = {**metadata,
-                        "checksums": {STATE_FILE: _sha256(staged.path / STATE_FILE)}}
-                (staged.path / "metadata.json").write_text(json.dumps(meta))
-                size = folder_size(staged.path)
-            except BaseException:
-                staged.discard()
-                raise
+        def fill(path: Path) -> dict[str, Any]:
+            torch.save(snap, path / STATE_FILE)
+            meta = {**metadata, "checksums": {STATE_FILE: _sha256(path / STATE_FILE)}}
+            (path / "metadata.json").write_text(json.dumps(meta))
+            return {"steps_completed": metadata["steps_completed"], "epoch": epoch,
+                    "batch": metadata["batch"], "size": folder_size(path),
+                    "metrics": dict(metadata["metrics"])}
 
-            def publish() -> None:  # after the snapshot is dropped: the upload, the report
-                staged.publish()
-                store.report_checkpoint(staged.uuid, {
-                    "steps_completed": metadata["steps_completed"], "epoch": epoch,
-                    "batch": metadata["batch"], "size": size,
-                    "metrics": dict(metadata["metrics"])})
-            return publish
+        def write() -> Callable[[], None]:  # the publish: after the snapshot is dropped
+            return store.write_staged(str(uuidlib.uuid4()), fill)
 
         self.writer.submit(write)
 
