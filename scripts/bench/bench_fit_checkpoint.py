@@ -80,6 +80,15 @@ def window(params: int, period: int, checkpoints: int, where: Path,
            with_checkpoints: bool) -> tuple[float, float, int]:
     """(seconds from the end of batch 2P-1 to the end of the last batch, seconds from the
     end of batch 1 to the end of batch 2P-1, state.bin bytes)."""
+    ends, size = batch_ends(params, period, checkpoints, where, with_checkpoints)
+    first = ends[2 * period - 2]  # the end of batch 2P-1
+    return ends[-1] - first, first - ends[0], size
+
+
+def batch_ends(params: int, period: int, checkpoints: int, where: Path,
+               with_checkpoints: bool) -> tuple[list[float], int]:
+    """One measured fit: when each of its ``(checkpoints + 2) * period`` batches ended
+    (``time.perf_counter()``), and the checkpoints' state.bin bytes."""
     runs = Path(tempfile.mkdtemp(dir=where))
     try:
         context = det.keras.init(
@@ -95,8 +104,7 @@ def window(params: int, period: int, checkpoints: int, where: Path,
         context.fit(model, x, y, batch_size=BATCH, epochs=1, validation_data=(xv, yv),
                     callbacks=[ends], verbose=0, shuffle=False)
         size = max((p.stat().st_size for p in runs.rglob("state.bin")), default=0)
-        first = ends.ends[2 * period - 2]  # the end of batch 2P-1
-        return ends.ends[-1] - first, first - ends.ends[0], size
+        return ends.ends, size
     finally:
         shutil.rmtree(runs, ignore_errors=True)
 
