@@ -39,8 +39,10 @@ class S3Storage(ObjectStoreStorage):
         # an upload, taken from training). Over HTTPS, TLS already protects the body, so,
         # as botocore does, it is sent unsigned there; over plain HTTP the signature is
         # the only check the server makes, so it stays. Every file's own SHA-256 is in
-        # the manifest and verified on every read either way.
-        self._config["unsigned_payload"] = not (endpoint_url or "").startswith("http://")
+        # the manifest and verified on every read either way. (Without endpoint_url, the
+        # client takes AWS_ENDPOINT_URL from the environment: that one decides then.)
+        endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or ""
+        self._config["unsigned_payload"] = not endpoint.startswith("http://")
         super().__init__(bucket, prefix, owner=owner)
 
     @property
