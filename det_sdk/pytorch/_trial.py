@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -41,9 +42,9 @@ def model_device(model: Any, default: Any) -> Any:
     >>> model_device(torch.nn.Linear(2, 1), "cuda")
     device(type='cpu')
     """
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return default
+    # the first one only: a model of a billion parameters need not list them all
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return default if first is None else first.device
 
 
 class PyTorchTrialError(DetSdkError, ValueError):
