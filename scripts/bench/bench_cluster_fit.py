@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness/
 from harness.master import Cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_time import process_cpu
 
 TRAIN = '''
 import json, os, time
@@ -70,9 +72,7 @@ with open(out, "w") as f:
 
 def _cpu_seconds(master: Cluster) -> float:
     """CPU time the master process has used so far (it shares the cores with the trial)."""
-    pid = int((master.data_dir / "master.pid").read_text())
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu(int((master.data_dir / "master.pid").read_text()))
 
 
 def main() -> int:

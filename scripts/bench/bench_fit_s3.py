@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_fit_checkpoint as fit_bench
+from cpu_time import own_cpu, process_cpu
 
 from tests.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 
@@ -82,10 +82,10 @@ def main() -> int:
                 os.environ["DET_CONFIG"] = str(config)
             else:
                 os.environ.pop("DET_CONFIG", None)
-            before = (_own_cpu(), _process_cpu(s3.proc.pid))
+            before = (own_cpu(), process_cpu(s3.proc.pid))
             ends, _ = fit_bench.batch_ends(args.params, args.period, args.checkpoints, where,
                                            kind != "none")
-            cpu[kind] = (_own_cpu() - before[0], _process_cpu(s3.proc.pid) - before[1])
+            cpu[kind] = (own_cpu() - before[0], process_cpu(s3.proc.pid) - before[1])
             stalls[kind].extend(checkpoint_stalls(ends, args.period, args.checkpoints))
             return ends[-1] - ends[2 * args.period - 2]  # from the end of batch 2P-1
 
@@ -133,18 +133,6 @@ def checkpoint_stalls(ends: list[float], period: int, checkpoints: int) -> list[
     typical = statistics.median(steps)
     return [ends[k * period] - ends[k * period - 2] - 2 * typical
             for k in range(2, checkpoints + 2)]
-
-
-def _own_cpu() -> float:
-    """This process's CPU seconds (every thread: training's and the upload's)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _process_cpu(pid: int) -> float:
-    """Another process's CPU seconds (user + system, from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.seaweedfs import SeaweedFS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_time import own_cpu
 
 PART = 8 << 20
 
@@ -158,12 +160,6 @@ def detsdk_mover(s3: SeaweedFS, bucket: str) -> tuple[Callable, Callable]:
     return upload, download
 
 
-def _cpu() -> float:
-    """CPU seconds of this process (every thread: Python's and obstore's Rust runtime)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=300, help="checkpoint size in MiB")
@@ -186,14 +182,14 @@ def main() -> int:
             for name in order:
                 upload, download = movers[name]
                 prefix = f"{name}-{r}"
-                t, cpu = time.perf_counter(), _cpu()
+                t, cpu = time.perf_counter(), own_cpu()
                 upload(files, prefix)
-                up, up_cpu = time.perf_counter() - t, _cpu() - cpu
+                up, up_cpu = time.perf_counter() - t, own_cpu() - cpu
                 dest = Path(tmp) / prefix
                 dest.mkdir()
-                t, cpu = time.perf_counter(), _cpu()
+                t, cpu = time.perf_counter(), own_cpu()
                 download(names, prefix, dest)
-                down, down_cpu = time.perf_counter() - t, _cpu() - cpu
+                down, down_cpu = time.perf_counter() - t, own_cpu() - cpu
                 assert {n: digest(dest / n) for n in names} == want, f"{name}: files differ"
                 times.setdefault((name, "upload"), []).append(up)
                 times.setdefault((name, "download"), []).append(down)
