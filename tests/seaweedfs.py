@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from det_sdk.launch.ports import unused_port
 
 ACCESS_KEY = "det-sdk-test-access"
 SECRET_KEY = "det-sdk-test-secret-0123456789"
@@ -33,24 +34,9 @@ def weed_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_pair() -> int:
     """A port free with its port + 10000 (SeaweedFS's gRPC port beside each)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 55000 and _free(port + 10000):
-            return port
-    raise RuntimeError("no free port pair for SeaweedFS")
+    return unused_port(offsets=[10000])
 
 
 class SeaweedFS:

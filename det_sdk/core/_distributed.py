@@ -233,6 +233,40 @@ DistributedContext.register(_base.SingleProcess)  # HorovodProcesses: det_sdk.ke
 # --- a TF_CONFIG cluster's workers -----------------------------------------------------------
 
 
+def inherited_listener(workers: list[str], index: int,
+                       environ: Mapping[str, str] | None = None) -> socket.socket | None:
+    """The chief's socket for its collectives that ``det_sdk.launch.tensorflow`` bound
+    and left open through exec (``DET_TF_COLLECTIVE_FD``): for worker 0 of several, if
+    that descriptor is here and listens on the collectives' port; else None (the chief
+    binds the port itself). Taken once: the variable leaves ``os.environ``, as the
+    script's own subprocesses do not get the socket.
+
+    >>> inherited_listener(["h:1", "h:2"], 1, {"DET_TF_COLLECTIVE_FD": "0"}) is None
+    True
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(tf_config.COLLECTIVE_FD_VAR)
+    if env is os.environ:
+        os.environ.pop(tf_config.COLLECTIVE_FD_VAR, None)
+    if not raw or index != 0 or len(workers) < 2:
+        return None
+    port = tf_config.of_workers(workers, index, env).chief_port
+    try:
+        sock = socket.socket(fileno=int(raw))
+    except (ValueError, OSError):  # not a number, or not a socket in this process
+        return None
+    try:
+        ours = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)) \
+            and sock.getsockname()[1] == port
+    except OSError:
+        ours = False
+    if not ours:
+        sock.detach()  # another descriptor of this process's: leave it open
+        return None
+    sock.set_inheritable(False)
+    return sock
+
+
 class TFWorkers(DistributedContext):
     """One of the worker processes of a ``TF_CONFIG`` cluster.
 
@@ -249,11 +283,13 @@ class TFWorkers(DistributedContext):
                  environ: Mapping[str, str] | None = None) -> None:
         ranks = tf_config.of_workers(workers, index, environ)
         assert ranks.chief_addr is not None and ranks.chief_port is not None
+        listener = inherited_listener(workers, index, environ)
         super().__init__(
             rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
             local_size=ranks.local_size, cross_rank=ranks.cross_rank,
             cross_size=ranks.cross_size, chief_ip=ranks.chief_addr, pub_port=ranks.chief_port,
-            token=tf_config.collective_token(environ), timeout_s=_CONNECT_TIMEOUT)
+            token=tf_config.collective_token(environ), timeout_s=_CONNECT_TIMEOUT,
+            listener=listener)
 
     def __repr__(self) -> str:
         return f"TFWorkers(rank={self.rank}, size={self.size})"

@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from det_sdk import distributed as _base
-from det_sdk.core._distributed import TFWorkers, UnsupportedStrategyError
+from det_sdk.core._distributed import TFWorkers, UnsupportedStrategyError, inherited_listener
 from det_sdk.keras import _compat
 from det_sdk.keras._horovod import HorovodProcesses
 from det_sdk.ranks import horovodrun, tf_config
@@ -84,6 +84,9 @@ def _horovod_workers(workers: list[str], index: int,
     """
     if env is os.environ:
         os.environ.pop(tf_config.TF_CONFIG_VAR, None)
+    listener = inherited_listener(workers, index, env)
+    if listener is not None:  # the launcher's, for TFWorkers' collectives: Horovod's carry them
+        listener.close()
     _share_cores(workers, index)
     dist = HorovodProcesses()
     shared = dist.broadcast(int.from_bytes(os.urandom(4), "big") % 2**31

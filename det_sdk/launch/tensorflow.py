@@ -9,9 +9,10 @@ How it learns the processes:
 - Under ``horovodrun`` (the master runs a trial of ``slots_per_trial: N > 1`` as
   ``horovodrun -np N --gloo <entrypoint>``; also any ``horovodrun`` of your own):
   each launcher sees ``HOROVOD_RANK``/``HOROVOD_SIZE``, picks a free port on its
-  host, publishes ``host:port`` in Horovod's rendezvous store (the HTTP key-value
-  server ``horovodrun`` runs for Gloo), reads the others' and execs the script
-  with ``TF_CONFIG`` (worker ``index`` = its rank). No TensorFlow is imported here.
+  host (``det_sdk.launch.ports``), publishes ``host:port`` in Horovod's rendezvous
+  store (the HTTP key-value server ``horovodrun`` runs for Gloo), reads the others'
+  and execs the script with ``TF_CONFIG`` (worker ``index`` = its rank). No
+  TensorFlow is imported here.
 - ``--processes N`` off ``horovodrun``: it starts N copies of the script on this
   host itself (Determined's launcher spawns its workers too), each with its
   ``TF_CONFIG``, forwards SIGTERM/SIGINT to them, and exits with the first failure.
@@ -19,7 +20,9 @@ How it learns the processes:
 
 Next to ``TF_CONFIG`` each worker gets ``DET_TF_COLLECTIVE_ADDR`` and
 ``DET_TF_COLLECTIVE_TOKEN``: where ``DistributedContext.from_tf_config()``'s object
-collectives meet (the chief) and the token that admits a worker.
+collectives meet (the chief) and the token that admits a worker. The launcher listens on
+that address itself before publishing it and the chief's script inherits the socket
+(``DET_TF_COLLECTIVE_FD``), so no other process can take the port in between.
 
 Which Keras runs is not asked here (that would import TensorFlow): the script's
 ``DistributedContext.from_tf_config()`` decides. On Keras 2 the workers train under
@@ -54,8 +57,9 @@ from typing import Any
 
 from det_sdk.errors import DetSdkError, StateError
 from det_sdk.launch._node import node_slots, under_horovodrun
+from det_sdk.launch.ports import unused_port
 from det_sdk.ranks import horovodrun
-from det_sdk.ranks.tf_config import COLLECTIVE_ADDR_VAR, COLLECTIVE_TOKEN_VAR
+from det_sdk.ranks.tf_config import COLLECTIVE_ADDR_VAR, COLLECTIVE_FD_VAR, COLLECTIVE_TOKEN_VAR
 
 __all__ = ["main", "parse_args", "tf_config"]
 
@@ -99,16 +103,23 @@ def tf_config(workers: Sequence[str], index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
+def _chief_listener() -> socket.socket:
+    """The chief's collectives socket, listening on every interface before its port is
+    published; the chief's script gets it through exec (``DET_TF_COLLECTIVE_FD``)."""
+    server = socket.create_server(("", 0))
+    server.set_inheritable(True)
+    return server
 
 
 def _worker_env(base: Mapping[str, str], workers: Sequence[str], index: int,
-                collective: str, token: str) -> dict[str, str]:
-    return {**base, "TF_CONFIG": tf_config(workers, index), COLLECTIVE_ADDR_VAR: collective,
-            COLLECTIVE_TOKEN_VAR: token}
+                collective: str, token: str,
+                listener: socket.socket | None = None) -> dict[str, str]:
+    env = {**base, "TF_CONFIG": tf_config(workers, index), COLLECTIVE_ADDR_VAR: collective,
+           COLLECTIVE_TOKEN_VAR: token}
+    env.pop(COLLECTIVE_FD_VAR, None)
+    if listener is not None:
+        env[COLLECTIVE_FD_VAR] = str(listener.fileno())
+    return env
 
 
 # --- under horovodrun: agree on addresses through Horovod's rendezvous store -------------
@@ -149,16 +160,20 @@ def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
     assert ranks is not None  # main() calls this under horovodrun only
     rank, size = ranks.rank, ranks.size
     host = horovodrun.hostname(env) or socket.gethostname()
-    mine: dict[str, Any] = {"addr": f"{host}:{_free_port()}"}
+    # TensorFlow's gRPC server binds this port after its import: a port outside the
+    # ephemeral range, which no connection on the host can take meanwhile
+    mine: dict[str, Any] = {"addr": f"{host}:{unused_port('')}"}
+    listener = None
     if rank == 0:
-        mine["collective"] = f"{host}:{_free_port()}"
+        listener = _chief_listener()
+        mine["collective"] = f"{host}:{listener.getsockname()[1]}"
         mine["token"] = secrets.token_hex(16)
     _put(env, str(rank), mine)
     deadline = time.monotonic() + _RENDEZVOUS_TIMEOUT
     every = [mine if r == rank else _get(env, str(r), deadline) for r in range(size)]
     chief = every[0]
     return _worker_env(env, [w["addr"] for w in every], rank, chief["collective"],
-                       chief["token"])
+                       chief["token"], listener)
 
 
 # --- --processes N: spawn the workers here -------------------------------------------------
@@ -166,10 +181,14 @@ def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def _spawn(n: int, script: list[str]) -> int:
     host = "127.0.0.1"
-    workers = [f"{host}:{_free_port()}" for _ in range(n)]
-    collective, token = f"{host}:{_free_port()}", secrets.token_hex(16)
-    procs = [subprocess.Popen(script, env=_worker_env(os.environ, workers, i, collective, token))
-             for i in range(n)]
+    workers = [f"{host}:{unused_port(host)}" for _ in range(n)]
+    token = secrets.token_hex(16)
+    with _chief_listener() as listener:  # worker 0's; this process's copy closes
+        collective = f"{host}:{listener.getsockname()[1]}"
+        procs = [subprocess.Popen(
+            script, env=_worker_env(os.environ, workers, i, collective, token,
+                                    listener if i == 0 else None),
+            pass_fds=(listener.fileno(),) if i == 0 else ()) for i in range(n)]
 
     def forward(signum: int, frame: Any) -> None:
         for p in procs:

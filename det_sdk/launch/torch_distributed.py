@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from collections.abc import Sequence
 
 from det_sdk.errors import DetSdkError
 from det_sdk.launch._node import node_slots
+from det_sdk.launch.ports import unused_port
 from det_sdk.ranks.horovodrun import launched as launched_by_horovod
 
 __all__ = ["main", "parse_args", "worker_env"]
@@ -64,12 +64,6 @@ def parse_args(argv: Sequence[str]) -> tuple[int, list[str]]:
     if n < 1:
         raise LaunchArgumentError(f"torch_distributed: --nproc-per-node must be >= 1, got {n}")
     return n, script
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def worker_env(rank: int, n: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -111,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execvp(script[0], script)
     if n == 1:
         return subprocess.call(script)
-    port = _free_port()
+    port = unused_port()  # torch's store binds it in rank 0, after torch's import
     procs = [subprocess.Popen(script, env=worker_env(r, n, port)) for r in range(n)]
 
     def forward(signum: int, _frame: object) -> None:

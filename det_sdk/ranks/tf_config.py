@@ -20,14 +20,18 @@ from collections.abc import Mapping
 from det_sdk.errors import UsageError
 from det_sdk.ranks._value import Ranks
 
-__all__ = ["COLLECTIVE_ADDR_VAR", "COLLECTIVE_TOKEN_VAR", "TF_CONFIG_VAR", "collective_token",
-           "of_workers", "parse_tf_config", "read"]
+__all__ = ["COLLECTIVE_ADDR_VAR", "COLLECTIVE_FD_VAR", "COLLECTIVE_TOKEN_VAR", "TF_CONFIG_VAR",
+           "collective_token", "of_workers", "parse_tf_config", "read"]
 
 TF_CONFIG_VAR = "TF_CONFIG"
 # Set by det_sdk.launch.tensorflow next to TF_CONFIG: where the chief's collectives
 # listen ("host:port") and the token a worker shows when it connects.
 COLLECTIVE_ADDR_VAR = "DET_TF_COLLECTIVE_ADDR"
 COLLECTIVE_TOKEN_VAR = "DET_TF_COLLECTIVE_TOKEN"
+# The chief's only: the descriptor of the socket the launcher already listens on at
+# DET_TF_COLLECTIVE_ADDR, inherited through exec (a port named and bound later could be
+# taken in between by any connection on the host).
+COLLECTIVE_FD_VAR = "DET_TF_COLLECTIVE_FD"
 
 
 def parse_tf_config(raw: str | None) -> tuple[list[str], int]:

@@ -65,6 +65,29 @@ def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None
                           "--", sys.executable, "-c", worker],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 3, out.stderr
+    # the chief's collectives run on the socket the launcher bound before publishing its
+    # port (nothing else could take the port meanwhile); the script's own children do
+    # not get it. TFWorkers imports no TensorFlow.
+    allgather = (
+        "import json, os, socket, subprocess, sys\n"
+        "from det_sdk.core._distributed import TFWorkers\n"
+        "cfg = json.loads(os.environ['TF_CONFIG'])\n"
+        "i = cfg['task']['index']\n"
+        "port = int(os.environ['DET_TF_COLLECTIVE_ADDR'].split(':')[1])\n"
+        "fd = os.environ.get('DET_TF_COLLECTIVE_FD')\n"
+        "if i == 0:\n"
+        "    s = socket.socket(fileno=int(fd)); assert s.getsockname()[1] == port; s.detach()\n"
+        "else:\n"
+        "    assert fd is None, fd\n"
+        "w = TFWorkers(cfg['cluster']['worker'], i)\n"
+        "child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get("
+        "\"DET_TF_COLLECTIVE_FD\"))'], capture_output=True, text=True).stdout.strip()\n"
+        "os.write(1, f'{i} {w.allgather(i * 10)} {child}\\n'.encode())\n")  # one write
+    out = subprocess.run([sys.executable, "-m", "det_sdk.launch.tensorflow", "--processes", "2",
+                          "--", sys.executable, "-c", allgather],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split("\n")[:2]) == ["0 [0, 10] None", "1 [0, 10] None"], out
 
 
 def _example_config(cluster: Cluster, name: str, npz: Path, **overrides: object) -> Path:

@@ -24,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -40,6 +38,7 @@ import pytest
 import yaml
 
 import det_sdk
+from det_sdk.launch.ports import unused_port
 from harness.master import MODEL_DIR, Cluster, create, describe, wait_until
 from tests.lifecycle_harness import Fakes
 from tests.support import REPO, STEERED_JOB, steered_job_config, steered_job_reference
@@ -53,16 +52,7 @@ CORE_TUTORIAL = REPO / "tests" / "core_api_tutorial"  # trials without TensorFlo
 
 def _free_port_range(n: int) -> int:
     """The first of ``n`` consecutive free ports (slurmctld's, then one per node)."""
-    for _ in range(100):
-        base = random.randrange(20000, 60000)
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free ports for the simulated cluster")
+    return unused_port(offsets=range(1, n))
 
 
 @pytest.fixture(scope="session")
