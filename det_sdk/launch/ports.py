@@ -87,10 +87,10 @@ def _named_recently() -> Iterator[set[int] | None]:
         now = time.time()
         held: dict[int, float] = {}
         for line in f.read().split("\n"):
-            port, _, when = line.partition(" ")
+            number, _, when = line.partition(" ")
             with contextlib.suppress(ValueError):
                 if now - float(when) < HELD_S:
-                    held[int(port)] = float(when)
+                    held[int(number)] = float(when)
         ports = set(held)
         yield ports
         for port in ports - set(held):
