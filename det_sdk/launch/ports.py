@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from det_sdk.errors import DetSdkError
+from det_sdk.errors import DetSdkError, UsageError
 
 __all__ = ["HELD_S", "NoFreePortError", "ephemeral_range", "unused_port"]
 
@@ -114,7 +114,7 @@ def unused_port(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
     """
     span = max(offsets, default=0)
     if min(offsets, default=0) < 0:
-        raise ValueError(f"unused_port: offsets must be >= 0, got {list(offsets)}")
+        raise UsageError(f"unused_port: offsets must be >= 0, got {list(offsets)}")
     top = ephemeral_range()[0] - span
     with _named_recently() as named:
         taken = named if named is not None else set()
