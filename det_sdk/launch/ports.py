@@ -118,17 +118,18 @@ def unused_port(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
     top = ephemeral_range()[0] - span
     with _named_recently() as named:
         taken = named if named is not None else set()
-        if top - _FLOOR >= 1000:
-            for _ in range(500):
-                port = random.randrange(_FLOOR, top)
-                group = [port, *(port + o for o in offsets)]
-                if not taken.intersection(group) and all(_binds(host, p) for p in group):
-                    if named is not None:
-                        named.update(group)
-                    return port
-        elif not offsets:
+        tries = 500 if top - _FLOOR >= 1000 else 0  # else too few ports below the range
+        for _ in range(tries):
+            port = random.randrange(_FLOOR, top)
+            group = [port, *(port + o for o in offsets)]
+            if not taken.intersection(group) and all(_binds(host, p) for p in group):
+                if named is not None:
+                    named.update(group)
+                return port
+        if not tries and not offsets:
             with socket.socket() as s:
                 s.bind((host, 0))
                 return int(s.getsockname()[1])
-    raise NoFreePortError(f"no free port on {host or 'every interface'} below "
-                          f"{top + span} with offsets {list(offsets)} after 500 tries")
+    raise NoFreePortError(f"no free port on {host or 'every interface'} between {_FLOOR} and "
+                          f"{top + span} (where ip_local_port_range starts) with offsets "
+                          f"{list(offsets)}, after {tries} tries")
