@@ -489,7 +489,7 @@ class _SplitBatches:
                 f"DeterminedCallback on {self.dist.size} processes: the model must be built "
                 "before fit (rank 0's weights are broadcast when training begins): give it "
                 "a keras.Input or call model.build(input_shape)")
-        _compat.average_in_place(opt, self.dist.average_gradients)
+        _compat.average_in_place(opt, self.dist.average_gradients, self.dist.size)
         for o in loop.tracked_optimizers(model):
             _compat.optimizer_variables(o, model.trainable_variables)
         loop.broadcast(model)

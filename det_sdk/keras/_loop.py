@@ -13,6 +13,7 @@ runs or which Keras it is: the seams and ``_compat`` answer.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 import uuid as uuidlib
@@ -103,8 +104,9 @@ class TrainingLoop:
 
     # --- optimizers -----------------------------------------------------------------------
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
-        """Track ``optimizer``; with several processes, one that averages gradients."""
+    def wrap_optimizer(self, optimizer: Any, compression: str | None = None) -> Any:
+        """Track ``optimizer``; with several processes, one that averages gradients
+        (``compression="fp16"``: sent as float16)."""
         if not isinstance(optimizer, _compat.OPTIMIZER_TYPES):
             raise ArgumentTypeError(
                 "wrap_optimizer: expected a keras optimizer instance, got "
@@ -112,7 +114,14 @@ class TrainingLoop:
             )
         wrapped = optimizer
         if self.distributed.size > 1:
-            wrapped = _compat.averaging_optimizer(optimizer, self.distributed.average_gradients)
+            average = self.distributed.average_gradients
+            if compression is not None:
+                average = functools.partial(average, compression=compression)
+                if self.distributed.is_chief:
+                    log.warning("det_sdk: gradients sent as float16 between the %d processes "
+                                "(compression=%r): they train close to, not exactly, what "
+                                "one process trains", self.distributed.size, compression)
+            wrapped = _compat.averaging_optimizer(optimizer, average, self.distributed.size)
         self._optimizers.append(wrapped)
         self._given[id(wrapped)] = optimizer
         return wrapped
@@ -228,6 +237,17 @@ class TrainingLoop:
                 "would differ from one process's. Train the float8 model on one process, "
                 "or quantize after training (model.quantize(\"float8\") on the trained model)."
             )
+        synchronized = [layer.name for layer in _compat.layers_of(model)
+                        if getattr(layer, "synchronized", False) is True]
+        if synchronized and self.distributed.is_chief:
+            # Keras synchronizes them across a tf.distribute strategy's replicas only;
+            # under det_sdk's processes each normalizes by its own rows (docs/horovod.md)
+            log.warning(
+                "det_sdk: BatchNormalization(synchronized=True) layers (%s) normalize by "
+                "each process's own %s of the batch here, not by the global batch: "
+                "training is close to, not the same as, one process's",
+                ", ".join(synchronized[:3]) + (", ..." if len(synchronized) > 3 else ""),
+                f"1/{self.distributed.size}")
         self.turn_off_xla(model)
 
     @staticmethod

@@ -47,7 +47,7 @@ def _run(tmp: Path, name: str, processes: int, **env: str) -> tuple[dict, dict]:
 
 def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
         tmp_path: Path) -> None:
-    cases = ",".join(CASES)
+    cases = ",".join((*CASES, "f16_rows"))
     one, one_state = _run(tmp_path, "one", 1, MP_CASES=cases)
     two, full_state = _run(tmp_path, "two", 2, MP_CASES=cases)
     assert two["size"] == 2
@@ -60,6 +60,18 @@ def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
         assert b["iterations"] == a["iterations"], case
         for w1, w2 in zip(a["weights"], b["weights"]):  # float32 master weights
             np.testing.assert_allclose(w2, w1, rtol=0, atol=1e-5, err_msg=case)
+    # N processes skip exactly the steps one process skips: the regression's first
+    # steps overflow float16 on 2 processes when each averages its loss over its own 16
+    # rows (every row's gradient twice one process's); its loss divided by 2 and the
+    # gradients summed, they apply all 32 steps at scale 2**15, as one process does
+    rows_one, rows_two = one["f16_rows"], two["f16_rows"]
+    assert rows_one["iterations"] == 32 and max(rows_one["loss_scale"].values()) == 2.0**15
+    assert rows_two["iterations"] == rows_one["iterations"]
+    assert rows_two["loss_scale"] == rows_one["loss_scale"]
+    # to float16's round-off (each process sums its own rows' float16 gradients; 10%
+    # apart when the first step was skipped)
+    np.testing.assert_allclose(rows_two["val_loss"], rows_one["val_loss"], rtol=5e-3)
+
     # the overflowing row made each epoch's step 2 a skip (3 epochs of 4 steps): the
     # scale halved 3 times from 2**15, one good step since the last
     assert one["f16"]["skipped"] == [2, 6, 10]

@@ -8,6 +8,10 @@ MP_CASES  comma-separated, each a fresh model trained in this process, in order:
                    optimizer in its loss-scale optimizer)
           f16_own  mixed_float16; the script's own LossScaleOptimizer, then wrapped
           bf16     mixed_bfloat16 (no loss scaling)
+          f16_rows mixed_float16, a regression (256 rows, Adam(1e-2), global batch 32, 4
+                   epochs) whose first step's float16 gradients overflow at the default
+                   scale on N processes when each averages its loss over its own rows
+                   (issue 56): one process applies every step at scale 2**15
 MP_STOP   "E:B": SIGTERM to rank 0 after batch B of epoch E (the first case; it is
           checkpointed and the run stops; run again with DET_RESUME=latest)
 MP_EXTRA  rank 1 calls one det_sdk collective more than rank 0 (in a callback): the
@@ -103,7 +107,28 @@ def loss_scale_state(model):
     return found
 
 
+def run_rows():
+    """The f16_rows case: steps applied, the loss scale, val_loss per epoch."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    r = np.random.default_rng(0)
+    xr = r.normal(size=(256, 8)).astype("float32")
+    yr = (xr @ r.normal(size=(8, 1)) + 0.1 * r.normal(size=(256, 1))).astype("float32")
+    xs, ys = context.wrap_data(xr, yr)
+    xv, yv = context.wrap_data(xr[:64], yr[:64])
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(1, dtype="float32")])
+    model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(1e-2)), loss="mse")
+    hist = context.fit(model, x=xs, y=ys, batch_size=dist.shard_batch_size(32), epochs=4,
+                       validation_data=(xv, yv), verbose=0)
+    keras.mixed_precision.set_global_policy("float32")
+    return model, {"iterations": int(model.optimizer.iterations.numpy()),
+                   "loss_scale": loss_scale_state(model),
+                   "val_loss": hist.history["val_loss"]}, []
+
+
 def run(case, first):
+    if case == "f16_rows":
+        return run_rows()
     policy = "mixed_bfloat16" if case == "bf16" else "mixed_float16"
     keras.mixed_precision.set_global_policy(policy)
     data = x.copy()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from det_sdk.keras._compat._share import AverageFn, shared
+from det_sdk.keras._compat._share import AverageFn, MixinBase, combined, divided_loss
 from det_sdk.keras._compat._switch import FreshBufferSwitch, as_computed, disarming
 from det_sdk.keras._compat._version import keras
 
@@ -180,18 +180,23 @@ def _loss_scale_variables(opt: Any) -> list[Any]:
     return [v for v in found if isinstance(v, tf.Variable)]
 
 
-class AveragingMixin:
+class AveragingMixin(MixinBase):
     """Averages gradients in ``apply_gradients``, where Keras 2 optimizers apply them."""
 
     _det_average: AverageFn | None  # None: an outer optimizer averaged already
+
+    def get_scaled_loss(self, loss: Any) -> Any:
+        # A loss-scale optimizer's alone (its compute_gradients calls it): the loss
+        # divided by the process count (_share.divided_loss)
+        return super().get_scaled_loss(divided_loss(self, loss))
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         pairs = list(grads_and_vars)
         grads = [g for g, _ in pairs]
         if self._det_average is not None:
-            grads = self._det_average(shared(grads))
+            grads = combined(self, grads)
         # a mixin: apply_gradients is the optimizer class's, after this one in the MRO
-        return super().apply_gradients(  # type: ignore[misc]
+        return super().apply_gradients(
             list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from det_sdk.keras._compat._share import AverageFn, shared
+from det_sdk.keras._compat._share import AverageFn, MixinBase, combined, divided_loss
 from det_sdk.keras._compat._switch import FreshBufferSwitch, as_computed, disarming
 from det_sdk.keras._compat._version import keras
 
@@ -101,17 +101,21 @@ def optimizer_variables(opt: Any, trainable: Sequence[Any]) -> list[Any]:
     return list(opt.variables)
 
 
-class AveragingMixin:
+class AveragingMixin(MixinBase):
     """Averages gradients in ``apply``, where Keras 3 optimizers apply them (``fit``'s
     ``apply_gradients`` and a custom step's ``apply`` both go through it)."""
 
     _det_average: AverageFn | None  # None: an outer optimizer averaged already
 
+    def scale_loss(self, loss: Any) -> Any:
+        # a loss-scale optimizer's loss, divided by the process count (_share.divided_loss)
+        return super().scale_loss(divided_loss(self, loss))
+
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
         if self._det_average is not None:
-            grads = self._det_average(shared(list(grads)))
+            grads = combined(self, list(grads))
         # a mixin: apply is the optimizer class's, after this one in the MRO
-        return super().apply(grads, trainable_variables)  # type: ignore[misc]
+        return super().apply(grads, trainable_variables)
 
 
 def install_fresh_buffers(opt: Any) -> FreshBufferSwitch | None:

@@ -2,7 +2,7 @@
 their learning rate, and the averaging subclass that averages gradients over processes
 where the optimizer applies them.
 
->>> opt = averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g: g)
+>>> opt = averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g: g, processes=2)
 >>> is_averaging(opt), type(opt).__name__
 (True, 'SGD')
 """
@@ -24,6 +24,7 @@ __all__ = [
     "averaging_optimizer",
     "gradient_share",
     "is_averaging",
+    "is_loss_scale",
     "learning_rate",
     "model_optimizer",
     "optimizer_built",
@@ -120,19 +121,18 @@ def _rebuild_config(opt: Any) -> dict[str, Any]:
     return config
 
 
-def averaging_optimizer(opt: Any, average: AverageFn) -> Any:
+def averaging_optimizer(opt: Any, average: AverageFn, processes: int) -> Any:
     """A new optimizer like ``opt`` (same class and config) that averages gradients.
 
     ``average`` takes the list of gradients (None for variables without one) and
-    returns them averaged over all processes.
+    returns them averaged over all ``processes``.
     """
     wrapped = _averaging_class(type(opt)).from_config(_rebuild_config(opt))
-    wrapped._det_average = average
-    gradient_share()  # made now, outside any traced step
+    _set_average(wrapped, average, processes)
     return wrapped
 
 
-def average_in_place(opt: Any, average: AverageFn) -> None:
+def average_in_place(opt: Any, average: AverageFn, processes: int) -> None:
     """Make ``opt`` itself average gradients, as :func:`averaging_optimizer`'s would.
 
     For an optimizer a model was already compiled with (``DeterminedCallback``):
@@ -142,8 +142,22 @@ def average_in_place(opt: Any, average: AverageFn) -> None:
     """
     if not isinstance(opt, _AveragingMixin):
         opt.__class__ = _averaging_class(type(opt))
+    _set_average(opt, average, processes)
+
+
+def _set_average(opt: Any, average: AverageFn, processes: int) -> None:
     opt._det_average = average
-    gradient_share()
+    opt._det_processes = processes
+    # A loss-scale optimizer's loss is divided by the process count and its gradients
+    # summed, so that each row's float16 gradient is one process's (_share.divided_loss)
+    opt._det_divide_loss_by = processes if is_loss_scale(opt) else None
+    opt._det_loss_divided = False
+    gradient_share()  # made now, outside any traced step
+
+
+def is_loss_scale(opt: Any) -> bool:
+    """True for a loss-scale optimizer (``mixed_float16``'s), which wraps another."""
+    return getattr(opt, "inner_optimizer", None) is not None
 
 
 def average_outermost(opt: Any) -> bool:
@@ -165,7 +179,7 @@ def average_outermost(opt: Any) -> bool:
     if not inner:
         return False
     if not averages(opt):
-        average_in_place(opt, inner[0]._det_average)
+        average_in_place(opt, inner[0]._det_average, inner[0]._det_processes)
     for o in inner:
         o._det_average = None  # averaged once, by the outermost
     return True

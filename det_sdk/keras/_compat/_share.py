@@ -8,11 +8,18 @@ every averaging optimizer applies before it averages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-__all__ = ["AverageFn", "gradient_share", "shared"]
+__all__ = ["AverageFn", "MixinBase", "combined", "divided_loss", "gradient_share", "shared"]
+
+if TYPE_CHECKING:
+    # The averaging mixins stand before an optimizer class in its MRO: typed as Any, their
+    # super() calls reach that class's methods (which mypy cannot see: Keras has no types)
+    MixinBase = Any
+else:
+    MixinBase = object
 
 #: Takes a step's gradients (None for variables without one), returns them averaged
 #: over all processes.
@@ -38,12 +45,48 @@ def shared(grads: list[Any]) -> list[Any]:
     """``grads``, each times :func:`gradient_share` (IndexedSlices: their values)."""
     share = gradient_share()
 
-    def scale(g: Any) -> Any:
-        if g is None:
-            return None
-        if isinstance(g, tf.IndexedSlices):
-            return tf.IndexedSlices(g.values * tf.cast(share, g.values.dtype), g.indices,
-                                    g.dense_shape)
-        return g * tf.cast(share, g.dtype)
+    return [_times(g, share) for g in grads]
 
-    return [scale(g) for g in grads]
+
+# --- a loss-scaled step's loss divided by the process count ---------------------------------
+#
+# Under ``mixed_float16`` a loss-scale optimizer multiplies the loss by its scale before
+# the backward pass, which runs in float16. Each process's loss is the mean over its own
+# rows: every row's float16 gradient is N times what one process computes for it on the
+# global batch, so it overflows (and the step is skipped, the scale halved) where one
+# process's does not. Divided by N before the backward pass, each row's gradient is
+# exactly one process's (N a power of two: a division by N is exact), and the processes'
+# gradients are summed (the average times N) instead of averaged: the same update, the
+# same overflows, the same skips as one process on the global batch.
+
+
+def divided_loss(opt: Any, loss: Any) -> Any:
+    """``loss`` divided by the process count when ``opt`` (the outermost, averaging,
+    optimizer) is a loss-scale optimizer; marks the step so that :func:`combined` sums.
+
+    The mark is a Python attribute, set and read while one step is traced (or run
+    eagerly): a step whose ``train_step`` never scales its loss averages as before."""
+    processes = getattr(opt, "_det_divide_loss_by", None)
+    if not processes or getattr(opt, "_det_average", None) is None:
+        return loss
+    opt._det_loss_divided = True
+    return loss / tf.cast(processes, loss.dtype)
+
+
+def combined(opt: Any, grads: list[Any]) -> list[Any]:
+    """The processes' gradients averaged by ``opt``'s average, or summed (the average
+    times the process count) where this step's loss was divided (:func:`divided_loss`)."""
+    averaged = opt._det_average(shared(grads))
+    if not getattr(opt, "_det_loss_divided", False):
+        return list(averaged)
+    opt._det_loss_divided = False
+    return [_times(g, float(opt._det_divide_loss_by)) for g in averaged]
+
+
+def _times(g: Any, factor: Any) -> Any:
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values * tf.cast(factor, g.values.dtype), g.indices,
+                                g.dense_shape)
+    return g * tf.cast(factor, g.dtype)
