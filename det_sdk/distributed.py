@@ -69,7 +69,20 @@ class Processes(ABC):
                 f"global_batch_size {global_batch_size} does not divide by the number of "
                 f"processes ({self.size}); use a multiple of {self.size}"
             )
-        return global_batch_size // self.size
+        share = global_batch_size // self.size
+        self.__dict__.setdefault("_sharded_batches", {})[share] = global_batch_size
+        return share
+
+    def global_batch_of(self, share: int) -> int | None:
+        """The global batch size a :meth:`shard_batch_size` call split into ``share``
+        (None: no call returned it), for code that must see the global batches a
+        script batched per process (a preprocessing layer's ``adapt``).
+
+        >>> p = SingleProcess(); _ = p.shard_batch_size(64)
+        >>> p.global_batch_of(64), p.global_batch_of(3)
+        (64, None)
+        """
+        return self.__dict__.get("_sharded_batches", {}).get(share)
 
     @abstractmethod
     def allgather(self, obj: T) -> list[T]:
@@ -151,11 +164,14 @@ class Processes(ABC):
         """True on every process when ``flag`` is true on any (agreeing to stop together)."""
         return any(self.allgather(bool(flag)))
 
-    def average_gradients(self, grads: list[Any]) -> list[Any]:
+    def average_gradients(self, grads: list[Any], compression: str | None = None
+                          ) -> list[Any]:
         """TF gradients averaged over all processes (None entries stay None).
 
         Called inside the optimizer's step (a ``tf.function``): every process
-        must apply the same optimizers in the same order.
+        must apply the same optimizers in the same order. ``compression="fp16"`` sends
+        dense float gradients as float16 (Horovod's ``Compression.fp16``; nothing to
+        send on one process).
         """
         return grads
 

@@ -84,3 +84,34 @@ def pid_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def process_ended(pid: int) -> bool:
+    """True once ``pid`` runs no more: gone, or a zombie (it holds no file or lock)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+
+
+def wait_for_lock_holder(lock: Path, bound: float = 60.0) -> None:
+    """Wait, as a user who reads a ``PredictionsBusyError`` would, for the process named in
+    the output's lock file (``process PID on HOST``) to end; fail if it outlives ``bound``.
+
+    A killed launcher's ranks are not in its process group: ``horovodrun``'s end when
+    Gloo sees their launcher gone (about 1.5 s), and a relaunch before then is refused
+    (docs/horovod.md, "A killed launcher"). The bound is the promise that no rank whose
+    launcher is gone runs on."""
+    import re
+    import time
+
+    found = re.match(r"process (\d+) on ", lock.read_text()) if lock.exists() else None
+    if found is None:
+        return
+    pid, deadline = int(found[1]), time.monotonic() + bound
+    while not process_ended(pid):
+        assert time.monotonic() < deadline, (
+            f"process {pid} (holding {lock.name}) still runs {bound:.0f} s after its "
+            "launcher was killed")
+        time.sleep(0.05)

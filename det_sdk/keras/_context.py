@@ -65,6 +65,10 @@ class KerasContext:
         self.info = info
         self._training = TrainingContext(hparams) if hparams is not None else None
         self._loop = TrainingLoop(core, policy, hparams)
+        # layers adapted before wrap_data (on data batched by shard_batch_size's share)
+        # see the global batches too
+        if self.distributed.size > 1:
+            _preprocessing.adapt_over_all_rows(self.distributed)
         # The run's stages (det_sdk.stages): read at the first fit, as far as the script goes
         self._stages: RunStages | None = None
         self._searched_stage = searched_stage
@@ -127,10 +131,10 @@ class KerasContext:
         Preprocessing layers adapted on what it returns adapt over all the rows, as on
         one process (``_preprocessing``).
         """
-        _preprocessing.adapt_over_all_rows()
+        _preprocessing.adapt_over_all_rows(self.distributed)
         return _data.wrap_data(self.distributed, x, y, sample_weight)
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Any, compression: Any = None) -> Any:
         """Track ``optimizer`` so its state is checkpointed; distribute it when needed.
 
         With several processes it returns a new optimizer of the same class and
@@ -139,11 +143,17 @@ class KerasContext:
         clipping and loss scaling all see the averaged gradients. Wrap each
         optimizer of a multi-optimizer model (a GAN's two).
 
+        ``compression``: ``"fp16"`` (or Horovod's ``hvd.Compression.fp16``) sends the
+        gradients as float16 between processes, as Horovod's ``DistributedOptimizer``
+        does: half the bytes, and the averaged gradients rounded to float16, so N
+        processes no longer train exactly what one does (said once at start-up).
+
         Example::
 
             opt = context.wrap_optimizer(keras.optimizers.SGD(0.01))
+            opt = context.wrap_optimizer(keras.optimizers.Adam(1e-3), compression="fp16")
         """
-        return self._loop.wrap_optimizer(optimizer)
+        return self._loop.wrap_optimizer(optimizer, compression_name(compression))
 
     # --- training -------------------------------------------------------------------------
 
@@ -264,8 +274,11 @@ class KerasContext:
         Each process predicts its shard of ``x`` (as returned by ``wrap_data``; full
         numpy data is sharded here) and the shards are gathered in rank order, so the
         result has exactly the rows of the original data, in order, on every process
-        (``all_ranks=False``: on rank 0 only; the others get ``None``). For a
-        ``tf.data.Dataset`` sharded with ``wrap_data`` the rows come back rank by rank.
+        (``all_ranks=False``: on rank 0 only; the others get ``None``). Tensors
+        (``tf.constant`` rows) are shared out as numpy arrays are. For a
+        ``tf.data.Dataset`` sharded with ``wrap_data`` the rows come back rank by rank;
+        a dataset not wrapped, or a generator, is predicted whole by every process and
+        returned once (each row once, as on one process; wrap it to share the work).
 
         ``output="DIR"`` streams instead (docs/batch-inference.md): each process writes
         its batches' predictions to part files in ``DIR`` as it goes (memory flat in the
@@ -285,9 +298,17 @@ class KerasContext:
             return predict_to(dist, self.core, model, x, output, **kwargs)
         if dist.size == 1:
             return model.predict(x, **kwargs)
-        x, _, _, rows, _ = _data.local_part(dist, x, where="context.predict: x")
+        x = _data.tensors_as_arrays(x)  # tf.constant rows, as numpy, are shared out
         if not dist.is_chief:
             kwargs["verbose"] = 0
+        if not (_data.is_array_data(x) or isinstance(x, _compat.SequenceBase)
+                or _data.dataset_sharded_for(x, dist.rank, dist.size)):
+            # Neither wrapped nor rows det_sdk can deal out (a whole dataset, a generator):
+            # every process predicts all of it and returns it once, as one process would
+            # (gathered, it would hold each row N times)
+            whole = model.predict(x, **kwargs)
+            return whole if all_ranks or dist.is_chief else None
+        x, _, _, rows, _ = _data.local_part(dist, x, where="context.predict: x")
         if rows == 0:  # fewer rows than processes: an empty block of the right shape
             probe = _data.slice_rows(_data.full_data(x), 0, 1)
             local = tf.nest.map_structure(lambda a: a[:0], model.predict(probe, verbose=0))
@@ -394,3 +415,24 @@ class KerasContext:
     def close(self) -> None:
         """Deliver pending records and release the run (``core.close()``)."""
         self.core.close()
+
+
+def compression_name(compression: Any) -> str | None:
+    """``wrap_optimizer``'s ``compression`` as a name: None, ``"fp16"``; Horovod's
+    ``Compression.none``/``Compression.fp16`` classes are read by their names.
+
+    >>> compression_name("fp16"), compression_name(None), compression_name("none")
+    ('fp16', None, None)
+    """
+    if compression is None:
+        return None
+    name = compression if isinstance(compression, str) else getattr(
+        compression, "__name__", type(compression).__name__)
+    key = name.lower().replace("compressor", "").replace("compression", "").strip("_.")
+    if key in ("", "none", "no"):
+        return None
+    if key in ("fp16", "float16"):
+        return "fp16"
+    raise ArgumentTypeError(
+        f"wrap_optimizer: compression must be None, 'fp16' or Horovod's "
+        f"hvd.Compression.none / hvd.Compression.fp16; got {compression!r}")

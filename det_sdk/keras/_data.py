@@ -38,7 +38,9 @@ __all__ = [
     "as_per_process",
     "check_not_cut",
     "class_weights",
+    "dataset_batch_size",
     "dataset_batches",
+    "dataset_sharded_for",
     "full_data",
     "full_rows",
     "is_array_data",
@@ -52,6 +54,7 @@ __all__ = [
     "sequence_pipeline",
     "sequence_steps",
     "slice_rows",
+    "tensors_as_arrays",
     "wrap_data",
 ]
 
@@ -696,6 +699,49 @@ def pad_dataset(ds: tf.data.Dataset, have: int, want: int) -> tf.data.Dataset:
         filler = tf.data.Dataset.from_tensors((x, y, w * 0)).repeat(want - have)
         out = out.concatenate(filler)
     return out.apply(tf.data.experimental.assert_cardinality(want))
+
+
+def dataset_sharded_for(ds: Any, rank: int, size: int) -> bool:
+    """True when ``ds`` is a ``tf.data.Dataset`` whose pipeline has ``shard(size, rank)``
+    in it (``wrap_data``'s), looked for through its inputs."""
+    seen = 0
+    while isinstance(ds, tf.data.Dataset) and seen < 100:
+        if hasattr(ds, "_num_shards") and hasattr(ds, "_index"):
+            try:
+                return int(ds._num_shards) == size and int(ds._index) == rank
+            except (TypeError, ValueError):
+                return False
+        ds, seen = getattr(ds, "_input_dataset", None), seen + 1
+    return False
+
+
+def dataset_batch_size(ds: Any) -> int | None:
+    """The batch size of the last ``batch`` in ``ds``'s pipeline (through ``map`` and the
+    like); None for anything else, or a pipeline that unbatches after it."""
+    seen = 0
+    while isinstance(ds, tf.data.Dataset) and seen < 100:
+        name = type(ds).__name__
+        if "Unbatch" in name or "Rebatch" in name:
+            return None
+        size = getattr(ds, "_batch_size", None)
+        if size is not None and "Batch" in name:
+            try:
+                return int(size)
+            except (TypeError, ValueError):
+                return None
+        ds, seen = getattr(ds, "_input_dataset", None), seen + 1
+    return None
+
+
+def tensors_as_arrays(x: Any) -> Any:
+    """``x`` with its leaves as numpy arrays when every leaf is a TensorFlow tensor (rows
+    a script made with ``tf.convert_to_tensor``), so that they are shared out as numpy
+    rows are; anything else as it is."""
+    leaves = _leaves(x)
+    if not leaves or not all(isinstance(a, tf.Tensor) and hasattr(a, "numpy")
+                             for a in leaves):
+        return x
+    return _map(lambda a: a.numpy() if isinstance(a, tf.Tensor) else a, x)
 
 
 def local_part(

@@ -26,6 +26,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+
 from det_sdk.config import Length
 from det_sdk.engine.position import Position
 from det_sdk.engine.signals import catch_stop_signals
@@ -162,6 +165,10 @@ class PlannedFit:
         run.pipeline = inputs.pipeline
         if uuid is not None and inputs.pipeline is not None:
             _resume_pipeline(self.loop, uuid, inputs.pipeline, start)
+        if uuid is not None and start.batch:
+            run.continue_epoch_metrics(_epoch_metrics(self.loop, uuid))
+        if inputs.validation is not None:
+            _replay_validation_passes(inputs.validation, run.validation_passes)
         reporter = MetricsReporter(
             self.core.train, run, self.dist, publish=self.dist.is_chief,
             report_every=self.policy.report_every,
@@ -332,6 +339,36 @@ def _resume_pipeline(loop: TrainingLoop, uuid: str, pipeline: PipelinePosition,
                     meta if isinstance(meta, dict) else None, start.batch)
 
 
+def _replay_validation_passes(validation: Validation, passes: int) -> None:
+    """A ``tf.data`` validation set where the run's validations left it: each pass (a
+    new iterator) drew its shuffle's order from a seed generator the dataset keeps, so
+    a resumed run that made ``passes`` validations before its checkpoint starts as many
+    iterators (none read) to validate the next epoch in the uninterrupted run's order."""
+    x = validation.parts[0]
+    if passes and isinstance(x, tf.data.Dataset):
+        for _ in range(passes):
+            iter(x)
+
+
+def _epoch_metrics(loop: TrainingLoop, uuid: str) -> list[np.ndarray] | None:
+    """This process's training-metric state in the epoch checkpoint ``uuid`` stopped in
+    (None: saved before det_sdk kept it). Resumed on another number of processes, rank
+    0 takes every saved process's state summed (the epoch's results sum the processes'
+    states: ``aggregated_results``) and the others start from nothing."""
+    path = loop.core.checkpoint.checkpoint_path(uuid)
+    dist = loop.distributed
+    saved: list[list[np.ndarray]] = []
+    while (part := _checkpoint.read_group(path, f"metrics:{len(saved)}")):
+        saved.append(part)
+    if not saved:
+        return None
+    if len(saved) == dist.size:
+        return saved[dist.rank]
+    if dist.rank or len({len(p) for p in saved}) > 1:
+        return None
+    return [np.sum(np.stack(parts), axis=0).astype(parts[0].dtype) for parts in zip(*saved)]
+
+
 def _check_validation(model: Any, inputs: FitInputs, operation: Length | None,
                       metric: str | None) -> None:
     """Refuse, before the first step, a fit that will need a validation it cannot do:
@@ -405,7 +442,8 @@ class _Trainer:
                 callbacks = ResumedEpoch(callbacks, model=self.model, epoch=call.initial_epoch,
                                          start=call.start_batch, steps=self.steps,
                                          epochs=call.epochs,
-                                         verbose=call_kwargs.get("verbose", "auto"))
+                                         verbose=call_kwargs.get("verbose", "auto"),
+                                         carried=run.epoch_metrics())
             self.finalize.ends_training_when(self._ends_training(call, last and call is calls[-1]))
             with self._feeding(call):
                 h = self.model.fit(

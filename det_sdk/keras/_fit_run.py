@@ -98,6 +98,9 @@ class FitRun:
         self.history = history_from(past)  # the whole run's: what fit returns
         self._validation = dict(last_validation or {})
         self._validation_steps: int | None = None
+        #: validations the run made (its resumed part and before): each read the
+        #: validation data anew, and a reshuffling dataset drew a new order for it
+        self.validation_passes = int((past or {}).get("validation_passes", 0))
         self._checkpoints = checkpoints
         self._states, self._stage, self._searched = callback_states, stage, searched
         self._extra = dict(extra or {})
@@ -105,6 +108,10 @@ class FitRun:
         #: the training pipeline's position (a ``tf.data`` dataset's), saved with each
         #: checkpoint; None for det_sdk's own pipelines, addressed by (epoch, batch)
         self.pipeline: PipelinePosition | None = None
+        # This process's training metrics' state in the epoch under way, held where a
+        # model.fit call leaves the epoch (before its validation resets the metrics), or
+        # read from the checkpoint a resume starts from: (steps completed then, arrays)
+        self._epoch_metrics: tuple[int, list[np.ndarray]] | None = None
 
     # --- where training is ---------------------------------------------------------------
 
@@ -155,6 +162,43 @@ class FitRun:
             return  # stopped inside the epoch: the rest is still to come
         self._epoch, self._batch = epoch + 1, 0
 
+    # --- the epoch's training metrics across model.fit calls --------------------------------
+    #
+    # Keras resets the metrics as each model.fit call begins an epoch, so a call that
+    # continues an epoch (a resume, or the rest after a mid-epoch validation) would log
+    # the averages of its own batches alone. Their state (totals and counts) is held where
+    # an epoch is left, saved with a mid-epoch checkpoint (each process's), and put back
+    # as the next call continues the epoch (``callbacks.ResumedEpoch``).
+
+    def hold_epoch_metrics(self) -> None:
+        """Hold the metrics' state now, at the end of a training batch: a call leaves the
+        epoch here (its validation, which comes next, resets them)."""
+        if self._batch > 0:
+            self._epoch_metrics = (self._steps, _metric_state(self.model))
+
+    def continue_epoch_metrics(self, arrays: list[np.ndarray] | None) -> None:
+        """The state a resumed checkpoint saved for this position's epoch."""
+        self._epoch_metrics = (self._steps, list(arrays)) if arrays else None
+
+    def epoch_metrics(self) -> list[np.ndarray] | None:
+        """The state of the epoch under way as it was left at this position, if held."""
+        held = self._epoch_metrics
+        return held[1] if held is not None and held[0] == self._steps and self._batch else None
+
+    def _metric_arrays(self) -> list[tuple[str, str, Any]]:
+        """Every process's metric state in the epoch under way, as a mid-epoch checkpoint's
+        ``metrics:<rank>`` arrays (a collective with several processes); none at an
+        epoch's start."""
+        if not self._batch:
+            return []
+        mine = self.epoch_metrics()
+        if mine is None:  # a save at a batch's end: the metrics hold the epoch's state
+            mine = _metric_state(self.model)
+        dist = self.loop.distributed
+        every = dist.allgather(mine) if dist.size > 1 else [mine]
+        return [(f"metrics:{rank}", str(i), a)
+                for rank, arrays in enumerate(every) for i, a in enumerate(arrays)]
+
     # --- records -------------------------------------------------------------------------
 
     def record_epoch(self, epoch: int, logs: Mapping[str, Any] | None) -> None:
@@ -170,6 +214,7 @@ class FitRun:
     def validated(self, metrics: Mapping[str, float]) -> None:
         """A validation at the current position (``val_`` names)."""
         self._validation, self._validation_steps = dict(metrics), self._steps
+        self.validation_passes += 1
 
     @property
     def last_validation(self) -> dict[str, float]:
@@ -192,13 +237,14 @@ class FitRun:
         if not self._checkpoints:
             return None
         if self._saved is None or self._saved[0] != self._steps:
-            record = {"epoch": list(self.history.epoch), "history": self.history.history}
+            record = {"epoch": list(self.history.epoch), "history": self.history.history,
+                      "validation_passes": self.validation_passes}
             extra: dict[str, Any] = dict(self._extra)
             if self._states is not None and self.loop.distributed.is_chief:
                 extra[_callback_state.METADATA_KEY] = self._states.collect()
             if self._stage is not None:
                 extra.update(record_fields(self._stage))
-            arrays = self._pipeline_arrays(extra)
+            arrays = self._pipeline_arrays(extra) + self._metric_arrays()
             uuid = self.loop.save(self.model, self.position, self._validation, history=record,
                                   extra=extra or None, stage=self._stage or DEFAULT_STAGE,
                                   searched=self._searched, arrays=arrays)
@@ -241,3 +287,7 @@ class FitRun:
         return self.loop.searcher.complete_from(operation, metrics,
                                                 self.loop.policy.searcher_metric,
                                                 among=among, hint=hint)
+
+
+def _metric_state(model: Any) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in _compat.metric_variables(model)]

@@ -100,7 +100,8 @@ class HorovodProcesses(Processes):
                                         name=name)
         return float(total) > 0
 
-    def average_gradients(self, grads: list[Any]) -> list[Any]:
+    def average_gradients(self, grads: list[Any], compression: str | None = None
+                          ) -> list[Any]:
         # Horovod's plain TF ops, not its Keras wrappers (which average nothing on
         # Keras 3). Dense gradients go in one grouped allreduce (one fused
         # collective per step); sparse ones (embeddings) are gathered each.
@@ -109,7 +110,10 @@ class HorovodProcesses(Processes):
         dense = [i for i, g in enumerate(grads)
                  if g is not None and not isinstance(g, tf.IndexedSlices)]
         if dense:
-            averaged = hvd.grouped_allreduce([grads[i] for i in dense], op=hvd.Average)
+            averaged = hvd.grouped_allreduce(
+                [grads[i] for i in dense], op=hvd.Average,
+                compression=hvd.Compression.fp16 if compression == "fp16"
+                else hvd.Compression.none)
             for i, g in zip(dense, averaged):
                 out[i] = g
         for i, g in enumerate(grads):

@@ -128,22 +128,9 @@ def _per_process_plan(dist: Processes, x: Any, batch_size: int) -> _Plan:
                  steps=max(batches))
 
 
-def _find_shard(ds: Any, size: int, rank: int) -> bool:
-    """True when ``ds``'s pipeline has ``shard(size, rank)`` in it (``wrap_data``'s)."""
-    seen = 0
-    while ds is not None and seen < 100:
-        if hasattr(ds, "_num_shards") and hasattr(ds, "_index"):
-            try:
-                return int(ds._num_shards) == size and int(ds._index) == rank
-            except (TypeError, ValueError):
-                return False
-        ds, seen = getattr(ds, "_input_dataset", None), seen + 1
-    return False
-
-
 def _dataset_plan(dist: Processes, ds: Any) -> _Plan:
     size = dist.size
-    if size > 1 and not _find_shard(ds, size, dist.rank):
+    if size > 1 and not _data.dataset_sharded_for(ds, dist.rank, size):
         ds = ds.shard(size, dist.rank)  # the whole dataset: element i*size + rank is ours
     local = int(ds.cardinality())
     counts: list[int | None] = dist.allgather(local if local >= 0 else None)

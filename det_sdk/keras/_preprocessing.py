@@ -14,7 +14,8 @@ Rows cut from views, and pipelines built on a sharded dataset, are refused with 
 (adapt before ``wrap_data``).
 
 >>> from det_sdk.distributed import SingleProcess
->>> from det_sdk.keras import _compat, _data
+>>> from det_sdk.distributed import Processes
+from det_sdk.keras import _compat, _data
 >>> adapt_over_all_rows()
 >>> norm = _compat.keras.layers.Normalization(axis=None)
 >>> norm.adapt(_data.wrap_data(SingleProcess(), np.array([1.0, 3.0])))
@@ -26,19 +27,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np  # noqa: F401 (doctests)
 
+from det_sdk.distributed import Processes
 from det_sdk.keras import _compat, _data
 
 __all__ = ["adapt_over_all_rows", "adapting_classes"]
 
+log = logging.getLogger("det_sdk.keras")
+
 _lock = threading.Lock()
 _MARK = "__det_over_all_rows__"
 _installed = False  # every wrap_data asks; the classes are scanned once
+# The processes of the run (set by init): a dataset batched by shard_batch_size's share
+# is adapted on the global batches it was split from
+_processes: Processes | None = None
 
 
 def adapting_classes() -> list[type]:
@@ -58,9 +66,12 @@ def adapting_classes() -> list[type]:
     return list(found.values())
 
 
-def adapt_over_all_rows() -> None:
-    """Wrap every preprocessing layer class's ``adapt`` (once per process; idempotent)."""
-    global _installed
+def adapt_over_all_rows(processes: Processes | None = None) -> None:
+    """Wrap every preprocessing layer class's ``adapt`` (once per process; idempotent);
+    ``processes``: the run's (init gives them, before any adapt)."""
+    global _installed, _processes
+    if processes is not None:
+        _processes = processes
     if _installed:
         return
     with _lock:
@@ -76,10 +87,30 @@ def _over_all_rows(adapt: Callable[..., Any]) -> Callable[..., Any]:
     def over_all_rows(self: Any, *args: Any, **kwargs: Any) -> Any:
         where = f"{type(self).__name__}.adapt"
         if args:
-            args = (_data.full_rows(args[0], where), *args[1:])
+            args = (_as_one_process_sees(args[0], where), *args[1:])
         elif "data" in kwargs:
-            kwargs["data"] = _data.full_rows(kwargs["data"], where)
+            kwargs["data"] = _as_one_process_sees(kwargs["data"], where)
         return adapt(self, *args, **kwargs)
 
     setattr(over_all_rows, _MARK, True)
     return over_all_rows
+
+
+def _as_one_process_sees(data: Any, where: str) -> Any:
+    """``data``'s rows as one process holds them (``_data.full_rows``), and a dataset
+    batched by ``shard_batch_size``'s share (``batch(shard_batch_size(32))``: 16 rows on 2
+    processes) in the global batches one process would batch it by: Discretization's
+    quantiles and Normalization's merged moments depend on the batches ``adapt`` reads
+    (keras-io's FeatureSpace on 2 processes: bin boundaries 0.21 apart, before)."""
+    data = _data.full_rows(data, where)
+    dist = _processes
+    if dist is None or dist.size == 1:
+        return data
+    share = _data.dataset_batch_size(data)
+    whole = dist.global_batch_of(share) if share is not None else None
+    if whole is None or whole == share:
+        return data
+    log.info("det_sdk: %s reads the dataset in the global batches of %d rows it was split "
+             "from (shard_batch_size(%d) = %d on %d processes), as one process would",
+             where, whole, whole, share, dist.size)
+    return data.unbatch().batch(whole)

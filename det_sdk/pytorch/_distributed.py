@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from det_sdk.core._distributed import DistributedContext as CoreDistributedContext
 from det_sdk.core._star import Star, bind_address
+from det_sdk.engine.orphan import watch_launcher
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 from det_sdk.ranks import horovodrun, torchrun, which
@@ -222,6 +223,8 @@ class TorchDistributed(CoreDistributedContext):
                     "are not (torchrun sets all of them)")
             master_addr, master_port = ranks.chief_addr, ranks.chief_port
             store = None  # torchrun's agent's, or rank 0's own: init_process_group binds it
+            if ranks.size > 1:  # its workers outlive a SIGKILL of its group: they stop
+                watch_launcher()
         elif ranks.launcher == "horovodrun":
             master_addr, master_port, store = _rendezvous_via_horovod(
                 env, ranks.rank, ranks.size, ranks.cross_size == 1, timeout)

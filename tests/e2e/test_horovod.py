@@ -75,7 +75,21 @@ def test_predict_gathers_rows_in_order(report: dict) -> None:
     assert report["predict_unwrapped_rows"] == 203  # full data is not predicted twice
     assert report["predict_unwrapped_equal"]
     assert report["predict_sequence_equal"]
+    # input neither wrapped nor numpy: each row once on every process, not once per process
+    assert report["predict_tensor_rows"] == [1] * report["size"]
+    assert report["predict_tensor_equal"]
+    assert report["predict_dataset_rows"] == [203] * report["size"]
+    assert report["predict_dataset_equal"]
     assert report["predict_chief_only"] == [False, True]  # rank 1 gets None
+
+
+def test_fp16_compression_keeps_the_ranks_identical_and_close_to_uncompressed(
+        report: dict) -> None:
+    for name in ("none", "fp16"):
+        first, *others = report[f"compression_{name}_checksums"]
+        assert all(c == first for c in others), name
+    # float16's 11-bit mantissa: close to the uncompressed run after an epoch, not equal
+    assert 0 < report["compression_fp16_gap"] < 1e-2
 
 
 def test_evaluate_equals_one_process_on_all_data(report: dict) -> None:

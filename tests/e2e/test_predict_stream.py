@@ -21,7 +21,7 @@ import pytest
 
 import det_sdk
 from det_sdk.env import outside
-from tests.support import REPO, SCRIPTS, run_python
+from tests.support import REPO, SCRIPTS, run_python, wait_for_lock_holder
 
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 SCRIPT = SCRIPTS / "predict_stream.py"
@@ -59,6 +59,9 @@ def _kill_after(out: Path, parts: int, env: dict[str, str], np_: int) -> int:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         proc.stderr.close()
+    # horovodrun's ranks outlive its group's SIGKILL by a moment: the rerun waits for the
+    # one holding the output's lock, as a user told "being written by another run" would
+    wait_for_lock_holder(out / ".predict.lock")
     return len(list(out.glob("part-*.json")))
 
 

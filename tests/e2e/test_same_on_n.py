@@ -136,6 +136,16 @@ def test_preprocessing_adapted_on_wrapped_data_equals_one_process(two: dict, one
     np.testing.assert_allclose(two["adapted_val_loss"], one["adapted_val_loss"], rtol=1e-5)
 
 
+def test_preprocessing_adapted_on_shard_batched_data_sees_the_global_batches(
+        two: dict, one: dict) -> None:
+    # issue 56: batch(shard_batch_size(32)) gave adapt batches of 16 on 2 processes;
+    # Discretization's boundaries and Normalization's moments depend on the batches
+    (reference,) = one["adapted_batched"]
+    for rank_state in two["adapted_batched"]:
+        for got, want in zip(rank_state, reference):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])
 def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(tmp_path: Path, sig: str,
                                                              code: int) -> None:

@@ -101,12 +101,36 @@ chief_only = context.predict(model, xs, all_ranks=False)
 report["predict_chief_only"] = dist.allgather(chief_only is None)
 report["predict_sequence_equal"] = bool(np.allclose(
     context.predict(model, context.wrap_data(Batches())), full, atol=1e-6))
+# neither wrapped nor numpy: each row once on every process (keras-io's one new sample as
+# tensors; a whole dataset; N copies before)
+one_sample = context.predict(model, tf.convert_to_tensor(x[:1]), verbose=0)
+report["predict_tensor_rows"] = dist.allgather(len(one_sample))
+report["predict_tensor_equal"] = bool(np.allclose(one_sample, full[:1], atol=1e-6))
+whole = context.predict(model, tf.data.Dataset.from_tensor_slices(x).batch(7), verbose=0)
+report["predict_dataset_rows"] = dist.allgather(len(whole))
+report["predict_dataset_equal"] = bool(np.allclose(whole, full, atol=1e-6))
 
 # evaluate: weighted by shard size, equal to one process on the whole data.
 loss, acc = context.evaluate(model, xs, ys, verbose=0)
 ref_loss, ref_acc = model.evaluate(x, y, verbose=0)
 report["evaluate"] = [loss, acc]
 report["evaluate_reference"] = [ref_loss, ref_acc]
+
+# Horovod's fp16 compression (its synthetic benchmark's --fp16-allreduce): gradients sent as
+# float16, the ranks still identical, the training close to the uncompressed one's
+import horovod.tensorflow as hvd  # noqa: E402 - the script's own Horovod name, as ported
+
+compressed = {}
+for name, compression in (("none", None), ("fp16", hvd.Compression.fp16)):
+    m = make_model()
+    m.compile(optimizer=context.wrap_optimizer(tf.keras.optimizers.SGD(0.1),
+                                               compression=compression),
+              loss="binary_crossentropy")
+    context.fit(m, x=xs, y=ys, batch_size=batch_size, epochs=1, verbose=0)
+    compressed[name] = [w.ravel() for w in m.get_weights()]
+    report[f"compression_{name}_checksums"] = dist.allgather(checksum(m))
+report["compression_fp16_gap"] = float(max(np.abs(a - b).max() for a, b in
+                                           zip(compressed["none"], compressed["fp16"])))
 
 if dist.is_chief and os.environ.get("HVD_OUT"):
     with open(os.environ["HVD_OUT"], "w") as f:

@@ -233,6 +233,19 @@ hist = context.fit(nmodel, x=x32, y=y32, batch_size=bs, epochs=2, validation_dat
                    verbose=0)
 report["adapted_val_loss"] = hist.history["val_loss"]
 
+#    c') Discretization and Normalization adapted before wrap_data on a dataset the script
+#       batched by shard_batch_size (keras-io's FeatureSpace port): adapt reads the global
+#       batches one process reads (the quantile sketch and merged moments depend on them)
+many = np.random.default_rng(3).gamma(2.0, 10.0, size=(400, 1)).astype("float32")
+batched = tf.data.Dataset.from_tensor_slices(many).batch(dist.shard_batch_size(32))
+bins = keras.layers.Discretization(num_bins=5, epsilon=0.01)
+bins.adapt(batched)
+moments = keras.layers.Normalization()
+moments.adapt(batched)
+report["adapted_batched"] = dist.allgather(
+    [[float(b) for b in bins.bin_boundaries],
+     *(np.asarray(w).ravel().tolist() for w in moments.get_weights())])
+
 #    d) plain arrays alike on every process, not passed through wrap_data (a one-process
 #       script run on N): shared out as wrap_data would, each sample trained once an epoch
 #       (32 rows: every global batch splits evenly, so the weights are one process's too)

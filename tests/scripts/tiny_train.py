@@ -2,7 +2,9 @@
 
 Behaviour is set through the environment so that one file serves every test:
   TINY_EPOCHS       epochs to train (default 4)
-  TINY_INPUT        numpy | sequence | dataset (default numpy)
+  TINY_INPUT        numpy | sequence | dataset (default numpy); with dataset the validation
+                    set is a tf.data dataset reshuffled at every pass, 3 of its 5 batches
+                    validated (keras-io's habit: each epoch validates other rows)
   TINY_STOP_AT      "E" or "E:B": send SIGTERM to this process after batch B of epoch E
                     (0-based epoch; without B, at the end of epoch E)
   TINY_STOP_RANK    only this rank sends itself the signal (default: every rank)
@@ -55,6 +57,10 @@ elif kind == "sequence":
 else:
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
     train = {"x": context.wrap_data(ds)}
+validation = {"validation_data": (x_val, y_val)}
+if kind == "dataset":
+    validation = {"validation_data": tf.data.Dataset.from_tensor_slices((x_val, y_val))
+                  .shuffle(40).batch(8), "validation_steps": 3}
 
 model = tf.keras.Sequential([
     tf.keras.Input((8,)),
@@ -105,7 +111,7 @@ callbacks = [Ran()] + (
 )
 hist = context.fit(
     model, **train, epochs=int(os.environ.get("TINY_EPOCHS", "4")),
-    validation_data=(x_val, y_val), callbacks=callbacks, verbose=0,
+    **validation, callbacks=callbacks, verbose=0,
 )
 if context.distributed.is_chief and os.environ.get("TINY_WEIGHTS_OUT"):
     np.savez(os.environ["TINY_WEIGHTS_OUT"], *model.get_weights())

@@ -4,13 +4,18 @@ starts in the middle of one (:class:`ResumedEpoch`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import numpy as np
 
 from det_sdk.keras import _compat
 from det_sdk.keras._callbacks._base import DetCallback
 from det_sdk.keras._fit_run import FitRun
 
 __all__ = ["ResumedEpoch", "StopAt", "TrackPosition"]
+
+log = logging.getLogger("det_sdk.keras")
 
 
 class TrackPosition(DetCallback):
@@ -51,6 +56,7 @@ class StopAt(DetCallback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.run.reached(self.at):
             self.model.stop_training = True
+            self.run.hold_epoch_metrics()  # before the validation that follows resets them
 
 
 class ResumedEpoch(_compat.keras.callbacks.CallbackList):
@@ -70,11 +76,15 @@ class ResumedEpoch(_compat.keras.callbacks.CallbackList):
     """
 
     def __init__(self, callbacks: list[Any], *, model: Any, epoch: int, start: int,
-                 steps: int, epochs: int, verbose: Any = "auto") -> None:
+                 steps: int, epochs: int, verbose: Any = "auto",
+                 carried: list[np.ndarray] | None = None) -> None:
         verbose = 1 if verbose == "auto" else verbose  # as both Kerases' fit resolve it
         super().__init__(callbacks, add_history=True, add_progbar=verbose != 0, model=model,
                          verbose=verbose, epochs=epochs, steps=steps)
         self._resumed, self._start, self._current = epoch, start, -1
+        # The metrics' state where the epoch was left (FitRun.epoch_metrics), put back
+        # as it continues: its training averages are then the whole epoch's
+        self._carried = carried
 
     def shown(self, batch: int) -> int:
         """The index callbacks see for the call's ``batch``."""
@@ -85,7 +95,32 @@ class ResumedEpoch(_compat.keras.callbacks.CallbackList):
         super().on_epoch_begin(epoch, logs)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        carried = self._carried if self._current == self._resumed else None
+        if carried is not None:
+            variables = _compat.metric_variables(self.model)
+            if len(variables) == len(carried):  # built: the state back before the step
+                for var, value in zip(variables, carried):
+                    var.assign(value)
+                self._carried = None
         super().on_train_batch_begin(self.shown(batch), logs)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        carried = self._carried if self._current == self._resumed else None
+        if carried is not None:
+            # Keras built its compiled metrics in this first step: every built-in
+            # metric's state adds up over disjoint batches (totals, counts, confusion
+            # cells), so the epoch's state is the held one plus this step's (a + b is
+            # b + a exactly: bit-equal to the uninterrupted sums)
+            self._carried = None
+            variables = _compat.metric_variables(self.model)
+            if len(variables) == len(carried):
+                for var, value in zip(variables, carried):
+                    var.assign(var.numpy() + value)
+                results = _compat.metric_results(self.model)
+                logs = {**(logs or {}), **{k: results[k] for k in (logs or {}) if k in results}}
+            else:
+                log.warning("det_sdk: the epoch's training metrics could not be continued "
+                            "(%d state variables held, the model has %d): epoch %d's "
+                            "training averages cover the batches after the resume",
+                            len(carried), len(variables), self._resumed + 1)
         super().on_train_batch_end(self.shown(batch), logs)
