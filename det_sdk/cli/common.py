@@ -49,9 +49,9 @@ class _Refused(argparse.Action):
     """A Determined option det_sdk cannot honour: parsing it stops with ``help`` (what
     Determined does with it and what to use instead), never a flag accepted and ignored."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         kwargs.setdefault("nargs", 0)
-        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+        super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
@@ -74,7 +74,8 @@ def refusal(why: str) -> Any:
     def refuse(args: Namespace) -> int:
         raise UsageError(why)
 
-    refuse.refusal = why  # type: ignore[attr-defined]  # a function's attribute: no type
+    # (ignore: mypy types a function without attributes; a Protocol would hide its name)
+    refuse.refusal = why  # type: ignore[attr-defined]
     return refuse
 
 
