@@ -259,7 +259,7 @@ class ObjectStoreStorage(CheckpointStorage):
     def _field(self, name: str) -> str:
         return f"{self.named_by}.{name}" if self.named_by != "output=" else "output="
 
-    # --- single objects (a streamed predict's parts: det_sdk.predictions_buckets) -------
+    # --- single objects (a streamed predict's parts: det_sdk.predictions.buckets) -------
 
     def put_object(self, key: str, data: bytes, *, create: bool = False) -> dict[str, Any] | None:
         """Write object ``key`` (under the prefix) whole; its ``e_tag``/``version``.
