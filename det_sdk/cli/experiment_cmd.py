@@ -1,10 +1,6 @@
-"""Determined's ``det experiment`` / ``det trial`` / ``det checkpoint`` verbs with its flags
-and defaults (harness/determined/cli/experiment.py, trial.py, checkpoint.py of 0.38.1):
-what they print, where downloads go, and a refusal naming what to use instead for what
-det_sdk cannot do.
-
->>> parse_overrides({"a": {"b": 1}}, ["a.c=2", "d=x"])
-{'a': {'b': 1, 'c': 2}, 'd': 'x'}
+"""``det experiment``: Determined's verbs with its flags and defaults
+(harness/determined/cli/experiment.py of 0.38.1): what they print, where downloads go,
+and a refusal naming what to use instead for what det_sdk cannot do.
 """
 
 from __future__ import annotations
@@ -14,60 +10,40 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from det_sdk.cli.logs_cmd import print_log
-from det_sdk.cli.render import escape, print_json, print_rows
+from det_sdk.cli import common
+from det_sdk.cli.common import (
+    CSV,
+    DESCRIBE_LIMIT,
+    ID,
+    PAGES,
+    QUIET,
+    SORT,
+    TERMINAL,
+    TRIAL_HEADERS,
+    YES,
+    download_checkpoint,
+    follow,
+    pack_directory,
+    parse_ids,
+    parse_overrides,
+    post,
+    read_config,
+    refusal,
+    refused,
+    trial_rows,
+    yes,
+)
+from det_sdk.cli.logs_cmd import LOG_OPTIONS, print_log
+from det_sdk.cli.render import escape, page_footer, print_json, print_rows, progress_bar, table
 from det_sdk.errors import UsageError
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing costs `det --help` 4 ms: for the type checker only
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["parse_ids", "parse_overrides"]
+    from det_sdk.cli.common import CommandTable
 
-ENDED = ("COMPLETED", "CANCELED", "ERROR")
-
-
-def _client(args: Namespace) -> Any:
-    from det_sdk.cli.tasks import _client as client
-
-    return client(args)
-
-
-def parse_ids(text: str, what: str = "experiment") -> list[int]:
-    """Determined's comma-separated ids: ``1,2,3``.
-
-    >>> parse_ids("1,2")
-    [1, 2]
-    """
-    try:
-        ids = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UsageError(f"{what} ids: expected whole numbers separated by commas (1,2,3), "
-                         f"got {text!r}") from None
-    if any(i < 0 for i in ids):
-        raise UsageError(f"{what} ids: expected ids of 0 or more, got {text!r}")
-    return ids
-
-
-def parse_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Determined's ``--config key.sub=value`` (the value read as YAML) applied to a
-    config."""
-    import yaml
-
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--config {item!r}: expected KEY=VALUE, e.g. "
-                             "--config resources.slots_per_trial=2")
-        node = config
-        *parents, leaf = key.split(".")
-        for part in parents:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = node[part] = {}
-            node = child
-        node[leaf] = yaml.safe_load(value)
-    return config
+__all__ = ["COMMANDS"]
 
 
 # --- listing and describing -----------------------------------------------------------------
@@ -89,7 +65,7 @@ def _all_experiments(client: Any, archived: bool | None, page: int) -> list[dict
 def experiment_list(args: Namespace) -> int:
     """Determined's ``det e list``: every experiment (``--limit`` is the page size, every
     page fetched; ``--pages 1`` one page from ``--offset``), archived ones with ``--all``."""
-    exps = _all_experiments(_client(args), None if args.all else False, args.limit)
+    exps = _all_experiments(common.connect(args), None if args.all else False, args.limit)
     end = args.offset + args.limit if args.pages == "1" else None
     exps = exps[args.offset:end]
     if args.json:
@@ -105,18 +81,37 @@ def experiment_list(args: Namespace) -> int:
 def experiment_describe(args: Namespace) -> int:
     """Determined's ``det e describe 1,2``: each experiment (``--json``: a list; one id:
     its object, as det_sdk's scripts read it)."""
-    from det_sdk.cli.tasks import experiment_describe as describe_one
-
     ids = parse_ids(args.experiment_ids)
     if args.json:  # det_sdk's schema: one id, its object; a comma list, a list of them
-        client = _client(args)
+        client = common.connect(args)
         got = [client.experiment(i, all_trials=args.all) for i in ids]
         print_json(got if "," in args.experiment_ids else got[0])
         return 0
     for n, exp_id in enumerate(ids):
         if n:
             print()
-        describe_one(Namespace(**{**vars(args), "id": exp_id}))
+        _describe_one(Namespace(**{**vars(args), "id": exp_id}))
+    return 0
+
+
+def _describe_one(args: Namespace) -> int:
+    exp = common.connect(args).experiment(args.id, all_trials=args.all)
+    if args.json:
+        print_json(exp)
+        return 0
+    searcher = (exp["config"].get("searcher") or {})
+    print(f"Experiment {exp['id']} {escape(exp['name'] or '')}: {exp['state']}, "
+          f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
+          f"metric {searcher.get('metric', 'val_loss')})")
+    print(table(TRIAL_HEADERS, trial_rows(exp["trials"])))
+    footer = page_footer(len(exp["trials"]), exp["num_trials"], "trials", newest=False)
+    if footer:
+        print(footer)
+    for t in exp["trials"]:
+        if t.get("checkpoint_note"):
+            print(f"\ntrial {t['id']}: {escape(t['checkpoint_note'], multiline=True)}")
+        if t["last_error"]:
+            print(f"\ntrial {t['id']}: {escape(t['last_error'], multiline=True)}")
     return 0
 
 
@@ -124,7 +119,7 @@ def experiment_config(args: Namespace) -> int:
     """``det e config ID``: the experiment's config as YAML (as stored by the master)."""
     import yaml
 
-    config = _client(args).experiment(args.id)["config"]
+    config = common.connect(args).experiment(args.id)["config"]
     if args.json:
         print_json(config)
     else:
@@ -145,20 +140,18 @@ def _first_trial(client: Any, exp_id: int, wait: bool = False) -> int:
 def experiment_logs(args: Namespace) -> int:
     """Determined's ``det e logs ID``: the first trial's log (``-f``, ``--head``,
     ``--tail`` as ``det t logs``); every trial: ``det t logs`` each."""
-    client = _client(args)
+    client = common.connect(args)
     trial_id = _first_trial(client, args.id)
     print_log(client, "trials", trial_id, lambda: client.trial(trial_id)["state"], args)
     return 0
 
 
 def experiment_list_trials(args: Namespace) -> int:
-    from det_sdk.cli.tasks import _TRIAL_HEADERS, _trial_rows
-
-    trials = _client(args).trials(args.id)
+    trials = common.connect(args).trials(args.id)
     if args.json:
         print_json(trials)
     else:
-        print_rows(_TRIAL_HEADERS, _trial_rows(trials), args.csv)
+        print_rows(TRIAL_HEADERS, trial_rows(trials), args.csv)
     return 0
 
 
@@ -169,23 +162,11 @@ def _experiment_checkpoints(client: Any, exp_id: int) -> list[dict[str, Any]]:
     return out
 
 
-def _ranked(client: Any, exp_id: int, checkpoints: list[dict[str, Any]],
-            metric: str | None, smaller: bool | None) -> list[dict[str, Any]]:
-    """Checkpoints with a validation ``metric`` (default: the searcher's), best first."""
-    if metric is None:
-        searcher = client.experiment(exp_id)["config"].get("searcher") or {}
-        metric = searcher.get("metric", "val_loss")
-        smaller = searcher.get("smaller_is_better", True)
-    scored = [c for c in checkpoints
-              if isinstance((c.get("metrics") or {}).get(metric), (int, float))]
-    return sorted(scored, key=lambda c: c["metrics"][metric], reverse=not smaller)
-
-
 def experiment_list_checkpoints(args: Namespace) -> int:
-    client = _client(args)
+    client = common.connect(args)
     rows = _experiment_checkpoints(client, args.id)
     if args.best is not None:
-        rows = _ranked(client, args.id, rows, None, None)[:args.best]
+        rows = common.ranked(client, args.id, rows, None, None)[:args.best]
     else:
         rows.sort(key=lambda c: (c["trial_id"], c["steps_completed"]))
     if args.json:
@@ -215,13 +196,10 @@ def experiment_create(args: Namespace) -> int:
     """Determined's ``det e create CONFIG [DIR] [--config K=V] [--paused] [-t] [-f]``."""
     import tempfile
 
-    from det_sdk.cli.render import progress_bar
-    from det_sdk.cli.tasks import _pack, _read_config
-
     if args.paused and args.follow_first_trial:
         raise UsageError("--paused with --follow-first-trial: a paused experiment has no "
                          "trial running to follow (activate it with `det e activate ID`)")
-    raw = _read_config(args.config_file, "experiment")
+    raw = read_config(args.config_file, "experiment")
     raw = parse_overrides(raw, args.config)
     if args.config:  # validate what is sent, not only the file
         from det_sdk.config import parse_experiment_config
@@ -231,10 +209,10 @@ def experiment_create(args: Namespace) -> int:
         raw = _test_config(raw)
     if args.model_def is None:
         with tempfile.TemporaryDirectory() as empty:
-            archive = _pack(empty)
+            archive = pack_directory(empty)
     else:
-        archive = _pack(args.model_def)
-    client = _client(args)
+        archive = pack_directory(args.model_def)
+    client = common.connect(args)
     created = client.submit_experiment(raw, archive, progress_bar("uploading model directory"),
                                        ) if not args.paused else _create_paused(client, raw,
                                                                                 archive)
@@ -272,7 +250,7 @@ def _run_test(client: Any, exp_id: int) -> int:
     trial_id = _first_trial(client, exp_id, wait=True)
     final = print_log(client, "trials", trial_id, lambda: client.trial(trial_id)["state"],
                       Namespace(follow=True, head=None, tail=None))
-    while client.experiment(exp_id)["state"] not in ENDED:
+    while client.experiment(exp_id)["state"] not in TERMINAL:
         time.sleep(0.5)
     client.request("POST", f"/api/v1/experiments/{exp_id}/archive")
     ok = client.experiment(exp_id)["state"] == "COMPLETED"
@@ -299,7 +277,7 @@ def experiment_continue(args: Namespace) -> int:
             raise UsageError(f"--config-file: expected a YAML mapping in {args.config_file}")
         override = loaded or {}
     override = parse_overrides(override, args.config)
-    client = _client(args)
+    client = common.connect(args)
     out = client.request("POST", f"/api/v1/experiments/{args.id}/continue",
                          json={"override_config": override})
     if getattr(args, "json", False):
@@ -316,51 +294,85 @@ def experiment_continue(args: Namespace) -> int:
 # --- lifecycle and attributes ---------------------------------------------------------------
 
 
-def _post(args: Namespace, path: str, message: str) -> int:
-    _client(args).request("POST", path)
-    print(message)
+def experiment_wait(args: Namespace) -> int:
+    client = common.connect(args)
+
+    def state() -> str:
+        return client.experiment(args.id)["state"]
+
+    if getattr(args, "logs", False):
+        trials = client.trials(args.id)
+        for t in trials:
+            follow(client, "trials", t["id"], lambda tid=t["id"]: client.trial(tid)["state"])
+    final = state()
+    while final not in TERMINAL:
+        time.sleep(getattr(args, "polling_interval", 0.5))
+        final = state()
+    print(f"experiment {args.id}: {final}", file=sys.stderr)
+    if final != "COMPLETED":
+        _print_trial_errors(client, args.id)
+    return 0 if final == "COMPLETED" else 1
+
+
+def _print_trial_errors(client: Any, exp_id: int, limit: int = 3) -> None:
+    """The root cause of each failed trial (its last_error's first paragraph), to stderr."""
+    failed = [t for t in client.trials(exp_id) if t["state"] == "ERROR" and t["last_error"]]
+    for t in failed[:limit]:
+        lead = escape(t["last_error"].split("\n\n", 1)[0], multiline=True)
+        print(f"trial {t['id']}: {lead}\n  (det trial describe {t['id']} for the rest)",
+              file=sys.stderr)
+    if len(failed) > limit:
+        print(f"... and {len(failed) - limit} more failed trials", file=sys.stderr)
+
+
+def experiment_kill(args: Namespace) -> int:
+    out = common.connect(args).kill_experiment(args.id)
+    print(f"experiment {args.id}: {out['state']}")
+    return 0
+
+
+def experiment_pause(args: Namespace) -> int:
+    out = common.connect(args).pause_experiment(args.id)
+    note = (" (running trials checkpoint and stop; PAUSED once all have)"
+            if out["state"] == "STOPPING_PAUSED" else "")
+    print(f"experiment {args.id}: {out['state']}{note}")
+    return 0
+
+
+def experiment_activate(args: Namespace) -> int:
+    out = common.connect(args).activate_experiment(args.id)
+    print(f"experiment {args.id}: {out['state']}")
     return 0
 
 
 def experiment_archive(args: Namespace) -> int:
-    return _post(args, f"/api/v1/experiments/{args.id}/archive", f"Archived experiment {args.id}")
+    return post(args, f"/api/v1/experiments/{args.id}/archive", f"Archived experiment {args.id}")
 
 
 def experiment_unarchive(args: Namespace) -> int:
-    return _post(args, f"/api/v1/experiments/{args.id}/unarchive",
+    return post(args, f"/api/v1/experiments/{args.id}/unarchive",
                  f"Unarchived experiment {args.id}")
 
 
 def experiment_cancel(args: Namespace) -> int:
-    return _post(args, f"/api/v1/experiments/{args.id}/cancel", f"Canceled experiment {args.id}")
-
-
-def experiment_kill(args: Namespace) -> int:
-    return _post(args, f"/api/v1/experiments/{args.id}/kill", f"Killed experiment {args.id}")
-
-
-def _yes(args: Namespace, question: str) -> bool:
-    if args.yes:
-        return True
-    if not sys.stdin.isatty():
-        raise UsageError("this asks for confirmation and stdin is not a terminal: add --yes")
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    return post(args, f"/api/v1/experiments/{args.id}/cancel", f"Canceled experiment {args.id}")
 
 
 def experiment_delete(args: Namespace) -> int:
-    if not _yes(args, "Deleting an experiment will result in the unrecoverable deletion of all "
+    if not yes(args, "Deleting an experiment will result in the unrecoverable deletion of all "
                       "associated logs, checkpoints, and other metadata associated with the "
                       "experiment. For a recoverable alternative, see the 'det e archive' "
                       "command. Do you still wish to proceed?"):
         print("Aborting experiment deletion.")
         return 0
-    _client(args).request("DELETE", f"/api/v1/experiments/{args.id}")
+    common.connect(args).request("DELETE", f"/api/v1/experiments/{args.id}")
     print(f"Deleted experiment {args.id}")  # at once: Determined's is "in progress"
     return 0
 
 
 def _edit(args: Namespace, **fields: Any) -> dict[str, Any]:
-    return dict(_client(args).request("PATCH", f"/api/v1/experiments/{args.id}", json=fields))
+    return dict(common.connect(args).request("PATCH", f"/api/v1/experiments/{args.id}",
+                                             json=fields))
 
 
 def experiment_set_name(args: Namespace) -> int:
@@ -376,7 +388,7 @@ def experiment_set_description(args: Namespace) -> int:
 
 
 def _labels(args: Namespace) -> list[str]:
-    return list(_client(args).experiment(args.id)["config"].get("labels") or [])
+    return list(common.connect(args).experiment(args.id)["config"].get("labels") or [])
 
 
 def experiment_label_add(args: Namespace) -> int:
@@ -392,112 +404,119 @@ def experiment_label_remove(args: Namespace) -> int:
     return 0
 
 
-# --- downloads ------------------------------------------------------------------------------
-
-
-def _download(client: Any, uuid: str, output_dir: str | None, quiet: bool) -> Path:
-    """A checkpoint where Determined puts it: ``output_dir``, or ``checkpoints/UUID``."""
-    from det_sdk.cli.tasks import _download as stream_into
-
-    dest = stream_into(lambda f: client.download_checkpoint_to(uuid, f), f"checkpoint {uuid}",
-                       output_dir if output_dir is not None else str(Path("checkpoints", uuid)))
-    print(dest if quiet else f"Local checkpoint path: {dest}")
-    return dest
-
-
-def checkpoint_download(args: Namespace) -> int:
-    _download(_client(args), args.uuid, args.output_dir, args.quiet)
-    return 0
-
-
-def checkpoint_describe(args: Namespace) -> int:
-    c = _client(args).checkpoint(args.uuid)
-    if args.json:
-        print_json(c)
-        return 0
-    for key in ("uuid", "trial_id", "steps_completed", "epoch", "size", "path"):
-        print(f"{key}: {c.get(key)}")
-    print("metrics: " + " ".join(f"{k}={v}" for k, v in (c.get("metrics") or {}).items()))
-    return 0
-
-
-def checkpoint_delete(args: Namespace) -> int:
-    if not _yes(args, "Deleting checkpoints will result in deletion of all data associated "
-                      "with each checkpoint in the checkpoint storage. Do you still want to "
-                      "proceed?"):
-        print("Stopping deletion of checkpoints.")
-        return 0
-    uuids = [u for u in args.checkpoints_uuids.split(",") if u]
-    _client(args).request("DELETE", "/api/v1/checkpoints", json={"uuids": uuids})
-    print(f"Deleted checkpoints {args.checkpoints_uuids}")
-    return 0
-
-
-def trial_download(args: Namespace) -> int:
-    """Determined's ``det t download ID --best|--latest|--uuid U [-o DIR]``: a
-    checkpoint of the trial (the working directory's files: ``det trial files``)."""
-    if [args.latest, args.best, args.uuid is not None].count(True) != 1:
-        raise UsageError("exactly one of --latest, --best, or --uuid must be set")
-    if args.sort_by is not None and not args.best:
-        raise UsageError("--sort-by and --smaller-is-better flags can only be used with --best")
-    if (args.sort_by is None) != (args.smaller_is_better is None):
-        raise UsageError("--sort-by and --smaller-is-better must be set together")
-    client = _client(args)
-    if args.uuid is not None:
-        uuid = args.uuid
-    elif args.latest:
-        uuid = client.trial_checkpoint(args.trial_id)["uuid"]
-    elif args.sort_by is None:
-        uuid = client.trial_checkpoint(args.trial_id, best=True)["uuid"]
-    else:
-        trial = client.trial(args.trial_id)
-        ranked = _ranked(client, trial["experiment_id"],
-                         client.checkpoints(trial_id=args.trial_id), args.sort_by,
-                         args.smaller_is_better)
-        if not ranked:
-            raise UsageError(f"no checkpoint of trial {args.trial_id} has validation metric "
-                             f"{args.sort_by!r}")
-        uuid = ranked[0]["uuid"]
-    _download(client, uuid, args.output_dir, args.quiet)
-    return 0
-
-
 def experiment_download(args: Namespace) -> int:
     """Determined's ``det e download ID``: the best checkpoint of each of the top-N
     trials (by --sort-by, default the searcher metric), under OUTPUT_DIR/UUID."""
     if (args.sort_by is None) != (args.smaller_is_better is None):
         raise UsageError("--sort-by and --smaller-is-better must be set together")
-    client = _client(args)
-    ranked = _ranked(client, args.id, _experiment_checkpoints(client, args.id), args.sort_by,
-                     args.smaller_is_better)
+    client = common.connect(args)
+    ranked = common.ranked(client, args.id, _experiment_checkpoints(client, args.id),
+                           args.sort_by, args.smaller_is_better)
     best_per_trial: dict[int, dict[str, Any]] = {}
     for c in ranked:
         best_per_trial.setdefault(c["trial_id"], c)
     for c in list(best_per_trial.values())[:args.top_n]:
-        _download(client, c["uuid"], str(Path(args.output_dir, c["uuid"])), args.quiet)
+        download_checkpoint(client, c["uuid"], str(Path(args.output_dir, c["uuid"])), args.quiet)
     return 0
 
 
-def trial_kill(args: Namespace) -> int:
-    return _post(args, f"/api/v1/trials/{args.trial_id}/kill", f"Killed trial {args.trial_id}")
+_NO_SCHEDULER = ("det_sdk schedules trials first come, first served on its slots: it has no "
+                 "{what} (Determined's {scheduler} scheduler). Order work by when you create "
+                 "it, or pause (det e pause) what should wait")
 
 
-def trial_logs(args: Namespace) -> int:
-    """Determined's ``det t logs ID [-f] [--head N | --tail N]``: exit 0 when the log
-    ends (its state is ``det t describe``'s)."""
-    client = _client(args)
-    print_log(client, "trials", args.trial_id, lambda: client.trial(args.trial_id)["state"],
-              args)
-    return 0
+def _set_refused(what: str, scheduler: str) -> tuple[Any, str, list[tuple[Any, ...]]]:
+    return (refusal(_NO_SCHEDULER.format(what=what, scheduler=scheduler)),
+            f"refused: no {what} in det_sdk's scheduler",
+            [ID, ("value", {"help": "the value Determined would set"})])
 
 
-def bool_text(text: str) -> bool:
-    """Determined's ``(true|false)`` flag values."""
-    import argparse
-
-    lowered = text.lower()
-    if lowered in ("true", "t", "yes", "y", "1", "on"):
-        return True
-    if lowered in ("false", "f", "no", "n", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+#: ``det experiment``'s verbs (det_sdk.cli.main assembles the nouns' tables)
+COMMANDS: CommandTable = {
+    "create": (experiment_create, "submit an experiment: CONFIG [DIR]", [
+        ("config_file", {"help": "experiment config file (.yaml)"}),
+        ("model_def", {"nargs": "?", "help": "the directory to upload (default: none)"}),
+        ("--config", {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                      "help": "a config setting over the file's, e.g. "
+                              "searcher.max_length.epochs=2"}),
+        (("-f", "--follow-first-trial"), {"action": "store_true",
+                                          "help": "follow the first trial's log"}),
+        ("--paused", {"action": "store_true", "help": "do not activate the experiment"}),
+        (("-t", "--test-mode"), {"action": "store_true",
+                                 "help": "a one-trial run of one scheduling unit, "
+                                         "followed, then archived"}),
+        (("-i", "--include"), refused("det_sdk uploads one directory: put the extra "
+                                       "files in the model directory", True)),
+        ("--local", refused("run the script on this machine instead: python train.py "
+                             "(docs/local-runs.md)")),
+        ("--template", refused("det_sdk has no config templates: merge the template "
+                                "into the config file", True)),
+        ("--project_id", refused("det_sdk has no workspaces or projects", True)),
+        (("-p", "--publish"), refused("det_sdk does not publish task ports: a task's "
+                                       "ports are on the machine it runs on", True)),
+    ]),
+    "continue": (experiment_continue, "train an ended single-searcher experiment's "
+                 "trial further from its latest checkpoint (same ids), e.g. --config "
+                 "searcher.max_length.epochs=5; a grid or random search: its unfinished "
+                 "trials again", [
+        ("id", {"type": int, "help": "the experiment's id (COMPLETED, CANCELED, ERROR)"}),
+        ("--config-file", {"metavar": "FILE", "help": "an override config (.yaml) merged "
+                                                      "over the experiment's"}),
+        ("--config", {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                      "help": "a setting over the experiment's config, e.g. "
+                              "searcher.max_length.epochs=5"}),
+        (("-f", "--follow-first-trial"), {"action": "store_true",
+                                          "help": "follow the continued trial's log"})]),
+    "list": (experiment_list, "list experiments (all of them; archived with --all)", [
+        (("--all", "-a"), {"action": "store_true", "help": "archived ones too"}),
+        ("--show_project", refused("det_sdk has no workspaces or projects")),
+        *PAGES, CSV]),
+    "describe": (experiment_describe, "trials, states and metrics: IDS (1,2,3)", [
+        ("experiment_ids", {"help": "comma-separated experiment ids"}),
+        ("--all", {"action": "store_true",
+                   "help": f"every trial (default: the first {DESCRIBE_LIMIT})"}),
+        ("--metrics", refused("det_sdk's describe shows each trial's best metric; every "
+                               "report: det trial describe TRIAL_ID")),
+        ("--csv", refused("det e describe --json, or det e lt ID --csv")),
+        ("--outdir", refused("redirect the output: det e describe ID --json > FILE",
+                              True))]),
+    "config": (experiment_config, "its config (YAML)", [ID]),
+    "logs": (experiment_logs, "the first trial's log (det t logs for the others)",
+             [ID, *LOG_OPTIONS]),
+    "list-trials": (experiment_list_trials, "its trials", [ID, *PAGES, CSV]),
+    "list-checkpoints": (experiment_list_checkpoints, "its checkpoints", [
+        ID, ("--best", {"type": int, "metavar": "N",
+                         "help": "the best N by the searcher metric"}), CSV]),
+    "wait": (experiment_wait, "wait until it ends (exit 0 if COMPLETED)", [
+        ID, ("--polling-interval", {"type": float, "default": 0.5,
+                                     "help": "seconds between checks (default 0.5; "
+                                             "Determined's: 5)"})]),
+    "kill": (experiment_kill, "stop its trials now (CANCELED)", [("id",)]),
+    "cancel": (experiment_cancel, "ask its trials to stop (CANCELED)", [ID]),
+    "pause": (experiment_pause, "checkpoint and stop its trials (PAUSED)", [("id",)]),
+    "activate": (experiment_activate, "continue a paused experiment", [("id",)]),
+    "archive": (experiment_archive, "hide an ended experiment from `e list`", [ID]),
+    "unarchive": (experiment_unarchive, "show it in `e list` again", [ID]),
+    "delete": (experiment_delete, "delete it with its checkpoints and logs",
+               [ID, YES]),
+    "download": (experiment_download, "the best checkpoints of its top-N trials", [
+        ID, (("-o", "--output-dir"), {"default": "checkpoints",
+                                       "help": "checkpoints go to OUTPUT_DIR/UUID"}),
+        ("--top-n", {"type": int, "default": 1, "help": "how many trials' best"}),
+        *SORT, QUIET]),
+    "set": {
+        "name": (experiment_set_name, "set its name",
+                 [ID, ("name", {"help": "the new name"})]),
+        "description": (experiment_set_description, "set its description",
+                        [ID, ("description", {"help": "the new description"})]),
+        "max-slots": _set_refused("max_slots", "fair-share"),
+        "weight": _set_refused("weights", "fair-share"),
+        "priority": _set_refused("priorities", "priority"),
+    },
+    "label": {
+        "add": (experiment_label_add, "add a label",
+                [ID, ("label", {"help": "the label"})]),
+        "remove": (experiment_label_remove, "remove a label",
+                   [ID, ("label", {"help": "the label"})]),
+    },
+}

@@ -12,6 +12,7 @@ import time
 from argparse import Namespace
 
 from det_sdk.cli.argtypes import whole_number
+from det_sdk.cli.common import refused
 from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False
@@ -87,12 +88,6 @@ def print_log(client: Any, kind: str, task_id: int, state: Callable[[], str],
 _non_negative = whole_number(0)  # an argparse type=
 
 
-def _refused(why: str, takes_value: bool = True) -> dict[str, object]:
-    from det_sdk.cli.main import refused
-
-    return refused(why, takes_value)
-
-
 _NO_RECORDS = ("det_sdk keeps a task's log as the plain text it wrote, without "
                "Determined's per-line records: filter the text instead (e.g. | grep)")
 
@@ -102,10 +97,10 @@ LOG_OPTIONS: list[tuple[Any, ...]] = [
                           "help": "print the log as it grows, until the task ends"}),
     ("--head", {"type": _non_negative, "metavar": "N", "help": "the first N lines"}),
     ("--tail", {"type": _non_negative, "metavar": "N", "help": "the last N lines"}),
-    ("--json", _refused("Determined prints its log records (timestamp, rank, level, "
+    ("--json", refused("Determined prints its log records (timestamp, rank, level, "
                         "source) as JSON; det_sdk keeps logs as the plain text the task "
                         "wrote: drop --json", takes_value=False)),
-    *((flag, _refused(f"{_NO_RECORDS}"))
+    *((flag, refused(f"{_NO_RECORDS}", takes_value=True))
       for flag in ("--agent-id", "--container-id", "--rank-id", "--timestamp-before",
                    "--timestamp-after", "--level", "--source", "--stdtype")),
 ]

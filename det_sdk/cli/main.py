@@ -1,7 +1,9 @@
 """``det``: the command line of det_sdk.
 
-Kept light: argparse only. Every command's arguments are defined here and its module
-(``master_cmd``, ``ui_cmd``, what ``tasks`` calls) is imported when that command runs,
+Kept light: argparse only. The command table is assembled here (:data:`NOUNS`: each noun
+of a master's, its module's verbs, over det_sdk.cli.common's helpers); every other
+command's arguments are defined here too, and its module (``master_cmd``, ``ui_cmd``) is
+imported when that command runs,
 so that ``det --help`` answers at Python's speed (goal: <= 2x ``python -c pass``,
 scripts/bench/bench_import.py) and never loads TensorFlow, FastAPI, httpx or pydantic.
 
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Collection, Sequence
 
 import det_sdk
+from det_sdk.cli.common import refusal, refused
 from det_sdk.env import setting
 from det_sdk.errors import DetSdkError
 
@@ -90,29 +93,6 @@ DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "
                  "tensorboard": "list", "user": "whoami"}
 
 
-class _Refused(argparse.Action):
-    """A Determined option det_sdk cannot honour: parsing it stops with ``help`` (what
-    Determined does with it and what to use instead), never a flag accepted and ignored."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        kwargs.setdefault("nargs", 0)
-        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        parser.error(f"{option_string}: refused by det_sdk: {self.help}")
-
-
-def refused(why: str, takes_value: bool = False) -> dict[str, object]:
-    """The options of a refused Determined flag (see :class:`_Refused`).
-
-    >>> refused("no ranks here")["help"]
-    'no ranks here'
-    """
-    return {"action": _Refused, "help": why, "nargs": 1 if takes_value else 0,
-            "default": argparse.SUPPRESS}
-
-
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
     """A noun's (or a verb's: `e set name`) subcommands from a command table."""
     verbs_sub = parent.add_subparsers(dest=dest, metavar="ACTION")
@@ -145,16 +125,28 @@ def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str
 _NOUN_OF = {alias: noun for noun, aliases in NOUN_ALIASES.items() for alias in aliases}
 
 
+#: The nouns that talk to a master, in `det --help`'s order, each with the module of its
+#: verbs (its ``COMMANDS``): the command table, assembled here. A noun's module is imported
+#: only when its verbs' parsers are built (the command line names it, or no words given).
+NOUNS = {
+    "experiment": "det_sdk.cli.experiment_cmd",
+    "trial": "det_sdk.cli.trial_cmd",
+    "checkpoint": "det_sdk.cli.checkpoint_cmd",
+    "job": "det_sdk.cli.job_cmd",
+    "model": "det_sdk.cli.model_cmd",  # the master's model registry
+    "user": "det_sdk.cli.user_cmd",
+    "task": "det_sdk.cli.task_cmd",
+}
+
+
 def _add_task_commands(sub: argparse._SubParsersAction,
                        words: set[str] | None) -> None:
-    from det_sdk.cli.tasks import COMMANDS
-
-    for noun, verbs in COMMANDS.items():
+    for noun, module in NOUNS.items():
         aliases = NOUN_ALIASES.get(noun, [])
         p = sub.add_parser(noun, help=f"{noun} commands (talk to a master)", aliases=aliases)
         if words is not None and noun not in words and not words.intersection(aliases):
             continue  # not this command: its actions' parsers are never looked at
-        _add_verbs(p, verbs, "action")
+        _add_verbs(p, importlib.import_module(module).COMMANDS, "action")
 
 
 def _add_master_commands(sub: argparse._SubParsersAction) -> None:
@@ -185,33 +177,23 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
     status = m.add_parser("status", help="is the master up? (exit 3 if not)")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_Lazy(master_cmd, "master_status"))
-    # Determined's `det master info` and `det master logs` (det_sdk.cli.session_cmd)
+    # Determined's `det master info` and `det master logs`
     info = m.add_parser("info", help="the master's address, version and slots")
     info.add_argument("--json", action="store_true")
     info.add_argument("--yaml", action="store_true", help="YAML (the default)")
-    info.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "master_info"))
+    info.set_defaults(func=_Lazy(master_cmd, "master_info"))
     logs = m.add_parser("logs", help="the master's own log")
     logs.add_argument("-f", "--follow", action="store_true", help="until interrupted")
     logs.add_argument("--tail", type=int, metavar="N", help="the last N lines")
-    logs.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "master_logs"))
+    logs.set_defaults(func=_Lazy(master_cmd, "master_logs"))
     config = m.add_parser("config", help="refused: det_sdk's master has no config file")
     config.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-    config.set_defaults(func=_refusal("det master config: det_sdk's master takes its "
+    config.set_defaults(func=refusal("det master config: det_sdk's master takes its "
                                       "settings as `det master up` options (det master up "
                                       "--help); `det master info` shows them"))
     for q in (up, down, status):
         q.add_argument("--data-dir", help="state, logs, checkpoints (default ~/.det/master, "
                                            "or DET_MASTER_DIR)")
-
-
-def _refusal(why: str) -> Any:
-    def refuse(args: argparse.Namespace) -> int:
-        from det_sdk.errors import UsageError
-
-        raise UsageError(why)
-
-    refuse.refusal = why  # type: ignore[attr-defined]  # what the compat table reads
-    return refuse
 
 
 def _add_ui_commands(sub: argparse._SubParsersAction) -> None:
@@ -287,7 +269,7 @@ def _add_tensorboard_commands(sub: argparse._SubParsersAction) -> None:
     for verb in ("config", "set"):
         no = verbs.add_parser(verb, help=f"refused: det tensorboard {verb}")
         no.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-        no.set_defaults(func=_refusal(
+        no.set_defaults(func=refusal(
             f"det tensorboard {verb}: det_sdk's TensorBoards have no config beyond their "
             "description (det tensorboard list shows it) and no priorities"))
 
@@ -329,7 +311,7 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
     _add_ui_commands(sub)  # det ui, det tensorboard (issue 12)
 
     ver = sub.add_parser("version", help="the client's and the master's versions")
-    ver.set_defaults(func=_Lazy("det_sdk.cli.session_cmd", "version"))
+    ver.set_defaults(func=_Lazy("det_sdk.cli.version_cmd", "version"))
 
     runs = sub.add_parser("runs", help="local runs (python train.py on this machine)")
     runs_sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)

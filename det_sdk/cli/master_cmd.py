@@ -14,6 +14,8 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
+from det_sdk.cli import common
+from det_sdk.cli.render import print_json
 from det_sdk.env import setting
 
 __all__ = ["data_dir_of", "default_data_dir", "master_down", "master_status", "master_up"]
@@ -192,3 +194,46 @@ def master_status(args: Namespace) -> int:
         state = "up" if up else "down"
         print(f"master {state} at {url} (pid {pid or '-'}, data {data_dir})")
     return 0 if up else 3
+
+
+# --- Determined's `det master info` and `det master logs` --------------------------------------
+
+
+def master_info(args: Namespace) -> int:
+    info = common.connect(args).request("GET", "/api/v1/master")
+    if args.json:
+        print_json(info)
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(info, sort_keys=False))
+    return 0
+
+
+def master_logs(args: Namespace) -> int:
+    """``det master logs [-f] [--tail N]``: the master's own log."""
+    import time
+
+    from det_sdk.cli.logs_cmd import last_lines
+
+    client = common.connect(args)
+
+    def read(offset: int) -> tuple[str, int]:
+        parts: list[str] = []
+        while True:
+            out = client.request("GET", "/api/v1/master/logs", params={"offset": offset})
+            if not out["text"]:
+                return "".join(parts), offset
+            parts.append(out["text"])
+            offset = out["offset"]
+
+    text, offset = read(0)
+    sys.stdout.write(text if args.tail is None else last_lines(text, args.tail))
+    sys.stdout.flush()
+    while args.follow:  # until interrupted, as Determined's (the master does not end)
+        time.sleep(0.5)
+        text, offset = read(offset)
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 
+from det_sdk.cli import common
 from det_sdk.cli.render import escape, print_json, table
 from det_sdk.errors import UsageError
 
@@ -17,12 +18,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["COMMANDS"]
-
-
-def _client(args: Namespace) -> Any:
-    from det_sdk.cli.tasks import _client as client
-
-    return client(args)
 
 
 def _quoted(name: str) -> str:
@@ -45,7 +40,7 @@ def model_create(args: Namespace) -> int:
                          """'{"team": "vision"}'""") from None
     if not isinstance(metadata, dict):
         raise UsageError(f"--metadata: expected a JSON object, got {type(metadata).__name__}")
-    row = _client(args).request("POST", "/api/v1/models", json={
+    row = common.connect(args).request("POST", "/api/v1/models", json={
         "name": args.name, "description": args.description or "", "metadata": metadata})
     if args.json:
         print_json(row)
@@ -55,7 +50,7 @@ def model_create(args: Namespace) -> int:
 
 
 def model_list(args: Namespace) -> int:
-    rows = _client(args).request("GET", "/api/v1/models")["models"]
+    rows = common.connect(args).request("GET", "/api/v1/models")["models"]
     if args.json:
         print_json(rows)
         return 0
@@ -65,7 +60,7 @@ def model_list(args: Namespace) -> int:
 
 
 def model_describe(args: Namespace) -> int:
-    client = _client(args)
+    client = common.connect(args)
     model = client.request("GET", f"/api/v1/models/{_quoted(args.name)}")
     versions = client.request("GET", f"/api/v1/models/{_quoted(args.name)}/versions")["versions"]
     if args.json:
@@ -83,7 +78,7 @@ def model_describe(args: Namespace) -> int:
 
 
 def model_register_version(args: Namespace) -> int:
-    row = _client(args).request("POST", f"/api/v1/models/{_quoted(args.name)}/versions",
+    row = common.connect(args).request("POST", f"/api/v1/models/{_quoted(args.name)}/versions",
                                 json={"checkpoint_uuid": args.uuid})
     if args.json:
         print_json(row)
@@ -94,7 +89,7 @@ def model_register_version(args: Namespace) -> int:
 
 
 def model_delete(args: Namespace) -> int:
-    row = _client(args).request("DELETE", f"/api/v1/models/{_quoted(args.name)}")
+    row = common.connect(args).request("DELETE", f"/api/v1/models/{_quoted(args.name)}")
     if args.json:
         print_json(row)
     else:
@@ -104,6 +99,7 @@ def model_delete(args: Namespace) -> int:
 
 
 _NAME = ("name", {"help": "the model's name"})
+#: ``det model``'s verbs (det_sdk.cli.main assembles the nouns' tables)
 COMMANDS: dict[str, tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]]] = {
     "create": (model_create, "create a model in the registry",
                [_NAME, ("--description", {"default": "", "help": "what the model is"}),

@@ -19,6 +19,7 @@ import time
 from argparse import Namespace
 from urllib.parse import urlsplit
 
+from det_sdk.cli import common
 from det_sdk.cli.render import escape, print_json, table
 from det_sdk.errors import DetSdkError, UsageError
 
@@ -32,12 +33,6 @@ START_TIMEOUT = 180.0  # TensorBoard imports TensorFlow when it can: seconds on 
 PATH = "/api/v1/tensorboards"
 
 
-def _client(args: Namespace) -> Any:
-    from det_sdk.cli.tasks import _client as client
-
-    return client(args)
-
-
 def _url(args: Namespace, tb: dict[str, Any]) -> str:
     """Its URL as this machine reaches the master: the master's host name, its port."""
     host = urlsplit(args.master).hostname or "127.0.0.1"
@@ -49,8 +44,6 @@ def _url(args: Namespace, tb: dict[str, Any]) -> str:
 def _config(args: Namespace) -> dict[str, Any]:
     """``--config-file`` and ``--config K=V``: Determined's TensorBoard config, of which
     det_sdk's master honours ``description``; any other key is refused by name."""
-    from det_sdk.cli.experiment_cmd import parse_overrides
-
     config: dict[str, Any] = {}
     if args.config_file:
         from det_sdk.config import load_yaml_file
@@ -59,7 +52,7 @@ def _config(args: Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise UsageError(f"--config-file {args.config_file}: expected a mapping")
         config = loaded
-    config = parse_overrides(config, args.config)
+    config = common.parse_overrides(config, args.config)
     other = sorted(set(config) - {"description"})
     if other:
         raise UsageError(f"--config/--config-file: {', '.join(other)}: det_sdk's master runs "
@@ -83,7 +76,7 @@ def start(args: Namespace) -> int:
         raise UsageError("experiment_ids or --trial-ids: give at least one (det tensorboard "
                          "start EXP_ID... [-t TRIAL_ID...])")
     config = _config(args)
-    client = _client(args)
+    client = common.connect(args)
     tb = client.request("POST", PATH, json={
         "experiment_ids": args.experiment_ids, "trial_ids": args.trial_ids or [],
         "description": config.get("description")})["tensorboard"]
@@ -112,7 +105,7 @@ _COLUMNS = ["ID", "Description", "State", "Experiment IDs", "Trial IDs", "Exit S
 def list_tensorboards(args: Namespace) -> int:
     """Determined's columns (no user, pool or workspace: one user, one pool), and the URL;
     ``--all`` shows the same (one user); ``-q`` the ids only."""
-    rows = _client(args).request("GET", PATH)["tensorboards"]
+    rows = common.connect(args).request("GET", PATH)["tensorboards"]
     for tb in rows:
         tb["url"] = _url(args, tb) if tb["state"] == "RUNNING" else None
     if args.quiet:
@@ -136,7 +129,7 @@ def list_tensorboards(args: Namespace) -> int:
 
 def kill(args: Namespace) -> int:
     """Kill each one in turn (Determined: a failure stops the rest unless ``--force``)."""
-    client = _client(args)
+    client = common.connect(args)
     for i, tb_id in enumerate(args.tensorboard_id):
         try:
             tb = client.request("POST", f"{PATH}/{tb_id}/kill")["tensorboard"]
@@ -153,7 +146,7 @@ def kill(args: Namespace) -> int:
 
 def open_tensorboard(args: Namespace) -> int:
     """Print and open a RUNNING one's URL (Determined refuses one not running)."""
-    tb = _client(args).request("GET", f"{PATH}/{args.tensorboard_id}")["tensorboard"]
+    tb = common.connect(args).request("GET", f"{PATH}/{args.tensorboard_id}")["tensorboard"]
     if tb["state"] != "RUNNING":
         raise UsageError(f"TensorBoard {tb['id']} is {tb['state']}: it must be RUNNING to "
                          "open")
@@ -167,7 +160,7 @@ def logs(args: Namespace) -> int:
     """What TensorBoard printed: ``--head N``, ``--tail N``, ``-f`` until it ends."""
     from det_sdk.cli.logs_cmd import print_log
 
-    client = _client(args)
+    client = common.connect(args)
     tb_id = client.request("GET", f"{PATH}/{args.tensorboard_id}")["tensorboard"]["id"]
 
     def state() -> str:

@@ -42,7 +42,6 @@ from det_sdk.config.determined import (
     entrypoint_runs_of,
     ignored_fields,
     ignored_fields_warning,
-    launch_warnings,
     trial_class_command,
 )
 from det_sdk.config.environment import (
@@ -51,7 +50,12 @@ from det_sdk.config.environment import (
     apply_environment_variables,
     environment_variables,
 )
-from det_sdk.config.experiment import ExperimentConfig, ExperimentResources, Reproducibility
+from det_sdk.config.experiment import (
+    ExperimentConfig,
+    ExperimentResources,
+    Reproducibility,
+    launch_warnings,
+)
 from det_sdk.config.hyperparameters import (
     MAX_HP_DEPTH,
     CategoricalHP,

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from det_sdk.config._base import ConfigError
-
-if TYPE_CHECKING:
-    from det_sdk.config.experiment import ExperimentConfig
-
 
 # --- Determined configs: what det_sdk accepts without implementing it ---------------------
 #
@@ -108,26 +104,6 @@ def entrypoint_runs_of(raw: Mapping[str, Any]) -> str:
     if "entrypoint_script" in raw or not isinstance(command, str):
         return "per_slot"
     return "per_slot" if _TRIAL_CLASS.fullmatch(command.strip()) else "per_node"
-
-
-def launch_warnings(cfg: ExperimentConfig) -> list[str]:
-    """What a user moving from det_sdk's older launch should hear about this config.
-
-    >>> from det_sdk.config import ExperimentConfig
-    >>> cfg = ExperimentConfig.model_validate({"entrypoint": "python3 train.py",
-    ...                                        "resources": {"slots_per_trial": 2}})
-    >>> launch_warnings(cfg)[0][:60]
-    'entrypoint: runs once per node, as Determined runs it: with '
-    """
-    slots = cfg.resources.slots_per_trial
-    command = cfg.entrypoint_script or ""
-    if cfg.entrypoint_runs != "per_node" or slots == 1 or _LAUNCHER.search(command):
-        return []
-    return [f"entrypoint: runs once per node, as Determined runs it: with slots_per_trial "
-            f"{slots}, {command!r} must start the node's workers itself (len(slot_ids) of "
-            "det.get_cluster_info()). For one process per slot under horovodrun, as "
-            "det.keras.init() scripts expect, write entrypoint_script: instead, or start it "
-            "with python3 -m det_sdk.launch.horovod -- ..."]
 
 
 def ignored_fields(raw: Any) -> list[str]:

@@ -8,17 +8,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from det_sdk.config._base import ConfigError, _Strict
 from det_sdk.config.messages import format_validation_error
-
-if TYPE_CHECKING:
-    from det_sdk.config.experiment import ExperimentConfig
-    from det_sdk.config.job import JobConfig
-
 
 #: Names det_sdk sets for every task's processes, which a config cannot set: ``DET_*`` (the
 #: master's address, the task token, the trial's description), ``HOROVOD_*`` (the ranks'
@@ -100,6 +95,14 @@ class EnvironmentConfig(_Strict):
         return dict(e.partition("=")[::2] for e in entries)
 
 
+class WithEnvironment(Protocol):
+    """A parsed config with an environment section (an ExperimentConfig, a JobConfig):
+    named by what it has, so that this module, which both configs import, imports neither."""
+
+    @property
+    def environment(self) -> EnvironmentConfig: ...
+
+
 def environment_variables(config: Mapping[str, Any] | None) -> dict[str, str]:
     """The ``environment.environment_variables`` of a config (as stored: a mapping).
 
@@ -118,7 +121,7 @@ def environment_variables(config: Mapping[str, Any] | None) -> dict[str, str]:
         raise ConfigError(format_validation_error(err, "config's environment")) from None
 
 
-def apply_environment_variables(config: ExperimentConfig | JobConfig | None,
+def apply_environment_variables(config: WithEnvironment | None,
                                 environ: Any = None) -> dict[str, str]:
     """A local run's ``environment_variables``, set where the shell has not set them.
 

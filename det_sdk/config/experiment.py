@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_va
 
 from det_sdk.config._base import MAX_LENGTH, _check_size, _entrypoint_ok, _Strict, _within
 from det_sdk.config.determined import (
+    _LAUNCHER,
     _det_sdk_launchers,
     _without_ignored,
     entrypoint_runs_of,
@@ -131,3 +132,23 @@ class ExperimentConfig(_Strict):
     def _fits_in_the_environment(self) -> ExperimentConfig:
         _check_size(self)
         return self
+
+
+def launch_warnings(cfg: ExperimentConfig) -> list[str]:
+    """What a user moving from det_sdk's older launch should hear about this config.
+
+    >>> from det_sdk.config import ExperimentConfig
+    >>> cfg = ExperimentConfig.model_validate({"entrypoint": "python3 train.py",
+    ...                                        "resources": {"slots_per_trial": 2}})
+    >>> launch_warnings(cfg)[0][:60]
+    'entrypoint: runs once per node, as Determined runs it: with '
+    """
+    slots = cfg.resources.slots_per_trial
+    command = cfg.entrypoint_script or ""
+    if cfg.entrypoint_runs != "per_node" or slots == 1 or _LAUNCHER.search(command):
+        return []
+    return [f"entrypoint: runs once per node, as Determined runs it: with slots_per_trial "
+            f"{slots}, {command!r} must start the node's workers itself (len(slot_ids) of "
+            "det.get_cluster_info()). For one process per slot under horovodrun, as "
+            "det.keras.init() scripts expect, write entrypoint_script: instead, or start it "
+            "with python3 -m det_sdk.launch.horovod -- ..."]

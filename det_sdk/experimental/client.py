@@ -69,7 +69,7 @@ class Determined:
                           ) -> Experiment:
         """Submit an experiment: ``config`` (a YAML path or a dict) with ``model_dir``
         uploaded as its context (as ``det experiment create``)."""
-        from det_sdk.cli.tasks import _pack, _read_config
+        from det_sdk.cli.common import pack_directory, read_config
 
         if isinstance(config, dict):
             import tempfile
@@ -79,15 +79,15 @@ class Determined:
             with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
                 yaml.safe_dump(config, f)
             try:
-                parsed = _read_config(f.name, "experiment")
+                parsed = read_config(f.name, "experiment")
             finally:
                 os.unlink(f.name)
         else:
-            parsed = _read_config(str(config), "experiment")
+            parsed = read_config(str(config), "experiment")
         if model_dir is None:
             raise ClientError("create_experiment: model_dir is required (the directory the "
                               "entrypoint runs in)")
-        exp_id = self._session.create_experiment(parsed, _pack(model_dir))
+        exp_id = self._session.create_experiment(parsed, pack_directory(model_dir))
         return Experiment(self._session, exp_id)
 
     def get_experiment(self, experiment_id: int) -> Experiment:

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from det_sdk.api import AllocationState, ExperimentState, JobState, TrialState
 from det_sdk.master.errors import IllegalTransition, NotFound
@@ -240,11 +240,21 @@ JOB_TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
 }
 
 
-def _refuse(kind: str, state: Enum, event: Enum, ident: Any = None) -> IllegalTransition:
-    what = f"{kind} {ident}" if ident is not None else f"{kind}"
-    message = f"a {state.value} {what} cannot be {event.value}"
-    log.warning("refused transition: %s", message)
-    return IllegalTransition(message)
+_S = TypeVar("_S", bound=Enum)  # a table's states (TrialState, ExperimentState, JobState)
+_E = TypeVar("_E", bound=Enum)  # its events
+
+
+def _next_state(kind: str, table: Mapping[tuple[_S, _E], _S], state: _S, event: _E,
+                ident: Any = None) -> _S:
+    """The state ``event`` takes ``kind`` ``ident`` (a trial, an experiment, a job) to in
+    ``table``; :class:`IllegalTransition` (logged) if the table has no such transition."""
+    new = table.get((state, event))
+    if new is None:
+        what = f"{kind} {ident}" if ident is not None else f"{kind}"
+        message = f"a {state.value} {what} cannot be {event.value}"
+        log.warning("refused transition: %s", message)
+        raise IllegalTransition(message)
+    return new
 
 
 def next_trial_state(state: TrialState | str, event: TrialEvent,
@@ -254,11 +264,7 @@ def next_trial_state(state: TrialState | str, event: TrialEvent,
     >>> next_trial_state("STOPPING_PAUSED", TrialEvent.EXITED_DONE)
     <TrialState.COMPLETED: 'COMPLETED'>
     """
-    state = TrialState(state)
-    new = TRIAL_TRANSITIONS.get((state, event))
-    if new is None:
-        raise _refuse("trial", state, event, trial_id)
-    return new
+    return _next_state("trial", TRIAL_TRANSITIONS, TrialState(state), event, trial_id)
 
 
 def next_experiment_state(state: ExperimentState | str, event: ExperimentEvent,
@@ -268,11 +274,7 @@ def next_experiment_state(state: ExperimentState | str, event: ExperimentEvent,
     >>> next_experiment_state("STOPPING_PAUSED", ExperimentEvent.ACTIVATE)
     <ExperimentState.ACTIVE: 'ACTIVE'>
     """
-    state = ExperimentState(state)
-    new = EXPERIMENT_TRANSITIONS.get((state, event))
-    if new is None:
-        raise _refuse("experiment", state, event, exp_id)
-    return new
+    return _next_state("experiment", EXPERIMENT_TRANSITIONS, ExperimentState(state), event, exp_id)
 
 
 def next_job_state(state: JobState | str, event: JobEvent, job_id: int | None = None) -> JobState:
@@ -281,11 +283,7 @@ def next_job_state(state: JobState | str, event: JobEvent, job_id: int | None = 
     >>> next_job_state("RUNNING", JobEvent.PAUSE)
     <JobState.STOPPING_PAUSED: 'STOPPING_PAUSED'>
     """
-    state = JobState(state)
-    new = JOB_TRANSITIONS.get((state, event))
-    if new is None:
-        raise _refuse("job", state, event, job_id)
-    return new
+    return _next_state("job", JOB_TRANSITIONS, JobState(state), event, job_id)
 
 
 def settle(state: ExperimentState | str, trials: Iterable[TrialState | str]) -> ExperimentState:

@@ -144,6 +144,19 @@ def client_options(url: str | None) -> dict[str, Any]:
             "connect_timeout": "10s", "timeout": "300s"}
 
 
+
+def store_options(config: Any, url: str | None, retry: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments every obstore store takes: its ``config``, the HTTP client's
+    options for ``url`` and the retries. Plain dicts, given as ``**``: obstore types each
+    as a TypedDict of its own, which these (built from a checkpoint_storage config) are
+    not to a type checker, though they hold only keys those TypedDicts name."""
+    return {"config": config, "client_options": client_options(url), "retry_config": retry}
+
+
+def _read_object(obs: Any, store: Any, key: str) -> bytes:
+    """Object ``key``'s bytes (``obs``: the obstore module)."""
+    return bytes(obs.get(store, key).bytes())
+
 class ObjectStoreStorage(CheckpointStorage):
     """Checkpoints as objects under ``<scheme>://<location>/<prefix>/``: the store-specific
     part is :meth:`_make_store` and the names used in messages.
@@ -246,7 +259,7 @@ class ObjectStoreStorage(CheckpointStorage):
     def _field(self, name: str) -> str:
         return f"{self.named_by}.{name}" if self.named_by != "output=" else "output="
 
-    # --- single objects (a streamed predict's parts: det_sdk.predictions_buckets) -------
+    # --- single objects (a streamed predict's parts: det_sdk.predictions.buckets) -------
 
     def put_object(self, key: str, data: bytes, *, create: bool = False) -> dict[str, Any] | None:
         """Write object ``key`` (under the prefix) whole; its ``e_tag``/``version``.
@@ -532,8 +545,7 @@ class ObjectStoreStorage(CheckpointStorage):
         keys.sort(key=lambda k: k.endswith(PENDING))
         for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1000 at most
             chunk = keys[start:start + 1000]
-            self._call(f"deleting {uuid}/",
-                       lambda chunk=chunk: obs.delete(self._store, chunk))  # type: ignore[misc]
+            self._call(f"deleting {uuid}/", functools.partial(obs.delete, self._store, chunk))
 
     def sweep_abandoned(self) -> None:
         """Remove the objects of uploads and removals that will never finish: no
@@ -545,8 +557,8 @@ class ObjectStoreStorage(CheckpointStorage):
                 continue
             try:
                 key = f"{uuid}/{PENDING}"
-                mark = json.loads(self._call(f"reading {key}", lambda key=key: bytes(  # type: ignore[misc]
-                    obs.get(self._store, key).bytes())))
+                mark = json.loads(self._call(f"reading {key}", functools.partial(
+                    _read_object, obs, self._store, key)))
                 age = time.time() - float(mark.get("time", 0))
                 dead = mark.get("host") == socket.gethostname() and isinstance(
                     mark.get("pid"), int) and not pid_alive(mark["pid"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from det_sdk.config.azure_strings import account_of_url, parse_connection_string
 from det_sdk.errors import UsageError
-from det_sdk.storage._objects import ObjectStoreStorage, client_options
+from det_sdk.storage._objects import ObjectStoreStorage, store_options
 
 __all__ = ["AzureStorage"]
 
@@ -60,9 +60,7 @@ class AzureStorage(ObjectStoreStorage):
         from obstore.store import AzureStore
 
         return AzureStore(self.container, prefix=self.prefix or None,
-                          config=self._config,  # type: ignore[arg-type]
-                          client_options=client_options(self.endpoint),  # type: ignore[arg-type]
-                          retry_config=retry)  # type: ignore[arg-type]
+                          **store_options(self._config, self.endpoint, retry))
 
     def credential_fields(self) -> str:
         if self._from_string:

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from det_sdk.storage._objects import ObjectStoreStorage, client_options
+from det_sdk.storage._objects import ObjectStoreStorage, store_options
 
 __all__ = ["GCSStorage", "emulator_host"]
 
@@ -53,9 +53,7 @@ class GCSStorage(ObjectStoreStorage):
                 "gcs_base_url": self.emulator, "disable_oauth": True,
                 "client_email": "", "private_key": "", "private_key_id": ""})
         return GCSStore(self.bucket, prefix=self.prefix or None,
-                        config=config,  # type: ignore[arg-type]
-                        client_options=client_options(self.emulator),  # type: ignore[arg-type]
-                        retry_config=retry)  # type: ignore[arg-type]
+                        **store_options(config, self.emulator, retry))
 
     def credential_fields(self) -> str:
         return ("the credentials Google's client finds (GOOGLE_APPLICATION_CREDENTIALS, the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from det_sdk.storage._objects import ObjectStoreStorage, client_options
+from det_sdk.storage._objects import ObjectStoreStorage, store_options
 
 __all__ = ["S3Storage"]
 
@@ -60,9 +60,7 @@ class S3Storage(ObjectStoreStorage):
         from obstore.store import S3Store
 
         return S3Store(self.bucket, prefix=self.prefix or None,
-                       config=self._config,  # type: ignore[arg-type]
-                       client_options=client_options(self.endpoint_url),  # type: ignore[arg-type]
-                       retry_config=retry)  # type: ignore[arg-type]
+                       **store_options(self._config, self.endpoint_url, retry))
 
     def credential_fields(self) -> str:
         if self._keys_given:

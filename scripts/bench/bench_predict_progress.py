@@ -71,9 +71,9 @@ def cost(args: argparse.Namespace) -> tuple[float, float, float]:
     import numpy as np
 
     import det_sdk as det
-    from det_sdk import predictions
     from det_sdk.keras import _predict
     from det_sdk.predictions import PartStore
+    from det_sdk.predictions import files as predictions  # the directory store's flush
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-progress-"))
     durable = PartStore.DURABLE_SECONDS

@@ -24,11 +24,11 @@ def test_cli_aliases_and_host_port(tmp_path: Path) -> None:
 
     parser = build_parser()
     for argv, func in ((["e", "ls"], "experiment_list"), (["t", "logs", "3"], "trial_logs"),
-                       (["c", "ls"], "checkpoint_list"), (["j", "batches"], "job_list"),
+                       (["c", "ls"], "checkpoint_list"), (["j", "batches"], "job_batches"),
                        (["experiment", "unpause", "2"], "experiment_activate")):
         assert parser.parse_args(argv).func.__name__ == func
     # Determined's `det job list` is its scheduler's queue (det_sdk's batch jobs: batches)
-    assert parser.parse_args(["j", "ls"]).func.__name__ == "job_list"
+    assert parser.parse_args(["j", "ls"]).func.__name__ == "job_queue"
     env = {"HOME": str(tmp_path), "DET_MASTER": "127.0.0.1:1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([str(DET), "e", "ls"], env=env, capture_output=True, text=True)
     assert out.returncode == 1 and "no token for http://127.0.0.1:1" in out.stderr

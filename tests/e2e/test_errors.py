@@ -97,7 +97,7 @@ def test_every_error_outside_keras_derives_from_det_sdk_error_without_tensorflow
     # the scan sees what it must (a lost import would make this pass vacuously)
     for name in ("det_sdk.client:MasterError", "det_sdk.client:MasterUnreachable",
                  "det_sdk.master.errors:IllegalTransition", "det_sdk.master.pages:InvalidCursor",
-                 "det_sdk.storage:CheckpointNotFoundError", "det_sdk.session:RunNotFoundError",
+                 "det_sdk.storage:CheckpointNotFoundError", "det_sdk.session.base:RunNotFoundError",
                  "det_sdk.master.resources.slurm:SlurmError", "det_sdk.config:ConfigError",
                  "det_sdk.cli.ui_cmd:TensorBoardError", "det_sdk.errors:UsageError"):
         assert name in classes, name

@@ -141,7 +141,7 @@ def test_training_side_works_without_the_master_extra() -> None:
     for name in ("fastapi", "uvicorn", "starlette"):
         sys.modules[name] = None
     import det_sdk as det
-    import det_sdk.api, det_sdk.client, det_sdk.config, det_sdk.session, det_sdk.cli.tasks
+    import det_sdk.api, det_sdk.client, det_sdk.config, det_sdk.session, det_sdk.cli.common
     assert callable(det.core.init)
     print(sorted(m for m in sys.modules if m.startswith("det_sdk.master")))
     """)

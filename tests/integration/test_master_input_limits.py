@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from det_sdk.cli import common
 from det_sdk.cli import main as cli_main
-from det_sdk.cli import tasks
 from det_sdk.master.app import create_app
 from det_sdk.master.models import MAX_METADATA_BYTES
 from det_sdk.storage import OWNER_FILE
@@ -55,7 +55,7 @@ class Env(AppMaster):
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     e = Env(tmp_path)
-    monkeypatch.setattr(tasks, "_client", lambda args: e.client())
+    monkeypatch.setattr(common, "connect", lambda args: e.client())
     monkeypatch.setenv("DET_USER_TOKEN", e.token)
     with e:
         yield e

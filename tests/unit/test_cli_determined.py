@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from det_sdk.cli.experiment_cmd import parse_ids, parse_overrides
+from det_sdk.cli.common import parse_ids, parse_overrides
 from det_sdk.cli.logs_cmd import first_lines, last_lines
 from det_sdk.cli.main import build_parser
 from det_sdk.errors import UsageError

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from det_sdk.cli import tasks
+from det_sdk.cli import common
 from det_sdk.client import MasterClient, MasterError, MasterUnreachable
 from det_sdk.errors import DetSdkError
 
@@ -118,7 +118,7 @@ def test_a_cut_transfer_says_so_and_leaves_nothing_behind(master: str, tmp_path:
     client = MasterClient(master, "t", timeout=5.0)
     dest = tmp_path / "out"
     with pytest.raises(DetSdkError, match=r"broke during GET /cut|not a whole"):
-        tasks._download(lambda f: client.stream_to("/cut", f), "files of job 3", str(dest))
+        common.download(lambda f: client.stream_to("/cut", f), "files of job 3", str(dest))
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no partial extraction, no temp
 
 
@@ -126,10 +126,10 @@ def test_the_files_are_asked_for_again_while_being_kept_then_unpacked(
         master: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     client = MasterClient(master, "t", timeout=5.0)
-    monkeypatch.setattr(tasks, "_client", lambda args: client)
+    monkeypatch.setattr(common, "connect", lambda args: client)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("the user's")  # an existing directory: kept
-    assert tasks._files_download(SimpleNamespace(id="busy", dir=str(tmp_path / "out")),
+    assert common.files_download(SimpleNamespace(id="busy", dir=str(tmp_path / "out")),
                                  "jobs") == 0
     assert (tmp_path / "out" / "predictions.npy").read_bytes() == b"p" * 300_000
     assert (tmp_path / "out" / "samples" / "epoch_1.txt").read_bytes() == b"e1"

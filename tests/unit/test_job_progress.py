@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from det_sdk.cli.tasks import JOB_HEADERS, job_describe_lines, job_progress_text, job_rows
+from det_sdk.cli.job_cmd import JOB_HEADERS, job_describe_lines, job_progress_text, job_rows
 from det_sdk.master.job_progress import job_progress
 
 
