@@ -120,9 +120,10 @@ report["evaluate_reference"] = [ref_loss, ref_acc]
 # float16, the ranks still identical, the training close to the uncompressed one's
 import horovod.tensorflow as hvd  # noqa: E402 - the script's own Horovod name, as ported
 
-compressed = {}
+compressed, start = {}, make_model().get_weights()
 for name, compression in (("none", None), ("fp16", hvd.Compression.fp16)):
     m = make_model()
+    m.set_weights(start)  # both from the same weights
     m.compile(optimizer=context.wrap_optimizer(tf.keras.optimizers.SGD(0.1),
                                                compression=compression),
               loss="binary_crossentropy")
