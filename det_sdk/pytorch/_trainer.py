@@ -238,6 +238,8 @@ class Trainer:
             val, "build_validation_data_loader")
         #: the metrics of the last validation ({} before the first)
         self.last_validation: dict[str, Any] = {}
+        # training metrics of batches not yet reported (a resumed checkpoint's)
+        self._window: list[dict[str, float]] = []
         # global_batch_size is optional (Determined's Trainer scripts size their loaders
         # themselves): compare only when the trial declares one
         if "global_batch_size" in context.get_hparams() and \
@@ -362,7 +364,9 @@ class Trainer:
         self._check_time = time.perf_counter()
         last_val: dict[str, Any] = {}
         last_ckpt, last_val_at = -1, -1
-        window: list[dict[str, float]] = []
+        # a resumed run continues the reporting window its checkpoint stopped in: the
+        # master's training metrics then average what an uninterrupted run's do
+        window, self._window = self._window, []
         for model in self.context.models:
             model.train()
         while self.batches_trained < target:
@@ -388,7 +392,7 @@ class Trainer:
                 if every["val"] and n % every["val"] == 0:
                     last_val, last_val_at = self._validate(epoch), n
                 if every["ckpt"] and n % every["ckpt"] == 0:
-                    self._checkpoint(epoch, last_val)
+                    self._checkpoint(epoch, last_val, window)
                     last_ckpt = n
                 reason = self._should_stop(n)
                 if reason or n >= target:
@@ -402,10 +406,10 @@ class Trainer:
                 for cb in self.callbacks.values():
                     cb.on_training_epoch_end(epoch)
             if stopped:
-                if window:
-                    self._report_training(window, epoch)
+                # the window is not reported here but saved with the checkpoint: the
+                # resumed run reports it whole, at the step an uninterrupted run does
                 if last_ckpt != self.batches_trained:
-                    self._checkpoint(epoch, last_val)
+                    self._checkpoint(epoch, last_val, window)
                 self.writer.wait()
                 if self._stop_signal():  # the user (or a scheduler) sent it: say so
                     log.warning("det_sdk.pytorch: %s: stopped at batch %d, checkpointed",
@@ -420,7 +424,7 @@ class Trainer:
         if last_val_at != self.batches_trained:
             last_val = self._validate(epoch)
         if last_ckpt != self.batches_trained:
-            self._checkpoint(epoch, last_val)
+            self._checkpoint(epoch, last_val, [])
         self.writer.wait()
         if metric_name not in last_val:
             if op is not None:
@@ -536,13 +540,16 @@ class Trainer:
                               "ranks": torch.tensor(self.dist.size)},
         }
 
-    def _checkpoint(self, epoch: int, metrics: Mapping[str, Any]) -> None:
-        rng = _rng_state()
-        rngs = self.dist.allgather(rng) if self.dist.size > 1 else [rng]
+    def _checkpoint(self, epoch: int, metrics: Mapping[str, Any],
+                    window: list[dict[str, float]]) -> None:
+        """Checkpoint now; ``window``: this rank's training metrics not yet reported."""
+        mine = (_rng_state(), list(window))
+        every = self.dist.allgather(mine) if self.dist.size > 1 else [mine]
         if not self.dist.is_chief:
             return
         state = self.state_dict()
-        state["rng_state"] = {f"rank{r}": s for r, s in enumerate(rngs)}
+        state["rng_state"] = {f"rank{r}": s for r, (s, _) in enumerate(every)}
+        state["trainer_state"]["windows"] = {f"rank{r}": w for r, (_, w) in enumerate(every)}
         for cb in self.callbacks.values():
             cb.on_checkpoint_save_start(state)
         snap = _clone(state)  # now, on the training thread; written in the background
@@ -587,6 +594,11 @@ class Trainer:
                 cb.load_state_dict(state["callbacks"][k])
         self.batches_trained = int(state["trainer_state"]["batches_trained"])
         key = f"rank{self.dist.rank}"
+        windows = state["trainer_state"].get("windows", {})
+        if saved_ranks == self.dist.size:
+            self._window = list(windows.get(key, []))
+        elif self.dist.is_chief:  # another number of ranks: the report sums every row
+            self._window = [row for w in windows.values() for row in w]
         if saved_ranks == self.dist.size and key in state["rng_state"]:
             _set_rng_state(state["rng_state"][key])
         else:

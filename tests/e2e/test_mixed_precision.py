@@ -177,6 +177,11 @@ def test_horovods_example_under_mixed_float16_paused_on_two_slots_is_bit_equal(
     assert len(a) == len(b) > 6  # 3 layers' weights, then the optimizer's variables
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # and History, bit for bit: the paused epoch's training averages are the whole epoch's
+    # (each process's metric state rode in the pause's checkpoint)
+    full_history, paused_history = (json.loads((cluster.root / f"hvd-{name}.npz.history.json")
+                                               .read_text()) for name in ("full", "paused"))
+    assert paused_history == full_history
     with cluster.http() as http:
         listed = http.get(f"/api/v1/trials/{trial_id}/checkpoints").json()
     assert len(listed) >= 4, listed  # the pause's, then one per epoch

@@ -13,6 +13,7 @@ data.hold_at: [epoch, batch, dir]: at that batch's end write dir/reached and wai
 data.weights_out: where rank 0 saves the final weights and optimizer variables (.npz)
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -70,8 +71,10 @@ class Hold(keras.callbacks.Callback):
                 time.sleep(0.05)
 
 
-context.fit(model, dataset, steps_per_epoch=32 // size, epochs=1, callbacks=[Warmup(), Hold()],
-            validation_data=(x[:32], y[:32]), verbose=0)
+hist = context.fit(model, dataset, steps_per_epoch=32 // size, epochs=1,
+                   callbacks=[Warmup(), Hold()], validation_data=(x[:32], y[:32]), verbose=0)
 if context.distributed.is_chief and data.get("weights_out"):
     state = _compat.optimizer_variables(model.optimizer, model.trainable_variables)
     np.savez(data["weights_out"], *model.get_weights(), *[np.asarray(v.numpy()) for v in state])
+    # the whole run's History (every epoch's training averages, a paused one's too)
+    Path(data["weights_out"] + ".history.json").write_text(json.dumps(hist.history))
