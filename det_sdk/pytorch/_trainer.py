@@ -454,6 +454,9 @@ class Trainer:
             every_batch = s.step_mode == LRScheduler.StepMode.STEP_EVERY_BATCH
             if every_batch and (idx + 1) % s.frequency == 0:
                 s.step()
+        for scaler in ctx._stepped_scalers:  # once a batch, after every optimizer's step
+            scaler.update()
+        ctx._stepped_scalers.clear()
         return {k: float(v.detach().item() if isinstance(v, torch.Tensor) else v)
                 for k, v in out.items()}
 
@@ -535,6 +538,7 @@ class Trainer:
             "models_state_dict": [_unwrap(m).state_dict() for m in ctx.models],
             "optimizers_state_dict": [o.state_dict() for o in ctx.optimizers],
             "lr_schedulers_state_dict": [s.state_dict() for s in ctx.lr_schedulers],
+            "scalers_state_dict": [s.state_dict() for s in ctx.scalers],
             "callbacks": {k: cb.state_dict() for k, cb in self.callbacks.items()},
             "trainer_state": {"batches_trained": torch.tensor(self.batches_trained),
                               "ranks": torch.tensor(self.dist.size)},
@@ -589,6 +593,8 @@ class Trainer:
             o.load_state_dict(s)
         for sch, s in zip(ctx.lr_schedulers, state["lr_schedulers_state_dict"]):
             sch.load_state_dict(s)
+        for scaler, s in zip(ctx.scalers, state.get("scalers_state_dict", [])):
+            scaler.load_state_dict(s)
         for k, cb in self.callbacks.items():
             if k in state.get("callbacks", {}):
                 cb.load_state_dict(state["callbacks"][k])

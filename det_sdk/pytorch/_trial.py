@@ -185,6 +185,8 @@ class PyTorchTrialContext:
         self.models: list[Any] = []       # as wrapped (DDP on N ranks)
         self.optimizers: list[Any] = []
         self.lr_schedulers: list[LRScheduler] = []
+        self.scalers: list[Any] = []      # GradScalers (AMP), checkpointed
+        self._stepped_scalers: list[Any] = []  # stepped in this batch: updated after it
         self.reducers: dict[str, MetricReducer] = {}
         self._steps: dict[int, int] = {}
         self._script_fit_done = False
@@ -247,8 +249,32 @@ class PyTorchTrialContext:
         if self.distributed.size > 1:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            if self.scalers:
+                _sum_gradients(model)
         self.models.append(model)
         return model
+
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """Register ``scaler`` (a ``torch.amp.GradScaler``): checkpointed with the trial,
+        stepped by :meth:`step_optimizer` (``scaler=``) and updated once after each batch,
+        as Determined's ``wrap_scaler``.
+
+        On N ranks the loss given to :meth:`backward` is divided by N and DDP sums the
+        ranks' gradients instead of averaging them: each row's float16 gradient is then
+        the one one process computes for it on the global batch, so N ranks skip (and
+        back the scale off at) exactly the steps one process does.
+
+        Example::
+
+            scaler = context.wrap_scaler(torch.amp.GradScaler("cuda"))
+            context.backward(scaler.scale(loss))
+            context.step_optimizer(optimizer, scaler=scaler)
+        """
+        self.scalers.append(scaler)
+        if self.distributed.size > 1:
+            for model in self.models:
+                _sum_gradients(model)
+        return scaler
 
     def wrap_optimizer(self, optimizer: Any, backward_passes_per_step: int = 1) -> Any:
         """Register ``optimizer`` (checkpointed; stepped by :meth:`step_optimizer`)."""
@@ -278,16 +304,33 @@ class PyTorchTrialContext:
 
     # -- the step
     def backward(self, loss: Any, **kwargs: Any) -> None:
-        """``loss.backward()`` (DDP averages the gradients over the ranks)."""
+        """``loss.backward()`` (DDP averages the gradients over the ranks; with a wrapped
+        scaler on N ranks, ``loss / N`` and summed: :meth:`wrap_scaler`)."""
+        if self.scalers and self.distributed.size > 1:
+            loss = loss / self.distributed.size
         loss.backward(**kwargs)
 
     def step_optimizer(self, optimizer: Any, clip_grads: Callable[[Any], None] | None = None,
                        auto_zero_grads: bool = True, scaler: Any = None) -> None:
-        """Step ``optimizer`` (and its per-step schedulers), then zero its gradients."""
+        """Step ``optimizer`` (and its per-step schedulers), then zero its gradients.
+
+        ``scaler``: a wrapped ``GradScaler``: its ``step(optimizer)`` (which skips a step
+        with non-finite gradients), the gradients unscaled first for ``clip_grads``."""
+        if scaler is not None and not any(scaler is s for s in self.scalers):
+            raise PyTorchTrialError("step_optimizer: scaler= must be wrapped first "
+                                    "(scaler = context.wrap_scaler(GradScaler(...))): its "
+                                    "state is checkpointed and it is updated after each batch")
         if clip_grads is not None:
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             params = [p for g in optimizer.param_groups for p in g["params"]]
             clip_grads(params)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            if not any(scaler is s for s in self._stepped_scalers):
+                self._stepped_scalers.append(scaler)
+        else:
+            optimizer.step()
         if auto_zero_grads:
             optimizer.zero_grad()
         for s in self.lr_schedulers:
@@ -439,3 +482,20 @@ class PyTorchTrial:
         if isinstance(batch, torch.Tensor):
             return int(batch.shape[0])
         return len(batch)
+
+
+def _sum_gradients(model: Any) -> None:
+    """Make a DDP ``model`` sum the ranks' gradients (its default hook averages them):
+    with the loss divided by N in :meth:`PyTorchTrialContext.backward`, the sum is the
+    same average, and each rank's float16 gradients are one process's. Once a model."""
+    import torch
+
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel) or getattr(
+            model, "_det_sums", False):
+        return
+
+    # a lambda: DDP refuses a hook whose annotations are not its own GradBucket and
+    # Future types (and this module's annotations are strings)
+    model.register_comm_hook(None, lambda state, bucket: torch.distributed.all_reduce(
+        bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0]))
+    model._det_sums = True

@@ -155,3 +155,30 @@ def test_a_killed_rank_makes_the_other_exit_within_60s(npz: Path, tmp_path: Path
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_amp_with_wrap_scaler_skips_on_two_ranks_what_one_process_skips(
+        tmp_path: Path) -> None:
+    """Determined's AMP shape (wrap_scaler, backward(scaler.scale(loss)),
+    step_optimizer(scaler=)), float16 autocast: a row whose float16 loss gradient fits
+    at the global batch overflows on a rank that averages its loss over its half. With
+    the loss divided by N and DDP summing, 2 ranks apply the step one process applies
+    (before: ``wrap_scaler`` did not exist and ``scaler=`` was ignored; averaged, the
+    first step was skipped and the scale halved)."""
+    script = ROOT / "tests" / "scripts" / "torch_amp.py"
+    reports = {}
+    for nproc in (1, 2):
+        cmd = [sys.executable, str(script), str(tmp_path / f"{nproc}.json")]
+        if nproc > 1:
+            cmd = [sys.executable, "-m", "det_sdk.launch.torch_distributed",
+                   "--nproc-per-node", str(nproc), *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env=_clean_env(DET_RUNS_DIR=str(tmp_path / f"runs{nproc}")))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        reports[nproc] = json.loads((tmp_path / f"{nproc}.json").read_text())
+    one, two = reports[1], reports[2]
+    assert one["scales"] == [2.0**16] * 6  # nothing skipped on one process
+    assert two["scales"] == one["scales"]
+    assert one["bias"][0] > 0.005  # the overflow-prone row's step was applied
+    for k in ("weight", "bias"):
+        assert two[k] == pytest.approx(one[k], abs=1e-6)
