@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -484,18 +485,22 @@ class PyTorchTrial:
         return len(batch)
 
 
+#: DDP models whose hook sums (a model takes one hook); weakly, as the models come and go
+_SUMMING: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _sum_gradients(model: Any) -> None:
     """Make a DDP ``model`` sum the ranks' gradients (its default hook averages them):
     with the loss divided by N in :meth:`PyTorchTrialContext.backward`, the sum is the
     same average, and each rank's float16 gradients are one process's. Once a model."""
     import torch
 
-    if not isinstance(model, torch.nn.parallel.DistributedDataParallel) or getattr(
-            model, "_det_sums", False):
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel) or any(
+            model is m for m in _SUMMING):
         return
 
     # a lambda: DDP refuses a hook whose annotations are not its own GradBucket and
     # Future types (and this module's annotations are strings)
     model.register_comm_hook(None, lambda state, bucket: torch.distributed.all_reduce(
         bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0]))
-    model._det_sums = True
+    _SUMMING.add(model)
