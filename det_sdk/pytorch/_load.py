@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from det_sdk.errors import DetSdkError
-from det_sdk.pytorch._trial import PyTorchTrialContext
+from det_sdk.pytorch._script import PyTorchScriptContext
 
 __all__ = ["CheckpointLoadContext", "load_trial_from_checkpoint_path"]
 
@@ -38,7 +38,7 @@ def _offline_core(hparams: dict[str, Any], config: dict[str, Any]) -> Any:
     return SimpleNamespace(distributed=SingleProcess(), info=info)
 
 
-class CheckpointLoadContext(PyTorchTrialContext):
+class CheckpointLoadContext(PyTorchScriptContext):
     """A context for building a trial to load weights into, not to train: one process, no
     master, nothing reported.
 

@@ -58,7 +58,8 @@ from det_sdk.pytorch._trial import (
     move_to,
 )
 
-__all__ = ["evaluate", "fit", "load_checkpoint_model", "predict", "predict_to", "wrap_data"]
+__all__ = ["PyTorchScriptContext", "evaluate", "fit", "load_checkpoint_model", "predict",
+           "predict_to", "wrap_data"]
 
 Metric = Callable[[Any, Any], Any]
 
@@ -414,3 +415,92 @@ def load_checkpoint_model(context: PyTorchTrialContext, model: Any,
         raise UsageError(f"load_checkpoint_model: checkpoint {uuid} holds no model")
     model.load_state_dict(models[0])
     return model
+
+
+class PyTorchScriptContext(PyTorchTrialContext):
+    """The context :func:`det_sdk.pytorch.init` returns: a :class:`PyTorchTrialContext` (what
+    a Trial uses) with the script-style API of this module as its methods, parallel to
+    ``det.keras.init()``'s.
+
+    A subclass here rather than methods of PyTorchTrialContext: these run the Trainer,
+    which imports _trial, so the Trial API cannot reach them without an import loop.
+    """
+
+    def wrap_data(self, data: Any, *, batch_size: int | None = None, shuffle: bool = False,
+                  drop_last: bool = False, **kwargs: Any) -> Any:
+        """``data`` (a Dataset, or a tuple of tensors / arrays) as a det_sdk DataLoader of
+        per-slot batches, ordered from (seed, epoch) and sharded over the ranks.
+
+        Example::
+
+            train = context.wrap_data((x_train, y_train), shuffle=True)
+        """
+        return wrap_data(self, data, batch_size=batch_size, shuffle=shuffle,
+                         drop_last=drop_last, **kwargs)
+
+    def fit(self, model: Any, optimizer: Any, loss_fn: Callable[[Any, Any], Any],
+            train_data: Any, *, validation_data: Any = None, epochs: int | None = None,
+            max_length: Any = None, checkpoint_period: Any = None,
+            validation_period: Any = None, metrics: Mapping[str, Any] | None = None,
+            reporting_period: Any = None) -> dict[str, float]:
+        """Train ``model`` in place with ``loss_fn(model(inputs), targets)`` on batches of
+        ``(inputs, targets)``, on the same Trainer as a PyTorchTrial (exact resume,
+        per-sample validation on N ranks, the searcher's length on the cluster). Returns
+        the last validation metrics (``val_loss`` and ``val_<name>`` for each of ``metrics``).
+
+        Example::
+
+            with det_sdk.pytorch.init(hparams={"global_batch_size": 32}) as context:
+                model = torch.nn.Linear(4, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                context.fit(model, opt, torch.nn.functional.mse_loss, (x, y),
+                            validation_data=(x_val, y_val), epochs=2)
+        """
+        return fit(self, model, optimizer, loss_fn, train_data,
+                   validation_data=validation_data, epochs=epochs,
+                   max_length=max_length, checkpoint_period=checkpoint_period,
+                   validation_period=validation_period, metrics=metrics,
+                   reporting_period=reporting_period)
+
+    def evaluate(self, model: Any, data: Any, *, loss_fn: Callable[[Any, Any], Any] | None = None,
+                 metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
+        """Per-sample means of ``loss`` and ``metrics`` over all of ``data`` (every rank's
+        share), the same on every rank.
+
+        Example::
+
+            context.evaluate(model, (x_val, y_val), loss_fn=F.mse_loss)  # {"loss": 0.03}
+        """
+        return evaluate(self, model, data, loss_fn=loss_fn, metrics=metrics)
+
+    def predict(self, model: Any, data: Any, *, output: str | os.PathLike[str] | None = None,
+                batch_size: int | None = None) -> Any:
+        """``model``'s outputs for every sample of ``data``, in order, on every rank.
+
+        ``output="DIR"`` streams them to part files in ``DIR`` instead (the format the Keras
+        front writes, docs/batch-inference.md): a rerun into ``DIR`` predicts only what is
+        missing; returns a ``StreamedPredictions``; read them with
+        ``det_sdk.load_predictions(DIR)``. ``batch_size``: per slot (default: the
+        hyperparameters' ``global_batch_size`` / processes).
+
+        Example::
+
+            outputs = context.predict(model, (x_test,))
+            context.predict(model, (x_test,), output="predictions", batch_size=4096)
+        """
+        if output is not None:
+            return predict_to(self, model, data, output, batch_size=batch_size)
+        return predict(self, model, data, batch_size=batch_size)
+
+    def load_checkpoint_model(self, model: Any, checkpoint_uuid: str | None = None, *,
+                              trial_id: int | str | None = None, best: bool = False) -> Any:
+        """Load a checkpoint's model weights into ``model`` (built by your code) and return
+        it: ``checkpoint_uuid``'s, or a trial's latest (``best``: best by the searcher
+        metric); this trial's by default.
+
+        Example::
+
+            model = context.load_checkpoint_model(Net(), best=True)
+        """
+        return load_checkpoint_model(self, model, checkpoint_uuid,
+                                     trial_id=trial_id, best=best)

@@ -1,4 +1,5 @@
-"""``det_sdk.pytorch.init()`` and ``Trainer(trial, context).fit()``: the training loop.
+"""``Trainer(trial, context).fit()``: the training loop (the context is
+``det_sdk.pytorch.init()``'s, :mod:`._init`).
 
 Exact by construction:
 
@@ -26,7 +27,7 @@ import os
 import random
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from det_sdk.pytorch._trial import (
 )
 from det_sdk.storage import folder_size
 
-__all__ = ["Trainer", "init"]
+__all__ = ["Trainer"]
 
 log = logging.getLogger("det_sdk.pytorch")
 
@@ -69,41 +70,6 @@ def _distributed() -> Any:
     if launched_by_torch_or_horovod():
         return TorchDistributed.from_env()
     return SingleProcess()
-
-
-@contextlib.contextmanager
-def init(*, hparams: Mapping[str, Any] | None = None, config: Any = None,
-         distributed: Any = None, seed: int | None = None,
-         runs_dir: str | os.PathLike[str] | None = None,
-         resume: int | str | None = None,
-         exp_conf: Any = None) -> Iterator[PyTorchTrialContext]:
-    """A :class:`PyTorchTrialContext` for this process (Determined's ``det.pytorch.init``)::
-
-        with det_sdk.pytorch.init(hparams={"global_batch_size": 64, "lr": 0.1}) as ctx:
-            trial = MyTrial(ctx)
-            Trainer(trial, ctx).fit(max_length=Epoch(2))
-
-    Ranks come from torchrun's or horovodrun's variables (one process otherwise); on the
-    cluster the hyperparameters and everything else come from the master, off it from
-    ``hparams`` / ``config`` (a YAML path or mapping; ``exp_conf``, Determined's name,
-    is the same) as in ``det.core.init``.
-    """
-    from det_sdk import core
-
-    if exp_conf is not None:
-        if config is not None:
-            raise TrainerError("init: give config or exp_conf (Determined's name), not both")
-        config = exp_conf
-
-    dist = distributed if distributed is not None else _distributed()
-    with core.init(distributed=dist, config=config, hparams=hparams, seed=seed,
-                   runs_dir=runs_dir, resume=resume) as core_context:
-        hp = dict(core_context.info.hparams or {})
-        data_cfg = dict((core_context.info.config or {}).get("data") or {})
-        trial_seed = int(core_context.info.trial_seed)
-        _seed_everything(trial_seed + dist.rank)
-        ctx = PyTorchTrialContext(core_context, hparams=hp, data_config=data_cfg)
-        yield ctx
 
 
 def _seed_everything(seed: int) -> None:

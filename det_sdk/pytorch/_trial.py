@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import os
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -351,100 +350,14 @@ class PyTorchTrialContext:
         return self._epoch_end
 
 
-    # -- the script-style API, parallel to det.keras.init()'s (det_sdk.pytorch._script)
+    # -- the script-style API, parallel to det.keras.init()'s: the rest of it (wrap_data,
+    # fit, evaluate, predict, ...) is det_sdk.pytorch._script.PyTorchScriptContext's, the
+    # subclass init() returns (the Trainer it runs imports this module)
     @property
     def hparams(self) -> dict[str, Any]:
         """The trial's hyperparameters (off the cluster: ``init(hparams=...)``)."""
         return self.get_hparams()
 
-    def wrap_data(self, data: Any, *, batch_size: int | None = None, shuffle: bool = False,
-                  drop_last: bool = False, **kwargs: Any) -> Any:
-        """``data`` (a Dataset, or a tuple of tensors / arrays) as a det_sdk DataLoader of
-        per-slot batches, ordered from (seed, epoch) and sharded over the ranks.
-
-        Example::
-
-            train = context.wrap_data((x_train, y_train), shuffle=True)
-        """
-        from det_sdk.pytorch import _script
-
-        return _script.wrap_data(self, data, batch_size=batch_size, shuffle=shuffle,
-                                 drop_last=drop_last, **kwargs)
-
-    def fit(self, model: Any, optimizer: Any, loss_fn: Callable[[Any, Any], Any],
-            train_data: Any, *, validation_data: Any = None, epochs: int | None = None,
-            max_length: Any = None, checkpoint_period: Any = None,
-            validation_period: Any = None, metrics: Mapping[str, Any] | None = None,
-            reporting_period: Any = None) -> dict[str, float]:
-        """Train ``model`` in place with ``loss_fn(model(inputs), targets)`` on batches of
-        ``(inputs, targets)``, on the same Trainer as a PyTorchTrial (exact resume,
-        per-sample validation on N ranks, the searcher's length on the cluster). Returns
-        the last validation metrics (``val_loss`` and ``val_<name>`` for each of ``metrics``).
-
-        Example::
-
-            with det_sdk.pytorch.init(hparams={"global_batch_size": 32}) as context:
-                model = torch.nn.Linear(4, 1)
-                opt = torch.optim.SGD(model.parameters(), lr=0.1)
-                context.fit(model, opt, torch.nn.functional.mse_loss, (x, y),
-                            validation_data=(x_val, y_val), epochs=2)
-        """
-        from det_sdk.pytorch import _script
-
-        return _script.fit(self, model, optimizer, loss_fn, train_data,
-                           validation_data=validation_data, epochs=epochs,
-                           max_length=max_length, checkpoint_period=checkpoint_period,
-                           validation_period=validation_period, metrics=metrics,
-                           reporting_period=reporting_period)
-
-    def evaluate(self, model: Any, data: Any, *, loss_fn: Callable[[Any, Any], Any] | None = None,
-                 metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
-        """Per-sample means of ``loss`` and ``metrics`` over all of ``data`` (every rank's
-        share), the same on every rank.
-
-        Example::
-
-            context.evaluate(model, (x_val, y_val), loss_fn=F.mse_loss)  # {"loss": 0.03}
-        """
-        from det_sdk.pytorch import _script
-
-        return _script.evaluate(self, model, data, loss_fn=loss_fn, metrics=metrics)
-
-    def predict(self, model: Any, data: Any, *, output: str | os.PathLike[str] | None = None,
-                batch_size: int | None = None) -> Any:
-        """``model``'s outputs for every sample of ``data``, in order, on every rank.
-
-        ``output="DIR"`` streams them to part files in ``DIR`` instead (the format the Keras
-        front writes, docs/batch-inference.md): a rerun into ``DIR`` predicts only what is
-        missing; returns a ``StreamedPredictions``; read them with
-        ``det_sdk.load_predictions(DIR)``. ``batch_size``: per slot (default: the
-        hyperparameters' ``global_batch_size`` / processes).
-
-        Example::
-
-            outputs = context.predict(model, (x_test,))
-            context.predict(model, (x_test,), output="predictions", batch_size=4096)
-        """
-        from det_sdk.pytorch import _script
-
-        if output is not None:
-            return _script.predict_to(self, model, data, output, batch_size=batch_size)
-        return _script.predict(self, model, data, batch_size=batch_size)
-
-    def load_checkpoint_model(self, model: Any, checkpoint_uuid: str | None = None, *,
-                              trial_id: int | str | None = None, best: bool = False) -> Any:
-        """Load a checkpoint's model weights into ``model`` (built by your code) and return
-        it: ``checkpoint_uuid``'s, or a trial's latest (``best``: best by the searcher
-        metric); this trial's by default.
-
-        Example::
-
-            model = context.load_checkpoint_model(Net(), best=True)
-        """
-        from det_sdk.pytorch import _script
-
-        return _script.load_checkpoint_model(self, model, checkpoint_uuid,
-                                             trial_id=trial_id, best=best)
 
 #: Determined's ``det.TrialContext`` annotation in the seed's tutorial
 TrialContext = PyTorchTrialContext
