@@ -176,6 +176,9 @@ def open_storage(config: Mapping[str, Any] | None,
     from det_sdk.config.storage import CheckpointStorageConfig
 
     cfg = CheckpointStorageConfig.model_validate(dict(config or {}))
+    # The one import loop of this package, by design: the object stores implement the
+    # interface defined here and are imported here only when a config names one (each
+    # needs its extra, obstore), so `import det_sdk.storage` stays light
     if cfg.type == "s3":
         from det_sdk.storage.s3 import S3Storage
 

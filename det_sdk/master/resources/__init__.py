@@ -344,6 +344,8 @@ def make_resource_manager(kind: str, store: Store, data_dir: Path, slots: int,
     ``slurm_options`` (extra ``sbatch`` arguments), ``wants_stop`` (allocation id ->
     whether it should stop: a job still waiting in Slurm's queue is then cancelled).
     """
+    # The one import loop of this package, by design: the managers implement the
+    # interface defined here and are imported here only when `det master up` picks one
     if kind == "local":
         from det_sdk.master.resources.local import LocalManager
 
