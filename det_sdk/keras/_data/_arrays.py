@@ -276,11 +276,20 @@ def _shard_geometry(struct: Any) -> tuple[int, int] | None:
 
 
 def tensors_as_arrays(x: Any) -> Any:
-    """``x`` with its leaves as numpy arrays when every leaf is a TensorFlow tensor (rows
-    a script made with ``tf.convert_to_tensor``), so that they are shared out as numpy
-    rows are; anything else as it is."""
+    """``x`` with its leaves as numpy arrays when every leaf is a numeric TensorFlow
+    tensor (rows a script made with ``tf.convert_to_tensor``), so that they are shared
+    out as numpy rows are; anything else as it is. String tensors stay tensors: numpy
+    holds them as ``object`` arrays, which Keras's ``predict`` refuses (keras-io's
+    FeatureSpace sample, ``"thal": "fixed"``).
+
+    >>> got = tensors_as_arrays({"age": tf.constant([60.0]), "thal": tf.constant(["fixed"])})
+    >>> type(got["age"]).__name__, type(got["thal"]).__name__  # a string: all stay tensors
+    ('EagerTensor', 'EagerTensor')
+    >>> type(tensors_as_arrays({"age": tf.constant([60.0])})["age"]).__name__
+    'ndarray'
+    """
     leaves = _leaves(x)
     if not leaves or not all(isinstance(a, tf.Tensor) and hasattr(a, "numpy")
-                             for a in leaves):
+                             and a.dtype != tf.string for a in leaves):
         return x
     return _map(lambda a: a.numpy() if isinstance(a, tf.Tensor) else a, x)
