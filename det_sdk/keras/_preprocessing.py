@@ -14,8 +14,7 @@ Rows cut from views, and pipelines built on a sharded dataset, are refused with 
 (adapt before ``wrap_data``).
 
 >>> from det_sdk.distributed import SingleProcess
->>> from det_sdk.distributed import Processes
-from det_sdk.keras import _compat, _data
+>>> from det_sdk.keras import _compat, _data
 >>> adapt_over_all_rows()
 >>> norm = _compat.keras.layers.Normalization(axis=None)
 >>> norm.adapt(_data.wrap_data(SingleProcess(), np.array([1.0, 3.0])))
