@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,13 +32,10 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import xxhash
 
 import det_sdk
-from det_sdk.arrayfile import ArrayFileWriter, read_exactly
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DetSdkError, UsageError
-from det_sdk.keras import _compat
-from det_sdk.storage import OWNER_FILE
+from det_sdk.keras import _compat, _format
 
 __all__ = [
     "CheckpointCorruptError",
@@ -68,12 +64,11 @@ class WeightsOnlyCheckpointError(DetSdkError, ValueError):
     loads the weights into it."""
 
 
-# 2: checksums.json (xxh3-64 of every file), keras_major. 1: no checksums (still read).
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-CHECKSUMS = "checksums.json"
-ALIGN = 64  # bytes: TensorFlow's buffer alignment, kept by every array in state.bin
-_FILES = ("metadata.json", "model.json", "state.json", "state.bin")
+# the format's files, shared with the JAX and PyTorch engine (no TensorFlow there)
+FORMAT_VERSION = _format.FORMAT_VERSION
+ALIGN = _format.ALIGN
+_read_json, _read_arrays, _must_verify = _format.read_json, _format.read_arrays, _format.must_verify
+_json_bytes, read_group = _format.json_bytes, _format.read_group
 
 
 # --- what is in a model's training state -----------------------------------------------
@@ -367,23 +362,12 @@ def write_snapshot(path: Path, snap: Snapshot, metadata: Mapping[str, Any]) -> i
     Every file gets an xxh3-64 checksum in ``checksums.json`` (about 30 GB/s, so
     it costs nothing next to the disk), verified when the checkpoint is read.
     """
-    index = []
-    with ArrayFileWriter(path / "state.bin", align=ALIGN) as out:
-        for group, name, value in snap.arrays:
-            # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
-            arr = np.asarray(_host_array(value), order="C")
-            offset = out.add(arr)
-            index.append({"group": group, "name": name, "dtype": tf.as_dtype(arr.dtype).name,
-                          "shape": list(arr.shape), "offset": offset, "nbytes": arr.nbytes})
-    sums = {"state.bin": out.digest.hexdigest()}
-    sums["state.json"] = _write_json(path / "state.json",
-                                     {"arrays": index, "total_bytes": out.total})
-    sums["model.json"] = _write_bytes(path / "model.json", snap.model_json())
+    # asarray keeps 0-d shapes; ascontiguousarray would make them 1-d
+    arrays = [(group, name, np.asarray(_host_array(value), order="C"))
+              for group, name, value in snap.arrays]
     meta = {"format_version": FORMAT_VERSION, "keras_major": _compat.KERAS_MAJOR,
             "framework": framework_versions(), **metadata}
-    sums["metadata.json"] = _write_json(path / "metadata.json", meta)
-    _write_json(path / CHECKSUMS, {"algorithm": "xxh3_64", "files": sums})
-    return sum((path / name).stat().st_size for name in (*_FILES, CHECKSUMS))
+    return _format.write_files(path, arrays, snap.model_json(), meta)
 
 
 def save_checkpoint(
@@ -403,47 +387,24 @@ def save_checkpoint(
                           metadata)
 
 
-def _write_json(path: Path, obj: Any) -> str:
-    """Write ``obj`` as JSON; its xxh3-64 checksum."""
-    return _write_bytes(path, _json_bytes(obj))
-
-
-def _json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, default=_json_default).encode()
-
-
-def _write_bytes(path: Path, data: bytes) -> str:
-    """Write ``data`` as the file ``path``; its xxh3-64 checksum."""
-    path.write_bytes(data)
-    return xxhash.xxh3_64_hexdigest(data)
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)
-
-
 # --- loading ----------------------------------------------------------------------------
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """The checkpoint's ``metadata.json``, checked to be a complete checkpoint."""
-    for name in _FILES:
+    for name in _format.FILES:
         if not (path / name).is_file():
             raise CheckpointCorruptError(f"checkpoint {path} is incomplete: {name} is missing")
     meta = _read_json(path / "metadata.json")
     if not isinstance(meta, dict):
         raise CheckpointCorruptError(f"checkpoint {path}: metadata.json is not a JSON object")
-    if meta.get("format_version") not in READABLE_VERSIONS:
+    if meta.get("format_version") not in _format.READABLE_VERSIONS:
         raise CheckpointCorruptError(
             f"checkpoint {path} has format version {meta.get('format_version')!r}; "
-            f"this det_sdk reads versions {', '.join(map(str, READABLE_VERSIONS))}"
+            f"this det_sdk reads versions {', '.join(map(str, _format.READABLE_VERSIONS))}"
         )
     if _must_verify(path, meta):
-        _verify(path, "metadata.json", (path / "metadata.json").read_bytes())
+        _format.verify_file(path, "metadata.json", (path / "metadata.json").read_bytes())
     major = meta.get("keras_major", 2)  # checkpoints from before Keras 3 support: Keras 2
     if major != _compat.KERAS_MAJOR:
         raise CheckpointMismatchError(
@@ -454,95 +415,6 @@ def read_metadata(path: Path) -> dict[str, Any]:
             "2.16: pip install tf-keras and set TF_USE_LEGACY_KERAS=1)"
         )
     return meta
-
-
-def _checksums(path: Path) -> dict[str, str]:
-    sums = _read_json(path / CHECKSUMS) if (path / CHECKSUMS).is_file() else None
-    if not isinstance(sums, dict) or not isinstance(sums.get("files"), dict):
-        raise CheckpointCorruptError(f"checkpoint {path}: {CHECKSUMS} is missing or unreadable")
-    return sums["files"]
-
-
-def _verify(path: Path, name: str, data: Any) -> None:
-    """Raise unless ``data`` (the bytes of file ``name``) has its recorded checksum."""
-    expected = _checksums(path).get(name)
-    if expected != xxhash.xxh3_64_hexdigest(data):
-        raise CheckpointCorruptError(
-            f"checkpoint {path}: {name} does not match its checksum (altered or damaged "
-            "on disk); use another checkpoint")
-
-
-def _read_json(path: Path, verify: bool = False) -> Any:
-    try:
-        data = path.read_bytes()
-        if verify:
-            _verify(path.parent, path.name, data)
-        return json.loads(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointCorruptError(f"checkpoint file {path} is unreadable: {err}") from None
-
-
-def _read_arrays(path: Path, verify: bool = True) -> dict[str, list[np.ndarray]]:
-    verify = verify and _must_verify(path)
-    index = _read_json(path / "state.json", verify=verify)
-    try:
-        entries = index["arrays"]
-        total = int(index["total_bytes"])
-    except (KeyError, TypeError, ValueError):
-        raise CheckpointCorruptError(f"checkpoint {path}: state.json has no array index") from None
-    size = os.path.getsize(path / "state.bin")
-    if size != total:
-        raise CheckpointCorruptError(
-            f"checkpoint {path}: state.bin holds {size} bytes, its index says {total} "
-            "(truncated or overwritten)"
-        )
-    # Reads into uninitialised memory (a bytearray would be zero-filled first); the
-    # arrays are views of it, handed to TensorFlow without copies (see _assign).
-    raw = np.empty(total + ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    buf = raw[start:start + total]
-    try:
-        fd = os.open(path / "state.bin", os.O_RDONLY)
-    except OSError as err:
-        raise CheckpointCorruptError(f"checkpoint file {path / 'state.bin'} is unreadable: "
-                                     f"{err}") from None
-    try:  # a loop: one read stops at 2 GiB - 4 KiB on Linux
-        read_exactly(fd, buf, offset=0, what=f"checkpoint file {path / 'state.bin'}")
-    finally:
-        os.close(fd)
-    if verify:
-        _verify(path, "state.bin", buf)
-    groups: dict[str, list[np.ndarray]] = {}
-    for e in entries:
-        dtype = np.dtype(tf.as_dtype(e["dtype"]).as_numpy_dtype)
-        start, nbytes = int(e["offset"]), int(e["nbytes"])
-        arr = buf[start:start + nbytes].view(dtype).reshape(e["shape"])
-        groups.setdefault(e["group"], []).append(arr)
-    return groups
-
-
-def read_group(path: Path, group: str) -> list[np.ndarray]:
-    """The arrays of one ``group`` of checkpoint ``path``'s state file, read alone (a
-    training pipeline's state, next to a model's weights the restore read already).
-
-    Checked against ``state.json``'s index (its own checksum); the restore that comes
-    first verified ``state.bin``.
-    """
-    index = _read_json(path / "state.json", verify=_must_verify(path))
-    try:
-        entries = [e for e in index["arrays"] if e["group"] == group]
-    except (KeyError, TypeError):
-        raise CheckpointCorruptError(f"checkpoint {path}: state.json has no array index") from None
-    out = []
-    with open(path / "state.bin", "rb") as f:
-        for e in entries:
-            f.seek(int(e["offset"]))
-            data = f.read(int(e["nbytes"]))
-            if len(data) != int(e["nbytes"]):
-                raise CheckpointCorruptError(f"checkpoint {path}: state.bin is truncated")
-            dtype = np.dtype(tf.as_dtype(e["dtype"]).as_numpy_dtype)
-            out.append(np.frombuffer(data, dtype).reshape(e["shape"]))
-    return out
 
 
 def _as_tensor(arr: np.ndarray) -> Any:
@@ -558,26 +430,6 @@ def _as_tensor(arr: np.ndarray) -> Any:
     except (AttributeError, TypeError, ValueError, BufferError, RuntimeError,
             tf.errors.InvalidArgumentError):
         return arr
-
-
-def _must_verify(path: Path, meta: Any = None) -> bool:
-    """Whether checkpoint ``path``'s files are checked against ``checksums.json``.
-
-    Always, but for a genuine format-1 checkpoint: it has neither ``checksums.json`` nor
-    ``keras_major`` (both came with format 2), nor a master's owner file (which came
-    after format 2: a checkpoint a master's task saved is format 2 or later). What the
-    metadata claims cannot switch the check off: a directory with ``checksums.json`` or
-    an owner file is verified whatever its ``format_version`` says, and a format-2 one
-    (or one naming its Keras major, which only the format-2 writer does) without it is
-    incomplete: damaged, which the master marks (never retried as "another Keras").
-    """
-    if (path / CHECKSUMS).exists() or (path / OWNER_FILE).exists():
-        return True
-    if meta is None:
-        meta = _read_json(path / "metadata.json")
-    if not isinstance(meta, dict):
-        return True
-    return meta.get("format_version", 1) != 1 or "keras_major" in meta
 
 
 def _assign(
