@@ -1,6 +1,9 @@
 """The Keras API: ``det.keras.init()`` and the context it returns.
 
-Importing this module imports TensorFlow; ``import det_sdk`` alone does not.
+``init()`` trains on the backend Keras runs on (``KERAS_BACKEND``: TensorFlow, JAX or
+PyTorch; see docs/backends.md). Importing this module imports no framework; the names
+below that belong to the TensorFlow engine (``DeterminedCallback``, ``TFKerasTrial``,
+...) import TensorFlow when first used.
 
 >>> import det_sdk as det
 >>> context = det.keras.init(hparams={"global_batch_size": 64})
@@ -8,20 +11,30 @@ Importing this module imports TensorFlow; ``import det_sdk`` alone does not.
 64
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from det_sdk.errors import CheckpointCorruptError, CheckpointMismatchError, DivergenceError
-from det_sdk.keras._context import KerasContext, TrainingContext
-from det_sdk.keras._data import ShardedArray
-from det_sdk.keras._determined_callback import DeterminedCallback, TensorBoard
-from det_sdk.keras._init import init
-from det_sdk.keras._trial import (
-    InMemorySequence,
-    SequenceAdapter,
-    TFKerasTensorBoard,
-    TFKerasTrial,
-    TFKerasTrialContext,
-    run_trial,
-)
-from det_sdk.keras._types import ArrayLike, InputData  # Determined's type-hint names
+from det_sdk.keras._entry import init
+
+# name -> the module that defines it; imported when the name is first used (PEP 562)
+_LAZY = {
+    "KerasContext": "det_sdk.keras._context",
+    "TrainingContext": "det_sdk.keras._context",
+    "ShardedArray": "det_sdk.keras._data",
+    "DeterminedCallback": "det_sdk.keras._determined_callback",
+    "TensorBoard": "det_sdk.keras._determined_callback",
+    "InMemorySequence": "det_sdk.keras._trial",
+    "SequenceAdapter": "det_sdk.keras._trial",
+    "TFKerasTensorBoard": "det_sdk.keras._trial",
+    "TFKerasTrial": "det_sdk.keras._trial",
+    "TFKerasTrialContext": "det_sdk.keras._trial",
+    "run_trial": "det_sdk.keras._trial",
+    "ArrayLike": "det_sdk.keras._types",  # Determined's type-hint names
+    "InputData": "det_sdk.keras._types",
+}
 
 __all__ = [
     "ArrayLike",
@@ -42,3 +55,16 @@ __all__ = [
     "init",
     "run_trial",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'det_sdk.keras' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

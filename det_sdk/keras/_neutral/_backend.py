@@ -1,0 +1,82 @@
+"""The backend seam of the JAX and PyTorch engine: chosen once, in ``init()``.
+
+What differs between Keras 3 on JAX and on PyTorch is here, one class each
+(``_jax.JaxBackend``, ``_torch.TorchBackend``), and nowhere else in ``_neutral``:
+
+- how the processes meet (JAX: ``jax.distributed``; PyTorch: ``torch.distributed``);
+- how a step sees every process's rows: on JAX, Keras's ``DataParallel`` distribution
+  makes each step one program over the global batch (the gradient, the metrics and the
+  dropout masks are one process's); on PyTorch each process steps on its rows and the
+  optimizer averages the gradients before it applies them;
+- whether the metrics a process holds are its own rows' (PyTorch) or every row's (JAX);
+- reading the live variables in a callback (JAX keeps them out of the model during an
+  epoch), and random state kept outside them (PyTorch's global generator).
+
+>>> backend_named("jax").name
+'jax'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from det_sdk.distributed import Processes
+from det_sdk.errors import UsageError
+
+__all__ = ["BACKENDS", "Backend", "backend_named"]
+
+#: The backends this engine trains on, and the module of each.
+BACKENDS = {"jax": "det_sdk.keras._neutral._jax", "torch": "det_sdk.keras._neutral._torch"}
+
+
+class Backend:
+    """What the engine asks of a backend. One process needs nothing of it but its name."""
+
+    name = ""
+    #: True when each process's metric states hold its own rows only (summed over the
+    #: processes before they are read); False when every process holds every row's.
+    metrics_per_process = False
+
+    def processes(self) -> Processes:
+        """The processes of this run, from the launcher's environment (one: ``SingleProcess``)."""
+        raise NotImplementedError
+
+    def prepare(self, dist: Processes) -> None:
+        """Before the script builds its model: how the processes share a step."""
+
+    def wrap_optimizer(self, optimizer: Any, dist: Processes) -> Any:
+        """``optimizer``, made to apply what one process would apply on ``dist``."""
+        return optimizer
+
+    def check_optimizer(self, model: Any, dist: Processes) -> None:
+        """Before the first step: refuse an optimizer that would train N processes wrong."""
+
+    def sync(self, model: Any) -> None:
+        """Put the training step's current values into the model's variables."""
+
+    def seed_rank(self, model: Any, dist: Processes) -> None:
+        """Give each process its own random draws where its step draws for its rows only."""
+
+    def random_state(self) -> list[Any]:
+        """This process's random state outside the model's ``SeedGenerator`` objects, as
+        numpy arrays (checkpointed per process)."""
+        return []
+
+    def set_random_state(self, arrays: list[Any]) -> None:
+        """Restore what :meth:`random_state` returned."""
+
+    def determinism(self) -> str | None:
+        """A warning when a step may not repeat bit for bit, naming the switch; None if it does."""
+        return None
+
+
+def backend_named(name: str) -> Backend:
+    """The backend Keras runs on (``keras.config.backend()``), other than TensorFlow."""
+    module = BACKENDS.get(name)
+    if module is None:
+        raise UsageError(
+            f"det_sdk.keras: Keras runs on backend {name!r}; det_sdk trains on 'tensorflow', "
+            "'jax' and 'torch' (set KERAS_BACKEND to one of them)")
+    backend: Backend = importlib.import_module(module).BACKEND
+    return backend

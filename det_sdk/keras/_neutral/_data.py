@@ -1,0 +1,217 @@
+"""What each process trains on: the rows of every global batch that are its own.
+
+``wrap_data`` checks and marks arrays; ``fit`` cuts every global batch (``batch_size``
+rows per process times the processes) into equal parts, process ``r`` taking the ``r``-th,
+in an order that depends on the run's seed and the epoch only. So N processes see
+exactly the rows one process would see in each step, and a resumed run continues an epoch
+at its next batch. A ``keras.utils.PyDataset`` of the script's is cut the same way, batch
+by batch.
+
+>>> import numpy as np
+>>> from det_sdk.distributed import SingleProcess
+>>> b = EpochBatches.of((np.arange(10.0)[:, None], np.arange(10.0)), batch_size=4,
+...                     dist=SingleProcess(), seed=1, shuffle=False)
+>>> len(b), b.batches_per_epoch
+(3, 3)
+>>> b[2][0][:, 0].tolist()
+[8.0, 9.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import numpy as np
+
+from det_sdk.distributed import Processes
+from det_sdk.errors import ArgumentTypeError, UsageError
+
+__all__ = ["EpochBatches", "as_arrays", "rows_of", "split_xy", "wrap_data"]
+
+
+def as_arrays(data: Any, what: str) -> Any:
+    """``data`` (an array, or a list/tuple/dict of them) as numpy arrays, same structure."""
+    if data is None:
+        return None
+    if isinstance(data, Mapping):
+        return {k: as_arrays(v, f"{what}[{k!r}]") for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and not np.isscalar(data[0]) \
+            and hasattr(data[0], "__len__"):
+        return type(data)(as_arrays(v, f"{what}[{i}]") for i, v in enumerate(data))
+    try:
+        arr = np.asarray(data)
+    except Exception as err:
+        raise ArgumentTypeError(f"{what}: not an array ({type(data).__name__}): {err}") from None
+    if arr.ndim == 0:
+        raise ArgumentTypeError(f"{what}: an array of rows is expected, got a scalar")
+    return arr
+
+
+def _leaves(data: Any) -> list[np.ndarray]:
+    if data is None:
+        return []
+    if isinstance(data, Mapping):
+        return [a for v in data.values() for a in _leaves(v)]
+    if isinstance(data, (list, tuple)):
+        return [a for v in data for a in _leaves(v)]
+    return [data]
+
+
+def rows_of(*parts: Any, what: str = "wrap_data") -> int:
+    """The number of rows every array of ``parts`` has; refused if they differ."""
+    rows = {len(a) for p in parts for a in _leaves(p)}
+    if len(rows) != 1:
+        raise UsageError(f"{what}: the arrays have different numbers of rows ({sorted(rows)})")
+    return rows.pop()
+
+
+def _take(data: Any, idx: np.ndarray) -> Any:
+    if data is None:
+        return None
+    if isinstance(data, Mapping):
+        return {k: _take(v, idx) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_take(v, idx) for v in data)
+    return data[idx]
+
+
+def wrap_data(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
+    """Arrays checked (same rows) and returned as numpy; a ``PyDataset`` as it is.
+
+    Sharding happens in ``fit``, batch by batch, so the arrays stay whole here.
+    """
+    if isinstance(x, keras.utils.PyDataset):
+        if y is not None or sample_weight is not None:
+            raise UsageError("wrap_data: a PyDataset yields its own targets; give x alone")
+        return x
+    if _is_foreign(x):
+        raise ArgumentTypeError(
+            f"wrap_data: {type(x).__module__}.{type(x).__name__} on JAX and PyTorch: pass "
+            "numpy arrays (or lists/dicts of them) or a keras.utils.PyDataset; det_sdk "
+            "orders and shards them itself so that resuming and N processes are exact")
+    arrays = [as_arrays(p, name) for p, name in ((x, "x"), (y, "y"), (sample_weight,
+                                                                     "sample_weight"))]
+    rows_of(*arrays)
+    given = [a for a, p in zip(arrays, (x, y, sample_weight)) if p is not None]
+    return given[0] if len(given) == 1 else tuple(given)
+
+
+def _is_foreign(x: Any) -> bool:
+    """A data pipeline det_sdk cannot cut and resume exactly here (tf.data, DataLoader)."""
+    module = type(x).__module__
+    return module.startswith(("tensorflow", "torch.utils.data")) or \
+        type(x).__name__ in ("DataLoader", "DatasetV2", "Dataset", "PrefetchDataset")
+
+
+class EpochBatches(keras.utils.PyDataset):
+    """This process's batches of epochs ``epoch`` on, from batch ``first`` of the first one.
+
+    Built by :meth:`of`. ``batches_per_epoch`` is a whole epoch's count; ``len()`` the
+    first epoch's (from ``first`` to ``last``). Keras calls ``on_epoch_end`` between
+    epochs: the next one is whole, in its own order.
+    """
+
+    def __init__(self, source: Any, *, batches_per_epoch: int, batch_for: Any,
+                 epoch: int = 0, first: int = 0, last: int | None = None) -> None:
+        super().__init__(workers=1, use_multiprocessing=False)
+        self._source = source
+        self.batches_per_epoch = batches_per_epoch
+        self._batch_for = batch_for  # (epoch, index) -> batch
+        self.epoch, self.first = epoch, first
+        self.last = batches_per_epoch if last is None else last
+
+    @classmethod
+    def of(cls, data: Any, *, batch_size: int | None, dist: Processes, seed: int,
+           shuffle: bool = True, epoch: int = 0, first: int = 0,
+           last: int | None = None) -> EpochBatches:
+        """The batches of ``data``: a tuple ``(x, y[, sample_weight])`` of arrays, or a
+        ``PyDataset`` (whose batches are global ones, each cut between the processes)."""
+        if isinstance(data, keras.utils.PyDataset):
+            n = len(data)
+
+            def from_dataset(ep: int, i: int) -> Any:
+                return _rows_of_process(data[i], dist, f"batch {i} of the PyDataset")
+
+            return cls(data, batches_per_epoch=n, batch_for=from_dataset, epoch=epoch,
+                       first=first, last=last)
+        if batch_size is None:
+            batch_size = 32  # Keras's default
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ArgumentTypeError(f"context.fit: batch_size must be a positive int, got "
+                                    f"{batch_size!r}")
+        rows = rows_of(*data, what="context.fit: x, y")
+        global_batch = batch_size * dist.size
+        n = -(-rows // global_batch)
+        tail = rows - (n - 1) * global_batch
+        if tail % dist.size:
+            raise UsageError(
+                f"context.fit: {rows} rows in global batches of {global_batch} leave "
+                f"{tail} rows in the last one, which {dist.size} processes cannot share "
+                "equally (each step must see the same number of rows on every process to "
+                f"train what one process trains). Use {rows - tail % dist.size} rows, or a "
+                "global batch size that divides the rows")
+
+        def from_arrays(ep: int, i: int) -> Any:
+            order = np.random.default_rng([seed, ep]).permutation(rows) if shuffle \
+                else np.arange(rows)
+            idx = order[i * global_batch:(i + 1) * global_batch]
+            share = len(idx) // dist.size
+            mine = idx[dist.rank * share:(dist.rank + 1) * share]
+            return tuple(_take(part, mine) for part in data)
+
+        return cls(data, batches_per_epoch=n, batch_for=from_arrays, epoch=epoch,
+                   first=first, last=last)
+
+    def __len__(self) -> int:
+        return self.last - self.first
+
+    def __getitem__(self, index: int) -> Any:
+        return self._batch_for(self.epoch, self.first + index)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Train epoch ``epoch`` next (``fit``'s callback says so as each epoch begins:
+        Keras calls a PyDataset's own epoch hooks more than once an epoch). The first
+        epoch of the call keeps its ``first`` and ``last``; the others are whole."""
+        if epoch != self.epoch:
+            self.epoch, self.first, self.last = epoch, 0, self.batches_per_epoch
+
+    def on_epoch_end(self) -> None:
+        if isinstance(self._source, keras.utils.PyDataset):
+            self._source.on_epoch_end()
+
+
+def _rows_of_process(batch: Any, dist: Processes, what: str) -> Any:
+    """Process ``dist.rank``'s equal part of a global batch ``(x, y[, w])``."""
+    if dist.size == 1:
+        return batch
+    parts = batch if isinstance(batch, tuple) else (batch,)
+    rows = rows_of(*parts, what=what)
+    if rows % dist.size:
+        raise UsageError(
+            f"context.fit: {what} holds {rows} rows, which {dist.size} processes cannot "
+            "share equally: give the PyDataset a batch size that the number of processes "
+            "divides (its last batch too)")
+    share = rows // dist.size
+    mine = np.arange(dist.rank * share, (dist.rank + 1) * share)
+    cut = tuple(_take(p, mine) for p in parts)
+    return cut if isinstance(batch, tuple) else cut[0]
+
+
+def split_xy(x: Any, y: Any, sample_weight: Any) -> Any:
+    """``fit``'s data as the tuple the batches are cut from; a PyDataset as it is."""
+    if isinstance(x, keras.utils.PyDataset):
+        if y is not None or sample_weight is not None:
+            raise UsageError("context.fit: a PyDataset yields its own targets; give x alone")
+        return x
+    if x is None:
+        raise UsageError("context.fit: x is required")
+    parts = [as_arrays(x, "x")]
+    if y is not None:
+        parts.append(as_arrays(y, "y"))
+    if sample_weight is not None:
+        if y is None:
+            raise UsageError("context.fit: sample_weight needs y")
+        parts.append(as_arrays(sample_weight, "sample_weight"))
+    return tuple(parts)

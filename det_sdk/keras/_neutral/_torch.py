@@ -1,0 +1,122 @@
+"""Keras 3 on PyTorch: each process steps on its rows; the optimizer averages gradients.
+
+Keras has no distribution for PyTorch yet (keras-team/keras #21190). The processes meet in
+``torch.distributed`` (``det_sdk.collectives.torch``: torchrun's or horovodrun's ranks,
+Gloo on CPUs, NCCL on GPUs); Keras's PyTorch trainer computes each process's gradients
+and calls ``optimizer.apply(grads, variables)``, where :meth:`TorchBackend.wrap_optimizer`
+averages them first (one all-reduce of every gradient in one flat buffer). Every process
+holds the same number of rows per step (``_data`` refuses batches that cannot be split
+so), so the average of the processes' mean gradients is the gradient of the mean over the
+global batch: one process's step, to float round-off.
+
+Each process's metric states count its own rows: the engine sums them over the processes
+before it reads them. Dropout draws per process: each process's random state has its
+rank folded in, so the processes' masks differ as one process's do between rows.
+
+>>> BACKEND.name, BACKEND.metrics_per_process
+('torch', True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from det_sdk.distributed import Processes, SingleProcess
+from det_sdk.errors import UsageError
+from det_sdk.keras._neutral._backend import Backend
+from det_sdk.ranks import horovodrun, torchrun
+
+__all__ = ["BACKEND", "TorchBackend"]
+
+_AVERAGING = "_det_sdk_averaging"
+
+
+class TorchBackend(Backend):
+    """Keras 3 on PyTorch (see the module)."""
+
+    name = "torch"
+    metrics_per_process = True
+
+    def processes(self) -> Processes:
+        if not (torchrun.launched() or horovodrun.launched()):
+            return SingleProcess()
+        from det_sdk.collectives.torch import TorchDistributed
+
+        return TorchDistributed.from_env()
+
+    def wrap_optimizer(self, optimizer: Any, dist: Processes) -> Any:
+        if dist.size == 1 or getattr(optimizer, _AVERAGING, False):
+            return optimizer
+        import torch
+        import torch.distributed as tdist
+
+        apply = optimizer.apply
+        size = dist.size
+
+        def averaged_apply(grads: Any, trainable_variables: Any = None) -> Any:
+            grads = list(grads)
+            present = [i for i, g in enumerate(grads) if g is not None]
+            if present:
+                flat = torch.cat([grads[i].reshape(-1) for i in present])
+                tdist.all_reduce(flat)  # a sum; bounded by the group's timeout
+                flat /= size
+                offset = 0
+                for i in present:
+                    n = grads[i].numel()
+                    grads[i] = flat[offset:offset + n].view_as(grads[i])
+                    offset += n
+            return apply(grads, trainable_variables)
+
+        optimizer.apply = averaged_apply
+        setattr(optimizer, _AVERAGING, True)
+        return optimizer
+
+    def check_optimizer(self, model: Any, dist: Processes) -> None:
+        optimizer = getattr(model, "optimizer", None)
+        inner = getattr(optimizer, "inner_optimizer", None)  # a LossScaleOptimizer's
+        if dist.size > 1 and not (getattr(optimizer, _AVERAGING, False)
+                                  or getattr(inner, _AVERAGING, False)):
+            raise UsageError(
+                f"context.fit: {dist.size} processes on PyTorch need the model's optimizer "
+                "wrapped, or each process would train its own rows alone: compile with "
+                "optimizer=context.wrap_optimizer(keras.optimizers.Adam(...))")
+
+    def seed_rank(self, model: Any, dist: Processes) -> None:
+        if dist.size == 1:
+            return
+        import torch
+
+        torch.manual_seed(int(torch.initial_seed()) + dist.rank * 1_000_003)
+        for layer in model._flatten_layers(include_self=True):
+            for gen in getattr(layer, "_seed_generators", []):
+                state = np.asarray(gen.state.numpy())
+                gen.state.assign((state + np.array([dist.rank * 1_000_003, 0],
+                                                   dtype=state.dtype)).astype(state.dtype))
+
+    def random_state(self) -> list[Any]:
+        # Keras's Dropout without a seed draws from torch's global generator, not from
+        # its SeedGenerator (keras/src/backend/torch/random.py): it is the run's state too
+        import torch
+
+        return [torch.get_rng_state().numpy().copy()]
+
+    def set_random_state(self, arrays: list[Any]) -> None:
+        import torch
+
+        if arrays:
+            torch.set_rng_state(torch.from_numpy(np.array(arrays[0], dtype=np.uint8)))
+
+    def determinism(self) -> str | None:
+        import torch
+
+        if torch.cuda.is_available():
+            return ("det_sdk: PyTorch on GPUs: a resumed run repeats an uninterrupted one bit "
+                    "for bit only with deterministic kernels: "
+                    "torch.use_deterministic_algorithms(True) and "
+                    "CUBLAS_WORKSPACE_CONFIG=:4096:8")
+        return None
+
+
+BACKEND = TorchBackend()
