@@ -208,7 +208,8 @@ class SingleProcess(Processes):
 #: Determined's core API builds some contexts on its ``DistributedContext`` class
 #: (``from_tf_config``, ``from_torch_distributed``), but building them takes a framework:
 #: TensorFlow's strategy and the Keras version (``det_sdk.keras``), torch's process group
-#: (``det_sdk.pytorch``). That code is its front's: det.core names the launch environment
+#: (``det_sdk.collectives.torch``, below both fronts). That code is its front's (or the
+#: collectives' the fronts share): det.core names the launch environment
 #: and calls what this table names, ``"module:attribute"``, imported on first use (as
 #: ``det.keras`` is, ``_LAZY`` in ``det_sdk/__init__.py``). So a Core API script that
 #: never imports a front still gets its context, and det.core imports no front (the
@@ -219,7 +220,7 @@ FRONT_BUILDERS: dict[str, str] = {
     # (workers, index, environ) -> (context, tf.distribute.Strategy)
     "tf_config": "det_sdk.keras._strategy:context_and_strategy",
     # (chief_ip=) -> the context of a torchrun (or horovodrun) process for PyTorch
-    "torch_distributed": "det_sdk.pytorch._distributed:TorchDistributed.from_env",
+    "torch_distributed": "det_sdk.collectives.torch:TorchDistributed.from_env",
 }
 
 

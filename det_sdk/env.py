@@ -13,7 +13,7 @@ Four families, each named here and read here, but for two: a task's are read thr
   :mod:`det_sdk.ranks`, one module per launcher (``tests/unit/test_ranks.py`` checks);
 - the **user's settings** for the ``det`` CLI and det_sdk's tools: ``DET_MASTER``,
   ``DET_USER_TOKEN``, ``DET_CREDENTIALS``, ``DET_MASTER_DIR``, ``DET_TORCH_TIMEOUT``,
-  ``DET_SLURM_RENDEZVOUS_ADDR``, ``DET_COLLECTIVE_TIMEOUT``.
+  ``DET_SLURM_RENDEZVOUS_ADDR``, ``DET_COLLECTIVE_TIMEOUT``, ``DET_JAX_TIMEOUT``.
 
 Processes that must start outside any of them (the master's tasks, a test's fresh
 script) take :func:`outside`.
@@ -105,7 +105,8 @@ def outside(environ: Mapping[str, str] | None = None, *, keep: Iterable[str] = (
 
 #: the user's settings (:func:`setting` reads them)
 SETTINGS = ("DET_MASTER", "DET_USER_TOKEN", "DET_CREDENTIALS", "DET_MASTER_DIR",
-            "DET_TORCH_TIMEOUT", "DET_SLURM_RENDEZVOUS_ADDR", "DET_COLLECTIVE_TIMEOUT")
+            "DET_TORCH_TIMEOUT", "DET_SLURM_RENDEZVOUS_ADDR", "DET_COLLECTIVE_TIMEOUT",
+            "DET_JAX_TIMEOUT")
 
 
 def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:

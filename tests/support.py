@@ -34,6 +34,32 @@ def run_python(
     )
 
 
+#: the launchers in this interpreter's environment (absent ones: the tests that need them skip)
+HOROVODRUN = Path(sys.executable).with_name("horovodrun")
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+def launcher_argv(launcher: str, script: Path | str, processes: int = 2) -> list[str]:
+    """The command that starts ``processes`` copies of ``script`` on this host, as a user
+    would: ``horovodrun -np N --gloo`` or ``torchrun --nproc_per_node N --standalone``.
+
+    >>> launcher_argv("torchrun", "s.py")[1:]
+    ['--nproc_per_node', '2', '--standalone', 's.py']
+    """
+    if launcher == "horovodrun":
+        return [str(HOROVODRUN), "-np", str(processes), "--gloo", sys.executable, str(script)]
+    if launcher == "torchrun":
+        return [str(TORCHRUN), "--nproc_per_node", str(processes), "--standalone", str(script)]
+    raise ValueError(f"launcher_argv: horovodrun or torchrun, not {launcher!r}")
+
+
+def launched_env(**env: str) -> dict[str, str]:
+    """A launcher's environment: a plain shell's (no run's, task's or rank's variables), this
+    checkout's det_sdk first on the path, ``env`` on top."""
+    return outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=str(REPO), **env)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines file (metrics.jsonl, checkpoints.jsonl, ...)."""
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -16,7 +16,8 @@ Across TensorFlow workers the object collectives (``allgather``, ``broadcast``) 
 through the same TCP star around the chief; the tensors of training go through the
 strategy. TensorFlow is imported only inside ``from_tf_config``/``from_horovod``, and
 torch inside ``from_torch_distributed``: what needs a framework is its front's
-(``det_sdk.keras._strategy``, ``det_sdk.pytorch._distributed``), which these call through
+(``det_sdk.keras._strategy``) or the shared collectives' (``det_sdk.collectives.torch``),
+which these call through
 ``det_sdk.distributed.front_builder``; this module imports no front. The ranks the
 launchers describe are read by :mod:`det_sdk.ranks` (``TF_CONFIG``:
 :mod:`det_sdk.ranks.tf_config`).
@@ -222,7 +223,7 @@ class DistributedContext(_base.Processes):
 
             distributed = det.core.DistributedContext.from_torch_distributed()
         """
-        # the process group is the PyTorch front's (det_sdk.pytorch._distributed)
+        # the process group is det_sdk.collectives.torch's (shared by the fronts)
         return _base.front_builder("torch_distributed")(chief_ip=chief_ip)
 
 

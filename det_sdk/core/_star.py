@@ -121,10 +121,13 @@ class Star:
             while len(star._peers) < size - 1:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    missing = [r for r in range(1, size) if r not in star._peers]
                     star.close()
                     raise CollectiveError(
-                        f"det_sdk: {size - 1 - len(star._peers)} of {size - 1} other ranks did "
-                        f"not connect to the chief's port {port} within {timeout_s:.0f} s")
+                        f"det_sdk: {len(missing)} of {size - 1} other ranks did not connect "
+                        f"to the chief's port {port} within {timeout_s:.0f} s (missing: "
+                        f"rank{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(str, missing))})")
                 server.settimeout(left)
                 try:
                     conn, peer = server.accept()

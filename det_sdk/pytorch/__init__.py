@@ -28,9 +28,9 @@ Imports torch, never TensorFlow::
         pytorch.Trainer(MyTrial(context), context).fit(max_length=pytorch.Epoch(2))
 """
 
+from det_sdk.collectives.torch import TorchDistributed
 from det_sdk.pytorch import experimental, samplers
 from det_sdk.pytorch._data import DataLoader, TorchData
-from det_sdk.pytorch._distributed import TorchDistributed
 from det_sdk.pytorch._init import init
 from det_sdk.pytorch._load import CheckpointLoadContext, load_trial_from_checkpoint_path
 from det_sdk.pytorch._trainer import Trainer, TrainerError, load_state

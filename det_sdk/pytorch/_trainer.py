@@ -64,8 +64,8 @@ class TrainerError(DetSdkError, ValueError):
 
 
 def _distributed() -> Any:
+    from det_sdk.collectives.torch import TorchDistributed, launched_by_torch_or_horovod
     from det_sdk.distributed import SingleProcess
-    from det_sdk.pytorch._distributed import TorchDistributed, launched_by_torch_or_horovod
 
     if launched_by_torch_or_horovod():
         return TorchDistributed.from_env()

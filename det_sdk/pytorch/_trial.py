@@ -8,8 +8,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from det_sdk.collectives.torch import use_rank_device
 from det_sdk.errors import DetSdkError
-from det_sdk.pytorch._distributed import use_rank_device
 
 __all__ = ["Batch", "Epoch", "LRScheduler", "MetricReducer", "PyTorchCallback",
            "PyTorchTrial", "PyTorchTrialContext", "Reducer", "TrialContext",

@@ -1,6 +1,7 @@
 """``torchrun``'s ranks (also ``det_sdk.launch.torch_distributed``'s): ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
-``GROUP_WORLD_SIZE``, and the process group's store at ``MASTER_ADDR:MASTER_PORT``.
+``GROUP_WORLD_SIZE``, and the process group's store at ``MASTER_ADDR:MASTER_PORT``
+(served by torchrun's agent where ``TORCHELASTIC_USE_AGENT_STORE`` says so, else by rank 0).
 
 >>> r = read({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"})
 >>> r.local_rank, r.cross_rank, r.cross_size, r.chief_addr
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 
 from det_sdk.ranks._value import Ranks
 
-__all__ = ["RANK_VAR", "launched", "read", "restart_count"]
+__all__ = ["RANK_VAR", "agent_store", "launched", "read", "restart_count"]
 
 RANK_VAR = "RANK"
 SIZE_VAR = "WORLD_SIZE"
@@ -48,3 +49,16 @@ def restart_count(environ: Mapping[str, str] | None = None) -> str:
     """How many times torchrun restarted the group (``TORCHELASTIC_RESTART_COUNT``, "0")."""
     env = os.environ if environ is None else environ
     return env.get("TORCHELASTIC_RESTART_COUNT", "0")
+
+
+def agent_store(environ: Mapping[str, str] | None = None) -> bool:
+    """True where torchrun's agent serves the store at ``MASTER_ADDR:MASTER_PORT``
+    (``TORCHELASTIC_USE_AGENT_STORE=True``, as torchrun sets it): every rank is then its
+    client. Otherwise (``det_sdk.launch.torch_distributed``, a script's own variables)
+    rank 0 serves it.
+
+    >>> agent_store({"TORCHELASTIC_USE_AGENT_STORE": "True"}), agent_store({})
+    (True, False)
+    """
+    env = os.environ if environ is None else environ
+    return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"

@@ -16,8 +16,10 @@ import det_sdk
 import harness
 
 # The frameworks' fronts run where their framework is installed (torch is not in the
-# Keras 2 environment); `python -m` entry modules are not imported.
-_OPTIONAL = {"det_sdk.pytorch": "torch", "det_sdk.keras": "tensorflow"}
+# Keras 2 environment), and so does torch's process group; `python -m` entry modules are
+# not imported. (det_sdk.collectives.jax's examples need no JAX: they run everywhere.)
+_OPTIONAL = {"det_sdk.pytorch": "torch", "det_sdk.keras": "tensorflow",
+             "det_sdk.collectives.torch": "torch"}
 
 
 def _modules() -> list[str]:

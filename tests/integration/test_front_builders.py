@@ -1,6 +1,7 @@
-"""det.core's constructors that need a framework build through the fronts
-(``det_sdk.distributed.FRONT_BUILDERS``): det.core imports no front (``lint-imports``),
-yet a Core API script that imports only ``det.core`` gets the front's context.
+"""det.core's constructors that need a framework build through the fronts, or through the
+collectives they share (``det_sdk.distributed.FRONT_BUILDERS``): det.core imports no front
+(``lint-imports``), yet a Core API script that imports only ``det.core`` gets the front's
+context.
 
 Each runs in this process, on one rank: the multi-process paths are
 tests/e2e/test_core_callback.py's (TensorFlow) and tests/e2e/test_pytorch.py's (torchrun).
@@ -19,10 +20,11 @@ from harness.master import free_port
 
 @pytest.mark.parametrize("launch", sorted(FRONT_BUILDERS))
 def test_every_builder_is_a_function_of_its_front(launch: str) -> None:
-    pytest.importorskip("torch" if "pytorch" in FRONT_BUILDERS[launch] else "tensorflow")
+    module = FRONT_BUILDERS[launch].partition(":")[0]
+    pytest.importorskip("torch" if module.endswith("torch") else "tensorflow")
     built = front_builder(launch)
     assert callable(built)
-    assert built.__module__ == FRONT_BUILDERS[launch].partition(":")[0]
+    assert built.__module__ == module
 
 
 def test_from_tf_config_gets_the_keras_fronts_context_and_strategy() -> None:
@@ -62,7 +64,7 @@ def test_the_ranks_each_builder_reads_and_its_refusals() -> None:
     """The launchers' variables reach the builders through det_sdk.ranks: what each
     refuses says which variables are missing, before any process group is joined."""
     pytest.importorskip("torch")
-    from det_sdk.pytorch._distributed import DistributedSetupError, TorchDistributed
+    from det_sdk.collectives.torch import DistributedSetupError, TorchDistributed
 
     with pytest.raises(DistributedSetupError, match="no ranks in the environment"):
         TorchDistributed.from_env(environ={"PATH": "/bin"})

@@ -223,7 +223,7 @@ def test_under_horovodrun_rank_0_publishes_a_store_already_listening() -> None:
     import socket
     import threading
 
-    from det_sdk.pytorch._distributed import _rendezvous_via_horovod
+    from det_sdk.collectives.torch import _rendezvous_via_horovod
 
     kv: dict[str, bytes] = {}
     reachable: list[bool] = []
@@ -266,7 +266,7 @@ def test_each_rank_trains_on_a_gpu_of_its_own_or_is_refused_naming_what_to_chang
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The device rule, GPUs given as a count (this machine has none; the device machine
     ran the CUDA path itself: docs/pytorch.md)."""
-    from det_sdk.pytorch._distributed import DistributedSetupError, rank_device
+    from det_sdk.collectives.torch import DistributedSetupError, rank_device
 
     assert str(rank_device(0, 1, gpus=0)) == "cpu"
     assert str(rank_device(3, 4, gpus=8)) == "cuda:3"

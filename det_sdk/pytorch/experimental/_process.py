@@ -161,7 +161,7 @@ def _default_distributed() -> Any:
 
 
 def _device(core_context: Context) -> Any:
-    from det_sdk.pytorch._distributed import use_rank_device
+    from det_sdk.collectives.torch import use_rank_device
 
     dist = core_context.distributed
     return use_rank_device(int(dist.get_local_rank()), int(dist.get_local_size()))

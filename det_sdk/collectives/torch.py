@@ -1,5 +1,8 @@
 """Ranks over ``torch.distributed`` (gloo on CPU, nccl on GPUs): det.core without Horovod or TF.
 
+The PyTorch front's process group (``det_sdk.pytorch``), and the Keras front's on
+Keras's torch backend: it lives below both (:mod:`det_sdk.collectives`).
+
 Where the ranks come from, in this order (read by :mod:`det_sdk.ranks`):
 
 - torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
@@ -25,33 +28,30 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-import socket
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar
 
+from det_sdk.collectives._rendezvous import (
+    DistributedSetupError,
+    HorovodKV,
+    gpu_refusal,
+    own_address,
+)
 from det_sdk.core._distributed import DistributedContext as CoreDistributedContext
 from det_sdk.core._star import Star, bind_address
 from det_sdk.engine.orphan import watch_launcher
 from det_sdk.env import setting
-from det_sdk.errors import DetSdkError
 from det_sdk.ranks import horovodrun, torchrun, which
 
 if TYPE_CHECKING:
     import torch
     from torch.distributed import Store
 
-__all__ = ["TorchDistributed", "launched_by_torch_or_horovod", "rank_device", "use_rank_device"]
+__all__ = ["DistributedSetupError", "TorchDistributed", "launched_by_torch_or_horovod",
+           "rank_device", "use_rank_device"]
 
 T = TypeVar("T")
 _SCOPE = "det_sdk_torch"
-
-
-class DistributedSetupError(DetSdkError, RuntimeError):
-    """The ranks could not find each other (rendezvous, missing variables), or a machine
-    has fewer GPUs than processes."""
 
 
 def rank_device(local_rank: int, local_size: int, gpus: int) -> torch.device:
@@ -69,14 +69,7 @@ def rank_device(local_rank: int, local_size: int, gpus: int) -> torch.device:
     if gpus == 0:
         return torch.device("cpu")
     if local_rank >= gpus:
-        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise DistributedSetupError(
-            f"det_sdk.pytorch: {local_size} processes on this machine, but it shows {gpus} "
-            f"GPU{'s' if gpus != 1 else ''}"
-            f"{f' (CUDA_VISIBLE_DEVICES={shown!r})' if shown is not None else ''}: each "
-            f"process trains on a GPU of its own, and local rank {local_rank} has none. "
-            f"Start at most {gpus} per machine (--nproc-per-node, slots_per_trial), or "
-            "hide the GPUs (CUDA_VISIBLE_DEVICES='') to train on the CPU.")
+        raise gpu_refusal(local_rank, local_size, gpus)
     return torch.device("cuda", local_rank)
 
 
@@ -97,53 +90,32 @@ def launched_by_torch_or_horovod(environ: Mapping[str, str] | None = None) -> bo
     return torchrun.launched(environ) or horovodrun.launched(environ)
 
 
-def _own_address(toward: str, local_only: bool) -> str:
-    if local_only:
-        return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # the interface routing there
-        s.connect((toward, 9))
-        return str(s.getsockname()[0])
-
-
 def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, size: int, local_only: bool,
                             timeout: float) -> tuple[str, int, Store | None]:
     """``(host, port, store)``: the group's key-value store, which rank 0 serves on a port
     the kernel picked while binding it and then publishes as ``host:port``; the others read
     that and connect (``store`` is their client). A port found free and bound later can be
     taken in between by another trial on the host."""
-    store = horovodrun.gloo_rendezvous(env)
-    if store is None:
+    rendezvous = horovodrun.gloo_rendezvous(env)
+    if rendezvous is None:
         raise DistributedSetupError(
-            "det_sdk.pytorch: HOROVOD_RANK is set but HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT are "
+            "det_sdk: HOROVOD_RANK is set but HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT are "
             "not: start the ranks with `horovodrun --gloo`, or use torchrun / "
             "`python -m det_sdk.launch.torch_distributed`")
-    addr, port = store
-    url = f"http://{addr}:{port}/{_SCOPE}/master"
-    if rank == 0:
-        import torch.distributed as tdist
+    addr, port = rendezvous
+    kv = HorovodKV(addr, port, scope=_SCOPE, timeout=timeout)
+    import torch.distributed as tdist
 
-        host = _own_address(addr, local_only)
+    if rank == 0:
+        host = own_address(addr, local_only)
         server = tdist.TCPStore(host if local_only else "", 0, world_size=size, is_master=True,
                                 timeout=datetime.timedelta(seconds=timeout),
                                 wait_for_workers=False)
-        req = urllib.request.Request(url, data=f"{host}:{server.port}".encode(), method="PUT")
-        urllib.request.urlopen(req, timeout=timeout).close()
+        kv.set("master", f"{host}:{server.port}")
         return host, int(server.port), server
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
-                host, _, p = resp.read().decode().rpartition(":")
-            import torch.distributed as tdist
-
-            return host, int(p), tdist.TCPStore(host, int(p), is_master=False,
-                                                timeout=datetime.timedelta(seconds=timeout))
-        except urllib.error.HTTPError as err:
-            if err.code != 404 or time.monotonic() > deadline:
-                raise DistributedSetupError(
-                    f"det_sdk.pytorch: rank 0's address never appeared at {url}: {err}"
-                ) from err
-        time.sleep(0.05)
+    host, _, p = kv.get("master").rpartition(":")
+    return host, int(p), tdist.TCPStore(host, int(p), is_master=False,
+                                        timeout=datetime.timedelta(seconds=timeout))
 
 
 class TorchDistributed(CoreDistributedContext):
@@ -219,7 +191,7 @@ class TorchDistributed(CoreDistributedContext):
         if ranks.launcher == "torchrun":
             if not ranks.chief_addr or not ranks.chief_port:
                 raise DistributedSetupError(
-                    "det_sdk.pytorch: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
+                    "det_sdk: RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT "
                     "are not (torchrun sets all of them)")
             master_addr, master_port = ranks.chief_addr, ranks.chief_port
             store = None  # torchrun's agent's, or rank 0's own: init_process_group binds it
@@ -230,7 +202,7 @@ class TorchDistributed(CoreDistributedContext):
                 env, ranks.rank, ranks.size, ranks.cross_size == 1, timeout)
         else:
             raise DistributedSetupError(
-                "det_sdk.pytorch: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
+                "det_sdk: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
                 "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
         return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
                    local_size=ranks.local_size, cross_rank=ranks.cross_rank,
