@@ -446,6 +446,9 @@ def _assign(
                 f"checkpoint {where}: {group} variable {v.name} has shape {tuple(v.shape)} "
                 f"in the model but {arr.shape} in the checkpoint"
             )
+        dtype = _format.numpy_dtype(str(getattr(v.dtype, "name", v.dtype)))
+        if arr.dtype != dtype:  # another backend's (JAX counts steps in int32)
+            arr = arr.astype(dtype)
         # Into the backing tf.Variable: Keras 3's own assign converts and checks again
         # (5x slower); a tensor over the read buffer is taken without a copy.
         _compat.backing_variable(v).assign(_as_tensor(arr))

@@ -42,6 +42,27 @@ class Backend:
         """The processes of this run, from the launcher's environment (one: ``SingleProcess``)."""
         raise NotImplementedError
 
+    def predict(self, model: Any, x: Any, dist: Processes, **kwargs: Any) -> Any:
+        """``model.predict(x)`` of every row of ``x``, on this process."""
+        return model.predict(x, **kwargs)
+
+    def set_seeds(self, seed: int) -> None:
+        """Seed Python, NumPy and Keras's global ``SeedGenerator`` (``keras.random`` draws
+        without a seed) as ``keras.utils.set_random_seed`` does, without importing
+        TensorFlow (that function seeds it too when it is installed: seconds of start-up
+        and a framework the run does not use)."""
+        import random
+
+        import numpy as np
+        from keras.src.backend.common import global_state
+        from keras.src.random import seed_generator
+        from keras.src.utils import rng_utils
+
+        global_state.set_global_attribute(rng_utils.GLOBAL_RANDOM_SEED, seed)
+        global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+        random.seed(seed)
+        np.random.seed(seed)
+
     def prepare(self, dist: Processes) -> None:
         """Before the script builds its model: how the processes share a step."""
 

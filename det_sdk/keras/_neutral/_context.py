@@ -177,7 +177,7 @@ class NeutralKerasContext:
 
             probs = context.predict(model, x_test, batch_size=256)
         """
-        return model.predict(x, **kwargs)
+        return self._backend.predict(model, x, self.distributed, **kwargs)
 
     def load_checkpoint_model(self, trial_id: int | str | None = None,
                               checkpoint_uuid: str | None = None, *, best: bool = False,

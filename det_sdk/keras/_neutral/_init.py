@@ -10,8 +10,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import keras
-
 from det_sdk.config import ExperimentConfig, JobConfig, Length
 from det_sdk.core._context import context_of_run
 from det_sdk.engine.policy import TrainingPolicy
@@ -35,7 +33,7 @@ def init(backend_name: str, *, hparams: Mapping[str, Any] | None = None,
     backend.prepare(dist)
     run = open_run(dist, config=config, hparams=hparams, runs_dir=runs_dir, resume=resume,
                    seed=seed)
-    keras.utils.set_random_seed(run.seed)
+    backend.set_seeds(run.seed)
     info = run.info if run.on_cluster else None
     core = context_of_run(run)
     if run.is_job:

@@ -46,6 +46,26 @@ class JaxBackend(Backend):
         keras.distribution.set_distribution(keras.distribution.DataParallel(
             devices=jax.devices(), auto_shard_dataset=False))
 
+    def predict(self, model: Any, x: Any, dist: Processes, **kwargs: Any) -> Any:
+        if dist.size == 1:
+            return model.predict(x, **kwargs)
+        # Under DataParallel a prediction is a global array no process may read whole
+        # (and one step of all processes): each predicts every row with a copy of the
+        # model of its own (the weights are replicated, so each holds them all).
+        import keras
+
+        from det_sdk.keras._neutral._state import tensorflow_absent
+
+        distribution = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
+        try:
+            with tensorflow_absent():  # cloning serializes the model
+                local = keras.models.clone_model(model)
+            local.set_weights(model.get_weights())
+            return local.predict(x, **kwargs)
+        finally:
+            keras.distribution.set_distribution(distribution)
+
     def sync(self, model: Any) -> None:
         # During an epoch JAX's trainer keeps the state in its own arrays
         model.jax_state_sync()

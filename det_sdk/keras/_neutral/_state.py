@@ -13,9 +13,11 @@ writes them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from det_sdk.errors import CheckpointMismatchError, UsageError
 from det_sdk.keras import _format
 
 __all__ = ["GROUPS", "apply_arrays", "model_json", "read_checkpoint", "rng_variables",
-           "state_arrays", "write_checkpoint"]
+           "state_arrays", "tensorflow_absent", "write_checkpoint"]
 
 GROUPS = ("model", "optimizer:0", "rng", "metrics")
 
@@ -74,8 +76,32 @@ def own_arrays(model: Any, backend_random: list[np.ndarray]
             [_host(v.value) for v in model.metrics_variables])
 
 
+@contextlib.contextmanager
+def tensorflow_absent() -> Iterator[None]:
+    """Keras's serialization asks whether TensorFlow is importable (to recognise its
+    objects), importing it when it is installed: seconds and half a gigabyte in a JAX or
+    PyTorch run. While TensorFlow is not loaded no object of it exists to recognise, so
+    for the serialization Keras is told it is absent."""
+    from keras.src.utils import module_utils
+
+    lazy = module_utils.tensorflow
+    if "tensorflow" in sys.modules or getattr(lazy, "_available", True) is not None:
+        yield
+        return
+    lazy._available = False
+    try:
+        yield
+    finally:
+        lazy._available = None
+
+
 def model_json(model: Any) -> bytes:
     """``model.json`` as the TensorFlow engine writes it (architecture, compile config)."""
+    with tensorflow_absent():
+        return _model_json(model)
+
+
+def _model_json(model: Any) -> bytes:
     try:
         config: dict[str, Any] | None = json.loads(model.to_json())
         why = None

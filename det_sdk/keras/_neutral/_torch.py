@@ -46,6 +46,12 @@ class TorchBackend(Backend):
 
         return TorchDistributed.from_env()
 
+    def set_seeds(self, seed: int) -> None:
+        import torch
+
+        super().set_seeds(seed)
+        torch.manual_seed(seed)
+
     def wrap_optimizer(self, optimizer: Any, dist: Processes) -> Any:
         if dist.size == 1 or getattr(optimizer, _AVERAGING, False):
             return optimizer

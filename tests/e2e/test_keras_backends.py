@@ -1,0 +1,134 @@
+"""Keras 3 on JAX and PyTorch (issue 57): the same backend-neutral script
+(tests/scripts/keras_backend_fit.py) locally, stopped and resumed, on 2 processes, and its
+checkpoints loaded on another backend. Real processes, the real backends on CPUs.
+
+A module-scoped cache holds each backend's uninterrupted one-process run: the tests compare
+against it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support import SCRIPTS, launched_env, launcher_argv, run_python
+
+pytest.importorskip("jax")
+pytest.importorskip("torch")
+
+FIT = SCRIPTS / "keras_backend_fit.py"
+LOAD = SCRIPTS / "keras_backend_load.py"
+BACKENDS = ["jax", "torch"]
+
+
+def _run(tmp: Path, backend: str, out: str, *, processes: int = 1, **env: str
+         ) -> subprocess.CompletedProcess[str]:
+    full = {"KERAS_BACKEND": backend, "DET_RUNS_DIR": str(tmp / "runs"),
+            "OUT": str(tmp / out), **env}
+    if processes == 1:
+        return run_python(FIT, {**full, "PYTHONPATH": str(Path(__file__).parents[2])},
+                          cwd=tmp, timeout=240)
+    return subprocess.run(launcher_argv("torchrun", FIT, processes), cwd=tmp, timeout=240,
+                          env=launched_env(**full), capture_output=True, text=True)
+
+
+def _result(tmp: Path, out: str) -> tuple[list[np.ndarray], dict[str, Any], np.ndarray]:
+    with np.load(tmp / f"{out}.npz") as saved:
+        weights = [saved[f"arr_{i}"] for i in range(len(saved.files) - 1)]
+        predictions = saved["predictions"]
+    return weights, json.loads((tmp / f"{out}.json").read_text()), predictions
+
+
+_REFERENCE: dict[tuple[str, str], tuple[Path, Any]] = {}
+
+
+def reference(backend: str, dropout: str, factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """The uninterrupted one-process run of ``backend`` (its directory and result)."""
+    key = (backend, dropout)
+    if key not in _REFERENCE:
+        tmp = factory.mktemp(f"ref_{backend}_{dropout}")
+        done = _run(tmp, backend, "ref", DROPOUT=dropout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        _REFERENCE[key] = (tmp, _result(tmp, "ref"))
+    return _REFERENCE[key]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigterm_mid_epoch_then_resume_is_bit_equal(backend: str, tmp_path: Path,
+                                                    tmp_path_factory: pytest.TempPathFactory
+                                                    ) -> None:
+    _, (ref_w, ref_meta, _) = reference(backend, "1", tmp_path_factory)
+    # 13 batches an epoch: the 17th is inside the second epoch
+    stopped = _run(tmp_path, backend, "stopped", KILL_AT="17")
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert "stopped by SIGTERM at epoch 1, batch 4" in stopped.stderr
+    assert not (tmp_path / "stopped.npz").exists()
+    resumed = _run(tmp_path, backend, "resumed", DET_RESUME="latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    weights, meta, _ = _result(tmp_path, "resumed")
+    assert meta["history"] == ref_meta["history"]  # every epoch's row, bit for bit
+    assert len(meta["history"]["val_loss"]) == 3
+    for a, b in zip(weights, ref_w):
+        np.testing.assert_array_equal(a, b)
+    # the run trained on its backend without TensorFlow or Horovod
+    assert "tensorflow" not in meta["loaded"] and "horovod" not in meta["loaded"]
+    assert backend in meta["loaded"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_processes_train_what_one_does(backend: str, tmp_path: Path,
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    # JAX's DataParallel makes the two processes one program: dropout's masks are one
+    # process's too. On PyTorch each process draws its own: compared without dropout.
+    dropout = "1" if backend == "jax" else "0"
+    _, (ref_w, ref_meta, _) = reference(backend, dropout, tmp_path_factory)
+    done = _run(tmp_path, backend, "two", processes=2, DROPOUT=dropout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights, meta, _ = _result(tmp_path, "two")
+    for name, values in ref_meta["history"].items():
+        np.testing.assert_allclose(meta["history"][name], values, rtol=2e-5, err_msg=name)
+    for a, b in zip(weights, ref_w):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_two_processes_stopped_and_resumed_on_pytorch_are_bit_equal(tmp_path: Path) -> None:
+    # each process's own dropout draws (PyTorch's global generator) resume where they were
+    whole = _run(tmp_path / "a", "torch", "whole", processes=2) if \
+        (tmp_path / "a").mkdir() is None else None
+    assert whole is not None and whole.returncode == 0, whole.stderr[-3000:]
+    (tmp_path / "b").mkdir()
+    stopped = _run(tmp_path / "b", "torch", "stopped", processes=2, KILL_AT="17")
+    assert "stopped by SIGTERM at epoch 1, batch 7" in stopped.stderr, stopped.stderr[-3000:]
+    resumed = _run(tmp_path / "b", "torch", "resumed", processes=2, DET_RESUME="latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, meta_a, _ = _result(tmp_path / "a", "whole")
+    b, meta_b, _ = _result(tmp_path / "b", "resumed")
+    assert meta_a["history"] == meta_b["history"]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("target", ["torch", "tensorflow"])
+def test_a_jax_checkpoint_loads_on_another_backend(target: str,
+                                                   tmp_path_factory: pytest.TempPathFactory
+                                                   ) -> None:
+    ref_dir, (_, _, predictions) = reference("jax", "1", tmp_path_factory)
+    out = ref_dir / f"loaded_{target}"
+    done = run_python(LOAD, {"KERAS_BACKEND": target, "DET_RUNS_DIR": str(ref_dir / "runs"),
+                             "OUT": str(out)}, cwd=ref_dir, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
+
+
+def test_resuming_on_another_backend_is_refused(tmp_path_factory: pytest.TempPathFactory
+                                                ) -> None:
+    ref_dir, _ = reference("jax", "1", tmp_path_factory)
+    done = _run(ref_dir, "torch", "other", DET_RESUME="1")
+    assert done.returncode != 0
+    assert "trained on Keras's jax backend and this process runs torch" in done.stderr
+    assert "KERAS_BACKEND=jax" in done.stderr

@@ -1,0 +1,57 @@
+"""A backend-neutral Keras script (``import keras``) for the JAX and PyTorch engine's tests.
+
+Environment: ``DROPOUT`` (0/1), ``KILL_AT`` (SIGTERM itself after that many batches on
+rank 0), ``EPOCHS``, ``ROWS``, ``OUT`` (rank 0 writes its weights, History, predictions
+and the frameworks it loaded there as ``.npz``/``.json``).
+"""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+
+import det_sdk as det
+
+context = det.keras.init(hparams={"learning_rate": 0.01, "global_batch_size": 16}, seed=7)
+hp = context.training.hparams
+rows = int(os.environ.get("ROWS", "200"))
+rng = np.random.default_rng(0)
+x = rng.normal(size=(rows, 8)).astype("float32")
+y = (x @ rng.normal(size=(8, 1))).astype("float32")
+x_val, y_val = x[:48], y[:48]
+x, y = context.wrap_data(x, y)
+layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
+if os.environ.get("DROPOUT", "1") == "1":
+    layers.append(keras.layers.Dropout(0.2))
+model = keras.Sequential([*layers, keras.layers.Dense(1)])
+model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(hp["learning_rate"])),
+              loss="mse", metrics=["mae"])
+kill_at = int(os.environ.get("KILL_AT", "0"))
+
+
+class KillAt(keras.callbacks.Callback):
+    """SIGTERM to this process after ``kill_at`` batches, as a user's Ctrl-C or a scheduler."""
+
+    seen = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        KillAt.seen += 1
+        if kill_at and KillAt.seen == kill_at and context.distributed.rank == 0:
+            os.kill(os.getpid(), 15)
+
+
+history = context.fit(model, x=x, y=y,
+                      batch_size=context.distributed.shard_batch_size(hp["global_batch_size"]),
+                      epochs=int(os.environ.get("EPOCHS", "3")),
+                      validation_data=(x_val, y_val), callbacks=[KillAt()], verbose=0)
+predictions = context.predict(model, x_val[:8], verbose=0)  # every process
+if context.distributed.rank == 0 and os.environ.get("OUT"):
+    out = os.environ["OUT"]
+    np.savez(out + ".npz", *model.get_weights(),
+             predictions=np.asarray(predictions))
+    with open(out + ".json", "w") as f:
+        json.dump({"history": history.history, "trial_id": context.trial_id,
+                   "loaded": sorted(m for m in ("tensorflow", "horovod", "jax", "torch")
+                                    if m in sys.modules)}, f)
