@@ -45,6 +45,19 @@ def _result(tmp: Path, out: str) -> tuple[list[np.ndarray], dict[str, Any], np.n
 
 
 _REFERENCE: dict[tuple[str, str], tuple[Path, Any]] = {}
+_TWO: dict[tuple[str, str], tuple[Path, Any]] = {}
+
+
+def two_processes(backend: str, dropout: str, factory: pytest.TempPathFactory
+                  ) -> tuple[Path, Any]:
+    """The uninterrupted run of ``backend`` on 2 processes under torchrun."""
+    key = (backend, dropout)
+    if key not in _TWO:
+        tmp = factory.mktemp(f"two_{backend}_{dropout}")
+        done = _run(tmp, backend, "two", processes=2, DROPOUT=dropout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        _TWO[key] = (tmp, _result(tmp, "two"))
+    return _TWO[key]
 
 
 def reference(backend: str, dropout: str, factory: pytest.TempPathFactory) -> tuple[Path, Any]:
@@ -68,6 +81,11 @@ def test_sigterm_mid_epoch_then_resume_is_bit_equal(backend: str, tmp_path: Path
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert "stopped by SIGTERM at epoch 1, batch 4" in stopped.stderr
     assert not (tmp_path / "stopped.npz").exists()
+    if backend == "jax":  # resuming on another backend is refused, naming both
+        other = _run(tmp_path, "torch", "other", DET_RESUME="latest")
+        assert other.returncode != 0
+        assert "trained on Keras's jax backend and this process runs torch" in other.stderr
+        assert "KERAS_BACKEND=jax" in other.stderr
     resumed = _run(tmp_path, backend, "resumed", DET_RESUME="latest")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     weights, meta, _ = _result(tmp_path, "resumed")
@@ -87,29 +105,25 @@ def test_two_processes_train_what_one_does(backend: str, tmp_path: Path,
     # process's too. On PyTorch each process draws its own: compared without dropout.
     dropout = "1" if backend == "jax" else "0"
     _, (ref_w, ref_meta, _) = reference(backend, dropout, tmp_path_factory)
-    done = _run(tmp_path, backend, "two", processes=2, DROPOUT=dropout)
-    assert done.returncode == 0, done.stderr[-3000:]
-    weights, meta, _ = _result(tmp_path, "two")
+    _, (weights, meta, _) = two_processes(backend, dropout, tmp_path_factory)
     for name, values in ref_meta["history"].items():
         np.testing.assert_allclose(meta["history"][name], values, rtol=2e-5, err_msg=name)
     for a, b in zip(weights, ref_w):
         np.testing.assert_allclose(a, b, atol=2e-5)
 
 
-def test_two_processes_stopped_and_resumed_on_pytorch_are_bit_equal(tmp_path: Path) -> None:
-    # each process's own dropout draws (PyTorch's global generator) resume where they were
-    whole = _run(tmp_path / "a", "torch", "whole", processes=2) if \
-        (tmp_path / "a").mkdir() is None else None
-    assert whole is not None and whole.returncode == 0, whole.stderr[-3000:]
-    (tmp_path / "b").mkdir()
-    stopped = _run(tmp_path / "b", "torch", "stopped", processes=2, KILL_AT="17")
+def test_two_processes_stopped_and_resumed_on_pytorch_are_bit_equal(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # every process's metric states and position carried; without dropout, whose masks
+    # each process draws from PyTorch's global generator (restored like one process's)
+    _, (whole, meta_whole, _) = two_processes("torch", "0", tmp_path_factory)
+    stopped = _run(tmp_path, "torch", "stopped", processes=2, KILL_AT="17", DROPOUT="0")
     assert "stopped by SIGTERM at epoch 1, batch 7" in stopped.stderr, stopped.stderr[-3000:]
-    resumed = _run(tmp_path / "b", "torch", "resumed", processes=2, DET_RESUME="latest")
+    resumed = _run(tmp_path, "torch", "resumed", processes=2, DET_RESUME="latest", DROPOUT="0")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, meta_a, _ = _result(tmp_path / "a", "whole")
-    b, meta_b, _ = _result(tmp_path / "b", "resumed")
-    assert meta_a["history"] == meta_b["history"]
-    for x, y in zip(a, b):
+    weights, meta, _ = _result(tmp_path, "resumed")
+    assert meta["history"] == meta_whole["history"]
+    for x, y in zip(weights, whole):
         np.testing.assert_array_equal(x, y)
 
 
@@ -123,12 +137,3 @@ def test_a_jax_checkpoint_loads_on_another_backend(target: str,
                              "OUT": str(out)}, cwd=ref_dir, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
-
-
-def test_resuming_on_another_backend_is_refused(tmp_path_factory: pytest.TempPathFactory
-                                                ) -> None:
-    ref_dir, _ = reference("jax", "1", tmp_path_factory)
-    done = _run(ref_dir, "torch", "other", DET_RESUME="1")
-    assert done.returncode != 0
-    assert "trained on Keras's jax backend and this process runs torch" in done.stderr
-    assert "KERAS_BACKEND=jax" in done.stderr
