@@ -2,7 +2,7 @@
 # Set up det_sdk for development, safe to re-run: every step is skipped when
 # what it would install is already there.
 #
-#   bash scripts/setup.sh                  # .venv: TF 2.21 + Keras 3 + Horovod + det_sdk (editable, dev tools)
+#   bash scripts/setup.sh                  # .venv: TF 2.21 + Keras 3 + Horovod + torch + JAX (CPU) + det_sdk (editable, dev tools)
 #   bash scripts/setup.sh --train          # the same, then a first local training run of examples/train.py
 #   bash scripts/setup.sh --stack keras2   # .venv-keras2: TF 2.15 + Keras 2 (tf.keras) + Horovod + det_sdk
 #
@@ -95,6 +95,14 @@ TORCH_PIN=torch==2.13.0
 if [ "$STACK" = keras3 ] && ! $PY -c "import torch" >/dev/null 2>&1; then
   say "installing $TORCH_PIN (CPU build)"
   $PY -m pip install -q "$TORCH_PIN"
+fi
+# JAX (issue 57: Keras 3 on JAX, KERAS_BACKEND=jax): the CPU build into .venv only, next to
+# TF 2.21 and torch 2.13 (PyPI's plain `jax` is jaxlib for CPUs, with scipy; GPUs need
+# `jax[cuda12]`). .venv-keras2 gets none: Keras 2 has no JAX backend, and its JAX tests skip.
+JAX_PIN=jax==0.10.2
+if [ "$STACK" = keras3 ] && ! $PY -c "import jax" >/dev/null 2>&1; then
+  say "installing $JAX_PIN (CPU build)"
+  $PY -m pip install -q "$JAX_PIN"
 fi
 
 # master: the embedded master's FastAPI + uvicorn (an extra since issue 26; the tests

@@ -37,6 +37,13 @@ def test_packaging_files_and_extras() -> None:
     assert "fastapi" not in base and "uvicorn" not in base  # the master's are an extra
     master = " ".join(project["optional-dependencies"]["master"])
     assert "fastapi" in master and "uvicorn" in master
+    # no framework in the base; Keras 3 on JAX or PyTorch installs neither TensorFlow nor
+    # Horovod (docs/backends.md)
+    assert not any(f in base for f in ("tensorflow", "keras", "torch", "jax", "horovod"))
+    for extra in ("jax", "torch"):
+        deps = " ".join(project["optional-dependencies"][extra])
+        assert extra in deps and "keras>=3" in deps
+        assert "tensorflow" not in deps and "horovod" not in deps
     assert project["license"] == {"text": "Apache-2.0"}
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     assert (ROOT / "det_sdk" / "py.typed").is_file()
