@@ -249,8 +249,8 @@ class FitDriver(keras.callbacks.Callback):
     def _start_alike(self) -> None:
         """Every process starts from rank 0's weights (its initialisers drew the same
         values from the same seed; this makes sure), with its own random state."""
-        values = [_state._host(v.value) for v in self.model.weights]
-        values = self.dist.broadcast(values if self.dist.is_chief else None)
+        own = [_state._host(v.value) for v in self.model.weights]
+        values: list[np.ndarray] = self.dist.broadcast(own if self.dist.is_chief else [])
         for v, arr in zip(self.model.weights, values):
             v.assign(arr)
         self.backend.seed_rank(self.model, self.dist)
@@ -262,10 +262,10 @@ class FitDriver(keras.callbacks.Callback):
         opt = _state.optimizer_of(model)
         if opt is not None and arrays.get("optimizer:0"):
             _state.apply_arrays(opt.variables, arrays["optimizer:0"], "optimizer", where)
-        rng = arrays.get(f"rng:{self.dist.rank}")
-        own = rng is not None
-        if not own:  # more processes than the checkpoint had: rank 0's, made this rank's
-            rng = arrays.get("rng:0", [])
+        saved = arrays.get(f"rng:{self.dist.rank}")
+        own = saved is not None
+        # more processes than the checkpoint had: rank 0's, made this rank's
+        rng: list[np.ndarray] = saved if saved is not None else arrays.get("rng:0", [])
         generators = _state.rng_variables(model)
         _state.apply_arrays(generators, rng[:len(generators)], "rng", where)
         backend_random = list(rng[len(generators):])
