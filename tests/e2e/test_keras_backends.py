@@ -75,7 +75,10 @@ def reference(backend: str, dropout: str, factory: pytest.TempPathFactory) -> tu
 def test_sigterm_mid_epoch_then_resume_is_bit_equal(backend: str, tmp_path: Path,
                                                     tmp_path_factory: pytest.TempPathFactory
                                                     ) -> None:
-    _, (ref_w, ref_meta, _) = reference(backend, "1", tmp_path_factory)
+    ref_dir, (ref_w, ref_meta, _) = reference(backend, "1", tmp_path_factory)
+    # TensorBoard's files, as the TensorFlow engine writes them
+    for part in ("train", "validation"):
+        assert list((ref_dir / "runs" / "1" / "tensorboard" / part).glob("events.out.tfevents.*"))
     # 13 batches an epoch: the 17th is inside the second epoch
     stopped = _run(tmp_path, backend, "stopped", KILL_AT="17")
     assert stopped.returncode == 0, stopped.stderr[-3000:]

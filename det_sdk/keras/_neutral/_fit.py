@@ -41,6 +41,7 @@ from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras._neutral import _state
 from det_sdk.keras._neutral._backend import Backend
+from det_sdk.keras._neutral._tensorboard import EpochScalars
 
 __all__ = ["FitDriver", "FitState", "Stopped", "Stretch", "plan"]
 
@@ -132,6 +133,8 @@ class FitDriver(keras.callbacks.Callback):
         self.batches = batches_per_epoch
         self.end_of_training = end_of_training
         self.data = data  # the call's EpochBatches
+        logdir = core.tensorboard_dir if self.dist.is_chief else None
+        self.board = EpochScalars(logdir) if logdir is not None else None
         self.agreement = StopAgreement(self.dist, core.preempt, stop_reason)
         self._epoch_metrics: dict[str, float] | None = None  # training's, at the epoch's end
         self._metric_arrays: list[np.ndarray] | None = None  # at the last batch of a call
@@ -154,6 +157,10 @@ class FitDriver(keras.callbacks.Callback):
             _state.apply_arrays(self.model.metrics_variables, self.state.carried_metrics,
                                 "metrics", Path("."))
             self.state.carried_metrics = None
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self.board is not None:
+            self.board.close()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self._pending_random is not None:
@@ -207,6 +214,8 @@ class FitDriver(keras.callbacks.Callback):
         if whole:  # a call that ends inside an epoch (a searcher length) records no row
             for k, v in values.items():
                 st.history.setdefault(k, []).append(v)
+            if self.board is not None:
+                self.board.add(st.steps_completed, values)
             st.epoch, st.batch = epoch + 1, 0
         period = self.policy.checkpoint_period
         due = period is not None and period.epochs and whole and (epoch + 1) % period.epochs == 0
