@@ -17,9 +17,12 @@ import harness
 
 # The frameworks' fronts run where their framework is installed (torch is not in the
 # Keras 2 environment), and so does torch's process group; `python -m` entry modules are
-# not imported. (det_sdk.collectives.jax's examples need no JAX: they run everywhere.)
-_OPTIONAL = {"det_sdk.pytorch": "torch", "det_sdk.keras": "tensorflow",
-             "det_sdk.collectives.torch": "torch"}
+# not imported. (det_sdk.collectives.jax's examples need no JAX: they run everywhere.) The
+# JAX and PyTorch engine is Keras 3's (its examples run under this process's TensorFlow
+# backend, as its code is backend-neutral).
+_OPTIONAL = {"det_sdk.pytorch": ("torch", None), "det_sdk.keras": ("tensorflow", None),
+             "det_sdk.collectives.torch": ("torch", None),
+             "det_sdk.keras._neutral": ("keras", "3")}
 
 
 def _modules() -> list[str]:
@@ -31,9 +34,9 @@ def _modules() -> list[str]:
 
 @pytest.mark.parametrize("name", _modules())
 def test_docstring_examples(name: str) -> None:
-    for prefix, framework in _OPTIONAL.items():
+    for prefix, (framework, version) in _OPTIONAL.items():
         if name == prefix or name.startswith(prefix + "."):
-            pytest.importorskip(framework)
+            pytest.importorskip(framework, minversion=version)
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed"

@@ -22,6 +22,16 @@ Imports neither TensorFlow nor Horovod.
 ['jax', 'torch']
 """
 
-from det_sdk.keras._neutral._init import init
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["init"]
+
+
+def init(backend_name: str, **kwargs: Any) -> Any:
+    """``det.keras.init()`` on backend ``backend_name`` (``_init.init``). Imported when
+    called: listing this package (as ``pkgutil.walk_packages`` does) loads no Keras."""
+    from det_sdk.keras._neutral._init import init as neutral_init
+
+    return neutral_init(backend_name, **kwargs)
