@@ -1,7 +1,7 @@
 """A backend-neutral Keras script (``import keras``) for the JAX and PyTorch engine's tests.
 
 Environment: ``DROPOUT`` (0/1), ``KILL_AT`` (SIGTERM itself after that many batches on
-rank 0), ``EPOCHS``, ``ROWS``, ``OUT`` (rank 0 writes its weights, History, predictions
+rank 0), ``EPOCHS``, ``ROWS``, ``MIXED`` (a mixed-precision policy), ``OUT`` (rank 0 writes its weights, History, predictions
 and the frameworks it loaded there as ``.npz``/``.json``).
 """
 
@@ -22,10 +22,12 @@ x = rng.normal(size=(rows, 8)).astype("float32")
 y = (x @ rng.normal(size=(8, 1))).astype("float32")
 x_val, y_val = x[:48], y[:48]
 x, y = context.wrap_data(x, y)
+if os.environ.get("MIXED"):  # "mixed_float16" (a loss scale) or "mixed_bfloat16"
+    keras.mixed_precision.set_global_policy(os.environ["MIXED"])
 layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
 if os.environ.get("DROPOUT", "1") == "1":
     layers.append(keras.layers.Dropout(0.2))
-model = keras.Sequential([*layers, keras.layers.Dense(1)])
+model = keras.Sequential([*layers, keras.layers.Dense(1, dtype="float32")])
 model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(hp["learning_rate"])),
               loss="mse", metrics=["mae"])
 kill_at = int(os.environ.get("KILL_AT", "0"))

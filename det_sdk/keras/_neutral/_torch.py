@@ -3,11 +3,12 @@
 Keras has no distribution for PyTorch yet (keras-team/keras #21190). The processes meet in
 ``torch.distributed`` (``det_sdk.collectives.torch``: torchrun's or horovodrun's ranks,
 Gloo on CPUs, NCCL on GPUs); Keras's PyTorch trainer computes each process's gradients
-and calls ``optimizer.apply(grads, variables)``, where :meth:`TorchBackend.wrap_optimizer`
-averages them first (one all-reduce of every gradient in one flat buffer). Every process
+and calls ``optimizer.apply(grads, variables)``, where the optimizer
+``context.wrap_optimizer`` marked sums them over the processes first, each process's
+loss having been divided by their number (:func:`_combine_gradients`). Every process
 holds the same number of rows per step (``_data`` refuses batches that cannot be split
-so), so the average of the processes' mean gradients is the gradient of the mean over the
-global batch: one process's step, to float round-off.
+so), so the sum is the gradient of the mean over the global batch: one process's step,
+to float round-off.
 
 Each process's metric states count its own rows: the engine sums them over the processes
 before it reads them. Dropout draws per process: each process's random state has its
@@ -30,7 +31,8 @@ from det_sdk.ranks import horovodrun, torchrun
 
 __all__ = ["BACKEND", "TorchBackend"]
 
-_AVERAGING = "_det_sdk_averaging"
+_WRAPPED = "_det_sdk_wrapped"  # wrap_optimizer saw it
+_COMBINED = "_det_sdk_combined"  # its step combines the processes' gradients
 
 
 class TorchBackend(Backend):
@@ -53,41 +55,24 @@ class TorchBackend(Backend):
         torch.manual_seed(seed)
 
     def wrap_optimizer(self, optimizer: Any, dist: Processes) -> Any:
-        if dist.size == 1 or getattr(optimizer, _AVERAGING, False):
-            return optimizer
-        import torch
-        import torch.distributed as tdist
-
-        apply = optimizer.apply
-        size = dist.size
-
-        def averaged_apply(grads: Any, trainable_variables: Any = None) -> Any:
-            grads = list(grads)
-            present = [i for i, g in enumerate(grads) if g is not None]
-            if present:
-                flat = torch.cat([grads[i].reshape(-1) for i in present])
-                tdist.all_reduce(flat)  # a sum; bounded by the group's timeout
-                flat /= size
-                offset = 0
-                for i in present:
-                    n = grads[i].numel()
-                    grads[i] = flat[offset:offset + n].view_as(grads[i])
-                    offset += n
-            return apply(grads, trainable_variables)
-
-        optimizer.apply = averaged_apply
-        setattr(optimizer, _AVERAGING, True)
+        if dist.size > 1:
+            setattr(optimizer, _WRAPPED, True)  # averaged once fit knows the model's
         return optimizer
 
     def check_optimizer(self, model: Any, dist: Processes) -> None:
+        if dist.size == 1:
+            return
         optimizer = getattr(model, "optimizer", None)
         inner = getattr(optimizer, "inner_optimizer", None)  # a LossScaleOptimizer's
-        if dist.size > 1 and not (getattr(optimizer, _AVERAGING, False)
-                                  or getattr(inner, _AVERAGING, False)):
+        if not (getattr(optimizer, _WRAPPED, False) or getattr(inner, _WRAPPED, False)):
             raise UsageError(
                 f"context.fit: {dist.size} processes on PyTorch need the model's optimizer "
                 "wrapped, or each process would train its own rows alone: compile with "
                 "optimizer=context.wrap_optimizer(keras.optimizers.Adam(...))")
+        # the optimizer Keras's step calls (a LossScaleOptimizer compile made around the
+        # wrapped one: the sum must come before its check for inf/nan gradients, or one
+        # process would skip a step another takes)
+        _combine_gradients(optimizer, dist.size)
 
     def seed_rank(self, model: Any, dist: Processes) -> None:
         if dist.size == 1:
@@ -123,6 +108,50 @@ class TorchBackend(Backend):
                     "torch.use_deterministic_algorithms(True) and "
                     "CUBLAS_WORKSPACE_CONFIG=:4096:8")
         return None
+
+
+def _combine_gradients(optimizer: Any, size: int) -> None:
+    """Make ``optimizer`` apply one process's step of the global batch.
+
+    Keras's PyTorch step calls ``optimizer.scale_loss(loss)`` before ``backward``: there
+    each process's loss (a mean over its rows) is divided by the number of processes, so
+    its gradients are its share of the global mean's, and ``apply`` sums them over the
+    processes (one ``all_reduce`` of every gradient in one flat buffer). Under a loss scale
+    (``mixed_float16``) each row's float16 gradient is then what one process computes,
+    and every process sees the same sum when the optimizer checks it for overflow. A step
+    that never called ``scale_loss`` (a custom ``train_step``) has its gradients averaged.
+    With a power of two processes the division is exact.
+    """
+    import torch
+    import torch.distributed as tdist
+
+    if getattr(optimizer, _COMBINED, False):
+        return
+    scale_loss, apply = optimizer.scale_loss, optimizer.apply
+    divided = [False]  # scale_loss ran for the step being applied
+
+    def shared_scale_loss(loss: Any) -> Any:
+        divided[0] = True
+        return scale_loss(loss) / size
+
+    def combined_apply(grads: Any, trainable_variables: Any = None) -> Any:
+        grads = list(grads)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if present:
+            flat = torch.cat([grads[i].reshape(-1) for i in present])
+            tdist.all_reduce(flat)  # a sum; bounded by the group's timeout
+            if not divided[0]:
+                flat /= size
+            offset = 0
+            for i in present:
+                n = grads[i].numel()
+                grads[i] = flat[offset:offset + n].view_as(grads[i])
+                offset += n
+        divided[0] = False
+        return apply(grads, trainable_variables)
+
+    optimizer.scale_loss, optimizer.apply = shared_scale_loss, combined_apply
+    setattr(optimizer, _COMBINED, True)
 
 
 BACKEND = TorchBackend()
