@@ -64,6 +64,7 @@ class NeutralKerasContext:
         self._hparams = hparams
         self._training = TrainingContext(hparams) if hparams is not None else None
         self._fitted = False
+        self._position = (0, 0)  # (steps, epoch) where the fit ended: evaluations go there
 
     @property
     def trial_id(self) -> int | str | None:
@@ -136,6 +137,7 @@ class NeutralKerasContext:
         self._fitted = True
         kwargs.update(x=x, y=y, batch_size=batch_size, epochs=epochs)
         outcome = run_fit(self.core, self._backend, self._policy, self._hparams, model, kwargs)
+        self._position = (outcome.position.steps_completed, outcome.position.epoch)
         if outcome.stopped is not None:
             self._exit_stopped(outcome.stopped)
         return outcome.history
@@ -164,7 +166,8 @@ class NeutralKerasContext:
         results = model.evaluate(x, y, return_dict=True, **kwargs)
         results = {k: float(v) for k, v in results.items()}
         if self.distributed.is_chief:
-            self.core.train.report_metrics("evaluation", 0, results, 0)
+            steps, epoch = self._position
+            self.core.train.report_metrics("evaluation", steps, results, epoch)
         if want_dict:
             return results
         values = list(results.values())

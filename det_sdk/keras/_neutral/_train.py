@@ -18,7 +18,7 @@ import keras
 from det_sdk.config import Length
 from det_sdk.core._context import Context
 from det_sdk.engine.policy import TrainingPolicy
-from det_sdk.engine.position import position_of
+from det_sdk.engine.position import Position, position_of
 from det_sdk.engine.signals import catch_stop_signals
 from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams
@@ -36,9 +36,10 @@ PASSED = ("verbose", "validation_batch_size", "validation_freq", "class_weight")
 
 @dataclass
 class FitOutcome:
-    """The History, and the stop that ended the fit early, if any."""
+    """The History, where training got to, and the stop that ended it early, if any."""
 
     history: Any
+    position: Position
     stopped: Stopped | None = None
 
 
@@ -143,11 +144,11 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                                        callbacks=[*callbacks, driver], **passed)
                 except Stopped as stop:
                     _fill(history, state, None)
-                    return FitOutcome(history, stop)
+                    return FitOutcome(history, state.position, stop)
                 _fill(history, state, fitted)
             if core.searcher.current_length() is not None:
                 _complete(core, length, state, policy)
-    return FitOutcome(history)
+    return FitOutcome(history, state.position)
 
 
 def _lengths(core: Context, epochs: Any) -> Any:
