@@ -99,6 +99,9 @@ def test_sigterm_mid_epoch_then_resume_is_bit_equal(backend: str, tmp_path: Path
     # the run trained on its backend without TensorFlow or Horovod
     assert "tensorflow" not in meta["loaded"] and "horovod" not in meta["loaded"]
     assert backend in meta["loaded"]
+    # context.evaluate's list is model.evaluate's: [loss, mae, cosine_similarity]
+    assert len(meta["evaluated"]) == 3
+    np.testing.assert_allclose(meta["evaluated"], meta["plain_evaluate"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

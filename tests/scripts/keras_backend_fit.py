@@ -1,8 +1,9 @@
 """A backend-neutral Keras script (``import keras``) for the JAX and PyTorch engine's tests.
 
 Environment: ``DROPOUT`` (0/1), ``KILL_AT`` (SIGTERM itself after that many batches on
-rank 0), ``EPOCHS``, ``ROWS``, ``MIXED`` (a mixed-precision policy), ``OUT`` (rank 0 writes its weights, History, predictions
-and the frameworks it loaded there as ``.npz``/``.json``).
+rank 0), ``EPOCHS``, ``ROWS``, ``MIXED`` (a mixed-precision policy), ``OUT`` (rank 0
+writes its weights, History, predictions, evaluations and the frameworks it loaded there
+as ``.npz``/``.json``).
 """
 
 import json
@@ -29,7 +30,7 @@ if os.environ.get("DROPOUT", "1") == "1":
     layers.append(keras.layers.Dropout(0.2))
 model = keras.Sequential([*layers, keras.layers.Dense(1, dtype="float32")])
 model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(hp["learning_rate"])),
-              loss="mse", metrics=["mae"])
+              loss="mse", metrics=["mae", "cosine_similarity"])
 kill_at = int(os.environ.get("KILL_AT", "0"))
 
 
@@ -49,11 +50,15 @@ history = context.fit(model, x=x, y=y,
                       epochs=int(os.environ.get("EPOCHS", "3")),
                       validation_data=(x_val, y_val), callbacks=[KillAt()], verbose=0)
 predictions = context.predict(model, x_val[:8], verbose=0)  # every process
+# in Keras's order, [loss, *metrics], as model.evaluate returns it
+evaluated = [float(v) for v in context.evaluate(model, x_val, y_val, verbose=0)]
+plain = [float(v) for v in model.evaluate(x_val, y_val, verbose=0)]
 if context.distributed.rank == 0 and os.environ.get("OUT"):
     out = os.environ["OUT"]
     np.savez(out + ".npz", *model.get_weights(),
              predictions=np.asarray(predictions))
     with open(out + ".json", "w") as f:
         json.dump({"history": history.history, "trial_id": context.trial_id,
+                   "evaluated": evaluated, "plain_evaluate": plain,
                    "loaded": sorted(m for m in ("tensorflow", "horovod", "jax", "torch")
                                     if m in sys.modules)}, f)

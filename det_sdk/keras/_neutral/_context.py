@@ -170,8 +170,8 @@ class NeutralKerasContext:
             self.core.train.report_metrics("evaluation", steps, results, epoch)
         if want_dict:
             return results
-        values = list(results.values())
-        return values[0] if len(values) == 1 else values
+        # Keras's own order ([loss, *metrics]), not the dict's (sorted by name)
+        return model._flatten_metrics_in_order(results)
 
     def predict(self, model: Any, x: Any, **kwargs: Any) -> Any:
         """``model.predict`` of every row of ``x``, on every process.
