@@ -28,7 +28,7 @@ import numpy as np
 from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 
-__all__ = ["EpochBatches", "as_arrays", "rows_of", "split_xy", "wrap_data"]
+__all__ = ["EpochBatches", "as_arrays", "rows_of", "split_xy", "take_rows", "wrap_data"]
 
 
 def as_arrays(data: Any, what: str) -> Any:
@@ -67,13 +67,14 @@ def rows_of(*parts: Any, what: str = "wrap_data") -> int:
     return rows.pop()
 
 
-def _take(data: Any, idx: np.ndarray) -> Any:
+def take_rows(data: Any, idx: Any) -> Any:
+    """Rows ``idx`` (indices or a slice) of every array of ``data`` (nested as given)."""
     if data is None:
         return None
     if isinstance(data, Mapping):
-        return {k: _take(v, idx) for k, v in data.items()}
+        return {k: take_rows(v, idx) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return type(data)(_take(v, idx) for v in data)
+        return type(data)(take_rows(v, idx) for v in data)
     return data[idx]
 
 
@@ -159,7 +160,7 @@ class EpochBatches(keras.utils.PyDataset):
             idx = order[i * global_batch:(i + 1) * global_batch]
             share = len(idx) // dist.size
             mine = idx[dist.rank * share:(dist.rank + 1) * share]
-            return tuple(_take(part, mine) for part in data)
+            return tuple(take_rows(part, mine) for part in data)
 
         return cls(data, batches_per_epoch=n, batch_for=from_arrays, epoch=epoch,
                    first=first, last=last)
@@ -195,7 +196,7 @@ def _rows_of_process(batch: Any, dist: Processes, what: str) -> Any:
             "divides (its last batch too)")
     share = rows // dist.size
     mine = np.arange(dist.rank * share, (dist.rank + 1) * share)
-    cut = tuple(_take(p, mine) for p in parts)
+    cut = tuple(take_rows(p, mine) for p in parts)
     return cut if isinstance(batch, tuple) else cut[0]
 
 

@@ -10,6 +10,7 @@ stretch is cut into ``model.fit`` calls by :func:`det_sdk.keras._neutral._fit.pl
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,23 @@ def _validation(kwargs: dict[str, Any]) -> Any:
     if isinstance(data, (tuple, list)):
         return tuple(_data.as_arrays(p, f"validation_data[{i}]") for i, p in enumerate(data))
     return data
+
+
+def _validation_split(data: Any, split: Any, validation: Any) -> tuple[Any, Any]:
+    """Keras's ``validation_split``: the last ``split`` of the rows, before any shuffle."""
+    if validation is not None:
+        raise UsageError("context.fit: give validation_data or validation_split, not both")
+    if not isinstance(data, tuple):
+        raise UsageError("context.fit: validation_split takes arrays, not a PyDataset (as "
+                         "in Keras): give validation_data")
+    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1:
+        raise ArgumentTypeError(f"context.fit: validation_split must be a fraction between 0 "
+                                f"and 1, got {split!r}")
+    rows = _data.rows_of(*data, what="context.fit: x, y")
+    at = math.floor(rows * (1.0 - float(split)))
+    head = tuple(_data.take_rows(part, slice(0, at)) for part in data)
+    tail = tuple(_data.take_rows(part, slice(at, rows)) for part in data)
+    return head, tail
 
 
 def _resume_state(core: Context, backend: Backend) -> FitState:
@@ -104,6 +122,9 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     validation = _validation(kwargs)
     data = _data.split_xy(kwargs.pop("x", None), kwargs.pop("y", None),
                           kwargs.pop("sample_weight", None))
+    split = kwargs.pop("validation_split", None)
+    if split:
+        data, validation = _validation_split(data, split, validation)
     batch_size = kwargs.pop("batch_size", None)
     epochs = kwargs.pop("epochs", 1)
     shuffle = kwargs.pop("shuffle", True)
@@ -112,7 +133,7 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
         raise UsageError(
             f"context.fit on {backend.name}: {', '.join(sorted(kwargs))} not supported; it "
             "takes x, y, batch_size, epochs, validation_data (or x_val, y_val), "
-            f"sample_weight, callbacks, shuffle, {', '.join(PASSED)}")
+            f"validation_split, sample_weight, callbacks, shuffle, {', '.join(PASSED)}")
     warning = backend.determinism()
     if warning and dist.is_chief:
         log.warning(warning)
