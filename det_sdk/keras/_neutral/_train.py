@@ -86,7 +86,10 @@ def _resume_state(core: Context, backend: Backend) -> FitState:
     state = FitState(epoch=pos.epoch, batch=pos.batch, steps_completed=pos.steps_completed,
                      history={k: list(v) for k, v in (meta.get("history") or {}).items()},
                      restore=arrays, restore_path=path, last_checkpoint=uuid,
-                     checkpointed_at=pos.steps_completed)
+                     checkpointed_at=pos.steps_completed,
+                     # a length's searcher metric, where it stopped right after validating
+                     last_validation={k: v for k, v in (meta.get("metrics") or {}).items()
+                                      if k.startswith("val_")})
     if pos.batch:  # inside an epoch: its metric states so far
         state.carried_metrics = _carried_metrics(arrays, dist.rank, backend,
                                                  int(meta.get("processes", 1)), dist.size)
@@ -141,7 +144,7 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     first = _data.EpochBatches.of(data, batch_size=batch_size, dist=dist, seed=policy.seed,
                                   shuffle=bool(shuffle))
     batches = first.batches_per_epoch
-    lengths = _lengths(core, epochs)
+    lengths = _lengths(core, epochs, state, policy)
     history = keras.callbacks.History()
     history.set_model(model)
     with catch_stop_signals() as stop_signal:
@@ -167,27 +170,32 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                     _fill(history, state, None)
                     return FitOutcome(history, state.position, stop)
                 _fill(history, state, fitted)
-            if core.searcher.current_length() is not None:
-                _complete(core, length, state, policy)
     return FitOutcome(history, state.position)
 
 
-def _lengths(core: Context, epochs: Any) -> Any:
-    """The lengths to train to: the searcher's operations, or the script's epochs."""
-    if core.searcher.current_length() is not None:
+def _lengths(core: Context, epochs: Any, state: FitState, policy: TrainingPolicy) -> Any:
+    """The lengths to train to: the searcher's operations, or the script's epochs.
+
+    On the cluster each length trained is completed (its searcher metric reported) before
+    the next is asked for; the next is the searcher's answer to that report (the master
+    goes on answering a completed length to ``current_length()``)."""
+    first = core.searcher.current_length()
+    if first is not None:
         def ops() -> Any:
-            length = core.searcher.current_length()
+            length: Length | None = first
             while length is not None:
                 yield length
-                length = core.searcher.current_length()
+                length = _complete(core, length, state, policy)
         return ops()
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise ArgumentTypeError(f"context.fit: epochs must be an int >= 0, got {epochs!r}")
     return [Length(epochs=epochs)] if epochs else []
 
 
-def _complete(core: Context, length: Length, state: FitState, policy: TrainingPolicy) -> None:
-    core.searcher.complete_from(
+def _complete(core: Context, length: Length, state: FitState,
+              policy: TrainingPolicy) -> Length | None:
+    """Report ``length`` trained with its searcher metric; the next length, or None."""
+    return core.searcher.complete_from(
         length, state.last_validation, policy.searcher_metric, among="the validation metrics",
         hint="give context.fit validation_data, and name one of its metrics (val_...)")
 
