@@ -283,6 +283,10 @@ class StageInfo(_Model):
     best_metric: Metric | None = None  # best searcher metric of its validations
 
 
+#: The name of a Keras backend as a checkpoint report gives it (``keras.backend.backend()``:
+#: tensorflow, jax, torch)
+KERAS_BACKEND_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+
 #: A checkpoint uuid as the master accepts it: what ``uuid.uuid4()`` prints.
 CHECKPOINT_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -304,6 +308,8 @@ class CheckpointReport(_Model):
                                               max_length=MAX_METRICS_PER_REPORT)
     stage: str | None = Field(default=None, pattern=STAGE_PATTERN)  # None: the default stage
     searched: StrictBool = True  # of the searched stage: ranks for the trial's "best"
+    #: the Keras backend that trained it (det_sdk.keras's engines); None: not a Keras one
+    keras_backend: str | None = Field(default=None, pattern=KERAS_BACKEND_PATTERN)
 
 
 class ProgressReport(_Model):
@@ -360,6 +366,7 @@ class CheckpointInfo(_Model):
     stage: str | None = None  # None: the default stage
     #: why it failed verification on restore (never restored again); None: intact
     damaged: str | None = None
+    keras_backend: str | None = None  # the Keras backend that trained it, as reported
 
 
 class RungResult(_Model):
@@ -399,6 +406,9 @@ class TrialInfo(_Model):
     #: the stages of its script, in order (``GET /api/v1/trials/{id}`` only; a script of
     #: one fit has one, ``fit``)
     stages: list[StageInfo] | None = None
+    #: the Keras backend its latest checkpoint was trained on (tensorflow, jax, torch), as
+    #: the trial reported it with that checkpoint; None before one, or not Keras
+    keras_backend: str | None = None
 
 
 class ExperimentInfo(_Model):

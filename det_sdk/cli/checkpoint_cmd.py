@@ -50,6 +50,8 @@ def checkpoint_describe(args: Namespace) -> int:
         return 0
     for key in ("uuid", "trial_id", "steps_completed", "epoch", "size", "path"):
         print(f"{key}: {c.get(key)}")
+    if c.get("keras_backend"):
+        print(f"keras_backend: {c['keras_backend']}")
     print("metrics: " + " ".join(f"{k}={v}" for k, v in (c.get("metrics") or {}).items()))
     return 0
 

@@ -305,6 +305,25 @@ def trial_rows(trials: list[dict[str, Any]]) -> list[list[Any]]:
             for t in trials]
 
 
+def trial_table(trials: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """:data:`TRIAL_HEADERS` and :func:`trial_rows`, with a BACKEND column before HPARAMS
+    where a trial reported the Keras backend that trained it (its latest checkpoint's).
+
+    >>> t = {"id": 1, "state": "COMPLETED", "steps_completed": 20, "epoch": 1,
+    ...      "best_metric": None, "restarts": 0, "hparams": {}, "keras_backend": "jax"}
+    >>> headers, rows = trial_table([t])
+    >>> headers[-2:], rows[0][-2:]
+    (['BACKEND', 'HPARAMS'], ['jax', ''])
+    >>> trial_table([{**t, "keras_backend": None}])[0] == TRIAL_HEADERS
+    True
+    """
+    rows = trial_rows(trials)
+    if not any(t.get("keras_backend") for t in trials):
+        return TRIAL_HEADERS, rows
+    return ([*TRIAL_HEADERS[:-1], "BACKEND", TRIAL_HEADERS[-1]],
+            [[*r[:-1], t.get("keras_backend") or "", r[-1]] for t, r in zip(trials, rows)])
+
+
 def ranked(client: Any, exp_id: int, checkpoints: list[dict[str, Any]],
             metric: str | None, smaller: bool | None) -> list[dict[str, Any]]:
     """Checkpoints with a validation ``metric`` (default: the searcher's), best first."""

@@ -19,7 +19,6 @@ from det_sdk.cli.common import (
     QUIET,
     SORT,
     TERMINAL,
-    TRIAL_HEADERS,
     YES,
     download_checkpoint,
     follow,
@@ -30,7 +29,7 @@ from det_sdk.cli.common import (
     read_config,
     refusal,
     refused,
-    trial_rows,
+    trial_table,
     yes,
 )
 from det_sdk.cli.logs_cmd import LOG_OPTIONS, print_log
@@ -103,7 +102,7 @@ def _describe_one(args: Namespace) -> int:
     print(f"Experiment {exp['id']} {escape(exp['name'] or '')}: {exp['state']}, "
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
-    print(table(TRIAL_HEADERS, trial_rows(exp["trials"])))
+    print(table(*trial_table(exp["trials"])))
     footer = page_footer(len(exp["trials"]), exp["num_trials"], "trials", newest=False)
     if footer:
         print(footer)
@@ -151,7 +150,7 @@ def experiment_list_trials(args: Namespace) -> int:
     if args.json:
         print_json(trials)
     else:
-        print_rows(TRIAL_HEADERS, trial_rows(trials), args.csv)
+        print_rows(*trial_table(trials), args.csv)
     return 0
 
 

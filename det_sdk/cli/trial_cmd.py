@@ -12,13 +12,12 @@ from det_sdk.cli.common import (
     QUIET,
     SORT,
     TRIAL,
-    TRIAL_HEADERS,
     download_checkpoint,
     files_download,
     num,
     post,
     refused,
-    trial_rows,
+    trial_table,
 )
 from det_sdk.cli.logs_cmd import LOG_OPTIONS, print_log
 from det_sdk.cli.render import escape, print_json, table
@@ -46,7 +45,7 @@ def trial_describe(args: Namespace) -> int:
     if args.json:
         print_json({**t, "metrics": metrics})
         return 0
-    print(table(TRIAL_HEADERS, trial_rows([t])))
+    print(table(*trial_table([t])))
     if staged:
         print()
         print(table(["STAGE", "STATE", "SEARCHED", "BATCHES", "EPOCHS", "BEST",

@@ -427,7 +427,7 @@ class TrainingLoop:
         snap = layout.snapshot(rng_states)
         snap.arrays += list(arrays)
         uuid = str(uuidlib.uuid4())
-        record = {**position.as_dict(), "metrics": dict(metrics)}
+        record = {**position.as_dict(), "metrics": dict(metrics), "keras_backend": "tensorflow"}
 
         def write() -> Callable[[], None]:  # the publish: after the snapshot is dropped
             return self.core.checkpoint.write_staged(

@@ -162,13 +162,21 @@ class Checkpoints:
             if owner != trial_id:
                 raise Conflict(f"checkpoint {report['uuid']} belongs to trial {owner}, "
                                f"not to trial {trial_id}")
-            self.store.update_trial(trial_id, latest_checkpoint=self._latest(trial_id))
+            latest = self._latest_row(trial_id)
+            # the trial shows the Keras backend its latest checkpoint was trained on
+            self.store.update_trial(
+                trial_id, latest_checkpoint=latest["uuid"] if latest else None,
+                keras_backend=latest.get("keras_backend") if latest else None)
             self._apply_retention(trial_id)
 
     def _latest(self, trial_id: int) -> str | None:
         """The trial's newest intact checkpoint (stages count steps from 0 each: by time)."""
+        latest = self._latest_row(trial_id)
+        return latest["uuid"] if latest else None
+
+    def _latest_row(self, trial_id: int) -> CheckpointRow | None:
         rows = self.intact(trial_id)
-        return max(rows, key=lambda r: r["created"])["uuid"] if rows else None
+        return max(rows, key=lambda r: r["created"]) if rows else None
 
     def intact(self, trial_id: int) -> list[CheckpointRow]:
         """The trial's checkpoints that no restore found damaged: those it may resume from."""
@@ -423,6 +431,7 @@ class Checkpoints:
             "steps_completed": c["steps"], "epoch": c["epoch"], "batch": c["batch"],
             "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
             "stage": c.get("stage"), "damaged": c.get("damaged"),
+            "keras_backend": c.get("keras_backend"),
         }
 
     def of_trial(self, trial_id: int, best: bool, stage: str | None = None) -> dict[str, Any]:

@@ -372,9 +372,9 @@ class Master:
                    queued: dict[int, str] | None = None) -> dict[str, Any]:
         keys = ("id", "experiment_id", "state", "hparams", "seed", "restarts",
                 "steps_completed", "epoch", "progress", "best_metric", "latest_checkpoint",
-                "last_error", "bracket", "checkpoint_note")
+                "last_error", "bracket", "checkpoint_note", "keras_backend")
         row: dict[str, Any] = dict(t)
-        info = {k: row[k] for k in keys}
+        info = {k: row.get(k) for k in keys}
         reason = (self.queued_trials() if queued is None else queued).get(t["id"])
         if reason and t["state"] == TrialState.RUNNING.value:
             info["state"], info["queue_reason"] = TrialState.QUEUED.value, reason

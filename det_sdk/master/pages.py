@@ -130,7 +130,7 @@ def _trial_infos(master: Any, trials: list[TrialRow],
             steps_completed=t["steps_completed"], epoch=t["epoch"], progress=t["progress"],
             best_metric=t["best_metric"], latest_checkpoint=t["latest_checkpoint"],
             last_error=t["last_error"], bracket=t["bracket"], searcher_length=op,
-            checkpoint_note=t.get("checkpoint_note"),
+            checkpoint_note=t.get("checkpoint_note"), keras_backend=t.get("keras_backend"),
             rungs=[api.RungResult(**r) for r in rungs.get(t["id"], [])]))
     return out
 
@@ -209,7 +209,7 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],
-            damaged=c.get("damaged"),
+            damaged=c.get("damaged"), keras_backend=c.get("keras_backend"),
             # as its storage says (a folder, or a bucket's URL), parsed once per config
             path=f"{master.checkpoint_store.location(c['storage'])}/{c['uuid']}"
             if c["experiment_id"] is not None else None))

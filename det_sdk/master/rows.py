@@ -46,6 +46,7 @@ class TrialRow(TypedDict):
     target: int | None  # the length it trains to now (ASHA rung), else max_length
     searcher_done: int
     checkpoint_note: str | None  # what became of its damaged checkpoints
+    keras_backend: str | None  # the Keras backend of its latest checkpoint
 
 
 class JobRow(TypedDict):
@@ -109,6 +110,7 @@ class CheckpointRow(TypedDict):
     stage: str | None  # det_sdk.stages: None is the default stage
     searched: int | None  # 0: a stage the searcher does not measure; None: yes
     damaged: str | None  # why it failed verification on restore; None: intact
+    keras_backend: str | None  # the Keras backend that trained it, as reported
 
 
 # --- what the paged views read (Store.*_page): a few columns, with aggregates -------------

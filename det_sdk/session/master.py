@@ -88,8 +88,8 @@ class MasterSession(Session):
         check_metrics("checkpoint", metadata.get("metrics") or {})
         self._raise_refused()
         body = {"uuid": uuid, "trial_id": self.trial_id,
-                **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size")
-                   if k in metadata},
+                **{k: metadata[k] for k in ("steps_completed", "epoch", "batch", "size",
+                                            "keras_backend") if k in metadata},
                 "metrics": _wire_metrics(metadata.get("metrics") or {}),
                 **_stage_fields(stage, searched)}
         self._queue.put(("checkpoint", body))

@@ -355,6 +355,8 @@ def test_trial_page_metrics_hparams_checkpoints_log(browser: Any, cluster: Clust
     assert xmax == pytest.approx(best["epoch"], rel=1e-6)
 
     assert page.text_content("td[data-hp='handicap']").strip() == f"{best['hparams']['handicap']}"
+    # the Keras backend its checkpoints were trained on (the cluster model: TensorFlow's)
+    assert page.text_content("#keras-backend") == best["keras_backend"] == "tensorflow"
     checkpoints = api.get(f"/api/v1/trials/{best['id']}/checkpoints").json()
     links = page.locator("#checkpoints a.download")
     assert links.count() == len(checkpoints) >= 1

@@ -324,7 +324,8 @@ class FitDriver(keras.callbacks.Callback):
         }
         spec = _state.model_json(self.model)
         uuid = str(uuidlib.uuid4())
-        record = {**st.position.as_dict(), "metrics": dict(metrics or {})}
+        record = {**st.position.as_dict(), "metrics": dict(metrics or {}),
+                  "keras_backend": self.backend.name}
         publish = self.core.checkpoint.write_staged(
             uuid, lambda path: {**record, "size": _state.write_checkpoint(
                 path, arrays, spec, metadata, self.backend.name)})

@@ -24,11 +24,12 @@ class CheckpointTables(Database):
         with self.tx() as db:
             db.execute(
                 "INSERT INTO checkpoints (uuid, trial_id, steps, epoch, batch, size, metrics,"
-                " created, stage, searched) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(uuid) DO NOTHING",
+                " created, stage, searched, keras_backend)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(uuid) DO NOTHING",
                 (c["uuid"], c["trial_id"], c["steps_completed"], c["epoch"], c.get("batch", 0),
                  c.get("size", 0), metrics_json(c.get("metrics", {})), time.time(),
-                 c.get("stage"), None if c.get("searched", True) else 0),
+                 c.get("stage"), None if c.get("searched", True) else 0,
+                 c.get("keras_backend")),
             )
             (owner,) = db.execute("SELECT trial_id FROM checkpoints WHERE uuid = ?",
                                   (c["uuid"],)).fetchone()

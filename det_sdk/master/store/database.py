@@ -73,7 +73,9 @@ _ADDED_COLUMNS = {
     "trials": ("bracket INTEGER NOT NULL DEFAULT 0", "target INTEGER",
                "searcher_done INTEGER NOT NULL DEFAULT 0",
                # what became of its damaged checkpoints (det_sdk.master.checkpoints)
-               "checkpoint_note TEXT"),
+               "checkpoint_note TEXT",
+               # the Keras backend of its latest checkpoint (det_sdk.master.checkpoints)
+               "keras_backend TEXT"),
     # det_sdk.master.resources: the resource manager's id of the task (a Slurm job id),
     # why it waits in that manager's queue, and when a kill turns into a forced stop
     "allocations": ("rm_id TEXT", "queue_reason TEXT", "kill_after REAL",
@@ -84,7 +86,9 @@ _ADDED_COLUMNS = {
     # whether that stage is the searched one (NULL: yes, as before stages)
     "checkpoints": ("stage TEXT", "searched INTEGER",
                     # why it failed verification on restore; NULL: intact as far as known
-                    "damaged TEXT"),
+                    "damaged TEXT",
+                    # the Keras backend that trained it, as the trial reported; NULL: none
+                    "keras_backend TEXT"),
     # jobs that resume (issue 40): relaunches after a failure; activate once stopped (an
     # activate while it still stops); the chief's latest progress report (rows, where its
     # output goes, when) and the first report of the current allocation (the rate's base)

@@ -1,5 +1,6 @@
 // A trial: every training and validation metric over batches, epochs or time; its
-// hyperparameters, restarts and error; checkpoints with a download link; its log.
+// hyperparameters, restarts, error and Keras backend; checkpoints with a download link; its
+// log.
 // A script of several fits (stages: teacher, student, ...) gets a table of its stages and
 // a stage picker: the charts show one stage's series at a time.
 //
@@ -63,6 +64,8 @@ export async function render(main, [id]) {
         <span>best ${esc(info.searcher_metric)}: <b>${num(info.best_metric)}</b></span>
         <span>restarts: <b id="restarts">${info.restarts}</b></span>
         <span>seed ${info.seed}</span>
+        ${info.keras_backend ? `<span title="the Keras backend its latest checkpoint was trained on"
+          >Keras on <b id="keras-backend">${esc(info.keras_backend)}</b></span>` : ""}
       </div>`;
     // nested hyperparameters by dotted name (optimizer.learning_rate)
     main.querySelector("#hparams").innerHTML = Object.entries(info.hparams_flat).map(([k, v]) =>
