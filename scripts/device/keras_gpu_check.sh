@@ -14,10 +14,16 @@
 # Each step has a timeout, and a step that would start past $BUDGET seconds (default
 # 420) is skipped, so the whole stays within about 8 minutes.
 #   BACKENDS="jax" bash scripts/device/keras_gpu_check.sh   # one backend only
+# (BENCH_ARGS: the benchmark's arguments, default "--reps 3"; PY: the python, python3;
+# FIT_ROWS: the rows of the fits, 8192)
 set -u
 OUT=${OUT:-/tmp/keras-gpu-check}
 BUDGET=${BUDGET:-420}
 BACKENDS=${BACKENDS:-jax torch}
+# rows of keras_gpu_fit.py's runs (64 a global batch; 3 epochs); the SIGTERM comes in the
+# second epoch
+FIT_ROWS=${FIT_ROWS:-8192}
+KILL_AT=$((FIT_ROWS * 3 / 128 + 8))
 PY=${PY:-python3}
 SITE=${SITE:-/tmp/keras-site}  # the wheels installed
 mkdir -p "$OUT"
@@ -109,29 +115,30 @@ for B in $BACKENDS; do
   echo "=== $B"
   # 1. one process, deterministic: the reference of 2. and 3.
   step "$B-1-one-process" 120 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/one/runs" \
-    OUT="$W/one" ROWS=8192 "$PY" "$FIT"
+    OUT="$W/one" ROWS="$FIT_ROWS" "$PY" "$FIT"
   # 2. two processes sharing the GPU (without dropout: on PyTorch each process draws
   #    its own masks; compared with a one-process run without dropout)
   step "$B-2a-one-process-nodropout" 90 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/one0/runs" \
-    OUT="$W/one0" DROPOUT=0 "$PY" "$FIT"
+    OUT="$W/one0" ROWS="$FIT_ROWS" DROPOUT=0 "$PY" "$FIT"
   step "$B-2b-two-processes" 150 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/two/runs" \
-    OUT="$W/two" DROPOUT=0 "${TORCHRUN[@]}" --nproc_per_node 2 --standalone "$FIT"
-  # 3. SIGTERM at batch 200 (inside the second epoch: 128 batches an epoch), resume
+    OUT="$W/two" ROWS="$FIT_ROWS" DROPOUT=0 "${TORCHRUN[@]}" --nproc_per_node 2 --standalone "$FIT"
+  # 3. SIGTERM inside the second epoch (batch 200 of 128 an epoch by default), resume
   step "$B-3a-sigterm" 90 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/kill/runs" \
-    OUT="$W/killed" KILL_AT=200 "$PY" "$FIT"
+    OUT="$W/killed" ROWS="$FIT_ROWS" KILL_AT=$KILL_AT "$PY" "$FIT"
   step "$B-3b-resume" 90 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/kill/runs" \
-    OUT="$W/resumed" DET_RESUME=latest "$PY" "$FIT"
+    OUT="$W/resumed" ROWS="$FIT_ROWS" DET_RESUME=latest "$PY" "$FIT"
   if [ "$B" = torch ]; then
     # Keras's unseeded Dropout draws on the GPU from torch's CUDA generator: the same
     # check without dropout tells a CUDA RNG state not carried from anything else
     step "$B-3c-sigterm-nodropout" 90 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/kill0/runs" \
-      OUT="$W/killed0" KILL_AT=200 DROPOUT=0 "$PY" "$FIT"
+      OUT="$W/killed0" ROWS="$FIT_ROWS" KILL_AT=$KILL_AT DROPOUT=0 "$PY" "$FIT"
     step "$B-3d-resume-nodropout" 90 env KERAS_BACKEND="$B" DET_RUNS_DIR="$W/kill0/runs" \
-      OUT="$W/resumed0" DET_RESUME=latest DROPOUT=0 "$PY" "$FIT"
+      OUT="$W/resumed0" ROWS="$FIT_ROWS" DET_RESUME=latest DROPOUT=0 "$PY" "$FIT"
   fi
   # 4. context.fit vs model.fit, det_sdk's checkpoint vs BackupAndRestore, on the GPU
+  # shellcheck disable=SC2086  # BENCH_ARGS: one word per argument
   step "$B-4-bench" 120 env KERAS_BACKEND="$B" "$PY" scripts/bench/keras_backends.py \
-    --backend "$B" --reps 3 --json "$OUT/bench_$B.json"
+    --backend "$B" ${BENCH_ARGS:---reps 3} --json "$OUT/bench_$B.json"
 done
 
 echo "== summary"
@@ -184,7 +191,13 @@ for b in backends:
         diff = max(float(np.max(np.abs(a - c))) for a, c in zip(two_w, one0_w))
         r["two_processes"] = {"devices": two["devices"], "steps_per_s": two["steps_per_s"],
                               "max_weight_diff_vs_one": diff,
-                              "history_close": all(np.allclose(two["history"][k], v, rtol=1e-4)
+                              # float sums in another order, amplified by Adam: close,
+                              # not equal (the CPU: 9e-4 of the loss at most, PyTorch)
+                              "max_history_rel_diff": max(
+                                  float(np.max(np.abs(np.subtract(two["history"][k], v))
+                                               / np.maximum(np.abs(v), 1e-12)))
+                                  for k, v in one0["history"].items()),
+                              "history_close": all(np.allclose(two["history"][k], v, rtol=2e-3)
                                                    for k, v in one0["history"].items())}
     else:
         r["two_processes"] = None
