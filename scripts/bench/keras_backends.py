@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -232,6 +233,7 @@ def one_backend(args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         result["profile"] = profile_checkpoint(context, big["det1"], xb, yb, k)
     result["load_after"] = os.getloadavg()[0]
+    shutil.rmtree(top, ignore_errors=True)
     return result
 
 
