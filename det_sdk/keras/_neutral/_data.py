@@ -154,9 +154,15 @@ class EpochBatches(keras.utils.PyDataset):
                 f"train what one process trains). Use {rows - tail % dist.size} rows, or a "
                 "global batch size that divides the rows")
 
+        orders: dict[int, np.ndarray] = {}  # the latest epoch's (drawn once an epoch)
+
         def from_arrays(ep: int, i: int) -> Any:
-            order = np.random.default_rng([seed, ep]).permutation(rows) if shuffle \
-                else np.arange(rows)
+            order = orders.get(ep)
+            if order is None:
+                order = np.random.default_rng([seed, ep]).permutation(rows) if shuffle \
+                    else np.arange(rows)
+                orders.clear()
+                orders[ep] = order
             idx = order[i * global_batch:(i + 1) * global_batch]
             share = len(idx) // dist.size
             mine = idx[dist.rank * share:(dist.rank + 1) * share]

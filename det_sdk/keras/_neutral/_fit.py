@@ -43,7 +43,7 @@ from det_sdk.keras._neutral import _state
 from det_sdk.keras._neutral._backend import Backend
 from det_sdk.keras._neutral._tensorboard import EpochScalars
 
-__all__ = ["FitDriver", "FitState", "Stopped", "Stretch", "plan"]
+__all__ = ["DriverCallbacks", "FitDriver", "FitState", "Stopped", "Stretch", "plan"]
 
 # With several processes, how often (in batches) they agree whether to stop
 STOP_CHECK_EVERY = 10
@@ -196,11 +196,16 @@ class FitDriver(keras.callbacks.Callback):
             uuid = self.checkpoint()
             raise Stopped(reason, uuid, self.state.position)
 
+    def epoch_logs(self, logs: Any) -> None:
+        """Put the epoch's training metrics over every process's rows into ``logs``,
+        before the script's callbacks and the History read them."""
+        if logs is not None and self._epoch_metrics is not None:
+            logs.update(self._epoch_metrics)
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         st = self.state
         logs = logs if logs is not None else {}
-        if self._epoch_metrics is not None:  # every process's rows (summed states)
-            logs.update(self._epoch_metrics)
+        self.epoch_logs(logs)
         values = _floats(logs)
         train = {k: v for k, v in values.items() if not k.startswith("val_")}
         val = {k: v for k, v in values.items() if k.startswith("val_")}
@@ -332,6 +337,50 @@ class FitDriver(keras.callbacks.Callback):
         publish()
         st.last_checkpoint = uuid
         return uuid
+
+
+class DriverCallbacks(keras.callbacks.CallbackList):
+    """Keras's list of the script's callbacks (with the History and the progress bar, each
+    batch's dispatched in the background where Keras judges them safe), and det_sdk's
+    :class:`FitDriver` called on the training thread with each step's logs as they come.
+
+    A callback of the list's own that overrides a batch hook makes Keras wait for every
+    step and convert its logs (measured on JAX: ``model.fit`` 1.57 s, 2.49 s with an empty
+    ``on_train_batch_end``); the driver reads the logs only where it reports.
+    """
+
+    def __init__(self, callbacks: list[Any], driver: FitDriver, **kwargs: Any) -> None:
+        self.driver = driver  # first: Keras's __init__ calls set_model
+        super().__init__(callbacks, **kwargs)
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        self.driver.set_model(model)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.driver.on_train_begin(logs)
+        super().on_train_begin(logs)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.driver.on_epoch_begin(epoch, logs)
+        super().on_epoch_begin(epoch, logs)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.driver.on_train_batch_begin(batch, logs)
+        super().on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_end(batch, logs)
+        self.driver.on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.driver.epoch_logs(logs)
+        super().on_epoch_end(epoch, logs)
+        self.driver.on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        super().on_train_end(logs)
+        self.driver.on_train_end(logs)
 
 
 def end_of(length: Length, batches: int, global_batch: int | None) -> tuple[int, int]:

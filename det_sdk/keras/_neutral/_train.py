@@ -25,7 +25,15 @@ from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras._neutral import _data, _state
 from det_sdk.keras._neutral._backend import Backend
-from det_sdk.keras._neutral._fit import FitDriver, FitState, Stopped, check_resumable, end_of, plan
+from det_sdk.keras._neutral._fit import (
+    DriverCallbacks,
+    FitDriver,
+    FitState,
+    Stopped,
+    check_resumable,
+    end_of,
+    plan,
+)
 
 __all__ = ["FitOutcome", "run_fit"]
 
@@ -160,12 +168,17 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                                    state=state, stretch=stretch, batches_per_epoch=batches,
                                    stop_reason=stop_signal, data=x,
                                    end_of_training=i == len(stretches) - 1)
+                listed = DriverCallbacks(
+                    callbacks, driver, add_history=True,
+                    add_progbar=passed.get("verbose", "auto") != 0,
+                    verbose=passed.get("verbose", "auto"), epochs=stretch.epochs_to,
+                    steps=len(x), model=model)
                 try:
                     fitted = model.fit(x, epochs=stretch.epochs_to,
                                        initial_epoch=stretch.epoch,
                                        validation_data=validation,
                                        shuffle=False,  # the batches' order is det_sdk's
-                                       callbacks=[*callbacks, driver], **passed)
+                                       callbacks=listed, **passed)
                 except Stopped as stop:
                     _fill(history, state, None)
                     return FitOutcome(history, state.position, stop)
