@@ -37,6 +37,9 @@ class Backend:
     #: True when each process's metric states hold its own rows only (summed over the
     #: processes before they are read); False when every process holds every row's.
     metrics_per_process = False
+    #: True when training updates the variables' buffers in place (PyTorch): a checkpoint
+    #: written in the background copies them first; JAX makes new arrays each step
+    updates_in_place = False
 
     def processes(self) -> Processes:
         """The processes of this run, from the launcher's environment (one: ``SingleProcess``)."""

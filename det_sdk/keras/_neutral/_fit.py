@@ -37,6 +37,7 @@ from det_sdk.core._context import Context
 from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position
 from det_sdk.engine.stopping import StopAgreement
+from det_sdk.engine.writer import CheckpointWriter
 from det_sdk.errors import DetSdkError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras._neutral import _state
@@ -103,6 +104,11 @@ class FitState:
     last_validation: dict[str, float] = field(default_factory=dict)
     #: the position of the latest checkpoint (none taken twice at one place)
     checkpointed_at: int = -1
+    #: writes checkpoints off the training thread, one at a time
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)
+    #: ``model.json``'s bytes, made at the fit's first checkpoint (the model's
+    #: architecture and compile config do not change while it trains)
+    model_spec: bytes | None = None
 
     @property
     def position(self) -> Position:
@@ -175,7 +181,8 @@ class FitDriver(keras.callbacks.Callback):
                                     else self.batches)
         if last_of_call or st.batch == self.batches:
             self.backend.sync(self.model)
-            self._metric_arrays = [_state._host(v.value) for v in self.model.metrics_variables]
+            self._metric_arrays = [_state._host(v.value, copy=True)
+                                   for v in self.model.metrics_variables]
             self._epoch_metrics = self._training_metrics(logs)
         every = self.policy.report_every
         if every and st.steps_completed % every == 0 and st.batch < self.batches:
@@ -236,7 +243,7 @@ class FitDriver(keras.callbacks.Callback):
         if not (self.backend.metrics_per_process and self.dist.size > 1):
             return {k: v for k, v in _floats(logs).items() if not k.startswith("val_")}
         variables = self.model.metrics_variables
-        own = [_state._host(v.value) for v in variables]
+        own = [_state._host(v.value, copy=True) for v in variables]  # not views
         every = self.dist.allgather(own)
         summed = [np.sum(np.stack(parts), axis=0).astype(parts[0].dtype)
                   for parts in zip(*every)]
@@ -312,7 +319,7 @@ class FitDriver(keras.callbacks.Callback):
         st.checkpointed_at = st.steps_completed
         if not self.dist.is_chief:
             return None
-        arrays = _state.state_arrays(self.model)
+        arrays = _state.state_arrays(self.model, copy=self.backend.updates_in_place)
         for r, (r_rng, r_metrics) in enumerate(every):
             arrays += [(f"rng:{r}", f"rng/{i}", a) for i, a in enumerate(r_rng)]
             arrays += [(f"metrics:{r}", f"metrics/{i}", a) for i, a in enumerate(r_metrics)]
@@ -327,14 +334,21 @@ class FitDriver(keras.callbacks.Callback):
             "created": time.time(),
             "history": copy.deepcopy(st.history),
         }
-        spec = _state.model_json(self.model)
+        if st.model_spec is None:
+            st.model_spec = _state.model_json(self.model)
+        spec = st.model_spec
         uuid = str(uuidlib.uuid4())
         record = {**st.position.as_dict(), "metrics": dict(metrics or {}),
                   "keras_backend": self.backend.name}
-        publish = self.core.checkpoint.write_staged(
-            uuid, lambda path: {**record, "size": _state.write_checkpoint(
-                path, arrays, spec, metadata, self.backend.name)})
-        publish()
+        checkpoint = self.core.checkpoint
+        backend = self.backend.name
+
+        def write() -> Any:  # in the writer's thread; returns the publish (upload, report)
+            return checkpoint.write_staged(uuid, lambda path: {
+                **record, "size": _state.write_checkpoint(path, arrays, spec, metadata,
+                                                          backend)})
+
+        st.writer.submit(write)
         st.last_checkpoint = uuid
         return uuid
 

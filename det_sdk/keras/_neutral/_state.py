@@ -46,8 +46,9 @@ def rng_variables(model: Any) -> list[Any]:
     return found
 
 
-def _host(value: Any) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(value), order="C")
+def _host(value: Any, copy: bool = False) -> np.ndarray:
+    arr = np.asarray(keras.ops.convert_to_numpy(value), order="C")
+    return arr.copy() if copy else arr
 
 
 def optimizer_of(model: Any) -> Any:
@@ -58,13 +59,13 @@ def optimizer_of(model: Any) -> Any:
     return opt
 
 
-def state_arrays(model: Any) -> list[tuple[str, str, np.ndarray]]:
-    """This process's model, optimizer and random state as (group, name, array), rank 0's
-    names for the random state (the caller renames per process)."""
-    out = [("model", v.path, _host(v.value)) for v in model.weights]
+def state_arrays(model: Any, copy: bool = False) -> list[tuple[str, str, np.ndarray]]:
+    """The model's and its optimizer's state as (group, name, array); ``copy``: arrays of
+    their own, not views of buffers training will update in place."""
+    out = [("model", v.path, _host(v.value, copy)) for v in model.weights]
     opt = optimizer_of(model)
     if opt is not None:
-        out += [("optimizer:0", v.path, _host(v.value)) for v in opt.variables]
+        out += [("optimizer:0", v.path, _host(v.value, copy)) for v in opt.variables]
     return out
 
 
@@ -72,8 +73,8 @@ def own_arrays(model: Any, backend_random: list[np.ndarray]
                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """This process's own state: its random generators' (the model's ``SeedGenerator``
     states, then ``backend_random``: the backend's own) and its metrics'."""
-    return ([_host(v.value) for v in rng_variables(model)] + list(backend_random),
-            [_host(v.value) for v in model.metrics_variables])
+    return ([_host(v.value, copy=True) for v in rng_variables(model)] + list(backend_random),
+            [_host(v.value, copy=True) for v in model.metrics_variables])
 
 
 @contextlib.contextmanager

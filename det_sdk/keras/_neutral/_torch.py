@@ -40,6 +40,7 @@ class TorchBackend(Backend):
 
     name = "torch"
     metrics_per_process = True
+    updates_in_place = True
 
     def processes(self) -> Processes:
         if not (torchrun.launched() or horovodrun.launched()):

@@ -9,6 +9,7 @@ stretch is cut into ``model.fit`` calls by :func:`det_sdk.keras._neutral._fit.pl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -180,9 +181,15 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                                        shuffle=False,  # the batches' order is det_sdk's
                                        callbacks=listed, **passed)
                 except Stopped as stop:
+                    state.writer.wait()  # the stop's checkpoint written and reported
                     _fill(history, state, None)
                     return FitOutcome(history, state.position, stop)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        state.writer.wait()  # what was taken before the error stays
+                    raise
                 _fill(history, state, fitted)
+    state.writer.wait()
     return FitOutcome(history, state.position)
 
 
@@ -207,7 +214,10 @@ def _lengths(core: Context, epochs: Any, state: FitState, policy: TrainingPolicy
 
 def _complete(core: Context, length: Length, state: FitState,
               policy: TrainingPolicy) -> Length | None:
-    """Report ``length`` trained with its searcher metric; the next length, or None."""
+    """Report ``length`` trained with its searcher metric; the next length, or None.
+
+    The length's checkpoint is reported first: the searcher may end the trial here."""
+    state.writer.wait()
     return core.searcher.complete_from(
         length, state.last_validation, policy.searcher_metric, among="the validation metrics",
         hint="give context.fit validation_data, and name one of its metrics (val_...)")
