@@ -1,9 +1,10 @@
 """A backend-neutral Keras script (``import keras``) for the JAX and PyTorch engine's tests.
 
 Environment: ``DROPOUT`` (0/1), ``KILL_AT`` (SIGTERM itself after that many batches on
-rank 0), ``EPOCHS``, ``ROWS``, ``MIXED`` (a mixed-precision policy), ``OUT`` (rank 0
-writes its weights, History, predictions, evaluations and the frameworks it loaded there
-as ``.npz``/``.json``).
+rank 0), ``EPOCHS``, ``ROWS``, ``MIXED`` (a mixed-precision policy), ``EMA`` (1, the
+default: a learning-rate schedule, EMA, gradient accumulation and clipping; 0: plain
+Adam), ``OUT`` (rank 0 writes its weights, History, predictions, evaluations and the
+frameworks it loaded there as ``.npz``/``.json``).
 """
 
 import json
@@ -29,7 +30,13 @@ layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
 if os.environ.get("DROPOUT", "1") == "1":
     layers.append(keras.layers.Dropout(0.2))
 model = keras.Sequential([*layers, keras.layers.Dense(1, dtype="float32")])
-model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(hp["learning_rate"])),
+learning_rate = hp["learning_rate"]
+options = {}
+if os.environ.get("EMA", "1") == "1":  # round 5's options: each is state a resume restores
+    learning_rate = keras.optimizers.schedules.ExponentialDecay(learning_rate, 5, 0.9)
+    options = {"use_ema": True, "ema_momentum": 0.9, "gradient_accumulation_steps": 2,
+               "clipnorm": 1.0}
+model.compile(optimizer=context.wrap_optimizer(keras.optimizers.Adam(learning_rate, **options)),
               loss="mse", metrics=["mae", "cosine_similarity"])
 kill_at = int(os.environ.get("KILL_AT", "0"))
 

@@ -102,6 +102,7 @@ class FitState:
     restore_path: Path | None = None
     last_checkpoint: str | None = None
     last_validation: dict[str, float] = field(default_factory=dict)
+    last_metrics: dict[str, float] = field(default_factory=dict)  # the latest epoch's
     #: the position of the latest checkpoint (none taken twice at one place)
     checkpointed_at: int = -1
     #: writes checkpoints off the training thread, one at a time
@@ -222,6 +223,7 @@ class FitDriver(keras.callbacks.Callback):
             st.last_validation = val
             self._report("validation", val)
         self._progress()
+        st.last_metrics = values
         whole = st.batch == self.batches
         if whole:  # a call that ends inside an epoch (a searcher length) records no row
             for k, v in values.items():

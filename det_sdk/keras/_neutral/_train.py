@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,7 +157,8 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     lengths = _lengths(core, epochs, state, policy)
     history = keras.callbacks.History()
     history.set_model(model)
-    with catch_stop_signals() as stop_signal:
+    driver: FitDriver | None = None
+    with catch_stop_signals() as stop_signal, _finalize_once(model) as finalized:
         for length in lengths:
             end = end_of(length, batches, None)
             stretches = plan((state.epoch, state.batch), end, batches)
@@ -189,8 +191,40 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                         state.writer.wait()  # what was taken before the error stays
                     raise
                 _fill(history, state, fitted)
+    if finalized[0] and driver is not None and _overwrites_weights(model.optimizer):
+        # the weights are their averages now: the last checkpoint is of this model
+        state.checkpointed_at = -1
+        driver.checkpoint(metrics=state.last_metrics)
     state.writer.wait()
     return FitOutcome(history, state.position)
+
+
+@contextlib.contextmanager
+def _finalize_once(model: Any) -> Iterator[list[bool]]:
+    """The optimizer's last word (``use_ema``: the weights overwritten by their moving
+    averages) said once, when the whole ``context.fit`` has trained, not at the end of each
+    of its ``model.fit`` calls: between two calls it would replace the weights the next
+    call trains (and on JAX make a weight and its average one buffer, which the next step
+    refuses to donate twice). Not said when training stops early: the process exits.
+    Yields a flag, true once it was said."""
+    optimizer = model.optimizer
+    finalize = optimizer.finalize_variable_values
+    optimizer.finalize_variable_values = lambda variables: None
+    done = [False]
+    try:
+        yield done
+        done[0] = True
+    finally:
+        del optimizer.finalize_variable_values  # the class's again
+        if done[0]:
+            finalize(model.trainable_weights)
+
+
+def _overwrites_weights(optimizer: Any) -> bool:
+    """Whether finalizing ``optimizer`` (or the one a loss-scale optimizer wraps) changed
+    the weights."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    return bool(getattr(optimizer, "use_ema", False) or getattr(inner, "use_ema", False))
 
 
 def _lengths(core: Context, epochs: Any, state: FitState, policy: TrainingPolicy) -> Any:
