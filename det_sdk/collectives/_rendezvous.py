@@ -26,8 +26,13 @@ from typing import Protocol
 
 from det_sdk.errors import DetSdkError
 
-__all__ = ["DistributedSetupError", "HorovodKV", "KeyValueStore", "gpu_refusal", "own_address"]
+__all__ = ["NO_RANKS", "DistributedSetupError", "HorovodKV", "KeyValueStore", "gpu_refusal",
+           "own_address"]
 
+
+#: what a process group says when no launcher described the ranks
+NO_RANKS = ("det_sdk: no ranks in the environment (torchrun's RANK/WORLD_SIZE or "
+            "horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
 
 class DistributedSetupError(DetSdkError, RuntimeError):
     """The ranks could not find each other (rendezvous, missing variables), or a machine

@@ -67,6 +67,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_sdk.collectives._rendezvous import (
+    NO_RANKS,
     DistributedSetupError,
     HorovodKV,
     KeyValueStore,
@@ -483,9 +484,7 @@ class JaxDistributed(CoreDistributedContext):
                 if ranks.rank == 0 and not chief:
                     chief = own_address(rendezvous[0], local_only=ranks.cross_size == 1)
         else:
-            raise DistributedSetupError(
-                "det_sdk: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
-                "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+            raise DistributedSetupError(NO_RANKS)
         return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
                    local_size=ranks.local_size, cross_rank=ranks.cross_rank,
                    cross_size=ranks.cross_size, chief_ip=chief, store=store, key=key,

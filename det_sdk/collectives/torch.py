@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from det_sdk.collectives._rendezvous import (
+    NO_RANKS,
     DistributedSetupError,
     HorovodKV,
     gpu_refusal,
@@ -201,9 +202,7 @@ class TorchDistributed(CoreDistributedContext):
             master_addr, master_port, store = _rendezvous_via_horovod(
                 env, ranks.rank, ranks.size, ranks.cross_size == 1, timeout)
         else:
-            raise DistributedSetupError(
-                "det_sdk: no ranks in the environment (torchrun's RANK/WORLD_SIZE "
-                "or horovodrun's HOROVOD_RANK/HOROVOD_SIZE)")
+            raise DistributedSetupError(NO_RANKS)
         return cls(rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
                    local_size=ranks.local_size, cross_rank=ranks.cross_rank,
                    cross_size=ranks.cross_size, master_addr=master_addr,

@@ -22,7 +22,7 @@ from det_sdk.keras._entry import init
 # name -> the module that defines it; imported when the name is first used (PEP 562)
 _LAZY = {
     "KerasContext": "det_sdk.keras._context",
-    "TrainingContext": "det_sdk.keras._context",
+    "TrainingContext": "det_sdk.keras._training",
     "ShardedArray": "det_sdk.keras._data",
     "DeterminedCallback": "det_sdk.keras._determined_callback",
     "TensorBoard": "det_sdk.keras._determined_callback",

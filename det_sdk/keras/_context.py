@@ -20,20 +20,10 @@ from det_sdk.info import ClusterInfo
 from det_sdk.keras import _checkpoint, _compat, _data, _fit, _preprocessing
 from det_sdk.keras._fit_run import Preempted
 from det_sdk.keras._loop import TrainingLoop
+from det_sdk.keras._training import TrainingContext
 from det_sdk.stages import DEFAULT_STAGE, RunStages, check_stage_name
 
 __all__ = ["KerasContext", "TrainingContext"]
-
-
-class TrainingContext:
-    """What only a training task has: its hyperparameters.
-
-    >>> TrainingContext(HParams({"dropout": 0.5})).hparams["dropout"]
-    0.5
-    """
-
-    def __init__(self, hparams: HParams) -> None:
-        self.hparams = hparams
 
 
 class KerasContext:

@@ -25,19 +25,9 @@ from det_sdk.info import ClusterInfo
 from det_sdk.keras._neutral import _data, _state
 from det_sdk.keras._neutral._backend import Backend
 from det_sdk.keras._neutral._train import run_fit
+from det_sdk.keras._training import TrainingContext
 
 __all__ = ["NeutralKerasContext", "TrainingContext"]
-
-
-class TrainingContext:
-    """What only a training task has: its hyperparameters.
-
-    >>> TrainingContext(HParams({"dropout": 0.5})).hparams["dropout"]
-    0.5
-    """
-
-    def __init__(self, hparams: HParams) -> None:
-        self.hparams = hparams
 
 
 class NeutralKerasContext:
