@@ -26,7 +26,9 @@ DET = Path(sys.executable).with_name("det")
 PACKAGE = Path(det_sdk.__file__).resolve().parent
 
 #: The documented exceptions to the tree (module, class): each says why in its docstring.
-OUTSIDE_THE_TREE = {("det_sdk.keras._fit_run", "Preempted")}  # control flow, not an error
+# control flow, not errors: the two Keras engines' stops
+OUTSIDE_THE_TREE = {("det_sdk.keras._fit_run", "Preempted"),
+                    ("det_sdk.keras._neutral._fit", "Stopped")}
 
 # Imports every module given, then lists every exception class det_sdk defines (every
 # subclass of BaseException whose module is det_sdk's, found through __subclasses__, so
@@ -55,16 +57,21 @@ print(json.dumps({"tensorflow": "tensorflow" in sys.modules, "classes": rows}))
 def _modules(keras: bool) -> list[str]:
     """det_sdk's modules from its files (not pkgutil, which imports packages to walk
     them): those under det_sdk/keras, or all the others."""
+    import importlib.metadata
     import importlib.util
 
-    # det_sdk.pytorch needs torch, which the Keras 2 venv does not have
+    # det_sdk.pytorch and torch's process group need torch, which the Keras 2 venv does
+    # not have; the JAX and PyTorch Keras engine needs Keras 3
     no_torch = importlib.util.find_spec("torch") is None
+    keras2 = importlib.metadata.version("keras").startswith("2.")
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        if no_torch and len(parts) > 1 and parts[1] == "pytorch":
+        if no_torch and (parts[1:2] == ("pytorch",) or parts[1:3] == ("collectives", "torch")):
+            continue
+        if keras2 and parts[1:3] == ("keras", "_neutral"):
             continue
         if (len(parts) > 1 and parts[1] == "keras") == keras:
             names.append(".".join(parts))

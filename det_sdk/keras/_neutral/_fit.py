@@ -38,7 +38,7 @@ from det_sdk.engine.policy import TrainingPolicy
 from det_sdk.engine.position import Position
 from det_sdk.engine.stopping import StopAgreement
 from det_sdk.engine.writer import CheckpointWriter
-from det_sdk.errors import DetSdkError, UsageError
+from det_sdk.errors import UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras._neutral import _state
 from det_sdk.keras._neutral._backend import Backend
@@ -50,8 +50,14 @@ __all__ = ["DriverCallbacks", "FitDriver", "FitState", "Stopped", "Stretch", "pl
 STOP_CHECK_EVERY = 10
 
 
-class Stopped(DetSdkError):
-    """A fit stopped early (a signal, the master): its checkpoint is saved."""
+class Stopped(Exception):
+    """A fit stopped early (a signal, the master): its checkpoint is saved.
+
+    Control flow, as the TensorFlow engine's ``Preempted``, and so outside
+    :class:`det_sdk.errors.DetSdkError` (tests/e2e/test_errors.py lists both): raised from
+    the callback out through Keras's ``fit`` to ``context.fit``, which catches it; a handler
+    written ``except DetSdkError`` would take a clean stop for a failure.
+    """
 
     def __init__(self, reason: str, uuid: str | None, position: Position) -> None:
         super().__init__(reason)
