@@ -21,8 +21,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from det_sdk.distributed import Processes
+from det_sdk.distributed import Processes, SingleProcess
 from det_sdk.errors import UsageError
+from det_sdk.ranks import horovodrun, torchrun
 
 __all__ = ["BACKENDS", "Backend", "backend_named"]
 
@@ -43,6 +44,12 @@ class Backend:
 
     def processes(self) -> Processes:
         """The processes of this run, from the launcher's environment (one: ``SingleProcess``)."""
+        if not (torchrun.launched() or horovodrun.launched()):
+            return SingleProcess()
+        return self.process_group()
+
+    def process_group(self) -> Processes:
+        """The backend's process group of the ranks a launcher (torchrun, horovodrun) started."""
         raise NotImplementedError
 
     def predict(self, model: Any, x: Any, dist: Processes, **kwargs: Any) -> Any:

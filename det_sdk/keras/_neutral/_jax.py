@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from det_sdk.distributed import Processes, SingleProcess
+from det_sdk.distributed import Processes
 from det_sdk.keras._neutral._backend import Backend
-from det_sdk.ranks import horovodrun, torchrun
 
 __all__ = ["BACKEND", "JaxBackend"]
 
@@ -29,9 +28,7 @@ class JaxBackend(Backend):
     name = "jax"
     metrics_per_process = False
 
-    def processes(self) -> Processes:
-        if not (torchrun.launched() or horovodrun.launched()):
-            return SingleProcess()
+    def process_group(self) -> Processes:
         from det_sdk.collectives.jax import JaxDistributed
 
         return JaxDistributed.from_env()

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from det_sdk.distributed import Processes, SingleProcess
+from det_sdk.distributed import Processes
 from det_sdk.errors import UsageError
 from det_sdk.keras._neutral._backend import Backend
-from det_sdk.ranks import horovodrun, torchrun
 
 __all__ = ["BACKEND", "TorchBackend"]
 
@@ -42,9 +41,7 @@ class TorchBackend(Backend):
     metrics_per_process = True
     updates_in_place = True
 
-    def processes(self) -> Processes:
-        if not (torchrun.launched() or horovodrun.launched()):
-            return SingleProcess()
+    def process_group(self) -> Processes:
         from det_sdk.collectives.torch import TorchDistributed
 
         return TorchDistributed.from_env()
