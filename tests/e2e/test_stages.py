@@ -89,7 +89,8 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
         missing = http.get(f"/api/v1/trials/{t['id']}/checkpoints",
                            params={"latest": "true", "stage": "nope"})
         assert missing.status_code == 404 and "of stage 'nope'" in missing.text
-        # the restart restored the teacher instead of training it again (the log read
+        # the restart restored the teacher instead of training it again (the crash waits for
+        # the student's first checkpoint to be reported: stages_model/train.py; the log read
         # over HTTP: `det trial logs` is tests/e2e/test_cli_determined.py's; here a det
         # process once printed nothing under CI's load, on Keras 2, and said not why; the
         # API once gave nothing too, on Keras 2 under CI's load: the file on disk is shown
