@@ -22,9 +22,6 @@ thread, never under its lock nor on its event loop), so the files are served onl
 
 >>> import tempfile, time, os
 >>> from pathlib import Path
-
-from det_sdk.storage import pause as _yield
-from det_sdk.storage import remove_tree
 >>> work = Path(tempfile.mkdtemp()) / "workdir"; work.mkdir()
 >>> (work / "train.py").write_text("print(1)")
 8
