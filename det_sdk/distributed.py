@@ -164,16 +164,34 @@ class Processes(ABC):
         """True on every process when ``flag`` is true on any (agreeing to stop together)."""
         return any(self.allgather(bool(flag)))
 
-    def average_gradients(self, grads: list[Any], compression: str | None = None
-                          ) -> list[Any]:
+    def average_gradients(self, grads: list[Any], compression: str | None = None,
+                          weight: Any = None) -> list[Any]:
         """TF gradients averaged over all processes (None entries stay None).
 
         Called inside the optimizer's step (a ``tf.function``): every process
         must apply the same optimizers in the same order. ``compression="fp16"`` sends
         dense float gradients as float16 (Horovod's ``Compression.fp16``; nothing to
-        send on one process).
+        send on one process). ``weight``: this process's weight (a scalar tensor, the
+        rows of its batch) by which ``grads`` were multiplied; the result is then
+        ``sum(grads_i) / sum(weight_i)``, a weighted average (one process: ``grads``
+        divided by ``weight``).
+
+        >>> SingleProcess().average_gradients([3.0], weight=None)
+        [3.0]
         """
-        return grads
+        if weight is None:
+            return grads
+        import tensorflow as tf  # only ever called inside a TensorFlow step
+
+        def divided(g: Any) -> Any:
+            if g is None:
+                return None
+            if isinstance(g, tf.IndexedSlices):
+                return tf.IndexedSlices(tf.math.divide_no_nan(
+                    g.values, tf.cast(weight, g.values.dtype)), g.indices, g.dense_shape)
+            return tf.math.divide_no_nan(g, tf.cast(weight, g.dtype))
+
+        return [divided(g) for g in grads]
 
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
         """Set ``tf.Variable``s on every process to ``root``'s values (nothing on one)."""

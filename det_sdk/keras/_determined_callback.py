@@ -490,6 +490,7 @@ class _SplitBatches:
                 "before fit (rank 0's weights are broadcast when training begins): give it "
                 "a keras.Input or call model.build(input_shape)")
         _compat.average_in_place(opt, self.dist.average_gradients, self.dist.size)
+        _compat.weigh_alike()  # its processes split every batch evenly
         for o in loop.tracked_optimizers(model):
             _compat.optimizer_variables(o, model.trainable_variables)
         loop.broadcast(model)

@@ -100,26 +100,38 @@ class HorovodProcesses(Processes):
                                         name=name)
         return float(total) > 0
 
-    def average_gradients(self, grads: list[Any], compression: str | None = None
-                          ) -> list[Any]:
+    def average_gradients(self, grads: list[Any], compression: str | None = None,
+                          weight: Any = None) -> list[Any]:
         # Horovod's plain TF ops, not its Keras wrappers (which average nothing on
         # Keras 3). Dense gradients go in one grouped allreduce (one fused
-        # collective per step); sparse ones (embeddings) are gathered each.
+        # collective per step), the weight with them (uncompressed: float16 holds
+        # integers exactly only up to 2048); sparse ones (embeddings) are gathered each.
         hvd = self._hvd
         out = list(grads)
         dense = [i for i, g in enumerate(grads)
                  if g is not None and not isinstance(g, tf.IndexedSlices)]
-        if dense:
+        tensors = [grads[i] for i in dense]
+        weighted = weight is not None and compression is None
+        if weighted:
+            tensors.append(tf.reshape(tf.cast(weight, tf.float32), [1]))
+        if tensors:
             averaged = hvd.grouped_allreduce(
-                [grads[i] for i in dense], op=hvd.Average,
+                tensors, op=hvd.Average,
                 compression=hvd.Compression.fp16 if compression == "fp16"
                 else hvd.Compression.none)
             for i, g in zip(dense, averaged):
                 out[i] = g
+        mean_weight = None
+        if weight is not None:
+            # sum(w_i g_i) / sum(w_i), as the mean of w_i g_i over the mean of w_i
+            mean_weight = (averaged[-1][0] if weighted else hvd.allreduce(
+                tf.cast(weight, tf.float32), op=hvd.Average))
         for i, g in enumerate(grads):
             if isinstance(g, tf.IndexedSlices):
                 out[i] = self._average_slices(g)
-        return out
+        if mean_weight is None:
+            return out
+        return [_divided(g, mean_weight) for g in out]
 
     def _average_slices(self, g: tf.IndexedSlices) -> tf.IndexedSlices:
         """The average of a sparse gradient, with the rows one process would have.
@@ -162,3 +174,13 @@ class HorovodProcesses(Processes):
 
 # det.core's public class counts it among its own for isinstance, as SingleProcess
 DistributedContext.register(HorovodProcesses)
+
+
+def _divided(g: Any, by: Any) -> Any:
+    """``g`` divided by ``by`` (0 where ``by`` is 0: no process had a row)."""
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.math.divide_no_nan(g.values, tf.cast(by, g.values.dtype)),
+                                g.indices, g.dense_shape)
+    return tf.math.divide_no_nan(g, tf.cast(by, g.dtype))

@@ -182,6 +182,10 @@ class TrainingLoop:
         # First: the state layout below wraps the optimizers' apply methods as they are
         if _compat.average_outermost(_compat.model_optimizer(model)):
             model.train_function = None  # traced averaging inside the loss-scale optimizer
+        if self.distributed.size > 1 and _compat.count_rows(model):
+            # each process's gradients weighted by its batch's rows (_compat._share):
+            # an uneven last batch (16 rows and 2) averages as one process's 18 rows
+            model.train_function = None
         if not model.built and _compat.implements_call(model):
             model(sample_input(), training=False)
         if sample_batch is not None and self._made_in_first_step(model):

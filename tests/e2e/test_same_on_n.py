@@ -161,3 +161,11 @@ def test_a_position_embeddings_sparse_rows_train_as_on_one_process(two: dict, on
     # 5.3e-03 apart (max abs) before the rows were summed back per position (Keras 3, Adam)
     for got, want in zip(two["positions_weights"], one["positions_weights"], strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_an_uneven_last_global_batch_trains_as_on_one_process(two: dict, one: dict) -> None:
+    # issue 56 (FeatureSpace's 242 rows): 4 rows on one process and 2 on the other at the
+    # last step; 0.027 apart (max abs) when each process's mean weighed the same
+    for got, want in zip(two["uneven_last_batch_weights"], one["uneven_last_batch_weights"],
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -280,6 +280,22 @@ tx, ty = context.wrap_data(tokens, y[:32])
 context.fit(pmodel, x=tx, y=ty, batch_size=bs, epochs=2, verbose=0)
 report["positions_weights"] = [np.asarray(w).ravel().tolist() for w in pmodel.get_weights()]
 
+# 11. Issue 56 (keras-io's FeatureSpace port, 242 rows in batches of 16 per process): a
+#     dataset batched by shard_batch_size, then wrapped, whose last global batch splits
+#     unevenly: 30 rows in batches of 4 are 8 batches, the last global step 4 rows on one
+#     process and 2 on the other (one process: 6 rows). Each process's gradients are
+#     weighted by its rows, as one process weighs the 6 (before: the 2 as much as the 4).
+keras.utils.set_random_seed(3)
+u_in = keras.Input((4,))
+umodel = keras.Model(u_in, keras.layers.Dense(1, activation="sigmoid")(
+    keras.layers.Dense(8, activation="relu")(u_in)))
+umodel.compile(optimizer=context.wrap_optimizer(keras.optimizers.SGD(0.5)),
+               loss="binary_crossentropy")
+uneven_ds = tf.data.Dataset.from_tensor_slices((x[:30], y[:30])).batch(dist.shard_batch_size(8))
+context.fit(umodel, x=context.wrap_data(uneven_ds), epochs=3, verbose=0)
+report["uneven_last_batch_weights"] = [np.asarray(w).ravel().tolist()
+                                       for w in umodel.get_weights()]
+
 if dist.is_chief:
     with open(os.environ["SAME_OUT"], "w") as f:
         json.dump(report, f, indent=1, default=float)

@@ -80,6 +80,7 @@ from det_sdk.keras._compat._random import (
     set_seeds,
     unsaved_random_ops,
 )
+from det_sdk.keras._compat._share import count_rows, weigh_alike
 from det_sdk.keras._compat._variables import (
     backing_variable,
     is_numeric_variable,
@@ -118,6 +119,7 @@ __all__ = [
     "backing_variable",
     "callback_state_attributes",
     "check_has_config",
+    "count_rows",
     "distinct_random_state",
     "fresh_buffer_updates",
     "gradient_share",
@@ -156,5 +158,6 @@ __all__ = [
     "unread_iterators_between_passes",
     "unsaved_random_ops",
     "variable_name",
+    "weigh_alike",
     "wrapped_chain",
 ]
