@@ -61,6 +61,7 @@ from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
 from det_sdk.master.store import Store
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
+from det_sdk.master.webhooks import Webhooks
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = ["Master", "RequestError"]
@@ -113,6 +114,9 @@ class Master:
             # when the experiment is deleted (det_sdk.master.experiment_admin)
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
+        # webhooks (issue 60): an experiment's state changes queue their events
+        self.webhooks = Webhooks(self.store)
+        self.lifecycle.on_experiment_state = self.webhooks.experiment_state
         self.search = Search(self.store, self._lock, self.trial_config)
         # a job's progress history and metrics (issue 40), in tables of their own
         self.job_records = JobRecords(self.store)
@@ -142,6 +146,7 @@ class Master:
         with self._lock:
             self.scheduler.sweep_idle_checkpoint_dirs()
         self.checkpoint_store.empty_trash()
+        self.webhooks.start()
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -150,6 +155,7 @@ class Master:
         self.scheduler.stop()
         self.launcher.stop()
         self.tensorboards.stop()
+        self.webhooks.stop()
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
@@ -626,6 +632,15 @@ class Master:
     def experiment_state(self, exp_id: int) -> str:
         """The experiment's state now (NotFound if there is no such experiment)."""
         return self._experiment(exp_id)["state"]
+
+    def alert(self, exp_id: int, trial_id: int | None, title: Any, description: Any,
+              level: Any) -> int:
+        """A script's custom alert (``core_context.alert``) to the webhooks its
+        experiment names (det_sdk.master.webhooks); how many it was queued to."""
+        exp = self._experiment(exp_id)
+        if trial_id and self.trial(trial_id)["experiment_id"] != exp_id:
+            raise InvalidRequest(f"trial_id: trial {trial_id} is not of experiment {exp_id}")
+        return self.webhooks.custom(exp, trial_id or None, title, description, level)
 
     # --- storage of uploads -----------------------------------------------------------------
 
