@@ -109,20 +109,20 @@ def webhooks_router(master: Master, principal: Dependency, user: Dependency) -> 
                      body.data.description, body.data.level)
         return {}
 
-    @router.delete("/{webhook_id}")
+    @router.delete("/{webhook_id:int}")
     def delete_webhook(webhook_id: Id, p: Principal = Depends(user)) -> dict[str, Any]:
         """The webhook, its triggers and its deliveries' records."""
         hooks.delete(webhook_id)
         return {}
 
-    @router.patch("/{webhook_id}")
+    @router.patch("/{webhook_id:int}")
     def patch_webhook(webhook_id: Id, body: PatchIn,
                       p: Principal = Depends(user)) -> dict[str, Any]:
         """A new URL (checked as at creation)."""
         hooks.set_url(webhook_id, body.url)
         return {}
 
-    @router.post("/{webhook_id}/test")
+    @router.post("/{webhook_id:int}/test")
     def test_webhook(webhook_id: Id, p: Principal = Depends(user)) -> dict[str, bool]:
         """A test event sent now (one attempt, bounded), recorded as a TEST delivery;
         ``completed``: answered 2xx."""
