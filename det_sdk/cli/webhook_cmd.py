@@ -41,8 +41,9 @@ def _bare(value: str, prefix: str) -> str:
 
 def _trigger_text(t: dict[str, Any]) -> str:
     kind = _bare(t["trigger_type"], "TRIGGER_TYPE_")
-    state = (t.get("condition") or {}).get("state")
-    return f"{kind}:{state}" if state else kind
+    condition = t.get("condition") or {}
+    value = condition.get("state") or condition.get("regex")
+    return f"{kind}:{value}" if value else kind
 
 
 def webhook_create(args: Namespace) -> int:
@@ -51,9 +52,11 @@ def webhook_create(args: Namespace) -> int:
         for s in dict.fromkeys(s.upper() for s in args.state or [])]
     if args.custom:
         triggers.append({"trigger_type": "TRIGGER_TYPE_CUSTOM", "condition": {}})
+    triggers += [{"trigger_type": "TRIGGER_TYPE_TASK_LOG", "condition": {"regex": r}}
+                 for r in args.log_regex or []]
     if not triggers:
         raise UsageError("no trigger: give --state STATE (e.g. --state COMPLETED --state "
-                         "ERROR) and/or --custom (core_context.alert)")
+                         "ERROR), --custom (core_context.alert) and/or --log-regex REGEX")
     body = {"name": args.name, "url": args.url,
             "webhook_type": f"WEBHOOK_TYPE_{args.type.upper()}",
             "mode": f"WEBHOOK_MODE_{args.mode.upper()}", "triggers": triggers}
@@ -134,6 +137,9 @@ COMMANDS: dict[str, tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]
                               "help": "fire on a script's core_context.alert(...) (its "
                                       "experiment's config names the webhook under "
                                       "integrations.webhooks)"}),
+                ("--log-regex", {"action": "append", "metavar": "REGEX",
+                                 "help": "fire once per trial when it logs a line this RE2 "
+                                         "regex matches (repeatable)"}),
                 ("--mode", {"default": "workspace", "choices": ["workspace", "specific"],
                             "type": str.lower,
                             "help": "workspace: every experiment; specific: only those "

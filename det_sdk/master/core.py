@@ -117,6 +117,7 @@ class Master:
         # webhooks (issue 60): an experiment's state changes queue their events
         self.webhooks = Webhooks(self.store)
         self.lifecycle.on_experiment_state = self.webhooks.experiment_state
+        self.webhooks.watch_logs(self._trial_logs, self.store.experiment)  # TASK_LOG triggers
         self.search = Search(self.store, self._lock, self.trial_config)
         # a job's progress history and metrics (issue 40), in tables of their own
         self.job_records = JobRecords(self.store)
@@ -186,6 +187,19 @@ class Master:
         files it wrote there kept, in the disk-work thread (called under the lock)."""
         self.disk_work.submit(f"keep trial {t['id']}'s files", self.scheduler.keep_files,
                               "trials", t["id"])
+        self.webhooks.trial_ended((t["id"], t["experiment_id"], "",
+                                   self.logs_path("trials", t["id"])))
+
+    def _trial_logs(self) -> list[tuple[int, int, str, Path]]:
+        """(trial id, experiment id, allocation id, log) of each running trial (the
+        webhooks' TASK_LOG triggers read them)."""
+        out = []
+        for a in self.store.running_allocations():
+            t = self.store.trial(a["trial_id"]) if a["trial_id"] is not None else None
+            if t is not None:
+                out.append((t["id"], t["experiment_id"], a["id"],
+                            self.logs_path("trials", t["id"])))
+        return out
 
     def _job_ended(self, j: JobRow) -> None:
         self.disk_work.submit(f"keep job {j['id']}'s files", self.scheduler.job_ended, j)

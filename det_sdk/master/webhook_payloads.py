@@ -30,7 +30,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["custom_data", "default_body", "log_slack_body", "slack_body", "test_body"]
+__all__ = ["custom_data", "default_body", "log_default_body", "log_slack_body", "slack_body",
+           "test_body"]
 
 
 def _experiment(exp: Mapping[str, Any], now: float, trial_id: int | None) -> dict[str, Any]:
@@ -126,7 +127,23 @@ def slack_body(exp: Mapping[str, Any], *, now: float | None = None,
                   "attachments": [{"color": color, "blocks": [experiment]}]})
 
 
-def log_slack_body(exp_id: int, trial_id: int, line: str, regex: str) -> bytes:
+def log_default_body(regex: str, task_id: str, node: str, line: str,
+                     now: float | None = None) -> bytes:
+    """A DEFAULT webhook's TASK_LOG event, as Determined's (``condition: {regex}``,
+    ``event_data.task_log``).
+
+    >>> json.loads(log_default_body("bo+m", "a1", "host", "boom"))["event_data"]
+    {'task_log': {'task_id': 'a1', 'node_name': 'host', 'triggering_log': 'boom'}}
+    """
+    now = time.time() if now is None else now
+    return _json({"event_id": str(uuid.uuid4()), "event_type": "TASK_LOG",
+                  "timestamp": int(now), "condition": {"regex": regex},
+                  "event_data": {"task_log": {"task_id": task_id, "node_name": node,
+                                              "triggering_log": line}}})
+
+
+def log_slack_body(exp_id: int, trial_id: int, line: str, regex: str,
+                   node: str = "master") -> bytes:
     """A SLACK webhook's message about a log line that matched ``regex``, as Determined
     words it.
 
@@ -134,7 +151,7 @@ def log_slack_body(exp_id: int, trial_id: int, line: str, regex: str) -> bytes:
     ...     "blocks"][0]["text"]["text"]
     True
     """
-    text = (f"Experiment ID `{exp_id}`, Trial ID `{trial_id}`, running on node `master`, "
+    text = (f"Experiment ID `{exp_id}`, Trial ID `{trial_id}`, running on node `{node}`, "
             f"reported a log\n```{line}```\nThis log matched the regex\n```{regex}```\n")
     return _json({"blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]})
 

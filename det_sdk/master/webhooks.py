@@ -9,7 +9,9 @@ triggers:
   ERROR, CANCELED, PAUSED, ACTIVE, STOPPING_...): :meth:`Webhooks.experiment_state`,
   called by the lifecycle where states change;
 - ``CUSTOM``: a trial's script calls ``core_context.alert(...)`` (``POST
-  /api/v1/webhooks/custom``): :meth:`Webhooks.custom`.
+  /api/v1/webhooks/custom``): :meth:`Webhooks.custom`;
+- ``TASK_LOG`` with ``{"regex": R}``: a trial logs a line RE2's ``R`` matches, once per
+  trial and trigger (det_sdk.master.webhook_logs, which reads the trials' logs).
 
 Which experiments a webhook hears, as Determined decides without workspaces: mode
 ``WORKSPACE`` (the default): every experiment; ``SPECIFIC``: those whose config names it
@@ -42,7 +44,7 @@ import secrets
 import sqlite3
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from det_sdk.api import ExperimentState
@@ -50,7 +52,15 @@ from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.store.database import Database
 from det_sdk.master.store.webhooks import WebhookTables
 from det_sdk.master.webhook_delivery import Deliverer, Job, post_once, signed_headers
-from det_sdk.master.webhook_payloads import custom_data, default_body, slack_body, test_body
+from det_sdk.master.webhook_logs import LogWatcher, Running, compile_regex
+from det_sdk.master.webhook_payloads import (
+    custom_data,
+    default_body,
+    log_default_body,
+    log_slack_body,
+    slack_body,
+    test_body,
+)
 
 __all__ = ["LEVELS", "MODES", "TRIGGER_TYPES", "WEBHOOK_TYPES", "Webhooks", "check_url",
            "short"]
@@ -60,8 +70,8 @@ log = logging.getLogger("det_sdk.master.webhooks")
 WEBHOOK_TYPES = ("DEFAULT", "SLACK")
 MODES = ("WORKSPACE", "SPECIFIC")
 #: the triggers det_sdk fires (Determined's METRIC_THRESHOLD_EXCEEDED is fired by nothing
-#: in Determined either; TASK_LOG is refused until det_sdk's log pipeline scans lines)
-TRIGGER_TYPES = ("EXPERIMENT_STATE_CHANGE", "CUSTOM")
+#: in Determined either)
+TRIGGER_TYPES = ("EXPERIMENT_STATE_CHANGE", "CUSTOM", "TASK_LOG")
 #: a custom alert's levels (Determined's LogLevel names, LOG_LEVEL_ prefix optional)
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _PREFIXES = {"webhook_type": "WEBHOOK_TYPE_", "mode": "WEBHOOK_MODE_",
@@ -156,12 +166,7 @@ def _triggers(raw: Any) -> list[tuple[str, dict[str, Any]]]:
         unknown = set(t) - {"trigger_type", "condition", "id", "webhook_id"}
         if unknown:
             raise InvalidRequest(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        raw_type = t.get("trigger_type")
-        if isinstance(raw_type, str) and short("trigger_type", raw_type) == "TASK_LOG":
-            raise InvalidRequest(f"{where}.trigger_type: TASK_LOG (a log line matching a "
-                                 "regex) is not implemented by det_sdk yet; use "
-                                 "EXPERIMENT_STATE_CHANGE or CUSTOM")
-        kind = _choice(f"{where}.trigger_type", raw_type, TRIGGER_TYPES)
+        kind = _choice(f"{where}.trigger_type", t.get("trigger_type"), TRIGGER_TYPES)
         cond = t.get("condition") or {}
         if not isinstance(cond, Mapping):
             raise InvalidRequest(f"{where}.condition: expected an object")
@@ -171,6 +176,11 @@ def _triggers(raw: Any) -> list[tuple[str, dict[str, Any]]]:
                 raise InvalidRequest(f"{where}.condition: expected {{\"state\": S}}, S one of "
                                      f"{', '.join(states)}")
             cond = {"state": _choice(f"{where}.condition.state", cond["state"], states)}
+        elif kind == "TASK_LOG":
+            if set(cond) != {"regex"}:
+                raise InvalidRequest(f"{where}.condition: expected {{\"regex\": R}} (RE2)")
+            compile_regex(cond["regex"], f"{where}.condition.regex")
+            cond = {"regex": cond["regex"]}
         else:
             cond = {}  # a custom trigger has no condition
         out.append((kind, cond))
@@ -196,6 +206,21 @@ class Webhooks:
         self.deliverer = Deliverer(self._record, **deliverer)
         self._cache: list[dict[str, Any]] | None = None  # with keys: read on every event
         self._cache_lock = threading.Lock()
+        self._regexes: dict[int, Any] = {}  # TASK_LOG trigger id -> its compiled regex
+        self.logs: LogWatcher | None = None
+        self._experiment: Callable[[int], Mapping[str, Any] | None] = lambda e: None
+
+    def watch_logs(self, running: Callable[[], Iterable[Running]],
+                   experiment: Callable[[int], Mapping[str, Any] | None]) -> None:
+        """Fire TASK_LOG triggers on the logs of ``running()``'s trials (read from
+        :meth:`start` on); ``experiment(id)``: an experiment's row (its config)."""
+        self.logs = LogWatcher(self._log_triggers, running, self._log_matched)
+        self._experiment = experiment
+
+    def trial_ended(self, trial: Running) -> None:
+        """A trial ended: the rest of its log is matched too."""
+        if self.logs is not None:
+            self.logs.trial_ended(trial)
 
     def start(self) -> None:
         """Mark what a previous master left unsent as FAILED; start the workers."""
@@ -204,8 +229,12 @@ class Webhooks:
             log.info("webhooks: %d delivery(ies) left by the previous master marked failed",
                      left)
         self.deliverer.start()
+        if self.logs is not None:
+            self.logs.start()
 
     def stop(self) -> None:
+        if self.logs is not None:
+            self.logs.stop()
         self.deliverer.stop()
 
     # --- the API ----------------------------------------------------------------------------
@@ -323,9 +352,40 @@ class Webhooks:
                 sent += 1
         return sent
 
+    def _log_triggers(self) -> list[tuple[dict[str, Any], Any]]:
+        """Each TASK_LOG trigger (with its ``hook``) and its compiled regex."""
+        out = []
+        for hook in self._hooks():
+            for t in hook["triggers"]:
+                if t["trigger_type"] == "TASK_LOG":
+                    rx = self._regexes.get(t["id"])
+                    if rx is None:
+                        rx = self._regexes[t["id"]] = compile_regex(t["condition"]["regex"])
+                    out.append(({**t, "hook": hook}, rx))
+        return out
+
+    def _log_matched(self, trial_id: int, exp_id: int, task_id: str, line: str,
+                     trigger: dict[str, Any]) -> None:
+        """A line of trial ``trial_id`` matched ``trigger``: its webhook's event, if the
+        webhook hears the experiment."""
+        import socket
+
+        hook, regex = trigger["hook"], trigger["condition"]["regex"]
+        exp = self._experiment(exp_id)
+        if exp is None or not _hears(hook, _webhooks_config(exp)):
+            return
+        node = socket.gethostname()
+        body = (log_slack_body(exp_id, trial_id, line, regex, node)
+                if hook["webhook_type"] == "SLACK"
+                else log_default_body(regex, task_id or f"trial {trial_id}", node, line))
+        self._queue(hook, "TASK_LOG", exp, body=body)
+
     def _queue(self, hook: Mapping[str, Any], event_type: str, exp: Mapping[str, Any],
-               custom: Mapping[str, str] | None = None, trial_id: int | None = None) -> None:
-        if hook["webhook_type"] == "SLACK":
+               custom: Mapping[str, str] | None = None, trial_id: int | None = None,
+               body: bytes | None = None) -> None:
+        if body is not None:
+            pass  # built by the caller (a log line's event)
+        elif hook["webhook_type"] == "SLACK":
             body = slack_body(exp, custom=custom, trial_id=trial_id)
         else:
             body = default_body(event_type, exp, custom=custom, trial_id=trial_id)

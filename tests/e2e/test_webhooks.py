@@ -35,6 +35,11 @@ import det_sdk as det
 with det.core.init() as core_context:
     core_context.alert(title="loss spiked", description="at step 40", level="warn")
     core_context.train.report_training_metrics(steps_completed=1, metrics={"loss": 1.0})
+# lines for the TASK_LOG triggers: one that backtracking regexes never finish with
+# `(a+)+$`, then one each trigger matches
+print("a" * 3000 + "b")
+print("step 40: loss is NaN")
+print("a" * 40)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -142,8 +147,8 @@ def test_bad_webhooks_are_refused_and_the_key_is_shown_once(cluster: Cluster,
         r = http.post("/api/v1/webhooks", json={
             "name": "logs", "url": f"{receiver.url}/ok/x", "webhook_type": "DEFAULT",
             "triggers": [{"trigger_type": "TRIGGER_TYPE_TASK_LOG",
-                          "condition": {"regex": "(a+)+$"}}]})
-        assert r.status_code == 400 and "TASK_LOG" in r.json()["detail"]
+                          "condition": {"regex": r"(a)\1"}}]})  # a backreference: not RE2
+        assert r.status_code == 400 and "condition.regex" in r.json()["detail"]
         r = http.post("/api/v1/webhooks", json={
             "name": "bad-state", "url": f"{receiver.url}/ok/x", "webhook_type": "DEFAULT",
             "triggers": [{"trigger_type": "EXPERIMENT_STATE_CHANGE",
@@ -177,6 +182,11 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     failing = _create(cluster, "failing", f"{url}/fail", "--state", "COMPLETED")
     hanging = _create(cluster, "hanging", f"{url}/hang", "--state", "COMPLETED")
     looping = _create(cluster, "looping", f"{url}/redirect", "--state", "COMPLETED")
+    logs = _create(cluster, "logs", f"{url}/ok/logs", "--log-regex", "loss is (NaN|inf)")
+    # catastrophic for a backtracking engine on the script's 3001-character line: RE2's time
+    # is linear, so the master goes on (and the line without the b matches)
+    catastrophic = _create(cluster, "catastrophic", f"{url}/ok/catastrophic", "--log-regex",
+                           "^(a+)+$")
     # a SPECIFIC webhook that no experiment names hears nothing
     unnamed = _create(cluster, "unnamed", f"{url}/ok/unnamed", "--state", "COMPLETED",
                       "--mode", "specific")
@@ -218,6 +228,23 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     # the experiment that errored named no webhook: its alert went nowhere
     assert event("/ok/alerts", failed, "CUSTOM") is None
 
+    def logged(path: str) -> list[dict[str, Any]]:
+        return [json.loads(r["body"]) for r in receiver.received(path)]
+
+    matched = wait_until("the TASK_LOG events", lambda: len(logged("/ok/logs")) >= 2 and
+                         logged("/ok/logs"), timeout=60, every=0.2)
+    # once per trial: the experiment that completes and the one that errors
+    assert len(matched) == 2 and {m["event_type"] for m in matched} == {"TASK_LOG"}
+    assert {m["event_data"]["task_log"]["triggering_log"] for m in matched} == {
+        "step 40: loss is NaN"}
+    assert matched[0]["condition"] == {"regex": "loss is (NaN|inf)"}
+    assert all(_signed(r["body"], r["headers"], logs["signing_key"])
+               for r in receiver.received("/ok/logs"))
+    lines = wait_until("the catastrophic regex's events",
+                       lambda: len(logged("/ok/catastrophic")) >= 2 and
+                       logged("/ok/catastrophic"), timeout=60, every=0.2)
+    assert {m["event_data"]["task_log"]["triggering_log"] for m in lines} == {"a" * 40}
+
     message = wait_until("the Slack message", lambda: receiver.received("/ok/slack"),
                          timeout=60, every=0.2)[0]
     slack_json = json.loads(message["body"])
@@ -251,6 +278,6 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     # the signing keys are in no answer and no log of the master's
     master_log = (cluster.data_dir / "master.log").read_text(errors="replace")
     listed = _det_ok(cluster, "webhook", "list", "--json")
-    for hook in (states, slack, alerts, failing, hanging, looping):
+    for hook in (states, slack, alerts, failing, hanging, looping, logs, catastrophic):
         assert hook["signing_key"] not in master_log
         assert hook["signing_key"] not in listed
