@@ -173,14 +173,17 @@ class Deliverer:
             t.start()
             self._threads.append(t)
 
-    def stop(self) -> None:
-        """Stop the workers (an attempt under way ends within its timeout); what is still
-        queued stays recorded as it is (the next master marks it failed)."""
+    def stop(self, wait: float = 1.0) -> None:
+        """Stop the workers, waiting at most ``wait`` seconds in all (a master's stop is
+        not held up by a URL that hangs: an attempt under way is abandoned, its worker a
+        daemon); what is still queued or sending stays recorded as it is, and the next
+        master marks it failed."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        deadline = time.monotonic() + wait
         for t in self._threads:
-            t.join(self.timeout + 1)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def submit(self, job: Job) -> bool:
         """Queue ``job`` now; False (nothing queued) when :data:`QUEUE_CAPACITY`
