@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from harness.master import Cluster, wait_until
+from tests.lifecycle_harness import Fakes
 
 # Stack-neutral: this module tests the master and the CLI; the trials load no framework.
 pytestmark = pytest.mark.stack_neutral
@@ -281,3 +282,50 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     for hook in (states, slack, alerts, failing, hanging, looping, logs, catastrophic):
         assert hook["signing_key"] not in master_log
         assert hook["signing_key"] not in listed
+
+
+def test_pause_and_kill_fire_paused_and_canceled_and_a_task_alerts_only_its_trial(
+        cluster: Cluster, receiver: Receiver, fakes: Fakes) -> None:
+    hook = _create(cluster, "pauses", f"{receiver.url}/ok/pauses", "--state", "PAUSED",
+                   "--state", "STOPPING_CANCELED", "--state", "CANCELED", "--custom")
+    exp_id, trial_id, proc = fakes.start_trial(
+        integrations={"webhooks": {"webhook_id": [hook["id"]]}})
+    other_id, other_trial, _ = fakes.start_trial()
+    alloc = fakes.running_allocation(trial_id)
+    assert alloc is not None and proc["allocation"] == alloc["id"]
+    task = {"Authorization": f"Bearer {alloc['token']}"}
+    # a task's token sends its own trial's alert, never another trial's
+    body = {"data": {"title": "t", "description": "d", "level": "LOG_LEVEL_ERROR"},
+            "experiment_id": other_id, "trial_id": other_trial}
+    with cluster.http(token=None) as http:
+        assert http.post("/api/v1/webhooks/custom", json=body, headers=task).status_code == 403
+        own = {**body, "experiment_id": exp_id, "trial_id": trial_id}
+        assert http.post("/api/v1/webhooks/custom", json=own, headers=task).status_code == 200
+        # nor may it manage webhooks
+        assert http.get("/api/v1/webhooks", headers=task).status_code == 403
+    fakes.command(exp_id, "pause")
+    fakes.send(trial_id, "exit0")
+    fakes.wait_state(exp_id, "PAUSED", "PAUSED")
+    fakes.command(exp_id, "kill")
+    fakes.wait_state(exp_id, "CANCELED", "CANCELED")
+    fakes.command(other_id, "kill")
+
+    def states() -> list[str]:
+        events = [json.loads(r["body"]) for r in receiver.received("/ok/pauses")]
+        return sorted(e["condition"]["state"] for e in events
+                      if e["event_type"] == "EXPERIMENT_STATE_CHANGE"
+                      and e["event_data"]["experiment"]["id"] == exp_id)
+
+    # PAUSED; a kill of a paused experiment: STOPPING_CANCELED, then CANCELED (sent by
+    # workers side by side: their order of arrival is not the order of the states)
+    assert wait_until("PAUSED and CANCELED", lambda: len(states()) >= 3 and states(),
+                      timeout=60, every=0.2) == ["CANCELED", "PAUSED", "STOPPING_CANCELED"]
+    # the other experiment, killed while it ran, is heard too (mode WORKSPACE)
+    wait_until("the other experiment's CANCELED", lambda: any(
+        json.loads(r["body"])["event_data"]["experiment"]["id"] == other_id and
+        json.loads(r["body"])["condition"]["state"] == "CANCELED"
+        for r in receiver.received("/ok/pauses")), timeout=60, every=0.2)
+    (alert,) = [json.loads(r["body"]) for r in receiver.received("/ok/pauses")
+                if json.loads(r["body"])["event_type"] == "CUSTOM"]
+    assert alert["event_data"]["custom_data"]["level"] == "ERROR"
+    assert alert["event_data"]["experiment"]["trial_id"] == trial_id
