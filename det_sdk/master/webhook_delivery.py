@@ -99,6 +99,12 @@ def post_once(url: str, body: bytes, headers: dict[str, str],
                   else http.client.HTTPConnection)
     conn = conn_class(parts.hostname or "", parts.port, timeout=timeout)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.username is not None:  # credentials in the URL: Basic auth, as Go's client sends
+        import base64
+        from urllib.parse import unquote
+
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers = {**headers, "Authorization": f"Basic {base64.b64encode(pair).decode()}"}
     attempt = _Attempt(conn)
     timer = threading.Timer(timeout, attempt.shut)
     timer.daemon = True
