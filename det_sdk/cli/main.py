@@ -136,6 +136,7 @@ NOUNS = {
     "model": "det_sdk.cli.model_cmd",  # the master's model registry
     "user": "det_sdk.cli.user_cmd",
     "task": "det_sdk.cli.task_cmd",
+    "webhook": "det_sdk.cli.webhook_cmd",  # the master's webhooks (issue 60)
 }
 
 

@@ -48,6 +48,8 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
         "storage_path", "propagation", "container_path", "checkpoint_path",
         "tensorboard_path",
     }),
+    # integrations: det_sdk reads webhooks (det_sdk.config.integrations), not Pachyderm
+    "integrations": frozenset({"pachyderm"}),
 }
 
 #: The command that runs a trial class: Determined's "module:Class" entrypoint

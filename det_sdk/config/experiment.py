@@ -23,6 +23,7 @@ from det_sdk.config.determined import (
 )
 from det_sdk.config.environment import EnvironmentConfig
 from det_sdk.config.hyperparameters import Hyperparameter, _parse_hyperparameters
+from det_sdk.config.integrations import IntegrationsConfig
 from det_sdk.config.lengths import Length, _determined_lengths
 from det_sdk.config.searchers import Searcher
 from det_sdk.config.storage import CheckpointStorageConfig
@@ -71,6 +72,8 @@ class ExperimentConfig(_Strict):
     records_per_epoch: Annotated[int, _within(1, MAX_LENGTH)] | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    # Determined's integrations.webhooks: which webhooks this experiment names (issue 60)
+    integrations: IntegrationsConfig | None = None
     # Determined fields this config gave that det_sdk ignores (see ignored_fields)
     _ignored: list[str] = PrivateAttr(default_factory=list)
 

@@ -36,6 +36,7 @@ from det_sdk.distributed import (
     launched_by_horovod,
 )
 from det_sdk.engine.run import OpenedRun, open_run
+from det_sdk.errors import UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
 from det_sdk.session import LocalSession, Session
@@ -79,6 +80,25 @@ class Context:
         """The config's ``searcher.max_length`` (the whole training length), if any."""
         searcher = self._config.searcher if self._config else None
         return searcher.max_length if searcher else None
+
+    def alert(self, title: str | None = None, description: str | None = None,
+              level: str | None = "info") -> None:
+        """Determined's custom alert: an event to the master's webhooks that have a
+        ``CUSTOM`` trigger and that this experiment's config names
+        (``integrations.webhooks``); ``level``: ``"debug"``, ``"info"``, ``"warn"`` or
+        ``"error"``. It never blocks training (queued with the reports). Off the cluster
+        there are no webhooks: it is logged at its level.
+
+        >>> import tempfile
+        >>> with init(runs_dir=tempfile.mkdtemp()) as core_context:
+        ...     core_context.alert(title="loss spiked", description="at step 40", level="warn")
+        """
+        levels = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
+        key = "info" if level is None else str(level).lower()
+        if key not in levels:
+            raise UsageError(f"alert: level {level!r}: expected one of "
+                             f"{', '.join(levels)}")
+        self._session.alert(title or "", description or "", levels[key])
 
     # --- det_sdk extensions: what the fronts need beyond Determined's core API ----------
 

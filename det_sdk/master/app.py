@@ -38,6 +38,7 @@ from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
 from det_sdk.master.routes.ui import ui_router
 from det_sdk.master.routes.ui_data import ui_data_router
+from det_sdk.master.routes.webhooks import webhooks_router
 from det_sdk.master.security import SecurityHeaders, Sessions
 
 __all__ = ["create_app"]
@@ -74,6 +75,7 @@ def create_app(master: Master) -> FastAPI:
     # Determined's CLI verbs on finished work and the master's log (issue 48)
     app.include_router(admin_router(master, user))
     app.include_router(tensorboards_router(master, user))  # det tensorboard start (issue 48)
+    app.include_router(webhooks_router(master, principal, user))  # webhooks (issue 60)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -61,6 +61,7 @@ from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
 from det_sdk.master.store import Store
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
+from det_sdk.master.webhooks import Webhooks
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = ["Master", "RequestError"]
@@ -113,6 +114,10 @@ class Master:
             # when the experiment is deleted (det_sdk.master.experiment_admin)
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
+        # webhooks (issue 60): an experiment's state changes queue their events
+        self.webhooks = Webhooks(self.store)
+        self.lifecycle.on_experiment_state = self.webhooks.experiment_state
+        self.webhooks.watch_logs(self._trial_logs, self.store.experiment)  # TASK_LOG triggers
         self.search = Search(self.store, self._lock, self.trial_config)
         # a job's progress history and metrics (issue 40), in tables of their own
         self.job_records = JobRecords(self.store)
@@ -142,6 +147,7 @@ class Master:
         with self._lock:
             self.scheduler.sweep_idle_checkpoint_dirs()
         self.checkpoint_store.empty_trash()
+        self.webhooks.start()
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -150,6 +156,7 @@ class Master:
         self.scheduler.stop()
         self.launcher.stop()
         self.tensorboards.stop()
+        self.webhooks.stop()
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
@@ -180,6 +187,19 @@ class Master:
         files it wrote there kept, in the disk-work thread (called under the lock)."""
         self.disk_work.submit(f"keep trial {t['id']}'s files", self.scheduler.keep_files,
                               "trials", t["id"])
+        self.webhooks.trial_ended((t["id"], t["experiment_id"], "",
+                                   self.logs_path("trials", t["id"])))
+
+    def _trial_logs(self) -> list[tuple[int, int, str, Path]]:
+        """(trial id, experiment id, allocation id, log) of each running trial (the
+        webhooks' TASK_LOG triggers read them)."""
+        out = []
+        for a in self.store.running_allocations():
+            t = self.store.trial(a["trial_id"]) if a["trial_id"] is not None else None
+            if t is not None:
+                out.append((t["id"], t["experiment_id"], a["id"],
+                            self.logs_path("trials", t["id"])))
+        return out
 
     def _job_ended(self, j: JobRow) -> None:
         self.disk_work.submit(f"keep job {j['id']}'s files", self.scheduler.job_ended, j)
@@ -626,6 +646,15 @@ class Master:
     def experiment_state(self, exp_id: int) -> str:
         """The experiment's state now (NotFound if there is no such experiment)."""
         return self._experiment(exp_id)["state"]
+
+    def alert(self, exp_id: int, trial_id: int | None, title: Any, description: Any,
+              level: Any) -> int:
+        """A script's custom alert (``core_context.alert``) to the webhooks its
+        experiment names (det_sdk.master.webhooks); how many it was queued to."""
+        exp = self._experiment(exp_id)
+        if trial_id and self.trial(trial_id)["experiment_id"] != exp_id:
+            raise InvalidRequest(f"trial_id: trial {trial_id} is not of experiment {exp_id}")
+        return self.webhooks.custom(exp, trial_id or None, title, description, level)
 
     # --- storage of uploads -----------------------------------------------------------------
 

@@ -351,6 +351,8 @@ class Lifecycle:
         self.on_stop_requested = on_stop_requested
         self.on_runnable = on_runnable
         self.on_job_ended = on_job_ended
+        # an experiment's new state, with its row (webhooks' triggers: det_sdk.master.webhooks)
+        self.on_experiment_state: Callable[[ExperimentRow], None] = lambda e: None
 
     # --- trials ---------------------------------------------------------------------------
 
@@ -408,6 +410,7 @@ class Lifecycle:
                 self.store.set_experiment_state(exp_id, new.value)
                 log.info("experiment %s: %s -> %s (%s)", exp_id, old.value, new.value,
                          event.value)
+                self.on_experiment_state({**exp, "state": new.value})
             for t in self.store.trials(exp_id):
                 self.trial_event(t["id"], trial_event, settle_experiment=False)
             return self._settle(exp_id)
@@ -436,6 +439,8 @@ class Lifecycle:
             self.store.set_experiment_state(exp_id, new.value)
             log.info("experiment %s: %s -> %s (%s)", exp_id, old.value, new.value,
                      XE.CONTINUE.value)
+            if new is not old:
+                self.on_experiment_state({**exp, "state": new.value})
             for t in trials:
                 assert t is not None  # checked above
                 self.trial_event(t["id"], E.CONTINUED, settle_experiment=False, ended=None,
@@ -470,6 +475,7 @@ class Lifecycle:
         if new is not state:
             self.store.set_experiment_state(exp_id, new.value)
             log.info("experiment %s: %s -> %s (its trials)", exp_id, state.value, new.value)
+            self.on_experiment_state({**exp, "state": new.value})
             if new in _EXP_ENDED:
                 self.on_experiment_ended({**exp, "state": new.value})
         return new

@@ -92,6 +92,15 @@ class Session:
         """Tell the outside that this process stops because it was asked to (so its exit
         is a stop to resume, not the end of training). Nothing off the cluster."""
 
+    def alert(self, title: str, description: str, level: str) -> None:
+        """A script's custom alert (Determined's ``core_context.alert``; ``level``: DEBUG,
+        INFO, WARNING or ERROR). Off the cluster there are no webhooks: it is logged."""
+        import logging
+
+        logging.getLogger("det_sdk.session").log(
+            getattr(logging, level, logging.INFO), "alert (no webhooks off the cluster): "
+            "%s: %s", title, description)
+
     def close(self) -> None:
         """Deliver what is pending and release resources."""
 

@@ -116,6 +116,22 @@ class MasterSession(Session):
                                       "rows_total": None if rows_total is None
                                       else int(rows_total)}))
 
+    def alert(self, title: str, description: str, level: str) -> None:
+        """To the master's webhooks (``POST /api/v1/webhooks/custom``, as Determined's
+        ``core_context.alert``): the chief queues it with its reports (never blocking
+        training); another rank sends it at once. Only a trial has alerts (as in
+        Determined)."""
+        if self.trial_id is None or self.info.experiment_id is None:
+            raise StateError("alert() only works in a trial (Determined's rule): this task "
+                             "is a job")
+        body = {"data": {"title": title, "description": description,
+                         "level": f"LOG_LEVEL_{level}"},
+                "experiment_id": int(self.info.experiment_id), "trial_id": self._trial()}
+        if self.writer:
+            self._queue.put(("alert", body))
+        else:
+            self._deliver_one("alert", body)
+
     def _send(self, kind: str, body: Any) -> None:
         if kind == "rows":
             self.client.report_job_progress(self.info.allocation_id, body)
@@ -128,6 +144,8 @@ class MasterSession(Session):
             self.client.report_checkpoint(body)
         elif kind == "progress":
             self.client.report_progress(self._trial(), body)
+        elif kind == "alert":
+            self.client.request("POST", "/api/v1/webhooks/custom", json=body)
 
     def _deliver(self) -> None:
         """The report thread: it never dies. Each report is sent, retried while the

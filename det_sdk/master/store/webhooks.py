@@ -1,0 +1,168 @@
+"""The master's webhooks, their triggers and the outcome of each delivery (SQLite).
+
+Kept beside :class:`det_sdk.master.store.Store` on its connection (its ``tx()``), not
+mixed into it: the tables are created when :class:`WebhookTables` is built. A webhook's
+signing key is kept in clear (the master signs with it); the database file is the
+master's alone (0600 in a 0700 directory), as its tokens' hashes are.
+
+>>> from det_sdk.master.store import Store
+>>> hooks = WebhookTables(Store(":memory:"))
+>>> wid = hooks.create_webhook("ops", "http://127.0.0.1:9/", "DEFAULT", "WORKSPACE", "k",
+...                            [("CUSTOM", {})])
+>>> hooks.webhook(wid)["triggers"][0]["trigger_type"]
+'CUSTOM'
+>>> "signing_key" in hooks.webhooks()[0]
+False
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from det_sdk.master.store.database import Database
+
+__all__ = ["DELIVERY_STATES", "KEPT_DELIVERIES", "WebhookTables"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS webhooks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE, url TEXT NOT NULL,
+    webhook_type TEXT NOT NULL, mode TEXT NOT NULL, signing_key TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS webhook_triggers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id INTEGER NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+    trigger_type TEXT NOT NULL, condition TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, webhook_id INTEGER NOT NULL,
+    event_id TEXT NOT NULL, event_type TEXT NOT NULL, experiment_id INTEGER,
+    state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, status_code INTEGER,
+    error TEXT, created REAL NOT NULL, finished REAL
+);
+CREATE INDEX IF NOT EXISTS webhook_triggers_by_webhook ON webhook_triggers(webhook_id);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_by_webhook ON webhook_deliveries(webhook_id);
+"""
+
+#: A delivery is QUEUED, SENDING (an attempt under way or a retry waiting), then
+#: DELIVERED or FAILED.
+DELIVERY_STATES = ("QUEUED", "SENDING", "DELIVERED", "FAILED")
+#: The newest deliveries kept (older outcomes are forgotten as new ones are recorded).
+KEPT_DELIVERIES = 10_000
+_PUBLIC = "id, name, url, webhook_type, mode, created"
+
+
+class WebhookTables:
+    """The ``webhooks``, ``webhook_triggers`` and ``webhook_deliveries`` tables, on
+    ``db``'s connection."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        with db.tx() as conn:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+
+    def _rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        with self.db.tx() as conn:  # its rows are sqlite3.Row (Database's row_factory)
+            return [dict(r) for r in conn.execute(sql, args).fetchall()]
+
+    # --- webhooks -------------------------------------------------------------------------
+
+    def create_webhook(self, name: str, url: str, webhook_type: str, mode: str,
+                       signing_key: str, triggers: Iterable[tuple[str, dict[str, Any]]]) -> int:
+        """A webhook and its triggers, all or nothing; its id. ``sqlite3.IntegrityError``
+        when the name is taken."""
+        with self.db.tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO webhooks (name, url, webhook_type, mode, signing_key, created)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, url, webhook_type, mode, signing_key, time.time()))
+            assert cur.lastrowid is not None  # an INSERT was executed on this cursor
+            wid = int(cur.lastrowid)
+            conn.executemany(
+                "INSERT INTO webhook_triggers (webhook_id, trigger_type, condition)"
+                " VALUES (?, ?, ?)",
+                [(wid, kind, json.dumps(cond, sort_keys=True)) for kind, cond in triggers])
+        return wid
+
+    def webhooks(self, with_key: bool = False) -> list[dict[str, Any]]:
+        """Every webhook with its ``triggers``, oldest first; the signing key only when
+        ``with_key`` (the deliverer's, never an answer's)."""
+        columns = _PUBLIC + (", signing_key" if with_key else "")
+        hooks = self._rows(f"SELECT {columns} FROM webhooks ORDER BY id")
+        triggers: dict[int, list[dict[str, Any]]] = {}
+        for t in self._rows("SELECT * FROM webhook_triggers ORDER BY id"):
+            t["condition"] = json.loads(t["condition"])
+            triggers.setdefault(t["webhook_id"], []).append(t)
+        for h in hooks:
+            h["triggers"] = triggers.get(h["id"], [])
+        return hooks
+
+    def webhook(self, webhook_id: int, with_key: bool = False) -> dict[str, Any] | None:
+        """One webhook with its ``triggers``; None: no such webhook."""
+        found = [h for h in self.webhooks(with_key) if h["id"] == webhook_id]
+        return found[0] if found else None
+
+    def delete_webhook(self, webhook_id: int) -> bool:
+        """Whether there was such a webhook (its triggers and deliveries go with it)."""
+        with self.db.tx() as conn:
+            conn.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
+            return conn.execute("DELETE FROM webhooks WHERE id = ?",
+                                (webhook_id,)).rowcount > 0
+
+    def set_webhook_url(self, webhook_id: int, url: str) -> bool:
+        """Determined's PatchWebhook: a new URL; whether there was such a webhook."""
+        with self.db.tx() as conn:
+            return conn.execute("UPDATE webhooks SET url = ? WHERE id = ?",
+                                (url, webhook_id)).rowcount > 0
+
+    # --- deliveries -----------------------------------------------------------------------
+
+    def add_delivery(self, webhook_id: int, event_id: str, event_type: str,
+                     experiment_id: int | None, state: str = "QUEUED",
+                     error: str | None = None) -> int:
+        """Record a delivery (QUEUED, or FAILED at once with ``error``); its id. The
+        oldest beyond :data:`KEPT_DELIVERIES` are forgotten."""
+        now = time.time()
+        with self.db.tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO webhook_deliveries (webhook_id, event_id, event_type,"
+                " experiment_id, state, error, created, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (webhook_id, event_id, event_type, experiment_id, state, error, now,
+                 now if state == "FAILED" else None))
+            assert cur.lastrowid is not None  # an INSERT was executed on this cursor
+            did = int(cur.lastrowid)
+            if did % 100 == 0:
+                conn.execute("DELETE FROM webhook_deliveries WHERE id <= ?",
+                             (did - KEPT_DELIVERIES,))
+        return did
+
+    def update_delivery(self, delivery_id: int, state: str, attempts: int,
+                        status_code: int | None, error: str | None) -> None:
+        """A delivery's outcome so far (``finished`` stamped once DELIVERED or FAILED)."""
+        finished = time.time() if state in ("DELIVERED", "FAILED") else None
+        with self.db.tx() as conn:
+            conn.execute(
+                "UPDATE webhook_deliveries SET state = ?, attempts = ?, status_code = ?,"
+                " error = ?, finished = ? WHERE id = ?",
+                (state, attempts, status_code, error, finished, delivery_id))
+
+    def deliveries(self, webhook_id: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` deliveries (of ``webhook_id``, or of every webhook), newest
+        first."""
+        if webhook_id is None:
+            return self._rows("SELECT * FROM webhook_deliveries ORDER BY id DESC LIMIT ?", limit)
+        return self._rows("SELECT * FROM webhook_deliveries WHERE webhook_id = ?"
+                          " ORDER BY id DESC LIMIT ?", webhook_id, limit)
+
+    def fail_unfinished(self, why: str) -> int:
+        """Mark every delivery a previous master left QUEUED or SENDING as FAILED with
+        ``why`` (deliveries do not survive a restart); how many."""
+        with self.db.tx() as conn:
+            return int(conn.execute(
+                "UPDATE webhook_deliveries SET state = 'FAILED', error = ?, finished = ?"
+                " WHERE state IN ('QUEUED', 'SENDING')", (why, time.time())).rowcount)
