@@ -45,6 +45,7 @@ from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
 from det_sdk.master.job_records import JobRecords, throughput
+from det_sdk.master.log_clock import LogClock
 from det_sdk.master.lifecycle import (
     REPORTING_STATES,
     ExperimentEvent,
@@ -129,6 +130,8 @@ class Master:
         # (det_sdk.master.tensorboards says why), listening where the master listens
         self.tensorboards = TensorBoards(data_dir / "tensorboards",
                                          host=urlsplit(url).hostname or "127.0.0.1")
+        # when each line of a running task's log came (issue 60: the log's records)
+        self.log_clock = LogClock(self._running_logs)
 
     # --- the master itself ----------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class Master:
             self.scheduler.sweep_idle_checkpoint_dirs()
         self.checkpoint_store.empty_trash()
         self.scheduler.start()
+        self.log_clock.start()
 
     def stop(self) -> None:
         """Stop scheduling; tasks being stopped are stopped (within their grace) before
@@ -150,6 +154,14 @@ class Master:
         self.scheduler.stop()
         self.launcher.stop()
         self.tensorboards.stop()
+        self.log_clock.stop()
+
+    def _running_logs(self) -> list[Path]:
+        """The log files of the trials and jobs running now (the log clock's)."""
+        return [self.logs_path("trials", a["trial_id"]) if a["trial_id"] is not None
+                else self.logs_path("jobs", a["job_id"])
+                for a in self.store.running_allocations()
+                if a["trial_id"] is not None or a["job_id"] is not None]
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""
