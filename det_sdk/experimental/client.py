@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from det_sdk.experimental._logs import LogLevel
 from det_sdk.experimental._models import Model, ModelVersion
 from det_sdk.experimental._objects import (
     Checkpoint,
@@ -35,10 +36,29 @@ from det_sdk.experimental._objects import (
     TrialMetrics,
 )
 
-__all__ = ["Checkpoint", "ClientError", "Determined", "Experiment", "ExperimentState", "Model",
-           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "create_experiment",
-           "create_model", "get_checkpoint", "get_experiment", "get_model", "get_trial",
-           "iter_trials_metrics", "list_experiments", "list_models", "login"]
+__all__ = [
+    "Checkpoint",
+    "ClientError",
+    "Determined",
+    "Experiment",
+    "ExperimentState",
+    "LogLevel",
+    "Model",
+    "ModelVersion",
+    "OrderBy",
+    "Trial",
+    "TrialMetrics",
+    "create_experiment",
+    "create_model",
+    "get_checkpoint",
+    "get_experiment",
+    "get_model",
+    "get_trial",
+    "iter_trials_metrics",
+    "list_experiments",
+    "list_models",
+    "login",
+]
 
 
 class Determined:

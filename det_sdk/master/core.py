@@ -45,7 +45,6 @@ from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
 from det_sdk.master.job_records import JobRecords, throughput
-from det_sdk.master.log_clock import LogClock
 from det_sdk.master.lifecycle import (
     REPORTING_STATES,
     ExperimentEvent,
@@ -56,6 +55,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     next_trial_state,
 )
+from det_sdk.master.log_clock import LogClock
 from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler

@@ -67,8 +67,9 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
     ``asc``: from byte ``offset`` (0: the start) on; a last line without its newline is
     left for a later page while the task runs (``ended`` False). ``desc``: the matches
     before byte ``offset`` (None: the end), newest first. Answers ``records``,
-    ``cursor`` (the next page's ``offset``), ``done`` (nothing further that way now) and
-    ``scanned`` (bytes of log read).
+    ``cursor`` (the next page's ``offset``), ``done`` (nothing further that way now),
+    ``scanned`` (bytes of log read) and ``size`` (the log's, when read: where a follow
+    after a backward page goes on).
     """
     size = _size(path)
     times = TimeIndex(path)
@@ -77,21 +78,21 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
         data = _read(path, start, min(SCAN_BYTES, size - start))
         reached_end = start + len(data) >= size
         lines = list(_lines(data, start))
-        popped = False
         if lines and not lines[-1][1].endswith(b"\n") and not (reached_end and ended) \
                 and len(lines[-1][1]) < MAX_LINE_BYTES:
-            lines.pop()  # its newline is still to come: the next page reads it whole
-            popped = True
-        out, cursor = [], start
+            lines.pop()  # its newline is still to come: a later page reads it whole
+        out, cursor, truncated = [], start, False
         for at, raw in lines:
             if len(out) >= limit:
+                truncated = True
                 break
             cursor = at + len(raw)
             rec = _match(at, raw, times, filters, trial_id, default_rank)
             if rec is not None:
                 out.append(rec)
-        done = reached_end and not popped and cursor >= start + len(data)
-        return {"records": out, "cursor": cursor, "done": done, "scanned": len(data)}
+        done = reached_end and not truncated
+        return {"records": out, "cursor": cursor, "done": done, "scanned": len(data),
+                "size": size}
     end = size if offset is None else min(offset, size)
     begin = max(end - SCAN_BYTES, 0)
     data = _read(path, begin, end - begin)
@@ -108,9 +109,10 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
             matches.append(rec)
             if len(matches) >= limit:
                 return {"records": matches, "cursor": at, "done": at == 0,
-                        "scanned": len(data)}
+                        "scanned": len(data), "size": size}
     cursor = begin + first
-    return {"records": matches, "cursor": cursor, "done": cursor == 0, "scanned": len(data)}
+    return {"records": matches, "cursor": cursor, "done": cursor == 0, "scanned": len(data),
+            "size": size}
 
 
 def _match(at: int, raw: bytes, times: TimeIndex, filters: Filters, trial_id: int,
