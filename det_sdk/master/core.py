@@ -158,10 +158,13 @@ class Master:
 
     def _running_logs(self) -> list[Path]:
         """The log files of the trials and jobs running now (the log clock's)."""
-        return [self.logs_path("trials", a["trial_id"]) if a["trial_id"] is not None
-                else self.logs_path("jobs", a["job_id"])
-                for a in self.store.running_allocations()
-                if a["trial_id"] is not None or a["job_id"] is not None]
+        out = []
+        for a in self.store.running_allocations():
+            if a["trial_id"] is not None:
+                out.append(self.logs_path("trials", a["trial_id"]))
+            elif a["job_id"] is not None:
+                out.append(self.logs_path("jobs", a["job_id"]))
+        return out
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""

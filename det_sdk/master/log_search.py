@@ -81,7 +81,8 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
         if lines and not lines[-1][1].endswith(b"\n") and not (reached_end and ended) \
                 and len(lines[-1][1]) < MAX_LINE_BYTES:
             lines.pop()  # its newline is still to come: a later page reads it whole
-        out, cursor, truncated = [], start, False
+        out: list[dict[str, Any]] = []
+        cursor, truncated = start, False
         for at, raw in lines:
             if len(out) >= limit:
                 truncated = True

@@ -80,5 +80,5 @@ def render(state: State) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(state))  # type: ignore[arg-type]
+    registry.register(_Collector(state))
     return generate_latest(registry).decode()

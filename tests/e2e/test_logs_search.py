@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,8 +93,10 @@ def test_det_trial_logs_filters_by_rank_level_stream_and_time(cluster: Cluster,
                   "--timestamp-before", "2999-01-01T00:00:00Z")
     assert "rank 0 step 2" in before
 
-    # det e logs: the first trial's, the same filters; --head of the matches
-    head = _det(cluster, "e", "logs", str(exp), "--rank-id", "0", "--head", "2").splitlines()
+    # det e logs: the first trial's, the same filters; --head of the matches (one stream:
+    # horovodrun interleaves a rank's stdout and stderr as they come)
+    head = _det(cluster, "e", "logs", str(exp), "--rank-id", "0", "--stdtype", "stdout",
+                "--head", "2").splitlines()
     assert [line.split("train: ")[1] for line in head] == ["rank 0 step 0", "rank 0 step 1"]
 
     # --json: Determined's records, one a line
@@ -144,6 +145,44 @@ def test_python_client_search_text_and_filters(cluster: Cluster, ranks: tuple[in
     errors = list(trial.logs(min_level=LogLevel.ERROR, rank_ids=[1]))
     assert len(errors) == 1 and "boom on rank 1" in errors[0]
     assert len(list(trial.iter_logs(tail=2))) == 2
+
+
+def test_ui_log_view_filters_by_text_level_and_rank(cluster: Cluster,
+                                                    ranks: tuple[int, int]) -> None:
+    """One page load of the trial page in headless Chromium; the log view's filter box and
+    its level and rank selects narrow the lines shown."""
+    from harness.browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    trial = ranks[1]
+    with open_browser() as browser:
+        page = signed_in_context(browser, cluster.url, cluster.token).new_page()
+        page.goto(f"{cluster.url}/ui/#/trials/{trial}")
+        page.wait_for_function("document.querySelector('#log') && "
+                               "document.querySelector('#log').textContent.includes('step 2')")
+        assert "boom on rank 0" in page.text_content("#log")
+
+        def shown_when(predicate: str) -> list[str]:
+            page.wait_for_function("(() => { const t = document.querySelector('#log')"
+                                   f".textContent; return {predicate}; }})()")
+            return str(page.text_content("#log")).splitlines()
+
+        page.fill("#log-filter", "needle-60")
+        assert shown_when("t.includes('needle') && !t.includes('step')") == [
+            "[0]<stdout>:the needle-60 is here"]
+        page.fill("#log-filter", "")
+        page.select_option("#log-level", "ERROR")
+        lines = shown_when("t.includes('boom') && !t.includes('step')")
+        assert sorted(lines) == ["[0]<stderr>:ERROR: boom on rank 0",
+                                 "[1]<stderr>:ERROR: boom on rank 1"]
+        page.select_option("#log-rank", "1")
+        assert shown_when("!t.includes('rank 0')") == ["[1]<stderr>:ERROR: boom on rank 1"]
+        page.select_option("#log-level", "")
+        page.select_option("#log-rank", "")
+        shown_when("t.includes('step 2') && t.includes('boom on rank 0')")  # the whole log again
+        page.context.close()
 
 
 def test_a_big_log_is_paged_at_a_bounded_read(cluster: Cluster) -> None:

@@ -104,6 +104,9 @@ def logs_router(master: Master, user: Dependency, sessions: Sessions) -> APIRout
         """The newest matching lines for the log view's filters."""
         ui_auth.user(request)
         filters = _filters(rank_ids, levels, None, None, None, None, search_text)
-        return json_response(request, page(trial_id, filters, None, "desc", limit))
+        found = page(trial_id, filters, None, "desc", limit)
+        # the rank select's choices: one per process of the trial
+        found["ranks"] = master.trial_config(trial_id).resources.slots_per_trial
+        return json_response(request, found)
 
     return router
