@@ -10,6 +10,7 @@ scrape, issue 60): one ``GROUP BY`` a table, never the rows themselves.
 
 from __future__ import annotations
 
+from det_sdk.errors import UsageError
 from det_sdk.master.store.database import Database
 
 __all__ = ["CountTables"]
@@ -23,7 +24,7 @@ class CountTables(Database):
     def state_counts(self, table: str) -> dict[str, int]:
         """``{state: rows}`` of ``table`` (one of experiments, trials, jobs, allocations)."""
         if table not in _COUNTED:  # a name in SQL: only these
-            raise ValueError(f"table: expected one of {', '.join(_COUNTED)}, got {table!r}")
+            raise UsageError(f"table: expected one of {', '.join(_COUNTED)}, got {table!r}")
         rows = self._all(f"SELECT state, COUNT(*) AS n FROM {table} GROUP BY state")
         return {r["state"]: int(r["n"]) for r in rows}
 
