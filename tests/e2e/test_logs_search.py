@@ -99,6 +99,10 @@ def test_det_trial_logs_filters_by_rank_level_stream_and_time(cluster: Cluster,
                 "--head", "2").splitlines()
     assert [line.split("train: ")[1] for line in head] == ["rank 0 step 0", "rank 0 step 1"]
 
+    # -f with a filter: an ended trial's matches, then exit 0
+    assert _det(cluster, "t", "logs", t, "-f", "--rank-id", "1", "--stdtype", "stderr") == \
+        "[1]<stderr>:ERROR: boom on rank 1\n"
+
     # --json: Determined's records, one a line
     records = [json.loads(line) for line in
                _det(cluster, "t", "logs", t, "--json", "--tail", "3").splitlines()]
