@@ -79,12 +79,20 @@ export function logView(box, url, { recordsUrl = null } = {}) {
     return text || level || rank !== "" ? filterQuery(text, level, rank) : "";
   }
 
+  let filteredSize = -1; // the log's size when the filtered lines were read
+
   async function refreshFiltered() {
-    if (shownQuery === query && !follow.checked) return;
+    if (shownQuery === query) {
+      if (!follow.checked) return;
+      // following: ask again only when the log grew (a cheap probe at its end)
+      const probe = await api(`${url}?offset=${filteredSize}`);
+      if (probe.size === filteredSize) return;
+    }
     const asked = query;
     const page = await api(`${recordsUrl}?${asked}`);
     if (asked !== query) return; // the filters changed meanwhile: that answer is newer
     shownQuery = asked;
+    filteredSize = page.size;
     const lines = page.records.slice().reverse().map((r) => r.raw).join("");
     box.querySelector("#log-size").textContent = `${page.records.length} matching lines` +
       (page.records.length >= FILTERED ? ` (the newest ${FILTERED})` : "") +
