@@ -96,9 +96,22 @@ class Filters:
     before: float | None = None
     search_text: str | None = None
 
-    def keeps_raw(self, raw: bytes) -> bool:
-        """The cheap test first: the text search on the raw bytes."""
-        return self.search_text is None or self.search_text.encode() in raw
+    def __post_init__(self) -> None:
+        #: the search text's bytes (None: no text search)
+        self.needle = None if self.search_text is None else self.search_text.encode()
+        # a level filter without INFO (the level of an unmarked line): a kept line holds
+        # one of its "LEVEL:" marks, a test on bytes before any parsing
+        self._tags: tuple[bytes, ...] | None = None
+        if self.levels and "LOG_LEVEL_INFO" not in self.levels:
+            self._tags = tuple(f"{lv[len('LOG_LEVEL_'):]}:".encode() for lv in self.levels
+                               if lv != "LOG_LEVEL_UNSPECIFIED")
+
+    def may_match(self, raw: bytes) -> bool:
+        """False when no line of ``raw`` (a line, or a whole piece of the log) can be kept:
+        the cheap tests on bytes, before a line is parsed."""
+        if self.needle is not None and self.needle not in raw:
+            return False
+        return self._tags is None or any(tag in raw for tag in self._tags)
 
     def keeps(self, line: Line, when: float) -> bool:
         if self.rank_ids and line.rank not in self.rank_ids:

@@ -94,3 +94,21 @@ def test_one_page_reads_at_most_scan_bytes(tmp_path: Path,
     back = log_search.read_page(log, 1, Filters(), order="desc", limit=2)
     assert [r["raw"] for r in back["records"]] == ["partial", "line 00999\n"]
     assert back["cursor"] == 999 * 11 and not back["done"]
+
+
+def test_a_text_search_finds_what_a_line_by_line_scan_finds(tmp_path: Path) -> None:
+    """The search jumps to the needle's occurrences; a long line still comes in the pieces
+    a plain page cuts it into."""
+    log = tmp_path / "logs.txt"
+    long_line = b"x" * 100_000 + b" needle " + b"y" * 100_000 + b"\n"
+    log.write_bytes(b"a needle\nnothing\n" + long_line + b"ERROR: needle twice needle\nend")
+    plain = log_search.read_page(log, 1, Filters(), limit=5000)["records"]
+    expected = [(r["offset"], r["raw"]) for r in plain if "needle" in r["raw"]]
+    for order in ("asc", "desc"):
+        page = log_search.read_page(log, 1, Filters(search_text="needle"), order=order,
+                                    limit=5000)
+        found = [(r["offset"], r["raw"]) for r in page["records"]]
+        assert found == (expected if order == "asc" else expected[::-1])
+    errors = log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_ERROR"}))
+    assert [r["log"] for r in errors["records"]] == ["needle twice needle\n"]
+    assert log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_CRITICAL"}))["records"] == []
