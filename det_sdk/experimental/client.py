@@ -36,29 +36,11 @@ from det_sdk.experimental._objects import (
     TrialMetrics,
 )
 
-__all__ = [
-    "Checkpoint",
-    "ClientError",
-    "Determined",
-    "Experiment",
-    "ExperimentState",
-    "LogLevel",
-    "Model",
-    "ModelVersion",
-    "OrderBy",
-    "Trial",
-    "TrialMetrics",
-    "create_experiment",
-    "create_model",
-    "get_checkpoint",
-    "get_experiment",
-    "get_model",
-    "get_trial",
-    "iter_trials_metrics",
-    "list_experiments",
-    "list_models",
-    "login",
-]
+__all__ = ["Checkpoint", "ClientError", "Determined", "Experiment", "ExperimentState", "Model",
+           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "create_experiment",
+           "create_model", "get_checkpoint", "get_experiment", "get_model", "get_trial",
+           "iter_trials_metrics", "list_experiments", "list_models", "login"]
+__all__ += ["LogLevel"]  # Trial.iter_logs's min_level (issue 60)
 
 
 class Determined:
