@@ -112,3 +112,18 @@ def test_a_text_search_finds_what_a_line_by_line_scan_finds(tmp_path: Path) -> N
     errors = log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_ERROR"}))
     assert [r["log"] for r in errors["records"]] == ["needle twice needle\n"]
     assert log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_CRITICAL"}))["records"] == []
+
+
+def test_det_trial_logs_parses_determineds_filters() -> None:
+    from det_sdk.cli.log_records_cmd import filters_of
+    from det_sdk.cli.main import build_parser
+
+    args = build_parser().parse_args(
+        ["t", "logs", "3", "--rank-id", "1", "--rank-id", "0", "--log-level", "ERROR",
+         "--stdtype", "stderr", "--source", "task", "--timestamp-after", "2021-10-26T23:17:12Z",
+         "--tail", "5", "--json"])
+    assert (args.trial_id, args.tail, args.json) == (3, 5, True)
+    assert filters_of(args) == {
+        "rank_ids": [1, 0], "levels": ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"],
+        "stdtypes": ["stderr"], "sources": ["task"],
+        "timestamp_after": "2021-10-26T23:17:12.000000Z"}
