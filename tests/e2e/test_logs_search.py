@@ -16,7 +16,8 @@ import pytest
 from det_sdk.master.log_search import SCAN_BYTES
 from harness.master import Cluster, api, create, wait_for_experiment
 
-pytestmark = pytest.mark.slow
+# Stack-neutral: the master, the CLI and the UI; no Keras in these runs
+pytestmark = pytest.mark.stack_neutral
 
 # each rank prints three INFO lines, rank 1 a WARNING; each an ERROR on stderr; rank 0 the
 # needle (det.LOG_FORMAT's "LEVEL: [pid] logger: message")

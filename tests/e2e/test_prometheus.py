@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.master import Cluster, api, wait_until
 from tests.lifecycle_harness import Fakes
 
-pytestmark = pytest.mark.slow
+# Stack-neutral: the master, the CLI and the UI; no Keras in these runs
+pytestmark = pytest.mark.stack_neutral
 
 PATH = "/prom/det-state-metrics"
 
