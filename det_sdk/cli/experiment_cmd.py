@@ -32,7 +32,8 @@ from det_sdk.cli.common import (
     trial_table,
     yes,
 )
-from det_sdk.cli.logs_cmd import LOG_OPTIONS, print_log
+from det_sdk.cli.log_records_cmd import RECORD_OPTIONS, print_trial_log
+from det_sdk.cli.logs_cmd import print_log
 from det_sdk.cli.render import escape, page_footer, print_json, print_rows, progress_bar, table
 from det_sdk.errors import UsageError
 
@@ -141,7 +142,7 @@ def experiment_logs(args: Namespace) -> int:
     ``--tail`` as ``det t logs``); every trial: ``det t logs`` each."""
     client = common.connect(args)
     trial_id = _first_trial(client, args.id)
-    print_log(client, "trials", trial_id, lambda: client.trial(trial_id)["state"], args)
+    print_trial_log(client, trial_id, lambda: client.trial(trial_id)["state"], args)
     return 0
 
 
@@ -481,7 +482,7 @@ COMMANDS: CommandTable = {
                               True))]),
     "config": (experiment_config, "its config (YAML)", [ID]),
     "logs": (experiment_logs, "the first trial's log (det t logs for the others)",
-             [ID, *LOG_OPTIONS]),
+             [ID, *RECORD_OPTIONS]),
     "list-trials": (experiment_list_trials, "its trials", [ID, *PAGES, CSV]),
     "list-checkpoints": (experiment_list_checkpoints, "its checkpoints", [
         ID, ("--best", {"type": int, "metavar": "N",

@@ -88,8 +88,9 @@ def print_log(client: Any, kind: str, task_id: int, state: Callable[[], str],
 _non_negative = whole_number(0)  # an argparse type=
 
 
-_NO_RECORDS = ("det_sdk keeps a task's log as the plain text it wrote, without "
-               "Determined's per-line records: filter the text instead (e.g. | grep)")
+_NO_RECORDS = ("this log is served as the plain text the task wrote, without Determined's "
+               "per-line records: filter the text instead (e.g. | grep); a trial's log has "
+               "them: det trial logs ID --rank-id/--level/--json")
 
 #: Determined's log options (harness/determined/cli/trial.py's logs_args_description)
 LOG_OPTIONS: list[tuple[Any, ...]] = [
@@ -98,8 +99,9 @@ LOG_OPTIONS: list[tuple[Any, ...]] = [
     ("--head", {"type": _non_negative, "metavar": "N", "help": "the first N lines"}),
     ("--tail", {"type": _non_negative, "metavar": "N", "help": "the last N lines"}),
     ("--json", refused("Determined prints its log records (timestamp, rank, level, "
-                        "source) as JSON; det_sdk keeps logs as the plain text the task "
-                        "wrote: drop --json", takes_value=False)),
+                        "source) as JSON; this log is served as the plain text the task "
+                        "wrote: drop --json (det trial logs ID --json has the records)",
+                        takes_value=False)),
     *((flag, refused(f"{_NO_RECORDS}", takes_value=True))
       for flag in ("--agent-id", "--container-id", "--rank-id", "--timestamp-before",
                    "--timestamp-after", "--level", "--source", "--stdtype")),

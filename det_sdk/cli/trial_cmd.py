@@ -19,7 +19,7 @@ from det_sdk.cli.common import (
     refused,
     trial_table,
 )
-from det_sdk.cli.logs_cmd import LOG_OPTIONS, print_log
+from det_sdk.cli.log_records_cmd import RECORD_OPTIONS, print_trial_log
 from det_sdk.cli.render import escape, print_json, table
 from det_sdk.errors import UsageError
 
@@ -71,11 +71,11 @@ def trial_describe(args: Namespace) -> int:
 
 
 def trial_logs(args: Namespace) -> int:
-    """Determined's ``det t logs ID [-f] [--head N | --tail N]``: exit 0 when the log
-    ends (its state is ``det t describe``'s)."""
+    """Determined's ``det t logs ID [-f] [--head N | --tail N]`` with its filters
+    (``det_sdk.cli.log_records_cmd``): exit 0 when the log ends (its state is
+    ``det t describe``'s)."""
     client = common.connect(args)
-    print_log(client, "trials", args.trial_id, lambda: client.trial(args.trial_id)["state"],
-              args)
+    print_trial_log(client, args.trial_id, lambda: client.trial(args.trial_id)["state"], args)
     return 0
 
 
@@ -127,7 +127,7 @@ COMMANDS: CommandTable = {
                   ("--metrics-summary", refused("det t describe shows each report; "
                                                  "--json for a script")),
                   ("--csv", refused("det t describe ID --json"))]),
-    "logs": (trial_logs, "a trial's log", [TRIAL, *LOG_OPTIONS]),
+    "logs": (trial_logs, "a trial's log", [TRIAL, *RECORD_OPTIONS]),
     "download": (trial_download, "a checkpoint of the trial (--best, --latest, --uuid)",
                  [TRIAL, ("--best", {"action": "store_true"}),
                   ("--latest", {"action": "store_true"}), ("--uuid", {}),

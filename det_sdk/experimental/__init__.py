@@ -12,6 +12,7 @@ from det_sdk.experimental.client import (
     Determined,
     Experiment,
     ExperimentState,
+    LogLevel,
     Model,
     ModelVersion,
     OrderBy,
@@ -19,5 +20,5 @@ from det_sdk.experimental.client import (
     TrialMetrics,
 )
 
-__all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "Model",
+__all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "LogLevel", "Model",
            "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]

@@ -152,6 +152,19 @@ class Trial:
 
     stream_metrics = iter_metrics
 
+    def iter_logs(self, follow: bool = False, **filters: Any) -> Iterator[str]:
+        """This trial's log lines, filtered as Determined's ``Trial.iter_logs`` filters
+        (``head``, ``tail``, ``rank_ids``, ``stdtypes``, ``min_level``,
+        ``timestamp_before``, ``timestamp_after``, ``sources``, ``search_text``:
+        ``det_sdk.experimental._logs``)."""
+        from det_sdk.experimental._logs import iter_trial_logs
+
+        return iter_trial_logs(self._session, self.id, follow, **filters)
+
+    def logs(self, follow: bool = False, **filters: Any) -> Iterator[str]:
+        """Determined's older name of :meth:`iter_logs`."""
+        return self.iter_logs(follow, **filters)
+
     def stream_training_metrics(self) -> Iterator[TrialMetrics]:
         return self.iter_metrics("training")
 

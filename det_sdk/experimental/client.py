@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from det_sdk.experimental._logs import LogLevel
 from det_sdk.experimental._models import Model, ModelVersion
 from det_sdk.experimental._objects import (
     Checkpoint,
@@ -39,6 +40,7 @@ __all__ = ["Checkpoint", "ClientError", "Determined", "Experiment", "ExperimentS
            "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "create_experiment",
            "create_model", "get_checkpoint", "get_experiment", "get_model", "get_trial",
            "iter_trials_metrics", "list_experiments", "list_models", "login"]
+__all__ += ["LogLevel"]  # Trial.iter_logs's min_level (issue 60)
 
 
 class Determined:

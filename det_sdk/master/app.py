@@ -32,7 +32,9 @@ from det_sdk.master.routes.errors import add_error_handlers
 from det_sdk.master.routes.experiments import experiments_router
 from det_sdk.master.routes.guard import Guard
 from det_sdk.master.routes.jobs import jobs_router
+from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
+from det_sdk.master.routes.prom import prom_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
@@ -80,4 +82,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))
     app.include_router(docs_router(app, master, sessions))
+    # a trial's log as filtered records; the Prometheus scrape (issue 60)
+    app.include_router(logs_router(master, user, sessions))
+    app.include_router(prom_router(master, user))
     return app

@@ -55,6 +55,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     next_trial_state,
 )
+from det_sdk.master.log_clock import LogClock
 from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
@@ -134,6 +135,8 @@ class Master:
         # (det_sdk.master.tensorboards says why), listening where the master listens
         self.tensorboards = TensorBoards(data_dir / "tensorboards",
                                          host=urlsplit(url).hostname or "127.0.0.1")
+        # when each line of a running task's log came (issue 60: the log's records)
+        self.log_clock = LogClock(self._running_logs)
 
     # --- the master itself ----------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class Master:
         self.checkpoint_store.empty_trash()
         self.webhooks.start()
         self.scheduler.start()
+        self.log_clock.start()
 
     def stop(self) -> None:
         """Stop scheduling; tasks being stopped are stopped (within their grace) before
@@ -157,6 +161,17 @@ class Master:
         self.launcher.stop()
         self.tensorboards.stop()
         self.webhooks.stop()
+        self.log_clock.stop()
+
+    def _running_logs(self) -> list[Path]:
+        """The log files of the trials and jobs running now (the log clock's)."""
+        out = []
+        for a in self.store.running_allocations():
+            if a["trial_id"] is not None:
+                out.append(self.logs_path("trials", a["trial_id"]))
+            elif a["job_id"] is not None:
+                out.append(self.logs_path("jobs", a["job_id"]))
+        return out
 
     def user_token(self) -> str:
         """A new user token (``det master up`` stores it for the CLI)."""

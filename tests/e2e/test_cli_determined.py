@@ -62,8 +62,11 @@ def test_logs_downloads_and_listings(master: Cluster) -> None:
     assert ok(c, "e", "logs", str(a), "--head", "2") == "line 1\nline 2\n"
     assert ok(c, "t", "logs", str(trial["id"]), "--tail", "1") == full.splitlines(True)[-1]
     assert ok(c, "t", "logs", str(trial["id"]), "-f") == full  # ended: all, then exit 0
-    refused = c.det("t", "logs", str(trial["id"]), "--json")
-    assert refused.returncode == 2 and "plain text" in refused.stderr
+    # --json: Determined's records, a line each (issue 60)
+    records = [json.loads(line) for line in
+               ok(c, "t", "logs", str(trial["id"]), "--json").splitlines()]
+    assert len(records) == len(full.splitlines()) and records[0]["trialId"] == trial["id"]
+    assert any(r["log"] == "line 40\n" and r["rankId"] == 0 for r in records)
     # --config K=V over the file; a second experiment
     b = create(c, "--config", "hyperparameters.lines=3", "--config", "name=renamed-by-flag")
     b_info = ended(c, b)

@@ -16,6 +16,7 @@ are by resource: ``experiments``, ``trials`` (with the searcher's rungs), ``jobs
 
 from det_sdk.master.store.allocations import AllocationTables
 from det_sdk.master.store.checkpoints import CheckpointTables
+from det_sdk.master.store.counts import CountTables
 from det_sdk.master.store.database import hash_token
 from det_sdk.master.store.experiments import ExperimentTables
 from det_sdk.master.store.jobs import JobTables
@@ -27,5 +28,5 @@ __all__ = ["Store", "hash_token"]
 
 
 class Store(ExperimentTables, TrialTables, JobTables, AllocationTables, MetricTables,
-            CheckpointTables, TokenTables):
+            CheckpointTables, TokenTables, CountTables):
     """Thin, typed access to the master's SQLite database."""

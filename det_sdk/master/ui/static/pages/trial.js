@@ -49,7 +49,8 @@ export async function render(main, [id]) {
     <h2>Log</h2>
     <div id="log-box"></div>`;
 
-  const log = logView(main.querySelector("#log-box"), `/ui/api/trials/${id}/logs`);
+  const log = logView(main.querySelector("#log-box"), `/ui/api/trials/${id}/logs`,
+    { recordsUrl: `/ui/api/trials/${id}/log-records` });
 
   function drawInfo() {
     main.querySelector("#exp-link").href = `#/experiments/${info.experiment_id}`;
