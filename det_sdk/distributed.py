@@ -176,20 +176,19 @@ class Processes(ABC):
         ``sum(grads_i) / sum(weight_i)``, a weighted average (one process: ``grads``
         divided by ``weight``).
 
-        >>> SingleProcess().average_gradients([3.0], weight=None)
-        [3.0]
+        >>> SingleProcess().average_gradients([3.0]), SingleProcess().average_gradients(
+        ...     [6.0], weight=2.0)
+        ([3.0], [3.0])
         """
         if weight is None:
             return grads
-        import tensorflow as tf  # only ever called inside a TensorFlow step
 
-        def divided(g: Any) -> Any:
+        def divided(g: Any) -> Any:  # TensorFlow's operators: no import of it here
             if g is None:
                 return None
-            if isinstance(g, tf.IndexedSlices):
-                return tf.IndexedSlices(tf.math.divide_no_nan(
-                    g.values, tf.cast(weight, g.values.dtype)), g.indices, g.dense_shape)
-            return tf.math.divide_no_nan(g, tf.cast(weight, g.dtype))
+            if hasattr(g, "indices"):  # IndexedSlices: its values divided
+                return type(g)(g.values / weight, g.indices, g.dense_shape)
+            return g / weight
 
         return [divided(g) for g in grads]
 
