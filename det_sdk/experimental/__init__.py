@@ -9,6 +9,7 @@ True
 from det_sdk.experimental import client
 from det_sdk.experimental.client import (
     Checkpoint,
+    Comparison,
     Determined,
     Experiment,
     ExperimentState,
@@ -19,5 +20,5 @@ from det_sdk.experimental.client import (
     TrialMetrics,
 )
 
-__all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "Model",
+__all__ = ["Checkpoint", "Comparison", "Determined", "Experiment", "ExperimentState", "Model",
            "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]

@@ -57,6 +57,7 @@ export async function render(main, [id]) {
           ? ` (the first ${info.trials.length} shown)` : ""}</span>
         <span title="${isoTime(exp.created)}">created ${age(exp.created)} ago</span>
         <span class="actions">${actionButtons(exp)}</span>
+        <span><a id="exp-compare" href="#/compare?experiments=${exp.id}">Compare its trials</a></span>
         <span class="tb">${tbs || `TensorBoard: <code>det tensorboard start ${exp.id}</code>`}</span>
       </div>`;
   }
