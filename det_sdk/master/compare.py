@@ -68,11 +68,28 @@ def diff_rows(columns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     names = sorted({k for c in columns for k in c})
     rows = []
     for name in names:
-        seen = {json.dumps(c[name], sort_keys=True, default=str) if name in c else _MISSING
-                for c in columns}
+        seen = {_key(c[name]) if name in c else _MISSING for c in columns}
         rows.append({"name": name, "values": [c.get(name) for c in columns],
                      "differs": len(seen) > 1})
     return rows
+
+
+def _key(value: Any) -> str:
+    """What a value compares as: JSON, a whole float as its integer (YAML's ``1.0`` and
+    ``1`` are one number, and the page shows both as 1).
+
+    >>> _key({"b": [1.0, True], "a": 0.5}) == _key({"a": 0.5, "b": [1, True]})
+    True
+    """
+    def norm(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+    return json.dumps(norm(value), sort_keys=True, default=str)
 
 
 class Comparer:
