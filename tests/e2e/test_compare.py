@@ -9,6 +9,8 @@ config's ``max_restarts``, and share ``units``.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +30,7 @@ with det.core.init() as core:
     core.train.report_validation_metrics(steps_completed=3, metrics={"val_loss": lr})
 """
 LRS = {"cmp-a": 0.5, "cmp-b": 0.25}
+SCREENSHOTS = os.environ.get("DET_UI_SCREENSHOTS")  # docs/ui: docs/compare.md's picture
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +110,9 @@ def test_compare_page_from_the_experiment_list(browser: Any, cluster: Cluster,
                               "class") == "differs"
     assert page.get_attribute("#compare-table tr[data-key='cfg.searcher.metric']",
                               "class") == "same"
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / "compare.png"), full_page=True)
     page.check("#cmp-only-diff")
     assert page.is_hidden("#compare-table tr[data-key='hp.units']")
     assert page.is_visible("#compare-table tr[data-key='hp.lr']")
