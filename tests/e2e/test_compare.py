@@ -68,8 +68,9 @@ def test_compare_page_from_the_experiment_list(browser: Any, cluster: Cluster,
                                                pair: dict[str, int]) -> None:
     """Tick both experiments, Compare: a chart per metric with both trials' lines, the
     hyperparameter table with ``lr`` (and the config's ``max_restarts``) marked as
-    differing, ``units`` not; "Only differences" hides ``units``. Under the UI's
-    Content-Security-Policy, with no violation."""
+    differing, ``units`` not; "Only differences" hides ``units``. Then trials ticked on
+    each experiment's page, compared. Under the UI's Content-Security-Policy, with no
+    violation."""
     a, b = pair["cmp-a"], pair["cmp-b"]
     trial = {name: describe(cluster, exp)["trials"][0]["id"] for name, exp in pair.items()}
     context = signed_in_context(browser, cluster.url, cluster.token, enforce_csp=True)
@@ -121,6 +122,18 @@ def test_compare_page_from_the_experiment_list(browser: Any, cluster: Cluster,
     page.click(f"#compare-table button[data-remove='{trial['cmp-a']}']")
     page.wait_for_selector(f"body[data-ready='#/compare?trials={trial['cmp-b']}']")
     page.wait_for_selector(f"#cmp-charts[data-trials='{trial['cmp-b']}'] canvas")
+
+    # trials across experiments: ticked on each experiment's page, then compared
+    for exp, name in ((b, "cmp-b"), (a, "cmp-a")):
+        page.goto(f"{cluster.url}/ui/#/experiments/{exp}")
+        page.wait_for_selector(f"body[data-ready='#/experiments/{exp}']")
+        page.check(f"#trials input.cmp-pick-trial[data-id='{trial[name]}']")
+    assert page.text_content("#trials-compare") == "Compare 2 ticked trials"
+    page.click("#trials-compare")
+    both = f"{trial['cmp-a']},{trial['cmp-b']}"
+    page.wait_for_selector(f"body[data-ready='#/compare?trials={both}']")
+    page.wait_for_selector(f"#cmp-charts[data-trials='{both}'] canvas")
+    assert page.get_attribute("#compare-table tr[data-key='hp.lr']", "class") == "differs"
     assert page.evaluate("window.__csp") == []
     context.close()
 

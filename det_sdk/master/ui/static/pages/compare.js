@@ -15,6 +15,10 @@ const X_MODES = { batches: "Batches", epochs: "Epochs", time: "Time (s)" };
 const MAX_IDS = 50; // the master's limit on each list (and on trials in all)
 const REFETCH_MS = 5000; // a comparison's answer is larger than a page's: every 5 s
 
+/** Trials ticked on experiments' pages: kept while the UI is open, across experiments,
+ * until compared. */
+export const pickedTrials = new Set();
+
 /** The hash of a comparison: `#/compare?experiments=1,2&trials=7`. */
 export function compareHash({ experiments = [], trials = [], best = null } = {}) {
   const q = [];
