@@ -9,6 +9,7 @@ True
 from det_sdk.experimental import client
 from det_sdk.experimental.client import (
     Checkpoint,
+    Comparison,
     Determined,
     Experiment,
     ExperimentState,
@@ -20,5 +21,6 @@ from det_sdk.experimental.client import (
     TrialMetrics,
 )
 
-__all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "LogLevel", "Model",
+__all__ = ["Checkpoint", "Comparison", "Determined", "Experiment", "ExperimentState", "LogLevel",
+           "Model",
            "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]

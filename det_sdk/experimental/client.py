@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from det_sdk.experimental._compare import Comparison
+from det_sdk.experimental._compare import compare as _compare
 from det_sdk.experimental._logs import LogLevel
 from det_sdk.experimental._models import Model, ModelVersion
 from det_sdk.experimental._objects import (
@@ -36,10 +38,11 @@ from det_sdk.experimental._objects import (
     TrialMetrics,
 )
 
-__all__ = ["Checkpoint", "ClientError", "Determined", "Experiment", "ExperimentState", "Model",
-           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "create_experiment",
-           "create_model", "get_checkpoint", "get_experiment", "get_model", "get_trial",
-           "iter_trials_metrics", "list_experiments", "list_models", "login"]
+__all__ = ["Checkpoint", "ClientError", "Comparison", "Determined", "Experiment",
+           "ExperimentState", "Model", "ModelVersion", "OrderBy", "Trial", "TrialMetrics",
+           "compare", "create_experiment", "create_model", "get_checkpoint", "get_experiment",
+           "get_model", "get_trial", "iter_trials_metrics", "list_experiments", "list_models",
+           "login"]
 __all__ += ["LogLevel"]  # Trial.iter_logs's min_level (issue 60)
 
 
@@ -127,6 +130,16 @@ class Determined:
 
     stream_trials_metrics = iter_trials_metrics
 
+    def compare(self, experiment_ids: Iterable[int] | None = None,
+                trial_ids: Iterable[int] | None = None, best: int | None = None,
+                max_points: int = 5000) -> Comparison:
+        """Trials side by side (det_sdk's own; Determined 0.38's SDK has none): every
+        trial of ``experiment_ids`` (or each one's ``best`` few) and ``trial_ids`` of
+        any experiment, at most 50. ``.records`` is a list of dicts, one per trial, group
+        and step, for ``pandas.DataFrame``; ``.differences()`` the hyperparameters and
+        config fields that differ (``det_sdk.experimental._compare``)."""
+        return _compare(self._session, experiment_ids, trial_ids, best, max_points)
+
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         return Checkpoint(self._session, self._session.checkpoint(uuid))
 
@@ -205,6 +218,12 @@ def iter_trials_metrics(trial_ids: list[int], group: str,
 
 
 stream_trials_metrics = iter_trials_metrics
+
+
+def compare(experiment_ids: Iterable[int] | None = None, trial_ids: Iterable[int] | None = None,
+            best: int | None = None, max_points: int = 5000) -> Comparison:
+    """Trials side by side: ``Determined.compare`` on the logged-in master."""
+    return _the().compare(experiment_ids, trial_ids, best, max_points)
 
 
 def get_checkpoint(uuid: str) -> Checkpoint:

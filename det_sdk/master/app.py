@@ -27,6 +27,7 @@ from det_sdk.master.routes.admin import admin_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.common import RESPONSES, auth_dependencies
+from det_sdk.master.routes.compare import compare_router
 from det_sdk.master.routes.docs import docs_router
 from det_sdk.master.routes.errors import add_error_handlers
 from det_sdk.master.routes.experiments import experiments_router
@@ -85,4 +86,6 @@ def create_app(master: Master) -> FastAPI:
     # a trial's log as filtered records; the Prometheus scrape (issue 60)
     app.include_router(logs_router(master, user, sessions))
     app.include_router(prom_router(master, user))
+    # experiments side by side, for the API and the UI (issue 60)
+    app.include_router(compare_router(master, user, sessions))
     return app

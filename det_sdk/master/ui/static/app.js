@@ -9,6 +9,7 @@ import * as experiment from "./pages/experiment.js";
 import * as trial from "./pages/trial.js";
 import * as jobs from "./pages/jobs.js";
 import * as models from "./pages/models.js";
+import * as compare from "./pages/compare.js";
 import { api, esc, POLL_MS } from "./util.js";
 
 const ROUTES = [
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^#\/jobs$/, jobs.renderList, "jobs"],
   [/^#\/jobs\/(\d+)$/, jobs.renderJob, "jobs"],
   [/^#\/models$/, models.render, "models"],
+  [/^#\/compare(?:\?(.*))?$/, compare.render, "experiments"],
 ];
 
 let current = null;

@@ -1,10 +1,12 @@
 // An experiment: its trials (sortable by any hyperparameter or metric), the searcher
 // metric of its best trials over training length (ASHA rungs as dashed lines), and the
 // metric against each hyperparameter (scatters and parallel coordinates).
+// Trials ticked here (and on other experiments' pages) open side by side: pages/compare.js.
 
 import { lineChart, PALETTE, parallel, scatter } from "../charts.js";
 import { actionButtons, age, api, bindSort, esc, experimentAction, headerCell, isoTime, num,
   progressBar, sortRows, stateBadge } from "../util.js";
+import { compareHash, pickedTrials } from "./compare.js";
 
 export async function render(main, [id]) {
   const sort = { key: "id", dir: "asc" };
@@ -18,6 +20,8 @@ export async function render(main, [id]) {
     <p class="crumbs"><a href="#/experiments">Experiments</a> › experiment ${esc(id)}</p>
     <section id="exp-head"></section>
     <h2>Trials</h2>
+    <div class="toolbar"><button id="trials-compare" disabled>Compare ticked trials</button>
+      <span class="muted">trials stay ticked while you open other experiments</span></div>
     <table id="trials" class="grid"><thead></thead><tbody></tbody></table>
     <h2 id="curves-title">Searcher metric</h2>
     <div id="curves" class="chart wide"></div>
@@ -57,6 +61,7 @@ export async function render(main, [id]) {
           ? ` (the first ${info.trials.length} shown)` : ""}</span>
         <span title="${isoTime(exp.created)}">created ${age(exp.created)} ago</span>
         <span class="actions">${actionButtons(exp)}</span>
+        <span><a id="exp-compare" href="#/compare?experiments=${exp.id}">Compare its trials</a></span>
         <span class="tb">${tbs || `TensorBoard: <code>det tensorboard start ${exp.id}</code>`}</span>
       </div>`;
   }
@@ -68,7 +73,8 @@ export async function render(main, [id]) {
       ["steps_completed", "Batches"], ["best_metric", `Best ${info.searcher.metric}`],
       ["restarts", "Restarts"], ...hps.map((h) => [`hp.${h}`, h]),
       ...vals.map((v) => [`val.${v}`, v])];
-    table.tHead.innerHTML = `<tr>${cols.map(([k, l]) => headerCell(k, l, sort)).join("")}</tr>`;
+    table.tHead.innerHTML = `<tr>${cols.map(([k, l]) => headerCell(k, l, sort)).join("")}
+      <th title="tick to compare">Compare</th></tr>`;
     table.tBodies[0].innerHTML = sortRows(info.trials, sort.key, sort.dir, get).map((t) => `
       <tr data-id="${t.id}">
         <td><a href="#/trials/${t.id}">${t.id}</a></td>
@@ -80,6 +86,8 @@ export async function render(main, [id]) {
         ${hps.map((h) => `<td class="hp" data-hp="${esc(h)}">${num(t.hparams_flat[h])}</td>`)
           .join("")}
         ${vals.map((v) => `<td>${num(t.validation[v])}</td>`).join("")}
+        <td><input type="checkbox" class="cmp-pick-trial" data-id="${t.id}"
+          title="compare trial ${t.id}" ${pickedTrials.has(t.id) ? "checked" : ""}></td>
       </tr>`).join("");
   }
 
@@ -157,6 +165,25 @@ export async function render(main, [id]) {
     }
   }
 
+  const compareButton = main.querySelector("#trials-compare");
+  function pickedChanged() {
+    compareButton.disabled = pickedTrials.size === 0;
+    compareButton.textContent = pickedTrials.size
+      ? `Compare ${pickedTrials.size} ticked trial${pickedTrials.size === 1 ? "" : "s"}`
+      : "Compare ticked trials";
+  }
+  table.addEventListener("change", (ev) => {
+    const box = ev.target.closest("input.cmp-pick-trial");
+    if (!box) return;
+    if (box.checked) pickedTrials.add(+box.dataset.id); else pickedTrials.delete(+box.dataset.id);
+    pickedChanged();
+  });
+  compareButton.addEventListener("click", () => {
+    const trials = [...pickedTrials].sort((x, y) => x - y);
+    pickedTrials.clear();
+    location.hash = compareHash({ trials });
+  });
+  pickedChanged();
   bindSort(table, sort, drawTrials);
   main.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-act]");

@@ -2,9 +2,11 @@
 // filter by text and state, sort by any column, pause / activate / kill.
 // The newest PAGE experiments load first ("Show more" adds older ones): what the page
 // costs does not grow with the master's history. Filter and sort apply to those loaded.
+// Ticking experiments and "Compare" opens them side by side (pages/compare.js).
 
 import { actionButtons, age, bindSort, esc, experimentAction, headerCell, isoTime,
   markShown, newest, num, progressBar, sortRows, stateBadge } from "../util.js";
+import { compareHash } from "./compare.js";
 
 const COLUMNS = [
   ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
@@ -13,6 +15,9 @@ const COLUMNS = [
 
 const FIRST_ROWS = 60;
 const PAGE = 100;
+
+// the experiments ticked for comparison, kept while the list redraws and across visits
+const picked = new Set();
 
 function rowHtml(r) {
   return `<tr data-id="${r.id}">
@@ -25,7 +30,9 @@ function rowHtml(r) {
         ${num(r.best)} <span class="muted">${esc(r.metric)}</span></td>
       <td>${r.running ? `${r.running} running / ` : ""}${r.trials}</td>
       <td title="${isoTime(r.created)}">${age(r.created)}</td>
-      <td>${actionButtons(r)}</td></tr>`;
+      <td>${actionButtons(r)}</td>
+      <td><input type="checkbox" class="cmp-pick" data-id="${r.id}"
+        title="compare experiment ${r.id}" ${picked.has(r.id) ? "checked" : ""}></td></tr>`;
 }
 
 export async function render(main) {
@@ -49,6 +56,7 @@ export async function render(main) {
           .map((s) => `<option>${s}</option>`).join("")}
       </select>
       <span id="exp-count" class="muted"></span>
+      <button id="exp-compare" disabled title="tick experiments to compare">Compare</button>
     </div>
     <table id="experiments" class="grid"><thead></thead><tbody></tbody></table>
     <p><button id="exp-more" hidden>Show ${PAGE} more</button></p>`;
@@ -62,7 +70,7 @@ export async function render(main) {
       (!text || `${r.id} ${r.name ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
         .toLowerCase().includes(text))), sort.key, sort.dir, (r, k) => r[k]);
     table.tHead.innerHTML = `<tr>${COLUMNS.map(([k, l]) => headerCell(k, l, sort)).join("")}
-      <th>Actions</th></tr>`;
+      <th>Actions</th><th title="tick to compare">Compare</th></tr>`;
     // The first screen at once, the rest in the next task: laying out 1,000 rows takes
     // a few hundred ms here, and nobody sees row 500 before scrolling.
     const body = table.tBodies[0];
@@ -104,6 +112,21 @@ export async function render(main) {
     filter.state = ev.target.value;
     draw();
   });
+  const compareButton = main.querySelector("#exp-compare");
+  function pickedChanged() {
+    compareButton.disabled = picked.size === 0;
+    compareButton.textContent = picked.size ? `Compare ${picked.size}` : "Compare";
+  }
+  table.addEventListener("change", (ev) => {
+    const box = ev.target.closest("input.cmp-pick");
+    if (!box) return;
+    if (box.checked) picked.add(+box.dataset.id); else picked.delete(+box.dataset.id);
+    pickedChanged();
+  });
+  compareButton.addEventListener("click", () => {
+    location.hash = compareHash({ experiments: [...picked].sort((a, b) => a - b) });
+  });
+  pickedChanged();
   bindSort(table, sort, draw);
   moreButton.addEventListener("click", () => {
     wanted += PAGE;
