@@ -1,0 +1,80 @@
+"""``/api/v1/commands``: Determined's command routes (``det cmd run``, ``list``,
+``config``, ``kill``, ``logs``), for the user's token only (a task's token is refused,
+403, as on every route that acts for the user).
+
+Each route is a thin shell over ``Master.commands`` (``det_sdk.master.commands``).
+
+>>> # app.include_router(commands_router(master, user))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from det_sdk import api
+from det_sdk.master.commands import decode_files
+from det_sdk.master.core import Master
+from det_sdk.master.errors import InvalidRequest
+from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
+
+__all__ = ["LaunchCommandRequest", "commands_router"]
+
+
+class LaunchCommandRequest(BaseModel):
+    """``POST /api/v1/commands``: the command's config (Determined's command config:
+    ``entrypoint``, ``description``, ``resources.slots``, ``environment``,
+    ``hyperparameters``) and its context directory (base64 of a .tar.gz; none: empty)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any]
+    files: str | None = Field(None, description="base64 of a .tar.gz of the context "
+                                                "directory")
+
+
+def commands_router(master: Master, user: Dependency) -> APIRouter:
+    """The command routes over ``master``, for the user's token."""
+    router = APIRouter()
+
+    @router.post("/api/v1/commands", status_code=201)
+    def launch_command(req: LaunchCommandRequest,
+                       p: Principal = Depends(user)) -> dict[str, Any]:
+        """Queue a command; it runs once slots are free (QUEUED, RUNNING, TERMINATED)."""
+        from det_sdk.config import ConfigError
+        from det_sdk.config.command import parse_command_config
+        try:
+            config = parse_command_config(req.config).model_dump(mode="json")
+        except (ConfigError, RecursionError) as err:
+            raise InvalidRequest(str(err)) from None
+        archive = decode_files(req.files)
+        return {"command": master.commands.create(config, archive)}
+
+    @router.get("/api/v1/commands")
+    def list_commands(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
+        """Every command, oldest first (ended ones TERMINATED, with their exit)."""
+        return {"commands": master.commands.every()}
+
+    @router.get("/api/v1/commands/{cmd_id}")
+    def get_command(cmd_id: Id, p: Principal = Depends(user)) -> dict[str, Any]:
+        """The command, its state, exit and config."""
+        cmd = master.commands.get(cmd_id)
+        return {"command": cmd, "config": cmd["config"]}
+
+    @router.post("/api/v1/commands/{cmd_id}/kill")
+    def kill_command(cmd_id: Id, p: Principal = Depends(user)) -> dict[str, Any]:
+        """Stop it: SIGTERM to its processes, SIGKILL after the grace; TERMINATED once
+        they are gone (a queued one at once; an ended one is left as it is)."""
+        return {"command": master.commands.kill(cmd_id)}
+
+    @router.get("/api/v1/commands/{cmd_id}/logs")
+    def command_logs(cmd_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
+                     p: Principal = Depends(user)) -> dict[str, Any]:
+        """What the command printed, from byte ``offset`` (1 MiB at most per call; the
+        next offset follows it)."""
+        master.commands.get(cmd_id)
+        return read_log(master.commands.logs_path(cmd_id), offset)
+
+    return router
