@@ -244,7 +244,10 @@ class Commands:
             _append(self.logs_path(cmd_id), f"launch failed: {type(err).__name__}: {err}\n")
             self._end(row, None, f"launch failed: {err}")
             return
-        self.table.update(cmd_id, state=RUNNING, allocation=alloc_id, started=time.time())
+        alloc = self.store.allocation(alloc_id)
+        # its times are its allocation's: when it took its slots and when it gave them back
+        self.table.update(cmd_id, state=RUNNING, allocation=alloc_id,
+                          started=alloc["started"] if alloc else time.time())
 
     def on_exit(self, alloc: dict[str, Any], code: int) -> None:
         """Its processes ended with ``code`` (the resource manager's callback)."""
@@ -256,11 +259,13 @@ class Commands:
             status = exit_status(code)
             if row["state"] == TERMINATING:  # killed (or the master's restart ended it)
                 status = row["exit_status"] or f"killed ({status})"
-            self._end(row, code, status)
+            ended = (self.store.allocation(alloc["id"]) or {}).get("ended")
+            self._end(row, code, status, ended)
 
-    def _end(self, row: dict[str, Any], code: int | None, status: str) -> None:
+    def _end(self, row: dict[str, Any], code: int | None, status: str,
+             ended: float | None = None) -> None:
         self.table.update(row["id"], state=TERMINATED, exit_code=code, exit_status=status,
-                          ended=time.time())
+                          ended=ended or time.time())
         log.info("command %s: TERMINATED (%s)", row["id"], status)
         self._disk_work(f"keep command {row['id']}'s files", self._ended_files, row)
         self.scheduler.wakeup.set()
