@@ -155,6 +155,10 @@ class Commands:
     def create(self, config: dict[str, Any], archive: bytes) -> dict[str, Any]:
         """Queue a command (``config`` validated: a ``CommandConfig`` dumped as JSON)."""
         slots = config["resources"]["slots"]
+        if self.launcher.kind == "slurm" and slots != 1:
+            raise InvalidRequest(f"resources.slots: {slots}: under Slurm a command takes 1 "
+                                 "slot (Slurm would start it once per task, and a job has "
+                                 "at least one)")
         if slots > self.launcher.slots:
             raise InvalidRequest(f"resources.slots: {slots} is more than this master has "
                                  f"({self.launcher.slots}{self.launcher.capacity_note()})")
