@@ -73,6 +73,11 @@ class CommandConfig(_Strict):
             raise ConfigError("contains a NUL character, which no command line can hold")
         return v
 
+    @field_validator("hyperparameters")
+    @classmethod
+    def _constants(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _constant_values(v, "")
+
     @model_validator(mode="after")
     def _fits_in_the_environment(self) -> CommandConfig:
         _check_size(self)
@@ -85,6 +90,29 @@ class CommandConfig(_Strict):
         if len(self.entrypoint) == 1:  # Determined: one argument goes to `sh -c`
             return self.entrypoint[0]
         return shlex.join(self.entrypoint)
+
+
+def _constant_values(hps: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A command's hyperparameters as values: Determined's ``{type: const, val: V}`` is
+    ``V``; a searched one (``int``, ``double``, ``log``, ``categorical``) is refused, as a
+    command has no searcher; a group (a mapping without ``type``) is nested.
+
+    >>> _constant_values({"lr": {"type": "const", "val": 0.1}, "opt": {"m": 0.9}}, "")
+    {'lr': 0.1, 'opt': {'m': 0.9}}
+    """
+    out: dict[str, Any] = {}
+    for name, value in hps.items():
+        where = f"{path}{name}"
+        if isinstance(value, Mapping) and "type" in value:
+            if value.get("type") != "const" or "val" not in value:
+                raise ConfigError(f"{where}: a command has no searcher: give a value (or "
+                                  "{type: const, val: V}), not a range to search")
+            out[name] = value["val"]
+        elif isinstance(value, Mapping):
+            out[name] = _constant_values(value, f"{where}.")
+        else:
+            out[name] = value
+    return out
 
 
 def parse_command_config(raw: Any) -> CommandConfig:

@@ -75,7 +75,7 @@ def create_app(master: Master) -> FastAPI:
     # Determined's CLI verbs on finished work and the master's log (issue 48)
     app.include_router(admin_router(master, user))
     app.include_router(tensorboards_router(master, user))  # det tensorboard start (issue 48)
-    app.include_router(commands_router(master, user))  # det cmd run (issue 58)
+    app.include_router(commands_router(master, principal, user))  # det cmd run (issue 58)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

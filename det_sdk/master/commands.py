@@ -58,7 +58,15 @@ _TABLES = (
         allocation TEXT, exit_code INTEGER, exit_status TEXT,
         created REAL NOT NULL, started REAL, ended REAL)""",
     "CREATE INDEX IF NOT EXISTS commands_by_state ON commands(state)",
+    # what `context.fit` in the command reports (det_sdk.session.command): one report per
+    # (group, step), a repeat replaces; at most MAX_METRIC_ROWS per command
+    """CREATE TABLE IF NOT EXISTS command_metrics (
+        command_id INTEGER NOT NULL, grp TEXT NOT NULL, steps INTEGER NOT NULL,
+        epoch INTEGER NOT NULL, metrics TEXT NOT NULL, time REAL NOT NULL,
+        PRIMARY KEY (command_id, grp, steps))""",
 )
+#: metric reports kept per command (the oldest go first past it)
+MAX_METRIC_ROWS = 10_000
 _COLUMNS = ("id", "description", "config", "state", "archive", "allocation", "exit_code",
             "exit_status", "created", "started", "ended")
 
@@ -122,6 +130,38 @@ class CommandTable:
     def all(self) -> list[dict[str, Any]]:
         return self._rows("ORDER BY id")
 
+    def record_metrics(self, cmd_id: int, group: str, steps: int, epoch: int,
+                       metrics: str) -> bool:
+        """Keep one report (``metrics``: its JSON) of a RUNNING command; False: it is not
+        running."""
+        with self.store.tx() as db:
+            if db.execute("SELECT 1 FROM commands WHERE id = ? AND state = ?",
+                          (cmd_id, RUNNING)).fetchone() is None:
+                return False
+            db.execute("INSERT OR REPLACE INTO command_metrics VALUES (?, ?, ?, ?, ?, ?)",
+                       (cmd_id, group, steps, epoch, metrics, time.time()))
+            (n,) = db.execute("SELECT COUNT(*) FROM command_metrics WHERE command_id = ?",
+                              (cmd_id,)).fetchone()
+            if n > MAX_METRIC_ROWS:
+                db.execute("DELETE FROM command_metrics WHERE rowid IN (SELECT rowid FROM"
+                           " command_metrics WHERE command_id = ? ORDER BY time LIMIT ?)",
+                           (cmd_id, n - MAX_METRIC_ROWS))
+        return True
+
+    def latest_metrics(self, cmd_id: int) -> dict[str, dict[str, Any]]:
+        """Each group's report of the highest step: ``{group: {steps_completed, epoch,
+        metrics}}``."""
+        from det_sdk.api import decode_metric
+
+        with self.store.tx() as db:
+            rows = db.execute(
+                "SELECT grp, steps, epoch, metrics FROM command_metrics m WHERE command_id = ?"
+                " AND steps = (SELECT MAX(steps) FROM command_metrics WHERE command_id ="
+                " m.command_id AND grp = m.grp) ORDER BY grp", (cmd_id,)).fetchall()
+        return {g: {"steps_completed": st, "epoch": e,
+                    "metrics": {k: decode_metric(v) for k, v in json.loads(m).items()}}
+                for g, st, e, m in rows}
+
     def update(self, cmd_id: int, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self.store.tx() as db:
@@ -172,15 +212,37 @@ class Commands:
         return self.get(cmd_id)
 
     def get(self, cmd_id: int) -> dict[str, Any]:
-        """The command as the API shows it (NotFound if there is none)."""
+        """The command as the API shows it (NotFound if there is none), with each metric
+        group's latest report (``latest_metrics``: what ``context.fit`` in it reported)."""
         row = self.table.get(cmd_id)
         if row is None:
             raise NotFound(f"no command {cmd_id}")
-        return _shown(row)
+        return {**_shown(row), "latest_metrics": self.table.latest_metrics(cmd_id)}
 
     def every(self) -> list[dict[str, Any]]:
         """Every command, oldest first."""
         return [_shown(r) for r in self.table.all()]
+
+    def allocation_of(self, cmd_id: int) -> str | None:
+        """The allocation the command runs (ran) as; None before it was launched."""
+        row = self.table.get(cmd_id)
+        if row is None:
+            raise NotFound(f"no command {cmd_id}")
+        return row["allocation"]
+
+    def report_metrics(self, cmd_id: int, group: str, steps: int, epoch: int,
+                       metrics: dict[str, float]) -> None:
+        """What ``context.fit`` in the command reports, kept while it runs."""
+        from det_sdk.api import encode_metric
+        from det_sdk.master.errors import Conflict
+
+        row = self.table.get(cmd_id)
+        if row is None:
+            raise NotFound(f"no command {cmd_id}")
+        body = json.dumps({k: encode_metric(float(v)) for k, v in metrics.items()})
+        if not self.table.record_metrics(cmd_id, group, steps, epoch, body):
+            raise Conflict(f"command {cmd_id} is {row['state']}: its metrics are no longer "
+                           "recorded")
 
     def logs_path(self, cmd_id: int) -> Path:
         return Path(self.scheduler.logs_path(KIND, cmd_id))
@@ -235,8 +297,8 @@ class Commands:
         cmd_id = row["id"]
         config = row["config"]
         cfg = parse_command_config(config)
-        env = task_env({"DET_EXPERIMENT_CONFIG": config, "DET_HPARAMS": cfg.hyperparameters,
-                        "DET_COMMAND_ID": str(cmd_id)})
+        # the command's id is in its allocation's (command-<id>-<hex>)
+        env = task_env({"DET_EXPERIMENT_CONFIG": config, "DET_HPARAMS": cfg.hyperparameters})
         try:
             alloc_id = self.launcher.launch(
                 task_type=TASK_TYPE, task_id=cmd_id, archive=row["archive"],

@@ -1,6 +1,7 @@
 """``/api/v1/commands``: Determined's command routes (``det cmd run``, ``list``,
 ``config``, ``kill``, ``logs``), for the user's token only (a task's token is refused,
-403, as on every route that acts for the user).
+403, as on every route that acts for the user), but the metrics a command's ``context.fit``
+reports with the command's own task token.
 
 Each route is a thin shell over ``Master.commands`` (``det_sdk.master.commands``).
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
@@ -19,6 +21,7 @@ from det_sdk.master.commands import decode_files
 from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest
 from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
+from det_sdk.stages import stored_group
 
 __all__ = ["LaunchCommandRequest", "commands_router"]
 
@@ -35,8 +38,9 @@ class LaunchCommandRequest(BaseModel):
                                                 "directory")
 
 
-def commands_router(master: Master, user: Dependency) -> APIRouter:
-    """The command routes over ``master``, for the user's token."""
+def commands_router(master: Master, principal: Dependency, user: Dependency) -> APIRouter:
+    """The command routes over ``master``, for the user's token; the metrics report for
+    the command's own task token too."""
     router = APIRouter()
 
     @router.post("/api/v1/commands", status_code=201)
@@ -68,6 +72,19 @@ def commands_router(master: Master, user: Dependency) -> APIRouter:
         """Stop it: SIGTERM to its processes, SIGKILL after the grace; TERMINATED once
         they are gone (a queued one at once; an ended one is left as it is)."""
         return {"command": master.commands.kill(cmd_id)}
+
+    @router.post("/api/v1/commands/{cmd_id}/metrics", status_code=204)
+    def report_command_metrics(cmd_id: Id, report: api.MetricsReport,
+                               p: Principal = Depends(principal)) -> Response:
+        """`context.fit` in the command reports its metrics (its own task token, or the
+        user's), validated as a trial's; one report per (group, step); the latest of
+        each group shows in `det cmd describe`."""
+        if p.kind == "task" and (p.allocation or {}).get("id") != \
+                master.commands.allocation_of(cmd_id):
+            raise HTTPException(403, "this task's token cannot report for another command")
+        master.commands.report_metrics(cmd_id, stored_group(report.group, report.stage),
+                                       report.steps_completed, report.epoch, report.metrics)
+        return Response(status_code=204)
 
     @router.get("/api/v1/commands/{cmd_id}/logs")
     def command_logs(cmd_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
