@@ -243,12 +243,23 @@ def list_commands(args: Namespace) -> int:
 
 
 def describe(args: Namespace) -> int:
+    """Its row; then what ``context.fit`` in it reported: each group's latest metrics."""
     cmd = _state(common.connect(args), args.command_id)
     if args.json:
         print_json(cmd)
         return 0
     print_rows(_COLUMNS, _rows([cmd]), args.csv)
+    if not args.csv:
+        for group, m in (cmd.get("latest_metrics") or {}).items():
+            values = ", ".join(f"{escape(k)}={common.num(v)}" for k, v in m["metrics"].items())
+            print(f"{escape(group)} (step {m['steps_completed']}): {values}")
     return 0
+
+
+def download(args: Namespace) -> int:
+    """det_sdk's: the files the command wrote (its fit's det-runs/ among them)."""
+    args.id = args.command_id
+    return common.files_download(args, "commands")
 
 
 def config(args: Namespace) -> int:
@@ -314,6 +325,8 @@ COMMANDS: CommandTable = {
         _ID, ("--json", {"action": "store_true", "help": "machine-readable output"}),
         ("--csv", {"action": "store_true", "help": "comma-separated values"})]),
     "config": (config, "a command's config (YAML)", [_ID]),
+    "download": (download, "det_sdk's: copy the files an ended command wrote into its "
+                 "working directory (its fit's det-runs/) into DIR", [_ID, common.FILES_DIR]),
     "logs": (logs, "what a command printed", [_ID, *LOG_OPTIONS]),
     "kill": (kill, "stop commands (SIGTERM, then SIGKILL after 10 s)", [
         ("command_id", {"type": int, "nargs": "+", "help": "their ids"}),

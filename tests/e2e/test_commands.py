@@ -309,6 +309,69 @@ def test_20_commands_at_once_are_queued_on_the_slots(cluster: Cluster) -> None:
     assert cluster.http().get("/api/v1/master").status_code == 200
 
 
+# --- det.keras.init() in a command ------------------------------------------------------------
+
+_FIT = """
+import json, sys
+import numpy as np
+import det_sdk as det
+from det_sdk.keras._compat import keras
+
+info = det.get_cluster_info()
+ctx = det.keras.init(hparams={"lr": 0.05, "units": 2})
+hp = ctx.training.hparams
+rng = np.random.default_rng(0)
+x = rng.random((64, 3)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(hp["units"]),
+                          keras.layers.Dense(1)])
+model.compile(optimizer=ctx.wrap_optimizer(keras.optimizers.SGD(hp["lr"])), loss="mse")
+xs, ys = ctx.wrap_data(x, y)
+ctx.fit(model, x=xs, y=ys, batch_size=16, epochs=2, validation_data=(xs, ys))
+own = ctx.load_checkpoint_model(checkpoint_uuid=ctx.core.checkpoint.latest_checkpoint)
+trial = ctx.load_checkpoint_model(trial_id=int(sys.argv[1]))
+print("RESULT " + json.dumps({
+    "task_type": info.task_type, "hparams": dict(hp), "run_dir": str(ctx.core.local_run_dir),
+    "own_layers": len(own.layers), "trial_model": type(trial).__name__,
+    "trial_params": int(trial.count_params())}))
+"""
+
+
+def test_keras_fit_in_a_command(cluster: Cluster) -> None:
+    """`det.keras.init()` in a command: the command config's hyperparameters over the
+    script's, a fit that checkpoints into a local run of the command's working directory
+    and reports its metrics to the master (`det cmd describe`), any trial's checkpoint
+    loaded from the master; the run kept with the command's files (`det cmd download`)."""
+    from harness.master import MODEL_DIR, run_to_the_end
+
+    config = cluster.write_config("for-a-command", searcher={
+        "name": "single", "metric": "val_loss", "max_length": {"epochs": 1}})
+    _, _, trial, logs = run_to_the_end(cluster, config, MODEL_DIR, "trial to load")
+    assert trial["state"] == "COMPLETED", logs[-3000:]
+    ctx = cluster.root / "keras-ctx"
+    ctx.mkdir()
+    (ctx / "fit.py").write_text(_FIT)
+    out = cluster.det("cmd", "run", "-c", str(ctx), "--config", "hyperparameters.units=3",
+                      "python3", "fit.py", str(trial["id"]))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["task_type"] == "COMMAND"
+    assert result["hparams"] == {"lr": 0.05, "units": 3}  # the command's over the script's
+    assert result["run_dir"] == "det-runs/1" and result["own_layers"] == 2
+    assert result["trial_params"] > 0
+    cmd_id = cluster.det_json("cmd", "list")[-1]["id"]
+    metrics = _command(cluster, cmd_id)["latest_metrics"]
+    assert metrics["validation"]["epoch"] == 2 and "val_loss" in metrics["validation"]["metrics"]
+    assert "validation (step 8): val_loss=" in cluster.det("cmd", "describe", str(cmd_id)).stdout
+    # its local run is kept with its files: det runs list reads it as any local run
+    files = cluster.root / "cmd-files"
+    out = wait_until("the command's files", lambda: (lambda o: o if o.returncode == 0 else None)(
+        cluster.det("cmd", "download", str(cmd_id), str(files))), timeout=60, every=0.5)
+    runs = json.loads(cluster.det("runs", "list", "--runs-dir", str(files / "det-runs"),
+                                  "--json").stdout)
+    assert [(r["run_id"], r["epoch"]) for r in runs] == [(1, 2)] and runs[0]["checkpoints"] >= 1
+
+
 # --- the master's stop and crash (last: they restart the module's master) --------------------
 
 

@@ -20,7 +20,14 @@ from det_sdk import api
 from det_sdk.master.commands import decode_files
 from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest
-from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
+from det_sdk.master.routes.common import (
+    FILES_DOC,
+    Dependency,
+    Id,
+    Principal,
+    read_log,
+    task_files,
+)
 from det_sdk.stages import stored_group
 
 __all__ = ["LaunchCommandRequest", "commands_router"]
@@ -85,6 +92,15 @@ def commands_router(master: Master, principal: Dependency, user: Dependency) -> 
         master.commands.report_metrics(cmd_id, stored_group(report.group, report.stage),
                                        report.steps_completed, report.epoch, report.metrics)
         return Response(status_code=204)
+
+    @router.get("/api/v1/commands/{cmd_id}/files", response_class=Response,
+                responses=FILES_DOC)
+    def command_files(cmd_id: Id, p: Principal = Depends(user)) -> Response:
+        """The files the command wrote into its working directory (a fit's local run,
+        det-runs/, among them), kept when it ended."""
+        state = master.commands.get(cmd_id)["state"]
+        return task_files(master, "commands", cmd_id,
+                          "COMPLETED" if state == "TERMINATED" else state)
 
     @router.get("/api/v1/commands/{cmd_id}/logs")
     def command_logs(cmd_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
