@@ -157,13 +157,14 @@ def _follow(client: Any, cmd_id: int, offset: int, out: Any) -> dict[str, Any]:
             print(f"command {cmd_id} is queued: waiting for {cmd['slots']} free slot(s)",
                   file=sys.stderr, flush=True)
 
+    final: dict[str, Any] = {}
     for kind, value, _ in _chunks(client, cmd_id, offset, True, waiting):
         if kind == "text":
             out.write(value.encode("utf-8", errors="surrogateescape"))
             out.flush()
         else:
-            return value
-    raise AssertionError("unreachable: _chunks ends with the command")
+            final = value
+    return final
 
 
 def logs(args: Namespace) -> int:
