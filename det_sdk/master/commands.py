@@ -37,8 +37,7 @@ from typing import Any
 from det_sdk.master.errors import InvalidRequest, NotFound
 
 __all__ = ["MAX_ZERO_SLOT", "STATES", "CommandTable", "Commands", "decode_files",
-           "empty_archive",
-           "exit_status"]
+           "empty_archive", "exit_status", "read_log_chunk", "whole_characters"]
 
 log = logging.getLogger("det_sdk.master.commands")
 
@@ -399,6 +398,48 @@ def decode_files(files_b64: str | None) -> bytes:
     except ValueError as err:
         raise InvalidRequest(f"files: {err}") from None
     return data
+
+
+def whole_characters(data: bytes) -> bytes:
+    """``data`` without the start of a UTF-8 character cut off at its end (a log read
+    1 MiB at a time would turn it into U+FFFD; the next read starts with it whole).
+
+    >>> whole_characters("aé".encode()[:-1]), whole_characters("aé".encode())
+    (b'a', b'a\\xc3\\xa9')
+    """
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:  # ASCII: nothing is cut
+            return data
+        if byte >= 0xC0:  # the lead byte of the last character: is it whole?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data
+
+
+def read_log_chunk(path: Path, offset: int, size: int = 1 << 20) -> dict[str, Any]:
+    """A command's log from byte ``offset``: at most ``size`` bytes, ended at a whole
+    character, and the offset after them (``det_sdk.master.routes.common.read_log``'s
+    answer, for output in any language).
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "log"
+    >>> _ = f.write_bytes("héllo".encode())
+    >>> read_log_chunk(f, 0, size=2), read_log_chunk(f, 1, size=3)
+    ({'text': 'h', 'offset': 1}, {'text': 'él', 'offset': 4})
+    """
+    import os
+
+    try:
+        with open(path, "rb") as f:
+            offset = min(offset, os.fstat(f.fileno()).st_size)
+            f.seek(offset)
+            data = f.read(size)
+    except (FileNotFoundError, NotADirectoryError):
+        data = b""
+    if len(data) == size:
+        data = whole_characters(data) or data  # a "character" longer than size: as it is
+    return {"text": data.decode("utf-8", errors="replace"), "offset": offset + len(data)}
 
 
 def empty_archive() -> bytes:

@@ -257,7 +257,11 @@ def _master_peak_kib(c: Cluster) -> int:
 
 def test_100_mb_of_output_is_followed_in_bounded_memory(cluster: Cluster) -> None:
     master_before = _master_peak_kib(cluster)
-    writer = ("import sys\nline = b'x' * 1023 + b'\\n'\nfor _ in range(100 * 1024): "
+    # lines of 1,000 bytes, two-byte characters at odd offsets: the master's 1 MiB pieces
+    # end inside lines, and would end inside characters but that it cuts before them
+    line = ("x" + "\u00e9" * 499 + "\n").encode()
+    lines = 104_858  # 100 MB
+    writer = (f"import sys\nline = {line!r}\nfor _ in range({lines}): "
               "sys.stdout.buffer.write(line)\n")
     script = cluster.root / "flood.py"
     script.write_text(writer)
@@ -265,17 +269,20 @@ def test_100_mb_of_output_is_followed_in_bounded_memory(cluster: Cluster) -> Non
     code, cli_kib = _peak_kib([str(DET), "cmd", "run", "python3", str(script)], cluster.env,
                               followed)
     assert code == 0
-    assert followed.stat().st_size == 100 * _MIB  # every byte, in order
+    assert followed.stat().st_size == lines * len(line)  # every byte, in order
     with open(followed, "rb") as f:
-        f.seek(50 * _MIB)
-        assert f.read(1024) == b"x" * 1023 + b"\n"
+        f.seek(50_000 * len(line))
+        assert f.read(len(line)) == line
+        f.seek(0)
+        while block := f.read(8 * _MIB):
+            assert "\ufffd".encode() not in block  # no character cut in two
     # a follower of 100 MB holds a few pieces of 1 MiB, never the log (det's own baseline
     # is about 60 MB of Python, httpx and yaml)
     assert cli_kib < 150 * 1024, f"det cmd run peaked at {cli_kib} KiB"
     cmd_id = cluster.det_json("cmd", "list")[-1]["id"]
     code, tail_kib = _peak_kib([str(DET), "cmd", "logs", str(cmd_id), "--tail", "2"],
                                cluster.env, cluster.root / "tail.out")
-    assert code == 0 and (cluster.root / "tail.out").read_bytes() == 2 * (b"x" * 1023 + b"\n")
+    assert code == 0 and (cluster.root / "tail.out").read_bytes() == 2 * line
     assert tail_kib < 150 * 1024, f"det cmd logs --tail peaked at {tail_kib} KiB"
     # the master answers 1 MiB a call: its peak grew by far less than the log
     assert _master_peak_kib(cluster) - master_before < 60 * 1024

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
-from det_sdk.master.commands import decode_files
+from det_sdk.master.commands import decode_files, read_log_chunk
 from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest
 from det_sdk.master.routes.common import (
@@ -25,7 +25,6 @@ from det_sdk.master.routes.common import (
     Dependency,
     Id,
     Principal,
-    read_log,
     task_files,
 )
 from det_sdk.stages import stored_group
@@ -105,9 +104,9 @@ def commands_router(master: Master, principal: Dependency, user: Dependency) -> 
     @router.get("/api/v1/commands/{cmd_id}/logs")
     def command_logs(cmd_id: Id, offset: int = Query(0, ge=0, le=api.MAX_INT),
                      p: Principal = Depends(user)) -> dict[str, Any]:
-        """What the command printed, from byte ``offset`` (1 MiB at most per call; the
-        next offset follows it)."""
+        """What the command printed, from byte ``offset`` (1 MiB at most per call, ended
+        at a whole UTF-8 character; the next offset follows it)."""
         master.commands.get(cmd_id)
-        return read_log(master.commands.logs_path(cmd_id), offset)
+        return read_log_chunk(master.commands.logs_path(cmd_id), offset)
 
     return router
