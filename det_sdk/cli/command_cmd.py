@@ -150,9 +150,11 @@ def _chunks(client: Any, cmd_id: int, offset: int, follow: bool,
 def _follow(client: Any, cmd_id: int, offset: int, out: Any) -> dict[str, Any]:
     """Write the command's output to ``out`` until it ends; its final state."""
     told = [False]
+    since = time.monotonic()
 
     def waiting(cmd: dict[str, Any]) -> None:
-        if cmd["state"] == "QUEUED" and not told[0]:
+        # said once it has waited a while (not for the moment before the scheduler's pass)
+        if cmd["state"] == "QUEUED" and not told[0] and time.monotonic() - since > 3:
             told[0] = True
             print(f"command {cmd_id} is queued: waiting for {cmd['slots']} free slot(s)",
                   file=sys.stderr, flush=True)

@@ -21,9 +21,12 @@ import pytest
 import yaml
 
 from harness.master import DET, Cluster, running_cluster, wait_until
+from tests.e2e.test_slurm import slurm_conf, slurm_master  # noqa: F401  (a fixture)
 from tests.support import pid_gone
 
 pytestmark = pytest.mark.timeout(600)
+# the master's and the CLI's: the same on either Keras stack (but the Keras fit's test)
+neutral = pytest.mark.stack_neutral
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +64,7 @@ def _pids(path: Path, n: int) -> list[int]:
 # --- the verbs ------------------------------------------------------------------------------
 
 
+@neutral
 def test_run_follows_the_output_and_exits_with_the_commands_code(cluster: Cluster) -> None:
     out = cluster.det("cmd", "run", "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; "
                       "echo slots=$DET_SLOT_IDS; exit 7")
@@ -92,6 +96,7 @@ def test_run_follows_the_output_and_exits_with_the_commands_code(cluster: Cluste
     assert config["hyperparameters"] == {"lr": 0.5} and config["resources"]["slots"] == 0
 
 
+@neutral
 def test_bad_input_is_refused_with_the_field(cluster: Cluster) -> None:
     before = len(cluster.det_json("cmd", "list"))
     for words, expected in [
@@ -113,6 +118,7 @@ def test_bad_input_is_refused_with_the_field(cluster: Cluster) -> None:
         assert anon.get("/api/v1/commands").status_code == 401
 
 
+@neutral
 def test_logs_head_tail_and_follow(cluster: Cluster) -> None:
     cmd_id = _detached(cluster, "sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done")
     _ended(cluster, cmd_id)
@@ -134,6 +140,7 @@ def test_logs_head_tail_and_follow(cluster: Cluster) -> None:
         follower.kill()
 
 
+@neutral
 def test_queue_job_list_and_kill(cluster: Cluster) -> None:
     """A command holding both slots keeps the next one QUEUED (in `det job list` as
     Determined's queue); killed, its processes are gone and the queued one runs."""
@@ -169,6 +176,7 @@ def test_queue_job_list_and_kill(cluster: Cluster) -> None:
     _ended(cluster, hold)
 
 
+@neutral
 def test_a_killed_det_cmd_run_leaves_the_command_running(cluster: Cluster) -> None:
     """Ctrl-C stops the following, not the command (as Determined)."""
     proc = subprocess.Popen([str(DET), "cmd", "run", "sh", "-c", "echo up; sleep 300"],
@@ -188,6 +196,7 @@ def test_a_killed_det_cmd_run_leaves_the_command_running(cluster: Cluster) -> No
 # --- startup-hook.sh ------------------------------------------------------------------------
 
 
+@neutral
 def test_startup_hook_runs_before_a_command(cluster: Cluster) -> None:
     ctx = cluster.root / "hooked"
     ctx.mkdir()
@@ -203,6 +212,7 @@ def test_startup_hook_runs_before_a_command(cluster: Cluster) -> None:
     assert "context file\n" in out.stdout
 
 
+@neutral
 def test_a_failing_startup_hook_ends_the_command(cluster: Cluster) -> None:
     ctx = cluster.root / "bad-hook"
     ctx.mkdir()
@@ -214,6 +224,7 @@ def test_a_failing_startup_hook_ends_the_command(cluster: Cluster) -> None:
     assert "det_sdk: startup-hook.sh failed (exit status 1)" in out.stdout
 
 
+@neutral
 def test_a_failing_startup_hook_ends_a_trial(cluster: Cluster) -> None:
     model = cluster.root / "hook-model"
     model.mkdir()
@@ -255,6 +266,7 @@ def _master_peak_kib(c: Cluster) -> int:
                     if line.startswith("VmHWM:")))
 
 
+@neutral
 def test_100_mb_of_output_is_followed_in_bounded_memory(cluster: Cluster) -> None:
     master_before = _master_peak_kib(cluster)
     # lines of 1,000 bytes, two-byte characters at odd offsets: the master's 1 MiB pieces
@@ -288,6 +300,7 @@ def test_100_mb_of_output_is_followed_in_bounded_memory(cluster: Cluster) -> Non
     assert _master_peak_kib(cluster) - master_before < 60 * 1024
 
 
+@neutral
 def test_20_commands_at_once_are_queued_on_the_slots(cluster: Cluster) -> None:
     """20 launches at the same moment (20 threads, as 20 users' `det cmd run -d`): each is
     answered, and they run 2 at a time."""
@@ -379,9 +392,32 @@ def test_keras_fit_in_a_command(cluster: Cluster) -> None:
     assert [(r["run_id"], r["epoch"]) for r in runs] == [(1, 2)] and runs[0]["checkpoints"] >= 1
 
 
+@neutral
+def test_a_command_on_slurm(slurm_conf: str, tmp_path: Path) -> None:  # noqa: F811
+    """Under the Slurm resource manager a command of 1 slot is a Slurm job of one task,
+    its startup hook sourced first; other slot counts are refused; a kill cancels it."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "startup-hook.sh").write_text("export HOOKED=on-slurm\n")
+    (tmp_path / "m").mkdir()
+    with slurm_master(tmp_path / "m", slurm_conf) as c:
+        out = c.det("cmd", "run", "-c", str(ctx), "--", "sh", "-c", "echo value=$HOOKED; exit 4")
+        assert out.returncode == 4, out.stdout + out.stderr
+        assert "value=on-slurm" in out.stdout and "Slurm job" in out.stdout
+        out = c.det("cmd", "run", "--config", "resources.slots=2", "true")
+        assert out.returncode == 1 and "under Slurm a command takes 1 slot" in out.stderr
+        cmd_id = _detached(c, "sleep", "300")
+        wait_until("it to run on Slurm", lambda: "RUNNING" in c.squeue().values(), timeout=120)
+        assert c.det("cmd", "kill", str(cmd_id)).returncode == 0
+        assert _ended(c, cmd_id)["exit_status"].startswith("killed")
+        wait_until("Slurm's job to end", lambda: "RUNNING" not in c.squeue().values(),
+                   timeout=60)
+
+
 # --- the master's stop and crash (last: they restart the module's master) --------------------
 
 
+@neutral
 def test_master_down_kills_running_commands(cluster: Cluster) -> None:
     pids = cluster.root / "down.pids"
     cmd_id = _detached(cluster, "sh", "-c", f"echo $$ >> {pids}; sleep 300")
@@ -394,6 +430,7 @@ def test_master_down_kills_running_commands(cluster: Cluster) -> None:
     assert cmd["state"] == "TERMINATED" and cmd["exit_status"].startswith("killed"), cmd
 
 
+@neutral
 def test_after_a_crash_commands_are_terminated_and_free_their_slots(cluster: Cluster) -> None:
     pids = cluster.root / "crash.pids"
     held = _detached(cluster, "--config", "resources.slots=2", "--", "sh", "-c",
