@@ -105,17 +105,40 @@ def test_bad_input_is_refused_with_the_field(cluster: Cluster) -> None:
         (["cmd", "run", "--config", "resources.slots=-1", "true"], "resources.slots"),
         (["cmd", "run", "--config", "bind_mounts=[]", "true"], "bind_mounts"),
         (["cmd", "run", "-c", str(cluster.root / "missing"), "true"], "missing"),
-        (["cmd", "run", "-i", "x", "true"], "refused by det_sdk"),
         (["cmd", "logs", "999999"], "no command 999999"),
         (["cmd", "kill", "999999"], "no command 999999"),
-        (["cmd", "set", "priority", "1", "3"], "no priorities"),
     ]:
         out = cluster.det(*words)
         assert out.returncode != 0 and expected in out.stderr, (words, out.stderr)
     assert len(cluster.det_json("cmd", "list")) == before  # nothing half-made
-    # the user's token only: a task's token (or none) reaches no command route
     with cluster.http(token=None) as anon:
         assert anon.get("/api/v1/commands").status_code == 401
+
+
+_PROBE = """
+import os, sys, httpx
+h = {"Authorization": "Bearer " + os.environ["DET_SESSION_TOKEN"]}
+m = os.environ["DET_MASTER"]
+mine = int(os.environ["DET_ALLOCATION_ID"].split("-")[1])
+body = {"group": "training", "steps_completed": 1, "metrics": {"loss": 1.0}}
+print("STATUS", httpx.get(m + "/api/v1/commands", headers=h).status_code,
+      httpx.post(f"{m}/api/v1/commands/{mine}/metrics", json=body, headers=h).status_code,
+      httpx.post(f"{m}/api/v1/commands/{sys.argv[1]}/metrics", json=body,
+                 headers=h).status_code)
+"""
+
+
+@neutral
+def test_a_commands_token_reports_for_itself_only(cluster: Cluster) -> None:
+    """A command's task token lists no command and reports metrics for its own command
+    only (403 for another's)."""
+    other = _detached(cluster, "true")
+    probe = cluster.root / "probe.py"
+    probe.write_text(_PROBE)
+    out = cluster.det("cmd", "run", "--config", "resources.slots=0", "python3", str(probe),
+                      str(other))
+    assert out.returncode == 0, out.stderr
+    assert "STATUS 403 204 403" in out.stdout, out.stdout
 
 
 @neutral
