@@ -316,6 +316,8 @@ COMMANDS: CommandTable = {
         ("--template", refused("det_sdk has no config templates: use --config-file",
                                True)),
         (("-w", "--workspace-name"), refused("det_sdk has no workspaces", True)),
+        ("--json", refused("det cmd run prints what the command prints; its record as "
+                           "JSON: det cmd describe ID --json")),
     ]),
     "list": (list_commands, "the commands (running, queued and ended)", [
         (("-q", "--quiet"), {"action": "store_true", "help": "only the ids"}),
