@@ -13,8 +13,8 @@ of its working directory. What it adds:
   describe`` shows each group's latest report;
 - ``trial_id`` in ``load_checkpoint_model(trial_id=...)`` and
   ``core.checkpoint.select(trial_id)`` names the master's trial (a local run's id
-  means nothing inside a command), and a checkpoint not in the run is looked up on the
-  master.
+  means nothing inside a command; ``select()`` without one is the run's own), and a
+  checkpoint not in the run is looked up on the master.
 
 >>> CommandSession.__mro__[1].__name__
 'LocalSession'
@@ -43,6 +43,16 @@ log = logging.getLogger("det_sdk.session")
 CLOSE_TIMEOUT = 30.0
 
 
+class _OwnRun(int):
+    """The run's own id as the session's ``trial_id``: ``core.checkpoint.select()`` with
+    no trial passes it on, and it is told from a trial id the script gives (the master's)
+    by its type, not its value (run 1 and trial 1 are different things here).
+
+    >>> isinstance(_OwnRun(1), _OwnRun), _OwnRun(1) == 1, isinstance(1, _OwnRun)
+    (True, True, False)
+    """
+
+
 class CommandSession(LocalSession):
     """A local run inside a command; :meth:`attach` connects it to the master."""
 
@@ -58,6 +68,7 @@ class CommandSession(LocalSession):
 
         self._client = MasterClient(master_url, token)
         self._command_id = command_id
+        self.trial_id = _OwnRun(self.run_id)
         if self.writer:
             self._reports = queue.Queue()
             self._sender = threading.Thread(target=self._send, daemon=True,
@@ -109,11 +120,12 @@ class CommandSession(LocalSession):
 
     def checkpoint_for_trial(self, trial_id: int | str, best: bool = False,
                              stage: str | None = None) -> str:
-        """The master's trial ``trial_id``: its latest (``best``: best) checkpoint."""
+        """The master's trial ``trial_id``: its latest (``best``: best) checkpoint; the
+        run's own with no trial given (``core.checkpoint.select()``)."""
         from det_sdk.client import MasterError
 
-        if self._client is None:
-            return super().checkpoint_for_trial(trial_id, best, stage)
+        if self._client is None or isinstance(trial_id, _OwnRun):  # its own run's
+            return super().checkpoint_for_trial(int(trial_id), best, stage)
         try:
             return str(self._client.trial_checkpoint(int(trial_id), best=best,
                                                      stage=stage)["uuid"])

@@ -371,10 +371,12 @@ model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(hp["units"]),
 model.compile(optimizer=ctx.wrap_optimizer(keras.optimizers.SGD(hp["lr"])), loss="mse")
 xs, ys = ctx.wrap_data(x, y)
 ctx.fit(model, x=xs, y=ys, batch_size=16, epochs=2, validation_data=(xs, ys))
+assert ctx.core.checkpoint.select() == ctx.core.checkpoint.latest_checkpoint  # its own run
 own = ctx.load_checkpoint_model(checkpoint_uuid=ctx.core.checkpoint.latest_checkpoint)
 trial = ctx.load_checkpoint_model(trial_id=int(sys.argv[1]))
 print("RESULT " + json.dumps({
     "task_type": info.task_type, "hparams": dict(hp), "run_dir": str(ctx.core.local_run_dir),
+    "run_id": ctx.core.run_id, "trial_uuid": ctx.core.checkpoint.select(int(sys.argv[1])),
     "own_layers": len(own.layers), "trial_model": type(trial).__name__,
     "trial_params": int(trial.count_params())}))
 """
@@ -401,7 +403,11 @@ def test_keras_fit_in_a_command(cluster: Cluster) -> None:
     assert result["task_type"] == "COMMAND"
     assert result["hparams"] == {"lr": 0.05, "units": 3}  # the command's over the script's
     assert result["run_dir"] == "det-runs/1" and result["own_layers"] == 2
-    assert result["trial_params"] > 0
+    assert result["trial_params"] > 0 and result["run_id"] == 1
+    # trial T is the master's trial T (run 1 is the command's own run: a different thing)
+    trial_ckpts = cluster.http().get(f"/api/v1/trials/{trial['id']}/checkpoints",
+                                     params={"latest": "true"}).json()
+    assert result["trial_uuid"] == trial_ckpts[0]["uuid"]
     cmd_id = cluster.det_json("cmd", "list")[-1]["id"]
     metrics = _command(cluster, cmd_id)["latest_metrics"]
     assert metrics["validation"]["epoch"] == 2 and "val_loss" in metrics["validation"]["metrics"]
