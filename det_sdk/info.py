@@ -55,7 +55,7 @@ class ClusterInfo(BaseModel):
     master_url: str
     session_token: str
     allocation_id: str
-    task_type: Literal["TRIAL", "GENERIC"]
+    task_type: Literal["TRIAL", "GENERIC", "COMMAND"]  # COMMAND: det cmd run (issue 58)
     experiment_id: int | None = None
     trial_id: int | None = None
     trial_seed: int = 0

@@ -177,6 +177,50 @@ FORMS: list[tuple[str, str, str]] = [
     ("det tensorboard logs ID -f --tail 5", "same", ""),
     ("det tensorboard config ID", "refused", "no config beyond the description"),
     ("det tensorboard set priority ID 3", "refused", "no priorities"),
+    # commands (issue 58): det_sdk.cli.command_cmd, det_sdk.master.commands
+    ("det cmd run echo hi", "different", "runs on a slot of the master's queue (as trials "
+                                         "and jobs); follows its output and exits with the "
+                                         "command's exit code (Determined's exits 0 when the "
+                                         "log ends); the launch and end lines go to stderr"),
+    ("det command run -- python3 x.py", "same", "`command` and `cmd` are one noun"),
+    ("det cmd run 'echo $HOME && ls'", "same", "one word runs under sh -c, several as they "
+                                                 "are (Determined's entrypoint)"),
+    ("det cmd run -d sleep 60", "same", "prints its id and returns (ids are numbers here, "
+                                        "UUIDs in Determined)"),
+    ("det cmd run -c dir python3 x.py", "same", "the directory's contents are its working "
+                                                "directory (at most 64 MiB packed); its "
+                                                "startup-hook.sh is sourced first"),
+    ("det cmd run --config resources.slots=2 python3 x.py", "same",
+     "runs once holding both slots (DET_SLOT_IDS); resources.slots=0 holds none"),
+    ("det cmd run --config-file c.yaml", "same", "its entrypoint, description, resources.slots, "
+                                                 "environment.environment_variables and "
+                                                 "hyperparameters; Determined's other command "
+                                                 "fields are refused by name"),
+    ("det cmd run -i extra.py python3 x.py", "refused", "no container: put the files in the "
+                                                        "context directory"),
+    ("det cmd run -v /a:/b true", "refused", "no container to mount into"),
+    ("det cmd run --template t true", "refused", "no templates"),
+    ("det cmd list", "same", "ID, Description, State, Exit Status and Slots (no user, pool or "
+                             "workspace); ended ones stay listed as TERMINATED"),
+    ("det cmd", "same", "a bare noun lists"),
+    ("det cmd ls -q", "same", "the ids"),
+    ("det cmd list --all", "same", "one user: the same list"),
+    ("det cmd list --json", "different", "det_sdk's objects (id, state, exit_code, "
+                                         "exit_status, config...)"),
+    ("det cmd list --csv", "same", ""),
+    ("det cmd list --sort-by state", "not built", "listed oldest first"),
+    ("det cmd describe 1", "same", ""),
+    ("det cmd config 1", "same", "YAML, the defaults filled in"),
+    ("det cmd logs 1", "same", "read 1 MiB at a time: 100 MB of output in bounded memory"),
+    ("det cmd logs 1 -f --tail 5", "same", "--tail keeps N lines, not the log"),
+    ("det cmd logs 1 --head 5", "same", ""),
+    ("det cmd logs 1 --json", "refused", "logs are plain text"),
+    ("det cmd kill 1", "same", "SIGTERM to its processes, SIGKILL 10 s later; a queued one "
+                               "ends at once"),
+    ("det cmd kill 1 2 -f", "same", "go on past errors"),
+    ("det cmd set priority 1 3", "refused", "no priorities"),
+    ("det task logs command-1", "different", "det_sdk's task ids: trial-N, job-N, command-N "
+                                             "(det task list)"),
 ]
 
 

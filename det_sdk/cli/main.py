@@ -86,11 +86,13 @@ _ARG_TYPES = {"id": int, "--trial": int}
 # `u|ser` nouns and `list ls`, `activate unpause`, `list-trials lt`... verbs)
 NOUN_ALIASES = {"experiment": ["e"], "trial": ["t"], "checkpoint": ["c"], "job": ["j"],
                 "model": ["m"], "user": ["u"]}
+NOUN_ALIASES["command"] = ["cmd"]  # Determined's `command cmd` (issue 58)
 VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"], "list-trials": ["lt"],
                 "list-checkpoints": ["lc"]}
 #: the verb a bare noun runs, as in Determined (`det e` lists experiments)
 DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "list",
                  "tensorboard": "list", "user": "whoami"}
+DEFAULT_VERBS["command"] = "list"
 
 
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
@@ -137,6 +139,7 @@ NOUNS = {
     "user": "det_sdk.cli.user_cmd",
     "task": "det_sdk.cli.task_cmd",
     "webhook": "det_sdk.cli.webhook_cmd",  # the master's webhooks (issue 60)
+    "command": "det_sdk.cli.command_cmd",  # det cmd run (issue 58)
 }
 
 

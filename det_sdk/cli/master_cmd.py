@@ -175,6 +175,7 @@ def master_down(args: Namespace) -> int:
     # the master stops the tasks it was stopping (kills within their grace) before it exits
     print(f"master (pid {pid}) stopped; tasks it was stopping are stopped, the others keep "
           "running until it is back")
+    print("its commands (det cmd) were killed: a command does not outlive its master")
     return 0
 
 

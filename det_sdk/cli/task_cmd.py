@@ -23,6 +23,8 @@ def task_list(args: Namespace) -> int:
     for t in tasks:
         t["task_id"] = f"trial-{t['trial_id']}" if t["trial_id"] is not None \
             else f"job-{t['job_id']}"
+        if t["type"] == "COMMAND":  # its allocation is command-<id>-<hex> (issue 58)
+            t["task_id"] = "-".join(t["id"].split("-")[:2])
     if args.json:
         print_json(tasks)
         return 0
@@ -35,11 +37,18 @@ def task_list(args: Namespace) -> int:
 def task_logs(args: Namespace) -> int:
     """``det task logs TASK_ID``: TASK_ID as ``det task list`` shows it (trial-N, job-N)."""
     kind, _, number = args.task_id.partition("-")
-    if kind not in ("trial", "job") or not number.isdigit():
-        raise UsageError(f"task id {args.task_id!r}: expected trial-N or job-N, as "
-                         "`det task list` shows them")
+    if kind not in ("trial", "job", "command") or not number.isdigit():
+        raise UsageError(f"task id {args.task_id!r}: expected trial-N, job-N or command-N, "
+                         "as `det task list` shows them")
     client = common.connect(args)
     task_id = int(number)
+    if kind == "command":  # Determined's `det task logs` of a command (issue 58)
+        def command_state() -> str:
+            cmd = client.request("GET", f"/api/v1/commands/{task_id}")["command"]
+            return "COMPLETED" if cmd["state"] == "TERMINATED" else cmd["state"]
+
+        print_log(client, "commands", task_id, command_state, args)
+        return 0
     state = client.trial if kind == "trial" else client.job
     print_log(client, kind + "s", task_id, lambda: state(task_id)["state"], args)
     return 0
@@ -48,6 +57,6 @@ def task_logs(args: Namespace) -> int:
 #: ``det task``'s verbs (det_sdk.cli.main assembles the nouns' tables)
 COMMANDS: dict[str, Any] = {
     "list": (task_list, "what runs now (trials and jobs)", [CSV]),
-    "logs": (task_logs, "a task's log", [("task_id", {"help": "trial-N or job-N (det task list)"}),
-                                         *LOG_OPTIONS]),
+    "logs": (task_logs, "a task's log", [
+        ("task_id", {"help": "trial-N, job-N or command-N (det task list)"}), *LOG_OPTIONS]),
 }

@@ -130,6 +130,9 @@ def open_run(
                                 "from DistributedContext.from_tf_config()), got "
                                 f"{type(distributed).__name__}")
     info = get_cluster_info()
+    if info is not None and info.task_type == "COMMAND":  # det cmd run (issue 58)
+        return _open_in_command(distributed, info, config, hparams or {}, runs_dir, resume,
+                                seed)
     if info is not None:
         return _open_on_cluster(distributed, info, hparams or {})
     loaded = load_config(config)
@@ -162,6 +165,35 @@ def _open_on_cluster(dist: Processes, info: ClusterInfo,
                      info.trial_seed, on_cluster=True)
 
 
+def _open_in_command(dist: Processes, info: ClusterInfo, config: Any,
+                     defaults: Mapping[str, Any], runs_dir: Any, resume: Any,
+                     seed: int | None) -> OpenedRun:
+    """A process of a command (``det cmd run``): a local run in the command's working
+    directory (``det_sdk.session.command`` says why), its hyperparameters the command
+    config's over the script's (``hparams=`` and its config's), its metrics reported to the
+    master as the command's, any trial's checkpoints read from the master."""
+    from det_sdk.session.command import CommandSession
+
+    loaded = load_config(config)
+    apply_environment_variables(loaded)
+    if isinstance(loaded, JobConfig):
+        raise UsageError("init: a job config in a command: run batch inference as a job "
+                         "(det job run CONFIG DIR), or give init an experiment config")
+    runs = Path(runs_dir or local_run().runs_dir or DEFAULT_RUNS_DIR)
+    command_hp = dict(info.hparams or {})
+    hp = HParams(merge_hparams(local_hparams(loaded, merge_hparams(defaults, command_hp))
+                               .to_dict(), command_hp))
+    session = _open_local(dist, runs, _resume_target(resume), {
+        "hparams": hp.to_dict(), "seed": _seed(loaded, seed),
+        "config": loaded.model_dump(mode="json") if loaded else {},
+    }, _storage_config(loaded), session_class=CommandSession)
+    command_id = int(info.allocation_id.split("-")[1])  # command-<id>-<hex>
+    cast(CommandSession, session).attach(info.master_url, info.session_token, command_id)
+    run_info = _local_info(session, "TRIAL", hp)
+    return OpenedRun(dist, session, run_info, loaded, hp, run_info.trial_seed,
+                     on_cluster=False)
+
+
 def _resume_target(resume: Any) -> str | None:
     if resume is None:
         resume = local_run().resume
@@ -192,7 +224,8 @@ def _storage_config(config: ExperimentConfig | None) -> dict[str, Any] | None:
 
 def _open_local(dist: Processes, runs: Path, target: str | None,
                 new_run: Mapping[str, Any],
-                storage_config: Mapping[str, Any] | None = None) -> LocalSession:
+                storage_config: Mapping[str, Any] | None = None,
+                session_class: type[LocalSession] = LocalSession) -> LocalSession:
     """Rank 0 creates (or reopens) the run; the other processes open it read-only.
 
     The others read the run's seed, hparams and config from its ``run.json``, so every
@@ -206,9 +239,9 @@ def _open_local(dist: Processes, runs: Path, target: str | None,
                 probe.check()
                 probe.close()
             if target is not None:
-                session = LocalSession.reopen(runs, target, storage_config=storage_config)
+                session = session_class.reopen(runs, target, storage_config=storage_config)
             else:
-                session = LocalSession.create(runs, **new_run, storage_config=storage_config)
+                session = session_class.create(runs, **new_run, storage_config=storage_config)
         except DetSdkError as err:  # the others wait on the broadcast: tell them, then raise
             if dist.size > 1:
                 dist.broadcast(f"{type(err).__name__}: {err}")
@@ -218,8 +251,8 @@ def _open_local(dist: Processes, runs: Path, target: str | None,
     got = dist.broadcast(None)  # rank 0's run id (what the others send is ignored)
     if isinstance(got, str):
         raise StateError(f"rank 0 could not open the run: {got}")
-    return LocalSession.reopen(runs, cast(int, got), writer=False,
-                               storage_config=storage_config)
+    return session_class.reopen(runs, cast(int, got), writer=False,
+                                storage_config=storage_config)
 
 
 def _local_info(session: LocalSession, task_type: Any, hp: HParams | None) -> ClusterInfo:

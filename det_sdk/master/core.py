@@ -41,6 +41,7 @@ from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_
 from det_sdk.config.storage import mask_config_secrets
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
+from det_sdk.master.commands import Commands
 from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
@@ -137,6 +138,9 @@ class Master:
                                          host=urlsplit(url).hostname or "127.0.0.1")
         # when each line of a running task's log came (issue 60: the log's records)
         self.log_clock = LogClock(self._running_logs)
+        # `det cmd run` (issue 58): launched by the scheduler's loop from the same slots
+        self.commands = Commands(self.store, self.scheduler, self._store_archive,
+                                 self.disk_work.submit)
 
     # --- the master itself ----------------------------------------------------------------
 
@@ -144,6 +148,7 @@ class Master:
         """Recover from the previous master (adopt or end its tasks), sweep what nothing
         uses any more, then schedule in the background."""
         self.scheduler.recover()
+        self.commands.recover()  # a crash's commands: TERMINATED, their processes killed
         self.tensorboards.recover()
         self.launcher.start()
         self._sweep_uploads()
@@ -158,6 +163,7 @@ class Master:
         """Stop scheduling; tasks being stopped are stopped (within their grace) before
         this returns, the others keep running for the next master to adopt."""
         self.scheduler.stop()
+        self.commands.stop()  # killed: the launcher's stop below waits for them
         self.launcher.stop()
         self.tensorboards.stop()
         self.webhooks.stop()

@@ -170,6 +170,7 @@ def job_queue(master: Any) -> list[dict[str, Any]]:
                      "submitted": j["created"], "acquired": acquired,
                      "needed": int((j["config"].get("resources") or {}).get("slots", 1)),
                      "state": "SCHEDULED" if acquired else "QUEUED"})
+    rows += master.commands.queue_rows()  # det cmd run (issue 58)
     rows.sort(key=lambda r: r["submitted"])
     return rows
 

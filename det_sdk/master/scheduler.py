@@ -60,6 +60,10 @@ class Scheduler:
         self.checkpoints = checkpoints
         self.wakeup = threading.Event()
         self._stop = threading.Event()
+        # other kinds of task (det_sdk.master.commands): launched in each pass, after the
+        # jobs, from the same free slots; their exits handed back by allocation task_type
+        self.task_queues: list[Callable[[], None]] = []
+        self.exit_handlers: dict[str, Callable[[AllocationRow, int], None]] = {}
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.data_dir / kind / str(task_id) / "logs.txt"
@@ -112,6 +116,8 @@ class Scheduler:
             for j in self.store.jobs_in_states([JobState.QUEUED.value]):
                 if j["config"]["resources"]["slots"] <= self.launcher.free_slots():
                     self._launch_job(j)
+            for launch_queued in self.task_queues:
+                launch_queued()
             if self.launcher.free_slots() <= 0:
                 return  # nothing can start: no need to read the queue
             running = self.store.trial_counts(_WITH_PROCESS)
@@ -200,7 +206,10 @@ class Scheduler:
     def on_exit(self, alloc: AllocationRow, code: int) -> None:
         """The launcher saw a task's processes end with ``code``."""
         with self.lifecycle.lock:
-            if alloc["task_type"] == "GENERIC":
+            handler = self.exit_handlers.get(alloc["task_type"])
+            if handler is not None:
+                handler(alloc, code)
+            elif alloc["task_type"] == "GENERIC":
                 self._job_exited(alloc, code)
             else:
                 trial_id = alloc["trial_id"]

@@ -34,6 +34,7 @@ from det_sdk.master.resources import (
 )
 from det_sdk.master.root_cause import catch_command, record_dir
 from det_sdk.master.rows import AllocationRow
+from det_sdk.master.startup_hook import hook_prefix, task_shell
 from det_sdk.storage import pid_alive
 
 __all__ = ["LocalManager"]
@@ -106,7 +107,10 @@ class LocalManager(ResourceManager):
         # The shell outlives a SIGTERM to the group (a trap, not an ignore: the
         # entrypoint gets the default disposition back) so that it records the
         # entrypoint's own exit status once the entrypoint has finished.
-        wrapped = f"trap 'true' TERM INT; {command}; echo $? > {shlex.quote(str(exit_path))}"
+        # Determined's startup-hook.sh, if the directory has one, sourced first
+        hook = hook_prefix(workdir)
+        wrapped = f"trap 'true' TERM INT; {hook}{command}; echo $? > " \
+                  f"{shlex.quote(str(exit_path))}"
         # one node: every slot is this container's, the chief is this host
         node = {"DET_SLOT_IDS": json.dumps(list(range(slots))),
                 "DET_CONTAINER_ADDRS": json.dumps(["127.0.0.1"]), "DET_CONTAINER_RANK": "0",
@@ -120,7 +124,7 @@ class LocalManager(ResourceManager):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                ["sh", "-c", wrapped], cwd=workdir, env=full_env, stdout=log,
+                [task_shell(workdir), "-c", wrapped], cwd=workdir, env=full_env, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 umask=self.task_umask,
             )

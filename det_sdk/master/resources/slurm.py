@@ -57,6 +57,7 @@ from det_sdk.master.resources import (
 )
 from det_sdk.master.root_cause import record_dir
 from det_sdk.master.rows import AllocationRow
+from det_sdk.master.startup_hook import hook_prefix
 
 __all__ = ["Capacity", "SlurmError", "SlurmManager", "cpus_per_task", "gres_gpus",
            "sbatch_command"]
@@ -245,7 +246,8 @@ class SlurmManager(ResourceManager):
         spec = {
             "env": {k: v for k, v in process_env(env, self.master_url, token, alloc_id,
                                                  task_type, base={}).items() if k != "PATH"},
-            "entrypoint": entrypoint,
+            # Determined's startup-hook.sh, if any, sourced first (in each rank's shell)
+            "entrypoint": hook_prefix(workdir) + entrypoint,
             "exit_file": str(exit_file(workdir, alloc_id)),
             # each rank runs under det_sdk.launch.catch, which writes its failure here
             "record_dir": str(record_dir(workdir, alloc_id)),

@@ -28,6 +28,7 @@ Message = MutableMapping[str, Any]
 SMALL_BODY_BYTES = 1 << 20
 UPLOAD_BODY_BYTES = 4 * (MAX_ARCHIVE_BYTES // 3 + 1) + SMALL_BODY_BYTES
 _UPLOAD_ROUTES = {("POST", "/api/v1/experiments"), ("POST", "/api/v1/jobs")}
+_UPLOAD_ROUTES |= {("POST", "/api/v1/commands")}  # its context directory (issue 58)
 
 
 async def _send_error(send: Callable[[Message], Awaitable[None]], status: int,
