@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from det_sdk.master.store.database import Database, hash_token
+from det_sdk.master.store.database import hash_token
+from det_sdk.master.store.users import UserTables
 
 __all__ = ["TokenTables"]
 
 
-class TokenTables(Database):
-    """The ``user_tokens`` and ``ui_sessions`` tables."""
+class TokenTables(UserTables):
+    """The ``user_tokens`` and ``ui_sessions`` tables (each token a user's:
+    det_sdk.master.store.users, which adds them)."""
 
     # --- tokens -----------------------------------------------------------------------
-
-    def add_user_token(self, token: str) -> None:
-        hashed = hash_token(token)
-        with self.tx() as db:
-            # tokens stored in clear by earlier versions go: the token file re-adds its own
-            db.execute("DELETE FROM user_tokens WHERE token NOT LIKE 'sha256:%'")
-            db.execute("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", (hashed, time.time()))
-        self._user_tokens.add(hashed)
 
     def is_user_token(self, token: str) -> bool:
         return self.is_user_token_hash(hash_token(token))
 
     def is_user_token_hash(self, hashed: str) -> bool:
-        """Whether ``hashed`` (``hash_token`` of a token) is a user token's."""
-        if hashed in self._user_tokens:
-            return True
-        if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", hashed) is not None:
-            self._user_tokens.add(hashed)
-            return True
-        return False
+        """Whether ``hashed`` (``hash_token`` of a token) is an active user's token."""
+        return self.token_user(hashed) is not None
 
     # --- web UI sessions (det_sdk.master.security.Sessions): ids and tokens hashed ------
 
