@@ -183,7 +183,6 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/ui/api/tensorboard-dirs"): USER,
     ("POST", "/ui/api/tensorboards"): USER,
     ("GET", "/ui/api/tensorboards"): USER,
-    ("GET", "/ui/api/me"): USER,
 }
 
 

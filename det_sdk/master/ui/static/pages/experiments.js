@@ -1,4 +1,4 @@
-// The experiments list: state, progress, searcher, best metric, trials, age;
+// The experiments list: owner, state, progress, searcher, best metric, trials, age;
 // filter by text and state, sort by any column, pause / activate / kill.
 // The newest PAGE experiments load first ("Show more" adds older ones): what the page
 // costs does not grow with the master's history. Filter and sort apply to those loaded.
@@ -7,7 +7,8 @@ import { actionButtons, age, bindSort, esc, experimentAction, headerCell, isoTim
   markShown, newest, num, progressBar, sortRows, stateBadge } from "../util.js";
 
 const COLUMNS = [
-  ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
+  ["id", "ID"], ["name", "Name"], ["owner", "Owner"], ["state", "State"],
+  ["progress", "Progress"],
   ["searcher", "Searcher"], ["best", "Best metric"], ["trials", "Trials"], ["created", "Age"],
 ];
 
@@ -18,6 +19,7 @@ function rowHtml(r) {
   return `<tr data-id="${r.id}">
       <td><a href="#/experiments/${r.id}">${r.id}</a></td>
       <td><a href="#/experiments/${r.id}">${esc(r.name)}</a></td>
+      <td class="owner">${esc(r.owner)}</td>
       <td>${stateBadge(r.state)}</td>
       <td>${progressBar(r.progress)}</td>
       <td>${esc(r.searcher)}</td>
@@ -59,7 +61,7 @@ export async function render(main) {
     const text = filter.text.toLowerCase();
     const shown = sortRows(rows.filter((r) =>
       (!filter.state || r.state === filter.state) &&
-      (!text || `${r.id} ${r.name ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
+      (!text || `${r.id} ${r.name ?? ""} ${r.owner ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
         .toLowerCase().includes(text))), sort.key, sort.dir, (r, k) => r[k]);
     table.tHead.innerHTML = `<tr>${COLUMNS.map(([k, l]) => headerCell(k, l, sort)).join("")}
       <th>Actions</th></tr>`;
