@@ -88,6 +88,20 @@ class Accounts:
         # one change at a time: two admins demoting each other at once leave one admin
         self._changing = threading.Lock()
 
+    def users(self) -> list[dict[str, Any]]:
+        return self.store.users()
+
+    def owner(self, owner_id: int | None) -> tuple[int, str]:
+        """An owner column's value as ``(user id, current name)`` (NULL: the first
+        admin's)."""
+        uid = self.store.owner_or_first(owner_id)
+        return uid, self.store.user_names().get(uid, "")
+
+    def owner_of(self, kind: str, ident: str) -> int | bool:
+        """Who owns ``kind`` (experiment, trial, job, model, checkpoint) ``ident``;
+        False: no such thing."""
+        return self.store.owner_of(kind, ident)
+
     def user(self, user_id: int) -> dict[str, Any]:
         user = self.store.user(user_id)
         if user is None:

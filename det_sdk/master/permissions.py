@@ -223,8 +223,8 @@ def _owner(master: Master, kind: str, ident: str) -> int | bool | None:
             rec = master.tensorboards.get(ident)
         except RequestError:
             return False
-        return master.store.owner_or_first(rec.get("user_id"))
-    return master.store.owner_of(kind, ident)
+        return master.accounts.owner(rec.get("user_id"))[0]
+    return master.accounts.owner_of(kind, ident)
 
 
 def check(master: Master, p: Principal | None, rule: Rule | None,

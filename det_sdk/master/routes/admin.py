@@ -103,10 +103,9 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
         """Delete checkpoints, files and records (none if one cannot go); a user's own
         only (its trial's experiment's owner), an admin's any."""
         for uuid in body.uuids:
-            row = master.store.checkpoint(uuid)
-            if row is not None:  # an unknown one: delete_checkpoints names it (404)
-                owner = master.store.owner_of("trial", str(row["trial_id"]))
-                may_change(p, owner if owner is not False else None, f"checkpoint {uuid}")
+            owner = master.accounts.owner_of("checkpoint", uuid)
+            if owner is not False:  # an unknown one: delete_checkpoints names it (404)
+                may_change(p, int(owner), f"checkpoint {uuid}")
         return {"removed": admin.delete_checkpoints(body.uuids)}
 
     @router.get("/api/v1/master/logs")

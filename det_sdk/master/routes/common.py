@@ -82,7 +82,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 class Principal:
     kind: str  # "user" | "task"
     allocation: Mapping[str, Any] | None = None  # a task's: its AllocationRow
-    # a user's (det_sdk.master.store.users): who, and whether an admin
+    # a user's (det_sdk.master.accounts): who, and whether an admin
     user_id: int | None = None
     username: str = ""
     admin: bool = False

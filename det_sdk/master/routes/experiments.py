@@ -56,7 +56,7 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
         `users`: only those these users own (Determined's filter, by name)."""
         owners = None
         if users is not None:
-            ids = {u["username"]: u["id"] for u in master.store.users()}
+            ids = {u["username"]: u["id"] for u in master.accounts.users()}
             owners = [ids[name] for name in users if name in ids]
         return as_json(experiment_page(master, limit, cursor, archived, owners))
 

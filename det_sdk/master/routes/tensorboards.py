@@ -30,9 +30,8 @@ def tensorboards_router(master: Master, user: Dependency) -> APIRouter:
 
     def info(rec: dict[str, Any]) -> api.TensorBoardInfo:
         # its owner by id, shown by the user's current name
-        owner = master.store.owner_or_first(rec.get("user_id"))
-        return api.TensorBoardInfo(**{**rec, "user_id": owner,
-                                      "username": master.store.user_names().get(owner, "")})
+        owner, name = master.accounts.owner(rec.get("user_id"))
+        return api.TensorBoardInfo(**{**rec, "user_id": owner, "username": name})
 
     @router.post("/api/v1/tensorboards", status_code=201)
     def launch(req: api.LaunchTensorBoardRequest,

@@ -99,7 +99,7 @@ def users_router(master: Master, user: Dependency) -> APIRouter:
     def list_users(active: bool | None = None,
                    p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
         """Every user (``active``: only the active, or only the deactivated, ones)."""
-        return {"users": [user_out(u) for u in master.store.users()
+        return {"users": [user_out(u) for u in accounts.users()
                           if active is None or u["active"] == active]}
 
     @router.post("/api/v1/users", status_code=201)

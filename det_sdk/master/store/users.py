@@ -134,7 +134,8 @@ class UserTables(Database):
         return FIRST_ADMIN if owner_id is None else int(owner_id)
 
     def owner_of(self, kind: str, ident: str) -> int | bool:
-        """The id of the user who owns ``kind`` (experiment, trial, job, model) ``ident``;
+        """The id of the user who owns ``kind`` (experiment, trial, job, model,
+        checkpoint: its trial's experiment's owner) ``ident``;
         False: there is no such thing (the route answers 404)."""
         sql = {"experiment": "SELECT owner_id FROM experiments WHERE id = ?",
                "trial": "SELECT e.owner_id FROM trials t JOIN experiments e"
@@ -142,6 +143,10 @@ class UserTables(Database):
                "job": "SELECT owner_id FROM jobs WHERE id = ?"}.get(kind)
         if kind == "model":
             found = self._model_owner(ident)
+        elif kind == "checkpoint":
+            found = self._one("SELECT e.owner_id FROM checkpoints c JOIN trials t"
+                              " ON t.id = c.trial_id JOIN experiments e"
+                              " ON e.id = t.experiment_id WHERE c.uuid = ?", ident)
         elif sql is None:
             raise ValueError(f"no owner lookup for {kind!r}")
         elif not ident.isdigit() or int(ident) >= 2**63:
