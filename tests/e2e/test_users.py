@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
