@@ -13,7 +13,6 @@ the token the master hands back replaces the saved one for that master, and
 
 from __future__ import annotations
 
-import os
 import sys
 from argparse import Namespace
 
@@ -54,7 +53,9 @@ def _password(prompt: str) -> str:
         import getpass
 
         return getpass.getpass(prompt)
-    given = os.environ.get("DET_PASS")
+    from det_sdk.env import setting
+
+    given = setting("DET_PASS")
     if given is None:
         raise UsageError("no terminal to ask for the password: set DET_PASS")
     return given
@@ -75,9 +76,10 @@ def user_login(args: Namespace) -> int:
     """``det user login [NAME]``: sign in; the new token is saved for this master. With
     the saved token already that user's (and no ``DET_PASS``), nothing to ask."""
     from det_sdk.client import MasterClient, MasterError, load_token, save_token
+    from det_sdk.env import setting
 
     token = load_token(args.master)
-    if token is not None and "DET_PASS" not in os.environ:
+    if token is not None and setting("DET_PASS") is None:
         client = MasterClient(args.master, token)
         try:
             me = client.request("GET", "/api/v1/me")["user"]

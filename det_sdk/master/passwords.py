@@ -33,12 +33,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+
+from det_sdk.env import setting
 
 __all__ = ["MIN_PASSWORD_LENGTH", "SIGNIN_WINDOW_ENV", "SignInLimiter", "hash_password",
            "password_problem", "verify_password"]
@@ -109,7 +110,7 @@ def signin_window() -> float:
     >>> signin_window() > 0
     True
     """
-    raw = os.environ.get(SIGNIN_WINDOW_ENV, "")
+    raw = setting(SIGNIN_WINDOW_ENV) or ""
     try:
         value = float(raw) if raw else 60.0
     except ValueError:

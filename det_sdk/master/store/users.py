@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from det_sdk.master.errors import Conflict, NotFound
+from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.store.database import Database, hash_token
 
 __all__ = ["FIRST_ADMIN", "FIRST_ADMIN_NAME", "UserTables"]
@@ -110,7 +110,7 @@ class UserTables(Database):
         ``display_name``. Deactivating a user also ends its tokens and UI sessions."""
         unknown = set(fields) - set(_USER_FIELDS)
         if unknown:
-            raise ValueError(f"not a user's field: {sorted(unknown)}")
+            raise InvalidRequest(f"not a user's field: {sorted(unknown)}")
         with self.tx() as db:
             if db.execute("SELECT 1 FROM users WHERE id = ?", (user_id,)).fetchone() is None:
                 raise NotFound(f"no user {user_id}")
@@ -148,7 +148,7 @@ class UserTables(Database):
                               " ON t.id = c.trial_id JOIN experiments e"
                               " ON e.id = t.experiment_id WHERE c.uuid = ?", ident)
         elif sql is None:
-            raise ValueError(f"no owner lookup for {kind!r}")
+            raise InvalidRequest(f"no owner lookup for {kind!r}")
         elif not ident.isdigit() or int(ident) >= 2**63:
             return False
         else:
