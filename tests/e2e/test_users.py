@@ -149,6 +149,14 @@ def test_owners_are_listed_and_only_an_owner_or_an_admin_changes_a_thing(
         r = http.post(f"/ui/api/experiments/{exp_id}/kill", headers={"x-det-ui": "1"})
         assert r.status_code == 403 and "bob" in r.json()["detail"]
         assert http.post(f"/api/v1/trials/{trial_id}/kill").status_code == 403
+        # the web UI's list shows the owner; the model registry records one too
+        rows = http.get("/ui/api/experiments").json()["experiments"]
+        assert {r["id"]: r["owner"] for r in rows}[exp_id] == "ann"
+        model = http.post("/api/v1/models", json={"name": "bobs-model"}).json()
+        assert model["username"] == "bob"
+    with c.http(token=ann.token) as http:
+        r = http.delete("/api/v1/models/bobs-model")
+        assert r.status_code == 403 and "user 'ann' may not change model" in r.text
     # the trial's own task token keeps its narrow rights: no user routes
     db = sqlite3.connect(c.data_dir / "master.db")
     (task_token,) = db.execute("SELECT token FROM allocations WHERE trial_id = ? AND "
