@@ -169,7 +169,8 @@ FORMS: list[tuple[str, str, str]] = [
                                      "Exit Status and URL (no user, pool or workspace); "
                                      "ended ones stay listed as TERMINATED"),
     ("det tensorboard", "same", "a bare noun lists"),
-    ("det tensorboard ls --all", "same", "one user: the same list"),
+    ("det tensorboard ls --all", "same", "the same list (every user's TensorBoards are "
+                                         "listed either way)"),
     ("det tensorboard list -q", "same", "the ids"),
     ("det tensorboard list --json", "different", "det_sdk's objects (id, state, "
                                                  "experiment_ids, trial_ids, url...)"),
