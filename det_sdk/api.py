@@ -370,6 +370,9 @@ class CheckpointInfo(_Model):
     #: why it failed verification on restore (never restored again); None: intact
     damaged: str | None = None
     keras_backend: str | None = None  # the Keras backend that trained it, as reported
+    # its owner: its trial's experiment's (issue 59), by id and current name
+    user_id: int | None = None
+    username: str = ""
 
 
 class RungResult(_Model):

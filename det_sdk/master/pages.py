@@ -213,9 +213,12 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
         master.trial(trial_id)  # 404 for an unknown trial
     before = None if cursor is None else decode_cursor("checkpoints", cursor)
     rows, total = master.store.checkpoint_page(trial_id, before, limit + 1)
+    names = master.store.user_names()
     out = []
     for c in rows[:limit]:
+        owner = master.store.owner_or_first(c["owner_id"])
         out.append(api.CheckpointInfo(
+            user_id=owner, username=names.get(owner, ""),
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],

@@ -154,3 +154,4 @@ class CheckpointListRow(CheckpointRow):
     seq: int  # the row's rowid: insertion order, the key the list pages by
     experiment_id: int | None
     storage: str | None  # its experiment's checkpoint_storage, as JSON text
+    owner_id: int | None  # its experiment's owner (NULL: the first admin)

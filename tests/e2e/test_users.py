@@ -165,11 +165,18 @@ def test_owners_are_listed_and_only_an_owner_or_an_admin_changes_a_thing(
     with c.http(token=task_token) as http:
         assert http.get("/api/v1/users").status_code == 403
         assert http.post(f"/api/v1/experiments/{exp_id}/kill").status_code == 403
+    # its checkpoint is ann's: listed with her name, not bob's to delete
+    uuid = fakes.send(trial_id, "checkpoint")["uuid"]
+    (ckpt,) = c.det_json("checkpoint", "list", "--trial", str(trial_id))
+    assert ckpt["uuid"] == uuid and ckpt["username"] == "ann"
+    out = bob.det("c", "delete", uuid, "--yes")
+    assert out.returncode == 1 and f"may not change checkpoint {uuid}" in out.stderr
     # renamed while the experiment runs: it finishes, shown under the new name
     ok(c.det("user", "rename", "ann", "annie"))
     fakes.send(trial_id, "finish")
     fakes.wait_state(exp_id, "COMPLETED", "COMPLETED")
     assert _rows(ok(c.det("e", "list", "--all")))[str(exp_id)][1] == "annie"
+    assert c.det_json("checkpoint", "describe", uuid)["username"] == "annie"
     assert ok(ann.det("user", "whoami")).strip() == "You are logged in as user 'annie'"
     ok(c.det("user", "rename", "annie", "ann"))
     # an owner's own change works; an admin's on anyone's too
