@@ -1,4 +1,4 @@
-// The experiments list: owner, state, progress, searcher, best metric, trials, age;
+// The experiments list: state, progress, searcher, best metric, trials, age, owner;
 // filter by text and state, sort by any column, pause / activate / kill.
 // The newest PAGE experiments load first ("Show more" adds older ones): what the page
 // costs does not grow with the master's history. Filter and sort apply to those loaded.
@@ -7,9 +7,9 @@ import { actionButtons, age, bindSort, esc, experimentAction, headerCell, isoTim
   markShown, newest, num, progressBar, sortRows, stateBadge } from "../util.js";
 
 const COLUMNS = [
-  ["id", "ID"], ["name", "Name"], ["owner", "Owner"], ["state", "State"],
-  ["progress", "Progress"],
+  ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
   ["searcher", "Searcher"], ["best", "Best metric"], ["trials", "Trials"], ["created", "Age"],
+  ["owner", "Owner"],
 ];
 
 const FIRST_ROWS = 60;
@@ -19,7 +19,6 @@ function rowHtml(r) {
   return `<tr data-id="${r.id}">
       <td><a href="#/experiments/${r.id}">${r.id}</a></td>
       <td><a href="#/experiments/${r.id}">${esc(r.name)}</a></td>
-      <td class="owner">${esc(r.owner)}</td>
       <td>${stateBadge(r.state)}</td>
       <td>${progressBar(r.progress)}</td>
       <td>${esc(r.searcher)}</td>
@@ -27,6 +26,7 @@ function rowHtml(r) {
         ${num(r.best)} <span class="muted">${esc(r.metric)}</span></td>
       <td>${r.running ? `${r.running} running / ` : ""}${r.trials}</td>
       <td title="${isoTime(r.created)}">${age(r.created)}</td>
+      <td class="owner">${esc(r.owner)}</td>
       <td>${actionButtons(r)}</td></tr>`;
 }
 
