@@ -128,6 +128,7 @@ FORMS: list[tuple[str, str, str]] = [
     ("det user login ann", "same", "a password prompt, or DET_PASS; the new token saved"),
     ("det user logout", "same", "the token ended on the master and forgotten here (the "
                                 "master's own token stays valid there)"),
+    ("det user logout --all", "same", "one token is saved per master: the same"),
     ("det user whoami", "same", ""),
     ("det user list", "same", "User ID, Username, Display Name, Admin, Active"),
     ("det user ls --all", "same", "the deactivated users too"),
