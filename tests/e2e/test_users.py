@@ -251,3 +251,37 @@ def test_wrong_passwords_are_refused_fast_and_the_right_one_works_after_the_wind
 
         wait_until("ann's right password after the window", signed_in,
                    timeout=WINDOW + 30, every=0.5)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from harness.browser import missing_reason, open_browser
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    with open_browser() as b:
+        yield b
+
+
+def test_the_web_ui_signs_in_by_name_and_password_and_shows_owners(
+        browser: Any, c: Cluster, people: dict[str, Person]) -> None:
+    fakes = UserFakes(c, people["ann"].token)
+    exp_id = fakes.create(name="anns-ui")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{c.url}/ui/")
+    assert page.url.endswith("/ui/signin")
+    page.fill("#username", "nobody")
+    page.fill("#password", "not-a-password")
+    page.click("#signin-password")
+    assert "Wrong user name or password" in page.text_content("#signin-error")
+    page.fill("#username", "ann")
+    page.fill("#password", PASSWORDS["ann"])
+    page.click("#signin-password")
+    row = page.locator(f"#experiments tbody tr[data-id='{exp_id}']")
+    row.wait_for()
+    assert row.locator("td.owner").text_content() == "ann"
+    assert page.locator("#experiments thead th").nth(8).text_content().startswith("Owner")
+    context.close()
+    fakes.command(exp_id, "kill")
