@@ -17,7 +17,8 @@ from det_sdk.experimental.client import (
     OrderBy,
     Trial,
     TrialMetrics,
+    User,
 )
 
 __all__ = ["Checkpoint", "Determined", "Experiment", "ExperimentState", "Model",
-           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]
+           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "User", "client"]

@@ -218,6 +218,26 @@ def test_deactivating_a_user_ends_their_tokens_and_web_sessions_at_once(
     browser.close()
 
 
+def test_the_python_client_signs_in_by_password_and_sees_owners(
+        c: Cluster, people: dict[str, Person]) -> None:
+    from det_sdk.client import MasterError
+    from det_sdk.experimental.client import ClientError, Determined
+
+    ann = Determined(c.url, user="ann", password=PASSWORDS["ann"])
+    assert ann.whoami().username == "ann" and not ann.whoami().admin
+    assert {u.username for u in ann.list_users()} >= {"determined", "ann", "bob"}
+    mine = ann.list_experiments(users=["ann"])
+    assert mine and all(e.id for e in mine)
+    assert ann.create_model("anns-model").username == "ann"
+    with pytest.raises(MasterError, match="403"):
+        ann.get_user_by_name("bob").deactivate()
+    with pytest.raises(ClientError, match="refused"):
+        Determined(c.url, user="ann", password="wrong-password")
+    ann.logout()
+    with pytest.raises(MasterError, match="401"):
+        ann.whoami()
+
+
 def test_wrong_passwords_are_refused_fast_and_the_right_one_works_after_the_window(
         c: Cluster, people: dict[str, Person]) -> None:
     with c.http(token=None) as http:
