@@ -232,7 +232,7 @@ def test_the_python_client_signs_in_by_password_and_sees_owners(
     with pytest.raises(MasterError, match="403"):
         ann.get_user_by_name("bob").deactivate()
     with pytest.raises(ClientError, match="refused"):
-        Determined(c.url, user="ann", password="wrong-password")
+        Determined(c.url, user="nobody", password="wrong-password")
     ann.logout()
     with pytest.raises(MasterError, match="401"):
         ann.whoami()
