@@ -114,8 +114,10 @@ class Accounts:
             raise NotFound(f"no user named {username!r}")
         return user
 
-    def login(self, username: str, password: str, address: str) -> tuple[str, dict[str, Any]]:
-        """A new token for ``username`` if ``password`` is its password; the user."""
+    def login(self, username: str, password: str, address: str,
+              ui: bool = False) -> tuple[str, dict[str, Any]]:
+        """A new token for ``username`` if ``password`` is its password; the user.
+        ``ui``: for a web UI session (the token ends with its last session)."""
         wait = self.limiter.locked(username, address)
         if wait > 0:
             raise TooManyAttempts(f"too many failed sign-ins for {username!r} or from "
@@ -128,7 +130,7 @@ class Accounts:
             raise Unauthenticated("invalid username or password (or the user is deactivated)")
         self.limiter.succeeded(username)
         token = secrets.token_urlsafe(32)
-        self.store.add_user_token(token, user["id"])
+        self.store.add_user_token(token, user["id"], ui=ui)
         return token, user
 
     def logout(self, token: str) -> bool:

@@ -82,7 +82,7 @@ def ui_router(master: Master, sessions: Sessions) -> APIRouter:
         password = (form.get("password") or [""])[0]
         address = request.client.host if request.client else "unknown"
         try:
-            token, _ = master.accounts.login(username, password, address)
+            token, _ = master.accounts.login(username, password, address, ui=True)
         except TooManyAttempts as err:
             return signin_html(html.escape(str(err)), 429)
         except Unauthenticated:

@@ -107,7 +107,9 @@ _ADDED_COLUMNS = {
              # who created it (NULL: the first admin, det_sdk.master.store.users)
              "owner_id INTEGER"),
     # the user a token signs in (NULL: the master's own token, the first admin's)
-    "user_tokens": ("user_id INTEGER",),
+    "user_tokens": ("user_id INTEGER",
+                    # minted for a web UI sign-in by password: it ends with its sessions
+                    "ui INTEGER NOT NULL DEFAULT 0"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 

@@ -166,15 +166,16 @@ class UserTables(Database):
 
     # --- tokens -----------------------------------------------------------------------
 
-    def add_user_token(self, token: str, user_id: int | None = None) -> None:
+    def add_user_token(self, token: str, user_id: int | None = None, ui: bool = False) -> None:
         """Record ``token`` (kept hashed) as ``user_id``'s; None: the master's own token
-        (`det master up`'s, of the first admin), which sign-out does not end."""
+        (`det master up`'s, of the first admin), which sign-out does not end. ``ui``: a
+        web UI sign-in's, nobody else holds it: it goes when its last session does."""
         hashed = hash_token(token)
         with self.tx() as db:
             # tokens stored in clear by earlier versions go: the token file re-adds its own
             db.execute("DELETE FROM user_tokens WHERE token NOT LIKE 'sha256:%'")
-            db.execute("INSERT OR IGNORE INTO user_tokens (token, created, user_id)"
-                       " VALUES (?, ?, ?)", (hashed, time.time(), user_id))
+            db.execute("INSERT OR IGNORE INTO user_tokens (token, created, user_id, ui)"
+                       " VALUES (?, ?, ?, ?)", (hashed, time.time(), user_id, int(ui)))
         self._tokens_changed(lambda uid: False, hashed)
 
     def _tokens_changed(self, gone: Any, hashed: str | None = None) -> None:
