@@ -232,6 +232,9 @@ class TensorBoardInfo(_Model):
     exit_status: str | None
     start_time: float
     end_time: float | None
+    # its owner (issue 59): the user's id, and their current name (Determined's username)
+    user_id: int | None = None
+    username: str = ""
 
 
 MetricGroup = Literal["training", "validation", "evaluation"]
@@ -367,6 +370,9 @@ class CheckpointInfo(_Model):
     #: why it failed verification on restore (never restored again); None: intact
     damaged: str | None = None
     keras_backend: str | None = None  # the Keras backend that trained it, as reported
+    # its owner: its trial's experiment's (issue 59), by id and current name
+    user_id: int | None = None
+    username: str = ""
 
 
 class RungResult(_Model):
@@ -426,6 +432,9 @@ class ExperimentInfo(_Model):
     trial_states: dict[str, int] = Field(default_factory=dict)  # how many in each state
     trials_next_cursor: str | None = None
     archived: bool = False  # det experiment archive: left out of `det experiment list`
+    # its owner (issue 59): the user's id, and their current name (Determined's username)
+    user_id: int | None = None
+    username: str = ""
 
 
 class TrialPage(_Model):
@@ -453,6 +462,9 @@ class ExperimentSummary(_Model):
     num_trials: int = 0
     trial_states: dict[str, int] = Field(default_factory=dict)
     archived: bool = False  # det experiment archive: left out of `det experiment list`
+    # its owner (issue 59): the user's id, and their current name (Determined's username)
+    user_id: int | None = None
+    username: str = ""
 
 
 class ExperimentPage(_Model):
@@ -492,6 +504,9 @@ class JobInfo(_Model):
     latest_metrics: dict[str, LatestMetrics] = Field(
         default_factory=dict, description="each metric group's report of the highest step "
         "(a job script's report_metrics), by group")
+    # its owner (issue 59): the user's id, and their current name (Determined's username)
+    user_id: int | None = None
+    username: str = ""
 
 
 class JobSummary(_Model):
@@ -506,6 +521,9 @@ class JobSummary(_Model):
     entrypoint: str | None = None
     slots: int | None = None
     progress: float | None = None
+    # its owner (issue 59): the user's id, and their current name (Determined's username)
+    user_id: int | None = None
+    username: str = ""
 
 
 class JobPage(_Model):

@@ -13,7 +13,8 @@ Four families, each named here and read here, but for two: a task's are read thr
   :mod:`det_sdk.ranks`, one module per launcher (``tests/unit/test_ranks.py`` checks);
 - the **user's settings** for the ``det`` CLI and det_sdk's tools: ``DET_MASTER``,
   ``DET_USER_TOKEN``, ``DET_CREDENTIALS``, ``DET_MASTER_DIR``, ``DET_TORCH_TIMEOUT``,
-  ``DET_SLURM_RENDEZVOUS_ADDR``, ``DET_COLLECTIVE_TIMEOUT``, ``DET_JAX_TIMEOUT``.
+  ``DET_SLURM_RENDEZVOUS_ADDR``, ``DET_COLLECTIVE_TIMEOUT``, ``DET_JAX_TIMEOUT``,
+  ``DET_PASS`` (`det user login` without a terminal), ``DET_SIGNIN_WINDOW`` (the master's).
 
 Processes that must start outside any of them (the master's tasks, a test's fresh
 script) take :func:`outside`.
@@ -96,7 +97,8 @@ def outside(environ: Mapping[str, str] | None = None, *, keep: Iterable[str] = (
     """
     env = os.environ if environ is None else environ
     kept = set(keep)
-    drop = {*LOCAL_RUN_VARS, *TASK_VARS, USER_TOKEN, *RANK_VARS} - kept
+    # a password is a secret as the user token is: never handed to a task
+    drop = {*LOCAL_RUN_VARS, *TASK_VARS, USER_TOKEN, "DET_PASS", *RANK_VARS} - kept
     out = {k: v for k, v in env.items()
            if k in kept or (k not in drop and not k.startswith(_RANK_PREFIXES))}
     out.update(extra)
@@ -106,7 +108,10 @@ def outside(environ: Mapping[str, str] | None = None, *, keep: Iterable[str] = (
 #: the user's settings (:func:`setting` reads them)
 SETTINGS = ("DET_MASTER", "DET_USER_TOKEN", "DET_CREDENTIALS", "DET_MASTER_DIR",
             "DET_TORCH_TIMEOUT", "DET_SLURM_RENDEZVOUS_ADDR", "DET_COLLECTIVE_TIMEOUT",
-            "DET_JAX_TIMEOUT")
+            "DET_JAX_TIMEOUT",
+            # a password for `det user login` with no terminal (Determined's), and the
+            # master's sign-in lockout window in seconds (det_sdk.master.passwords)
+            "DET_PASS", "DET_SIGNIN_WINDOW")
 
 
 def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:

@@ -24,9 +24,9 @@ FORMS: list[tuple[str, str, str]] = [
     ("det version", "same", "the client's and the master's versions, as YAML"),
     ("det -m host:8080 e list", "same", "a bare host:port is http://host:port"),
     ("det e", "same", "a bare noun lists"),
-    ("det e list", "same", "every experiment, archived ones left out (columns: ID, Name, "
-                           "State, Progress, Trials; no owner, pool or times)"),
-    ("det e ls --all", "same", "archived ones too (det_sdk has one user)"),
+    ("det e list", "same", "your experiments, archived ones left out (columns: ID, Owner, "
+                           "Name, State, Progress, Trials; no pool or times)"),
+    ("det e ls --all", "same", "every user's, archived ones too"),
     ("det e list --limit 10", "same", "a page's size: every page is read"),
     ("det e list --pages 1 --limit 10 --offset 20", "same", "one page"),
     ("det e list --csv", "same", ""),
@@ -132,10 +132,26 @@ FORMS: list[tuple[str, str, str]] = [
     ("det master logs -f", "same", "until interrupted"),
     ("det master logs --tail 20", "same", ""),
     ("det master config", "refused", "settings are det master up's options"),
-    ("det user login", "same", "the master's one user: its token checked and saved"),
+    ("det user login", "same", "the saved token's user if it works (`det master up`'s token: "
+                               "the first admin, `determined`), else a password: a prompt, "
+                               "or DET_PASS"),
     ("det user login determined", "same", ""),
-    ("det user logout", "same", "the saved token forgotten"),
+    ("det user login ann", "same", "a password prompt, or DET_PASS; the new token saved"),
+    ("det user logout", "same", "the token ended on the master and forgotten here (the "
+                                "master's own token stays valid there)"),
+    ("det user logout --all", "same", "one token is saved per master: the same"),
     ("det user whoami", "same", ""),
+    ("det user list", "same", "User ID, Username, Display Name, Admin, Active"),
+    ("det user ls --all", "same", "the deactivated users too"),
+    ("det user create ann", "same", "a password asked twice on a terminal; elsewhere none set "
+                                    "(the user signs in once an admin sets one)"),
+    ("det user create ann --admin --password P", "same", "admins only; at least 8 characters"),
+    ("det user change-password", "same", "your own"),
+    ("det user change-password ann", "same", "an admin's call"),
+    ("det user activate ann", "same", "admins only"),
+    ("det user deactivate ann", "same", "admins only; their tokens and web UI sessions end at "
+                                        "once"),
+    ("det user rename ann anna", "same", "admins only; what they own stays theirs"),
     ("det task list", "same", "what runs now: trial-N, job-N"),
     ("det task logs trial-1", "same", ""),
     ("det task logs trial-1 -f", "same", ""),
@@ -165,7 +181,8 @@ FORMS: list[tuple[str, str, str]] = [
                                      "Exit Status and URL (no user, pool or workspace); "
                                      "ended ones stay listed as TERMINATED"),
     ("det tensorboard", "same", "a bare noun lists"),
-    ("det tensorboard ls --all", "same", "one user: the same list"),
+    ("det tensorboard ls --all", "same", "the same list (every user's TensorBoards are "
+                                         "listed either way)"),
     ("det tensorboard list -q", "same", "the ids"),
     ("det tensorboard list --json", "different", "det_sdk's objects (id, state, "
                                                  "experiment_ids, trial_ids, url...)"),

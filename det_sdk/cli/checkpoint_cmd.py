@@ -33,9 +33,9 @@ def checkpoint_list(args: Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "METRICS"],
+    print(table(["UUID", "TRIAL", "BATCHES", "EPOCH", "SIZE", "OWNER", "METRICS"],
                 [[c["uuid"] + (" (damaged)" if c.get("damaged") else ""), c["trial_id"],
-                  c["steps_completed"], c["epoch"], c["size"],
+                  c["steps_completed"], c["epoch"], c["size"], c.get("username", ""),
                   " ".join(f"{k}={num(v)}" for k, v in c["metrics"].items())] for c in rows]))
     footer = page_footer(len(rows), total, "checkpoints")
     if footer:
@@ -52,6 +52,8 @@ def checkpoint_describe(args: Namespace) -> int:
         print(f"{key}: {c.get(key)}")
     if c.get("keras_backend"):
         print(f"keras_backend: {c['keras_backend']}")
+    if c.get("username"):
+        print(f"owner: {c['username']}")
     print("metrics: " + " ".join(f"{k}={v}" for k, v in (c.get("metrics") or {}).items()))
     return 0
 

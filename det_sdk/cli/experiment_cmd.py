@@ -49,12 +49,17 @@ __all__ = ["COMMANDS"]
 # --- listing and describing -----------------------------------------------------------------
 
 
-def _all_experiments(client: Any, archived: bool | None, page: int) -> list[dict[str, Any]]:
-    """Every experiment, oldest first (Determined's order), ``page`` a request."""
+def _all_experiments(client: Any, archived: bool | None, page: int,
+                     users: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every experiment, oldest first (Determined's order), ``page`` a request;
+    ``users``: only those these users own."""
     rows: list[dict[str, Any]] = []
     cursor = None
     while True:
-        params = {} if archived is None else {"archived": str(archived).lower()}
+        params: dict[str, Any] = {} if archived is None else {
+            "archived": str(archived).lower()}
+        if users is not None:
+            params["users"] = users
         out = client.page("/api/v1/experiments", min(page, 1000), cursor, **params)
         rows += out["experiments"]
         cursor = out["next_cursor"]
@@ -63,17 +68,22 @@ def _all_experiments(client: Any, archived: bool | None, page: int) -> list[dict
 
 
 def experiment_list(args: Namespace) -> int:
-    """Determined's ``det e list``: every experiment (``--limit`` is the page size, every
-    page fetched; ``--pages 1`` one page from ``--offset``), archived ones with ``--all``."""
-    exps = _all_experiments(common.connect(args), None if args.all else False, args.limit)
+    """Determined's ``det e list``: the signed-in user's experiments (``--limit`` is the
+    page size, every page fetched; ``--pages 1`` one page from ``--offset``); ``--all``:
+    every user's, archived ones too (as Determined's)."""
+    client = common.connect(args)
+    users = None if args.all else [client.request("GET", "/api/v1/me")["user"]["username"]]
+    exps = _all_experiments(client, None if args.all else False, args.limit, users)
     end = args.offset + args.limit if args.pages == "1" else None
     exps = exps[args.offset:end]
     if args.json:
         print_json(exps)
         return 0
-    headers = ["ID", "Name", "State", "Progress", "Trials"] + (["Archived"] if args.all else [])
-    rows = [[e["id"], e["name"] or "", e["state"], f"{100 * e['progress']:.0f}%",
-             e["num_trials"]] + ([e.get("archived", False)] if args.all else []) for e in exps]
+    headers = ["ID", "Owner", "Name", "State", "Progress", "Trials"] + (
+        ["Archived"] if args.all else [])
+    rows = [[e["id"], e.get("username", ""), e["name"] or "", e["state"],
+             f"{100 * e['progress']:.0f}%", e["num_trials"]]
+            + ([e.get("archived", False)] if args.all else []) for e in exps]
     print_rows(headers, rows, args.csv)
     return 0
 
@@ -103,6 +113,8 @@ def _describe_one(args: Namespace) -> int:
     print(f"Experiment {exp['id']} {escape(exp['name'] or '')}: {exp['state']}, "
           f"{100 * exp['progress']:.0f}% (searcher {searcher.get('name', 'single')}, "
           f"metric {searcher.get('metric', 'val_loss')})")
+    if exp.get("username"):
+        print(f"Owner: {escape(exp['username'])}")
     print(table(*trial_table(exp["trials"])))
     footer = page_footer(len(exp["trials"]), exp["num_trials"], "trials", newest=False)
     if footer:
@@ -467,8 +479,9 @@ COMMANDS: CommandTable = {
                               "searcher.max_length.epochs=5"}),
         (("-f", "--follow-first-trial"), {"action": "store_true",
                                           "help": "follow the continued trial's log"})]),
-    "list": (experiment_list, "list experiments (all of them; archived with --all)", [
-        (("--all", "-a"), {"action": "store_true", "help": "archived ones too"}),
+    "list": (experiment_list, "list your experiments (every user's and archived: --all)", [
+        (("--all", "-a"), {"action": "store_true",
+                           "help": "every user's experiments, archived ones too"}),
         ("--show_project", refused("det_sdk has no workspaces or projects")),
         *PAGES, CSV]),
     "describe": (experiment_describe, "trials, states and metrics: IDS (1,2,3)", [

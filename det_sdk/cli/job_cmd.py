@@ -97,10 +97,10 @@ def _duration(seconds: float | None) -> str:
 def job_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
     """``det job list``'s rows (summaries of GET /api/v1/jobs)."""
     return [[j["id"], j["name"] or "", j["state"], job_progress_text(j.get("progress")),
-             j["exit_code"], j["entrypoint"]] for j in jobs]
+             j["exit_code"], j["entrypoint"], j.get("username", "")] for j in jobs]
 
 
-JOB_HEADERS = ["ID", "NAME", "STATE", "PROGRESS", "EXIT", "ENTRYPOINT"]
+JOB_HEADERS = ["ID", "NAME", "STATE", "PROGRESS", "EXIT", "ENTRYPOINT", "OWNER"]
 
 
 def job_batches(args: Namespace) -> int:
@@ -134,6 +134,7 @@ def job_describe_lines(j: dict[str, Any]) -> list[str]:
             f"  output:    {j.get('output') or '-'}",
             f"  restarts:  {j.get('restarts', 0)} of "
             f"{(j.get('config') or {}).get('max_restarts', 0)}",
+            *([f"  owner:     {j['username']}"] if j.get("username") else []),
             # the job script's report_metrics: each group's latest report
             *(f"  {escape(group)}: " + ", ".join(f"{escape(k)}={_metric_text(v)}"
                                          for k, v in m["metrics"].items())

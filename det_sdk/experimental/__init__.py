@@ -19,8 +19,8 @@ from det_sdk.experimental.client import (
     OrderBy,
     Trial,
     TrialMetrics,
+    User,
 )
 
 __all__ = ["Checkpoint", "Comparison", "Determined", "Experiment", "ExperimentState", "LogLevel",
-           "Model",
-           "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "client"]
+           "Model", "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "User", "client"]

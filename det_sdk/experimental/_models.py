@@ -56,6 +56,11 @@ class Model:
     def metadata(self) -> dict[str, Any]:
         return dict(self._row.get("metadata") or {})
 
+    @property
+    def username(self) -> str:
+        """The name of the user who created it (Determined's ``Model.username``)."""
+        return str(self._row.get("username") or "")
+
     def _path(self, tail: str = "") -> str:
         return f"/api/v1/models/{self.name}{tail}"
 

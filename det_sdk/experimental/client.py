@@ -1,7 +1,8 @@
 """Determined 0.38's Python SDK (``determined.experimental.client``) over det_sdk's master.
 
-Log in once (``DET_MASTER`` / ``det -m``'s address and the token ``det master up`` saved,
-or ``DET_USER_TOKEN``), then the module's functions act on that master::
+Log in once (``DET_MASTER`` / ``det -m``'s address and the token ``det master up`` or
+``det user login`` saved, or ``DET_USER_TOKEN``; or ``user`` and ``password``), then the
+module's functions act on that master::
 
     from det_sdk.experimental import client
 
@@ -13,8 +14,9 @@ or ``DET_USER_TOKEN``), then the module's functions act on that master::
     model.register_version(best.uuid)
     path = client.get_model("mnist").get_version(1).checkpoint.download("ckpt")
 
-Not provided (det_sdk has no users, workspaces, projects or OAuth): ``create_user``,
-``whoami``, workspaces, ``list_oauth_clients`` raise :class:`ClientError`.
+Users as Determined's (``whoami``, ``create_user``, ``get_user_by_name``, ``list_users``,
+:class:`User`). Not provided (no workspaces, projects or OAuth yet): workspaces,
+``list_oauth_clients``.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from det_sdk.experimental._objects import (
     Trial,
     TrialMetrics,
 )
+from det_sdk.experimental._users import User
 
 __all__ = ["Checkpoint", "ClientError", "Comparison", "Determined", "Experiment",
-           "ExperimentState", "Model", "ModelVersion", "OrderBy", "Trial", "TrialMetrics",
-           "compare", "create_experiment", "create_model", "get_checkpoint", "get_experiment",
-           "get_model", "get_trial", "iter_trials_metrics", "list_experiments", "list_models",
-           "login"]
+           "ExperimentState", "Model", "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "User",
+           "compare", "create_experiment", "create_model", "create_user", "get_checkpoint",
+           "get_experiment", "get_model", "get_trial", "get_user_by_id", "get_user_by_name",
+           "iter_trials_metrics", "list_experiments", "list_models", "list_users", "login",
+           "logout", "whoami"]
 __all__ += ["LogLevel"]  # Trial.iter_logs's min_level (issue 60)
 
 
@@ -61,11 +65,56 @@ class Determined:
         from det_sdk.env import setting
 
         url = master_url(master or setting("DET_MASTER") or DEFAULT_MASTER)
-        token = load_token(url)
+        if user is not None and password is not None:  # sign in, as Determined's login
+            from det_sdk.client import MasterError
+
+            anonymous = MasterClient(url, None)
+            try:
+                token = anonymous.request("POST", "/api/v1/auth/login", json={
+                    "username": user, "password": password})["token"]
+            except MasterError as err:
+                raise ClientError(f"login as {user!r} refused: {err}") from None
+            finally:
+                anonymous.close()
+        else:
+            token = load_token(url)
         if token is None:
-            raise ClientError(f"no token for {url}: start it with `det master up`, or set "
-                              "DET_USER_TOKEN (det_sdk has no users to log in as)")
+            raise ClientError(f"no token for {url}: start it with `det master up`, sign in "
+                              "with `det user login`, set DET_USER_TOKEN, or pass user and "
+                              "password")
         self._session = MasterClient(url, token)
+
+    # users (issue 59)
+    def whoami(self) -> User:
+        return User(self._session, self._session.request("GET", "/api/v1/me")["user"])
+
+    def get_session_username(self) -> str:
+        return self.whoami().username
+
+    def create_user(self, username: str, admin: bool, password: str | None = None,
+                    remote: bool = False) -> User:
+        if remote:
+            raise ClientError("create_user: no external identity provider here (remote)")
+        out = self._session.request("POST", "/api/v1/users", json={
+            "user": {"username": username, "admin": admin}, "password": password})
+        return User(self._session, out["user"])
+
+    def get_user_by_id(self, user_id: int) -> User:
+        return User(self._session, self._session.request("GET", f"/api/v1/users/{user_id}")
+                    ["user"])
+
+    def get_user_by_name(self, user_name: str) -> User:
+        return User(self._session, self._session.request(
+            "GET", f"/api/v1/users/{user_name}/by-username")["user"])
+
+    def list_users(self, active: bool | None = None) -> list[User]:
+        rows = self._session.request("GET", "/api/v1/users")["users"]
+        return [User(self._session, r) for r in rows
+                if active is None or r["active"] == active]
+
+    def logout(self) -> None:
+        """End this session's token on the master (`det master up`'s own token stays)."""
+        self._session.request("POST", "/api/v1/auth/logout")
 
     # experiments
     def create_experiment(self, config: str | Path | dict[str, Any],
@@ -104,10 +153,11 @@ class Determined:
                          name: str | None = None, project_id: int | None = None
                          ) -> list[Experiment]:
         """Experiments, oldest first (``order_by=OrderBy.DESC``: newest first), filtered
-        by ids, states and name."""
+        by ids, states, name and ``users`` (their owners' names)."""
         rows = sorted(self._session.experiments(), key=lambda r: r["id"])
         want = {s.value if isinstance(s, ExperimentState) else str(s) for s in states or []}
-        rows = [r for r in rows if (experiment_ids is None or r["id"] in experiment_ids)
+        rows = [r for r in rows if (users is None or r.get("username") in users)
+                and (experiment_ids is None or r["id"] in experiment_ids)
                 and (not want or r["state"] in want) and (name is None or r["name"] == name)]
         if order_by == OrderBy.DESC:
             rows = rows[::-1]
@@ -178,7 +228,7 @@ def login(master: str | None = None, user: str | None = None, password: str | No
           cert_path: str | None = None, cert_name: str | None = None,
           noverify: bool = False) -> Determined:
     """Connect the module's functions to ``master`` (default ``DET_MASTER``); ``user`` and
-    ``password`` are accepted and unused (det_sdk's master has one user, its token)."""
+    ``password``: sign in as that user (else the saved token, as the CLI's)."""
     global _client
     _client = Determined(master, user, password, cert_path, cert_name, noverify)
     return _client
@@ -250,3 +300,32 @@ def list_models(sort_by: Any = None, order_by: OrderBy = OrderBy.ASC, name: str 
 
 
 get_models = list_models
+
+
+def whoami() -> User:
+    return _the().whoami()
+
+
+def create_user(username: str, admin: bool, password: str | None = None,
+                remote: bool = False) -> User:
+    return _the().create_user(username, admin, password, remote)
+
+
+def get_user_by_id(user_id: int) -> User:
+    return _the().get_user_by_id(user_id)
+
+
+def get_user_by_name(user_name: str) -> User:
+    return _the().get_user_by_name(user_name)
+
+
+def list_users(active: bool | None = None) -> list[User]:
+    return _the().list_users(active)
+
+
+def logout() -> None:
+    """End the session's token on the master; the module logs in again on next use."""
+    global _client
+    if _client is not None:
+        _client.logout()
+    _client = None

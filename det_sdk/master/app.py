@@ -20,9 +20,10 @@ OpenAPI document.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from det_sdk.master.core import Master
+from det_sdk.master.permissions import permission_dependency
 from det_sdk.master.routes.admin import admin_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
@@ -42,6 +43,7 @@ from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
 from det_sdk.master.routes.ui import ui_router
 from det_sdk.master.routes.ui_data import ui_data_router
+from det_sdk.master.routes.users import users_router
 from det_sdk.master.routes.webhooks import webhooks_router
 from det_sdk.master.security import SecurityHeaders, Sessions
 
@@ -63,6 +65,8 @@ def create_app(master: Master) -> FastAPI:
 
     principal, user = auth_dependencies(master)
     sessions = Sessions(master.store)
+    # who may call each route: one table and one check before every route (issue 59)
+    app.router.dependencies.append(Depends(permission_dependency(master, sessions)))
     # The routes a running task calls at every report come first: FastAPI (0.16x) keeps
     # each included router as a branch that a request walks in order, matching every
     # route of each branch before its own (twice), so behind four routers a metric report
@@ -90,4 +94,5 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(prom_router(master, user))
     # experiments side by side, for the API and the UI (issue 60)
     app.include_router(compare_router(master, user, sessions))
+    app.include_router(users_router(master, user))  # users, sign-in (issue 59)
     return app

@@ -432,7 +432,14 @@ class Checkpoints:
             "size": c["size"], "metrics": c["metrics"], "created": c["created"], "path": path,
             "stage": c.get("stage"), "damaged": c.get("damaged"),
             "keras_backend": c.get("keras_backend"),
+            # its owner: its trial's experiment's (issue 59)
+            **self._owner(t["experiment_id"] if t else None),
         }
+
+    def _owner(self, exp_id: int | None) -> dict[str, Any]:
+        exp = None if exp_id is None else self.store.experiment(exp_id)
+        owner = self.store.owner_or_first(exp.get("owner_id") if exp else None)
+        return {"user_id": owner, "username": self.store.user_names().get(owner, "")}
 
     def of_trial(self, trial_id: int, best: bool, stage: str | None = None) -> dict[str, Any]:
         """A trial's latest checkpoint, or its best by the searcher metric (non-finite

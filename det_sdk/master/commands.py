@@ -55,7 +55,9 @@ _TABLES = (
         id INTEGER PRIMARY KEY AUTOINCREMENT, description TEXT NOT NULL,
         config TEXT NOT NULL, state TEXT NOT NULL, archive TEXT NOT NULL,
         allocation TEXT, exit_code INTEGER, exit_status TEXT,
-        created REAL NOT NULL, started REAL, ended REAL)""",
+        created REAL NOT NULL, started REAL, ended REAL,
+        -- who launched it (issue 59's users; NULL: the first admin)
+        owner_id INTEGER)""",
     "CREATE INDEX IF NOT EXISTS commands_by_state ON commands(state)",
     # what `context.fit` in the command reports (det_sdk.session.command): one report per
     # (group, step), a repeat replaces; at most MAX_METRIC_ROWS per command
@@ -67,7 +69,7 @@ _TABLES = (
 #: metric reports kept per command (the oldest go first past it)
 MAX_METRIC_ROWS = 10_000
 _COLUMNS = ("id", "description", "config", "state", "archive", "allocation", "exit_code",
-            "exit_status", "created", "started", "ended")
+            "exit_status", "created", "started", "ended", "owner_id")
 
 
 def exit_status(code: int) -> str:
@@ -101,14 +103,14 @@ class CommandTable:
             r["config"] = json.loads(r["config"])
         return out
 
-    def insert(self, config: dict[str, Any], archive: str) -> int:
-        """A new QUEUED command; its id."""
+    def insert(self, config: dict[str, Any], archive: str, owner_id: int | None = None) -> int:
+        """A new QUEUED command of user ``owner_id``; its id."""
         with self.store.tx() as db:
             cur = db.execute(
-                "INSERT INTO commands (description, config, state, archive, created)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO commands (description, config, state, archive, created, owner_id)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 (config.get("description") or "", json.dumps(config), QUEUED, archive,
-                 time.time()))
+                 time.time(), owner_id))
             assert cur.lastrowid is not None  # an INSERT ran on this cursor
             cmd_id = int(cur.lastrowid)
             if not config.get("description"):  # Determined's default: "Command (<words>)"
@@ -191,8 +193,10 @@ class Commands:
 
     # --- what the routes ask --------------------------------------------------------------
 
-    def create(self, config: dict[str, Any], archive: bytes) -> dict[str, Any]:
-        """Queue a command (``config`` validated: a ``CommandConfig`` dumped as JSON)."""
+    def create(self, config: dict[str, Any], archive: bytes,
+               owner_id: int | None = None) -> dict[str, Any]:
+        """Queue a command (``config`` validated: a ``CommandConfig`` dumped as JSON) of
+        user ``owner_id``."""
         slots = config["resources"]["slots"]
         if self.launcher.kind == "slurm" and slots != 1:
             raise InvalidRequest(f"resources.slots: {slots}: under Slurm a command takes 1 "
@@ -203,7 +207,7 @@ class Commands:
                                  f"({self.launcher.slots}{self.launcher.capacity_note()})")
         path = self._store_archive(KIND, archive)
         try:
-            cmd_id = self.table.insert(config, str(path))
+            cmd_id = self.table.insert(config, str(path), owner_id)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
@@ -475,4 +479,4 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
             "config": row["config"], "exit_code": row["exit_code"],
             "exit_status": row["exit_status"], "created": row["created"],
             "started": row["started"], "ended": row["ended"],
-            "slots": row["config"]["resources"]["slots"]}
+            "slots": row["config"]["resources"]["slots"], "user_id": row.get("owner_id")}

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.config.storage import mask_config_secrets
+from det_sdk.master.accounts import Accounts
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.commands import Commands
@@ -61,7 +62,7 @@ from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
-from det_sdk.master.store import Store
+from det_sdk.master.store import Store, hash_token
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
 from det_sdk.master.webhooks import Webhooks
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
@@ -141,6 +142,8 @@ class Master:
         # `det cmd run` (issue 58): launched by the scheduler's loop from the same slots
         self.commands = Commands(self.store, self.scheduler, self._store_archive,
                                  self.disk_work.submit)
+        # users, sign-in and sign-out (issue 59)
+        self.accounts = Accounts(self.store)
 
     # --- the master itself ----------------------------------------------------------------
 
@@ -256,10 +259,11 @@ class Master:
     # --- experiments ----------------------------------------------------------------------
 
     def create_experiment(self, raw_config: dict[str, Any], model_b64: str,
-                          activate: bool = True) -> int:
+                          activate: bool = True, owner_id: int | None = None) -> int:
         """Validate everything, then store the upload and the experiment with all its
         trials: a refused request writes nothing. ``activate=False``: created PAUSED
-        (Determined's ``det e create --paused``), no trial started."""
+        (Determined's ``det e create --paused``), no trial started. ``owner_id``: the
+        user creating it (None: the first admin)."""
         config = experiment_config(raw_config)
         self._probe_storage(config)
         if config.resources.slots_per_trial > self.launcher.slots:
@@ -278,7 +282,7 @@ class Master:
         try:
             with self._lock:
                 exp_id = self.store.create_experiment_with_trials(stored, str(archive_path),
-                                                                  trials)
+                                                                  trials, owner_id)
                 if not activate:  # under the lock: the scheduler never sees it active
                     self.lifecycle.experiment_event(exp_id, ExperimentEvent.PAUSE)
         except BaseException:
@@ -515,10 +519,13 @@ class Master:
                 for t in trials.values()]
 
     def start_tensorboard(self, experiment_ids: list[int], trial_ids: list[int],
-                          description: str | None = None) -> dict[str, Any]:
-        """A TensorBoard over those trials (``det tensorboard start``), STARTING."""
+                          description: str | None = None,
+                          owner_id: int | None = None) -> dict[str, Any]:
+        """A TensorBoard over those trials (``det tensorboard start``), STARTING;
+        ``owner_id``: the user starting it."""
         sources = self.tensorboard_sources(experiment_ids, trial_ids)
-        return self.tensorboards.start(sources, experiment_ids, trial_ids, description)
+        return self.tensorboards.start(sources, experiment_ids, trial_ids, description,
+                                       owner_id)
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.scheduler.logs_path(kind, task_id)
@@ -528,7 +535,8 @@ class Master:
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def create_job(self, raw_config: dict[str, Any], model_b64: str) -> int:
+    def create_job(self, raw_config: dict[str, Any], model_b64: str,
+                   owner_id: int | None = None) -> int:
         try:
             config = parse_job_config(raw_config)
         except (ValueError, RecursionError) as err:
@@ -541,7 +549,8 @@ class Master:
         archive = _decode_archive(model_b64)
         archive_path = self._store_archive("jobs", archive)
         try:
-            job_id = self.store.create_job(config.model_dump(mode="json"), str(archive_path))
+            job_id = self.store.create_job(config.model_dump(mode="json"), str(archive_path),
+                                           owner_id)
         except BaseException:
             archive_path.unlink(missing_ok=True)
             raise
@@ -581,7 +590,9 @@ class Master:
         j = self.job(job_id)
         keys = ("id", "name", "state", "config", "created", "exit_code", "ended", "restarts")
         row: dict[str, Any] = dict(j)
+        owner = self.store.owner_or_first(row.get("owner_id"))
         return {**{k: row[k] for k in keys}, "output": self._job_output(j),
+                "user_id": owner, "username": self.store.user_names().get(owner, ""),
                 **job_progress(j["state"], j["rows_done"], j["rows_total"], j["rate_rows"],
                                j["rate_at"], j["progress_at"]),
                 "latest_metrics": self.job_records.latest_metrics(job_id)}
@@ -657,8 +668,13 @@ class Master:
     # --- reaches into the store ----------------------------------------------------------
 
     def is_user_token(self, token: str) -> bool:
-        """Whether ``token`` is a user token (from ``det master up``)."""
+        """Whether ``token`` is an active user's token (``det master up``'s, or a
+        sign-in's)."""
         return self.store.is_user_token(token)
+
+    def token_user(self, token: str) -> dict[str, Any] | None:
+        """The active user ``token`` signs in (det_sdk.master.store.users); None: none."""
+        return self.store.token_user(hash_token(token))
 
     def allocation_by_token(self, token: str) -> AllocationRow | None:
         """The allocation whose task holds ``token``, with its state; None: no task's."""

@@ -91,6 +91,9 @@ class ModelRegistry:
         with store.tx() as db:
             for sql in _TABLES:
                 db.execute(sql)
+            # who registered it (issue 59; NULL: the first admin, made before users)
+            if "owner_id" not in {r[1] for r in db.execute("PRAGMA table_info(models)")}:
+                db.execute("ALTER TABLE models ADD COLUMN owner_id INTEGER")
 
     def _model_row(self, row: Any) -> dict[str, Any]:
         out = dict(row)
@@ -103,6 +106,9 @@ class ModelRegistry:
             meta = {"det_sdk_note": f"this model's metadata is {problem}: not shown; "
                                     "delete the model (det model delete) to recreate it"}
         out["metadata"] = meta
+        # its owner by id, shown by the user's current name (Determined's `username`)
+        owner = self.store.owner_or_first(out.get("owner_id"))
+        out["username"] = self.store.user_names().get(owner, "")
         with self.store.tx() as db:
             out["num_versions"] = db.execute(
                 "SELECT COUNT(*) FROM model_versions WHERE model_id = ?", (out["id"],)
@@ -110,7 +116,8 @@ class ModelRegistry:
         return out
 
     def create(self, name: str, description: str = "",
-               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+               metadata: dict[str, Any] | None = None,
+               owner_id: int | None = None) -> dict[str, Any]:
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise InvalidRequest(f"model name {name!r}: expected letters, digits, '.', '_' "
                                  f"or '-' (1-128, starting with a letter or digit)")
@@ -121,9 +128,9 @@ class ModelRegistry:
         with self.store.tx() as db:
             if db.execute("SELECT 1 FROM models WHERE name = ?", (name,)).fetchone():
                 raise Conflict(f"model {name!r} already exists")
-            db.execute("INSERT INTO models (name, description, metadata, created) "
-                       "VALUES (?, ?, ?, ?)",
-                       (name, description or "", meta, time.time()))
+            db.execute("INSERT INTO models (name, description, metadata, created, owner_id) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (name, description or "", meta, time.time(), owner_id))
         return self.get(name)
 
     def get(self, ident: str | int) -> dict[str, Any]:

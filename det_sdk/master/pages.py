@@ -83,7 +83,8 @@ def _next(kind: str, rows: list[Any], limit: int, key: str) -> str | None:
 
 
 def experiment_page(master: Any, limit: int, cursor: str | None,
-                    archived: bool | None = None) -> api.ExperimentPage:
+                    archived: bool | None = None,
+                    owners: list[int] | None = None) -> api.ExperimentPage:
     """The newest experiments first: summaries (state, counts, progress, best metric).
 
     ``master`` is a ``det_sdk.master.core.Master``. One row more than ``limit`` is read
@@ -92,7 +93,8 @@ def experiment_page(master: Any, limit: int, cursor: str | None,
     >>> # page = experiment_page(master, 20, None); experiment_page(master, 20, page.next_cursor)
     """
     before = None if cursor is None else decode_cursor("experiments", cursor)
-    rows, total = master.store.experiment_page(before, limit + 1, archived)
+    rows, total = master.store.experiment_page(before, limit + 1, archived, owners)
+    names = master.store.user_names()
     out = []
     for r in rows[:limit]:
         smaller = r["smaller_is_better"] is None or bool(r["smaller_is_better"])
@@ -101,7 +103,9 @@ def experiment_page(master: Any, limit: int, cursor: str | None,
             ended=r["ended"], searcher=r["searcher"], metric=r["metric"],
             smaller_is_better=smaller, best_metric=r["best_min"] if smaller else r["best_max"],
             progress=r["progress"], num_trials=r["trials"], trial_states=r["trial_states"],
-            archived=bool(r["archived"])))
+            archived=bool(r["archived"]),
+            user_id=master.store.owner_or_first(r["owner_id"]),
+            username=names.get(master.store.owner_or_first(r["owner_id"]), "")))
     return api.ExperimentPage(experiments=out, total=total,
                               next_cursor=_next("experiments", rows, limit, "id"))
 
@@ -171,7 +175,10 @@ def experiment_detail(master: Any, exp_id: int, trials_limit: int) -> api.Experi
         config=mask_config_secrets(exp["config"]),  # never a secret in describe or the UI
         created=exp["created"], trials=trials, progress=progress,
         num_trials=sum(counts.values()), trial_states=counts, trials_next_cursor=next_cursor,
-        archived=bool(exp.get("archived")))
+        archived=bool(exp.get("archived")),
+        user_id=master.store.owner_or_first(exp.get("owner_id")),
+        username=master.store.user_names().get(
+            master.store.owner_or_first(exp.get("owner_id")), ""))
 
 
 # --- jobs and checkpoints ----------------------------------------------------------------
@@ -185,8 +192,11 @@ def job_page(master: Any, limit: int, cursor: str | None) -> api.JobPage:
     before = None if cursor is None else decode_cursor("jobs", cursor)
     rows, total = master.store.job_page(before, limit + 1)
     jobs = []
+    names = master.store.user_names()
     for r in rows[:limit]:
         done, of = r.pop("rows_done"), r.pop("rows_total")
+        r["user_id"] = master.store.owner_or_first(r["user_id"])
+        r["username"] = names.get(r["user_id"], "")
         jobs.append(api.JobSummary(**r, progress=job_progress(r["state"], done, of, None,
                                                                None, None)["progress"]))
     return api.JobPage(jobs=jobs, total=total,
@@ -203,9 +213,12 @@ def checkpoint_page(master: Any, trial_id: int | None, limit: int,
         master.trial(trial_id)  # 404 for an unknown trial
     before = None if cursor is None else decode_cursor("checkpoints", cursor)
     rows, total = master.store.checkpoint_page(trial_id, before, limit + 1)
+    names = master.store.user_names()
     out = []
     for c in rows[:limit]:
+        owner = master.store.owner_or_first(c["owner_id"])
         out.append(api.CheckpointInfo(
+            user_id=owner, username=names.get(owner, ""),
             uuid=c["uuid"], trial_id=c["trial_id"], experiment_id=c["experiment_id"],
             steps_completed=c["steps"], epoch=c["epoch"], batch=c["batch"], size=c["size"],
             metrics=c["metrics"], created=c["created"], stage=c["stage"],

@@ -25,6 +25,7 @@ class ExperimentRow(TypedDict):
     created: float
     ended: float | None
     archived: int  # det experiment archive: left out of lists
+    owner_id: int | None  # its creator (NULL: the first admin, det_sdk.master.store.users)
 
 
 class TrialRow(TypedDict):
@@ -67,6 +68,7 @@ class JobRow(TypedDict):
     rate_alloc: str | None  # the allocation whose first report is the rate's base
     rate_rows: int | None
     rate_at: float | None
+    owner_id: int | None  # its creator (NULL: the first admin)
 
 
 class AllocationRow(TypedDict):
@@ -131,6 +133,7 @@ class ExperimentSummaryRow(TypedDict):
     best_min: float | None  # the lowest and highest best searcher metric of its trials
     best_max: float | None
     archived: int
+    owner_id: int | None  # its creator (NULL: the first admin)
 
 
 class JobSummaryRow(TypedDict):
@@ -144,9 +147,11 @@ class JobSummaryRow(TypedDict):
     slots: int | None
     rows_done: int | None
     rows_total: int | None
+    user_id: int | None  # its creator (NULL: the first admin)
 
 
 class CheckpointListRow(CheckpointRow):
     seq: int  # the row's rowid: insertion order, the key the list pages by
     experiment_id: int | None
     storage: str | None  # its experiment's checkpoint_storage, as JSON text
+    owner_id: int | None  # its experiment's owner (NULL: the first admin)

@@ -162,6 +162,15 @@ class Sessions:
             self._known[key] = entry
             return True
 
+    def user_of(self, session_id: str | None) -> dict[str, Any] | None:
+        """The active user of live session ``session_id`` (None: no such session)."""
+        if not self.valid(session_id):
+            return None
+        assert session_id is not None
+        with self._lock:
+            entry = self._known.get(hash_token(session_id))
+        return None if entry is None else self.store.token_user(entry[0])
+
     def revoke(self, session_id: str | None) -> None:
         """End the session (sign-out): its id works nowhere any more."""
         if session_id:

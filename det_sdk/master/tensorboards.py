@@ -188,7 +188,7 @@ class TensorBoards:
     # --- what the routes call ------------------------------------------------------------
 
     def start(self, sources: list[Source], experiment_ids: list[int], trial_ids: list[int],
-              description: str | None = None) -> dict[str, Any]:
+              description: str | None = None, owner_id: int | None = None) -> dict[str, Any]:
         """Start a TensorBoard over ``sources``; its record (STARTING)."""
         if not sources:
             raise InvalidRequest("experiment_ids, trial_ids: no trials to show")
@@ -208,7 +208,10 @@ class TensorBoards:
             if live >= MAX_LIVE:
                 raise Conflict(f"{live} TensorBoards run on this master, its limit: "
                                "det tensorboard kill one first")
-            return self._spawn(spec, sources, experiment_ids, trial_ids, description)
+            rec = self._spawn(spec, sources, experiment_ids, trial_ids, description)
+            self._records[rec["id"]]["user_id"] = owner_id  # who started it (issue 59)
+            self._save()
+            return {**rec, "user_id": owner_id}
 
     def _spawn(self, spec: str, sources: list[Source], experiment_ids: list[int],
                trial_ids: list[int], description: str | None) -> dict[str, Any]:

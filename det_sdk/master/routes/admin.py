@@ -17,6 +17,7 @@ from det_sdk import api
 from det_sdk.master.core import Master
 from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue, running_tasks
 from det_sdk.master.experiment_continue import continue_experiment
+from det_sdk.master.permissions import may_change
 from det_sdk.master.routes.common import Dependency, Id, Principal, read_log
 
 __all__ = ["admin_router"]
@@ -99,7 +100,12 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
     @router.delete("/api/v1/checkpoints")
     def delete_checkpoints(body: CheckpointDeletion,
                            p: Principal = Depends(user)) -> dict[str, list[str]]:
-        """Delete checkpoints, files and records (none if one cannot go)."""
+        """Delete checkpoints, files and records (none if one cannot go); a user's own
+        only (its trial's experiment's owner), an admin's any."""
+        for uuid in body.uuids:
+            owner = master.accounts.owner_of("checkpoint", uuid)
+            if owner is not False:  # an unknown one: delete_checkpoints names it (404)
+                may_change(p, int(owner), f"checkpoint {uuid}")
         return {"removed": admin.delete_checkpoints(body.uuids)}
 
     @router.get("/api/v1/master/logs")

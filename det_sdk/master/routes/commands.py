@@ -60,7 +60,7 @@ def commands_router(master: Master, principal: Dependency, user: Dependency) -> 
         except (ConfigError, RecursionError) as err:
             raise InvalidRequest(str(err)) from None
         archive = decode_files(req.files)
-        return {"command": master.commands.create(config, archive)}
+        return {"command": master.commands.create(config, archive, p.user_id)}
 
     @router.get("/api/v1/commands")
     def list_commands(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:

@@ -82,6 +82,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 class Principal:
     kind: str  # "user" | "task"
     allocation: Mapping[str, Any] | None = None  # a task's: its AllocationRow
+    # a user's (det_sdk.master.accounts): who, and whether an admin
+    user_id: int | None = None
+    username: str = ""
+    admin: bool = False
 
 
 def authenticate(master: Master, header: str) -> Principal:
@@ -93,8 +97,10 @@ def authenticate(master: Master, header: str) -> Principal:
     if not header.lower().startswith("bearer "):
         raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)")
     token = header[7:].strip()
-    if master.is_user_token(token):
-        return Principal("user")
+    user = master.token_user(token)
+    if user is not None:
+        return Principal("user", user_id=user["id"], username=user["username"],
+                         admin=user["admin"])
     alloc = master.allocation_by_token(token)
     if alloc is None:
         raise HTTPException(401, "unknown token")

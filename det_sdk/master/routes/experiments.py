@@ -7,8 +7,9 @@ user's token only.
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from det_sdk import api
@@ -35,7 +36,8 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
     @router.post("/api/v1/experiments", status_code=201)
     def create_experiment(req: api.CreateExperimentRequest,
                           p: Principal = Depends(user)) -> api.CreateExperimentResponse:
-        exp_id = master.create_experiment(req.config, req.model_definition, req.activate)
+        exp_id = master.create_experiment(req.config, req.model_definition, req.activate,
+                                          owner_id=p.user_id)
         ignored = ignored_fields(req.config)  # accepted: the config validated above
         warnings = [ignored_fields_warning(ignored)] if ignored else []
         warnings += launch_warnings(parse_experiment_config(req.config))
@@ -46,10 +48,17 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
     @router.get("/api/v1/experiments", response_model=api.ExperimentPage)
     def list_experiments(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,
                          archived: bool | None = None,
+                         users: Annotated[list[str] | None,
+                                          Query(max_length=100)] = None,
                          p: Principal = Depends(user)) -> Response:
         """The newest experiments first, as summaries; `next_cursor` continues.
-        `archived`: only the archived (true) or the others (false); absent: all."""
-        return as_json(experiment_page(master, limit, cursor, archived))
+        `archived`: only the archived (true) or the others (false); absent: all.
+        `users`: only those these users own (Determined's filter, by name)."""
+        owners = None
+        if users is not None:
+            ids = {u["username"]: u["id"] for u in master.accounts.users()}
+            owners = [ids[name] for name in users if name in ids]
+        return as_json(experiment_page(master, limit, cursor, archived, owners))
 
     @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
     def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,

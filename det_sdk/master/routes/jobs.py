@@ -41,7 +41,7 @@ def jobs_router(master: Master, principal: Dependency, user: Dependency) -> APIR
 
     @router.post("/api/v1/jobs", status_code=201)
     def create_job(req: api.CreateJobRequest, p: Principal = Depends(user)) -> dict[str, int]:
-        return {"id": master.create_job(req.config, req.model_definition)}
+        return {"id": master.create_job(req.config, req.model_definition, p.user_id)}
 
     @router.get("/api/v1/jobs", response_model=api.JobPage)
     def list_jobs(limit: Limit = api.DEFAULT_PAGE_LIMIT, cursor: Cursor = None,

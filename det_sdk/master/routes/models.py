@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk.master.models import ModelRegistry
+from det_sdk.master.routes.common import Principal
 
 __all__ = ["models_router"]
 
@@ -38,8 +39,8 @@ def models_router(master: Any, user: Any) -> APIRouter:
     router = APIRouter(prefix="/api/v1/models", dependencies=[Depends(user)])
 
     @router.post("")
-    def create_model(body: CreateModel) -> dict[str, Any]:
-        return registry.create(body.name, body.description, body.metadata)
+    def create_model(body: CreateModel, p: Principal = Depends(user)) -> dict[str, Any]:
+        return registry.create(body.name, body.description, body.metadata, p.user_id)
 
     @router.get("")
     def list_models() -> dict[str, Any]:

@@ -28,29 +28,35 @@ def tensorboards_router(master: Master, user: Dependency) -> APIRouter:
     """The TensorBoard routes over ``master``, for the user's token."""
     router = APIRouter()
 
+    def info(rec: dict[str, Any]) -> api.TensorBoardInfo:
+        # its owner by id, shown by the user's current name
+        owner, name = master.accounts.owner(rec.get("user_id"))
+        return api.TensorBoardInfo(**{**rec, "user_id": owner, "username": name})
+
     @router.post("/api/v1/tensorboards", status_code=201)
     def launch(req: api.LaunchTensorBoardRequest,
                p: Principal = Depends(user)) -> dict[str, api.TensorBoardInfo]:
         """Start TensorBoard over the trials' event files; STARTING until it serves (poll
         ``GET /api/v1/tensorboards/{id}``). 404 names an unknown experiment or trial."""
-        rec = master.start_tensorboard(req.experiment_ids, req.trial_ids, req.description)
-        return {"tensorboard": api.TensorBoardInfo(**rec)}
+        rec = master.start_tensorboard(req.experiment_ids, req.trial_ids, req.description,
+                                       p.user_id)
+        return {"tensorboard": info(rec)}
 
     @router.get("/api/v1/tensorboards")
     def list_tensorboards(p: Principal = Depends(user)) -> dict[str, list[api.TensorBoardInfo]]:
         """Every TensorBoard the master knows, oldest first (the newest 100 ended ones)."""
-        return {"tensorboards": [api.TensorBoardInfo(**r) for r in master.tensorboards.list()]}
+        return {"tensorboards": [info(r) for r in master.tensorboards.list()]}
 
     @router.get("/api/v1/tensorboards/{tb_id}")
     def get_tensorboard(tb_id: TbId, p: Principal = Depends(user)
                         ) -> dict[str, api.TensorBoardInfo]:
-        return {"tensorboard": api.TensorBoardInfo(**master.tensorboards.get(tb_id))}
+        return {"tensorboard": info(master.tensorboards.get(tb_id))}
 
     @router.post("/api/v1/tensorboards/{tb_id}/kill")
     def kill_tensorboard(tb_id: TbId, p: Principal = Depends(user)
                          ) -> dict[str, api.TensorBoardInfo]:
         """Stop it (TERMINATED once its process is gone); an ended one is left as it is."""
-        return {"tensorboard": api.TensorBoardInfo(**master.tensorboards.kill(tb_id))}
+        return {"tensorboard": info(master.tensorboards.kill(tb_id))}
 
     @router.get("/api/v1/tensorboards/{tb_id}/logs")
     def tensorboard_logs(tb_id: TbId, offset: int = Query(0, ge=0, le=api.MAX_INT),

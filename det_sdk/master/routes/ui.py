@@ -8,11 +8,14 @@ JSON answers) is ``det_sdk.master.ui.web``; the rules are in ``det_sdk.master.ui
 
 from __future__ import annotations
 
+import html
 import urllib.parse
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
+from det_sdk.master.accounts import TooManyAttempts, Unauthenticated
 from det_sdk.master.core import Master
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.web import (
@@ -64,6 +67,8 @@ def ui_router(master: Master, sessions: Sessions) -> APIRouter:
     @router.post("/ui/signin")
     async def signin(request: Request) -> Response:
         form = urllib.parse.parse_qs((await small_body(request)).decode("utf-8", "replace"))
+        if "username" in form:  # by name and password (issue 59), limited as the API's
+            return await run_in_threadpool(_password_signin, request, form)
         token = (form.get("token") or [""])[0].strip()
         if master.is_user_token(token):
             return auth.with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
@@ -71,6 +76,19 @@ def ui_router(master: Master, sessions: Sessions) -> APIRouter:
             return signin_html("That is a task's token: only a user token signs in.", 403)
         return signin_html("Unknown token. <code>det ui</code> prints a sign-in link; the "
                            "token is in <code>~/.det/credentials.json</code>.", 401)
+
+    def _password_signin(request: Request, form: dict[str, list[str]]) -> Response:
+        username = (form.get("username") or [""])[0].strip()
+        password = (form.get("password") or [""])[0]
+        address = request.client.host if request.client else "unknown"
+        try:
+            token, _ = master.accounts.login(username, password, address, ui=True)
+        except TooManyAttempts as err:
+            return signin_html(html.escape(str(err)), 429)
+        except Unauthenticated:
+            return signin_html("Wrong user name or password (or the user is "
+                               "deactivated).", 401)
+        return auth.with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
 
     @router.post("/ui/signout")
     def signout(request: Request) -> Response:

@@ -60,7 +60,7 @@ class CheckpointTables(Database):
             where, args = f"c.trial_id = ? AND {where}", [trial_id, *args]
         with self._lock:
             rows = [row(r) for r in self._db.execute(
-                "SELECT c.rowid AS seq, c.*, t.experiment_id,"
+                "SELECT c.rowid AS seq, c.*, t.experiment_id, e.owner_id,"
                 " json_extract(e.config, '$.checkpoint_storage') AS storage"
                 " FROM checkpoints c LEFT JOIN trials t ON t.id = c.trial_id"
                 f" LEFT JOIN experiments e ON e.id = t.experiment_id WHERE {where}"

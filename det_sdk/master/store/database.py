@@ -66,6 +66,11 @@ CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT
 CREATE TABLE IF NOT EXISTS ui_sessions (
     id TEXT PRIMARY KEY, token TEXT NOT NULL, created REAL NOT NULL, last_seen REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS users (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, username TEXT NOT NULL UNIQUE,
+    admin INTEGER NOT NULL DEFAULT 0, active INTEGER NOT NULL DEFAULT 1, password TEXT,
+    display_name TEXT, created REAL NOT NULL
+);
 """
 
 # Columns added after a table was first released: added to older databases on open.
@@ -93,10 +98,18 @@ _ADDED_COLUMNS = {
     # activate while it still stops); the chief's latest progress report (rows, where its
     # output goes, when) and the first report of the current allocation (the rate's base)
     # det experiment archive (det_sdk.master.experiment_admin): left out of lists
-    "experiments": ("archived INTEGER NOT NULL DEFAULT 0",),
+    "experiments": ("archived INTEGER NOT NULL DEFAULT 0",
+                    # det_sdk.master.store.users: who created it (NULL: the first admin)
+                    "owner_id INTEGER"),
     "jobs": ("restarts INTEGER NOT NULL DEFAULT 0", "reactivate INTEGER NOT NULL DEFAULT 0",
              "rows_done INTEGER", "rows_total INTEGER", "output TEXT", "progress_at REAL",
-             "rate_alloc TEXT", "rate_rows INTEGER", "rate_at REAL"),
+             "rate_alloc TEXT", "rate_rows INTEGER", "rate_at REAL",
+             # who created it (NULL: the first admin, det_sdk.master.store.users)
+             "owner_id INTEGER"),
+    # the user a token signs in (NULL: the master's own token, the first admin's)
+    "user_tokens": ("user_id INTEGER",
+                    # minted for a web UI sign-in by password: it ends with its sessions
+                    "ui INTEGER NOT NULL DEFAULT 0"),
 }
 _JSON_COLUMNS = ("config", "hparams", "metrics")
 

@@ -38,15 +38,17 @@ class ExperimentTables(Database):
                    config.get("name"), config_json(config), exp_id)
 
     def create_experiment_with_trials(
-        self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]]
+        self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]],
+        owner_id: int | None = None,
     ) -> int:
         """An experiment and all its trials (``hparams``, ``seed``, ``bracket``, ``target``),
-        in one transaction: a crash leaves all of them or none."""
+        in one transaction: a crash leaves all of them or none. ``owner_id``: the user who
+        created it (None: the first admin)."""
         with self.tx() as db:
             cur = db.execute(
-                "INSERT INTO experiments (name, config, state, archive, created)"
-                " VALUES (?, ?, 'ACTIVE', ?, ?)",
-                (config.get("name"), config_json(config), archive, time.time()),
+                "INSERT INTO experiments (name, config, state, archive, created, owner_id)"
+                " VALUES (?, ?, 'ACTIVE', ?, ?, ?)",
+                (config.get("name"), config_json(config), archive, time.time(), owner_id),
             )
             exp_id = inserted(cur)
             for t in trials:
@@ -69,12 +71,13 @@ class ExperimentTables(Database):
     # OFFSET would read and drop every row before the page.
 
     def experiment_page(self, before_id: int | None, limit: int,
-                        archived: bool | None = None
+                        archived: bool | None = None, owners: list[int] | None = None
                         ) -> tuple[list[ExperimentSummaryRow], int]:
         """Up to ``limit`` experiments with ids below ``before_id`` (from the newest if
         None), newest first, each with its trials' counts by state, mean progress and best
         metrics; and how many experiments there are. Three statements. ``archived``:
-        only the archived (True) or the others (False); None: all.
+        only the archived (True) or the others (False); None: all. ``owners``: only
+        those of these user ids (an owner NULL is the first admin, 1); None: all.
 
         >>> from det_sdk.master.store import Store
         >>> s = Store(":memory:")
@@ -84,14 +87,18 @@ class ExperimentTables(Database):
         (['z', 'y'], 3)
         """
         archived_filter = "" if archived is None else " AND archived = ?"
-        archived_arg = () if archived is None else (int(archived),)
+        archived_arg: tuple[int, ...] = () if archived is None else (int(archived),)
+        if owners is not None:
+            archived_filter += (" AND COALESCE(owner_id, 1) IN"
+                                f" ({', '.join('?' for _ in owners) or 'NULL'})")
+            archived_arg += tuple(owners)
         with self._lock:
             exps = [dict(r) for r in self._db.execute(
                 "SELECT id, name, state, created, ended,"
                 " json_extract(config, '$.searcher.name') AS searcher,"
                 " json_extract(config, '$.searcher.metric') AS metric,"
                 " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better,"
-                " archived FROM experiments WHERE id < ?"
+                " archived, owner_id FROM experiments WHERE id < ?"
                 f"{archived_filter} ORDER BY id DESC LIMIT ?",
                 (before(before_id), *archived_arg, limit))]
             aggregates = self._db.execute(

@@ -22,12 +22,13 @@ class JobTables(Database):
 
     # --- jobs ---------------------------------------------------------------------------
 
-    def create_job(self, config: dict[str, Any], archive: str) -> int:
+    def create_job(self, config: dict[str, Any], archive: str,
+                   owner_id: int | None = None) -> int:
         with self.tx() as db:
             cur = db.execute(
-                "INSERT INTO jobs (name, config, state, archive, created)"
-                " VALUES (?, ?, 'QUEUED', ?, ?)",
-                (config.get("name"), config_json(config), archive, time.time()),
+                "INSERT INTO jobs (name, config, state, archive, created, owner_id)"
+                " VALUES (?, ?, 'QUEUED', ?, ?, ?)",
+                (config.get("name"), config_json(config), archive, time.time(), owner_id),
             )
             return inserted(cur)
 
@@ -51,7 +52,7 @@ class JobTables(Database):
                 "SELECT id, name, state, exit_code, created, ended,"
                 " json_extract(config, '$.entrypoint_script') AS entrypoint,"
                 " json_extract(config, '$.resources.slots') AS slots,"
-                " rows_done, rows_total"
+                " rows_done, rows_total, owner_id AS user_id"
                 " FROM jobs WHERE id < ? ORDER BY id DESC LIMIT ?",
                 (before(before_id), limit))]
             (total,) = self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()

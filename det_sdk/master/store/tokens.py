@@ -5,35 +5,24 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from det_sdk.master.store.database import Database, hash_token
+from det_sdk.master.store.database import hash_token
+from det_sdk.master.store.users import UserTables
 
 __all__ = ["TokenTables"]
 
 
-class TokenTables(Database):
-    """The ``user_tokens`` and ``ui_sessions`` tables."""
+class TokenTables(UserTables):
+    """The ``user_tokens`` and ``ui_sessions`` tables (each token a user's:
+    det_sdk.master.store.users, which adds them)."""
 
     # --- tokens -----------------------------------------------------------------------
-
-    def add_user_token(self, token: str) -> None:
-        hashed = hash_token(token)
-        with self.tx() as db:
-            # tokens stored in clear by earlier versions go: the token file re-adds its own
-            db.execute("DELETE FROM user_tokens WHERE token NOT LIKE 'sha256:%'")
-            db.execute("INSERT OR IGNORE INTO user_tokens VALUES (?, ?)", (hashed, time.time()))
-        self._user_tokens.add(hashed)
 
     def is_user_token(self, token: str) -> bool:
         return self.is_user_token_hash(hash_token(token))
 
     def is_user_token_hash(self, hashed: str) -> bool:
-        """Whether ``hashed`` (``hash_token`` of a token) is a user token's."""
-        if hashed in self._user_tokens:
-            return True
-        if self._one("SELECT 1 AS ok FROM user_tokens WHERE token = ?", hashed) is not None:
-            self._user_tokens.add(hashed)
-            return True
-        return False
+        """Whether ``hashed`` (``hash_token`` of a token) is an active user's token."""
+        return self.token_user(hashed) is not None
 
     # --- web UI sessions (det_sdk.master.security.Sessions): ids and tokens hashed ------
 
@@ -47,9 +36,37 @@ class TokenTables(Database):
         self._exec("UPDATE ui_sessions SET last_seen = ? WHERE id = ?", now, key)
 
     def delete_ui_session(self, key: str) -> None:
-        self._exec("DELETE FROM ui_sessions WHERE id = ?", key)
+        with self.tx() as db:
+            db.execute("DELETE FROM ui_sessions WHERE id = ?", (key,))
+            gone = self._orphan_ui_tokens(db)
+        self._forget(gone)
 
     def prune_ui_sessions(self, idle_before: float, created_before: float) -> None:
-        """Forget sessions unused since ``idle_before`` or opened before ``created_before``."""
-        self._exec("DELETE FROM ui_sessions WHERE last_seen < ? OR created < ?",
-                    idle_before, created_before)
+        """Forget sessions unused since ``idle_before`` or opened before ``created_before``
+        (and the tokens of web UI sign-ins that no session uses any more)."""
+        with self.tx() as db:
+            db.execute("DELETE FROM ui_sessions WHERE last_seen < ? OR created < ?",
+                       (idle_before, created_before))
+            gone = self._orphan_ui_tokens(db)
+        self._forget(gone)
+
+    def _forget(self, hashes: list[str]) -> None:
+        """Ended tokens leave the cache of who each token signs in."""
+        gone = set(hashes)
+        if gone:
+            self._tokens_changed(lambda uid: False)
+            with self._users_lock:
+                self._token_uids = {h: u for h, u in self._token_uids.items()
+                                    if h not in gone}
+
+    @staticmethod
+    def _orphan_ui_tokens(db: Any) -> list[str]:
+        """Delete the web UI sign-ins' tokens that no session uses; their hashes. A token
+        younger than a minute stays: its session is being opened (nobody but the
+        master ever held it, so one left over a little longer hands out nothing)."""
+        where = ("ui = 1 AND created < ? AND token NOT IN (SELECT token FROM ui_sessions)",
+                 (time.time() - 60,))
+        gone = [r[0] for r in db.execute(f"SELECT token FROM user_tokens WHERE {where[0]}",
+                                         where[1])]
+        db.execute(f"DELETE FROM user_tokens WHERE {where[0]}", where[1])
+        return gone

@@ -85,6 +85,7 @@ class Views:
             "best": e.best_metric, "trials": e.num_trials,
             "running": sum(e.trial_states.get(s, 0) for s in RUNNING),
             "progress": e.progress, "created": e.created, "age": now - e.created,
+            "owner": e.username,
         } for e in page.experiments]
         return {"experiments": rows, "total": page.total, "next_cursor": page.next_cursor}
 

@@ -229,10 +229,18 @@ def signin_html(message: str | None, status: int) -> HTMLResponse:
 <link rel="stylesheet" href="/ui/static/style.css"></head>
 <body class="signin"><main class="card">
 <h1>det_sdk</h1>
-<p>Run <code>det ui</code> for a link that signs you in, or paste your user token.</p>
+<p>Sign in with your user name and password, run <code>det ui</code> for a link that
+signs you in, or paste your user token.</p>
 {note}
 <form method="post" action="/ui/signin">
-<label>User token <input type="password" name="token" id="token" autocomplete="off"
+<label>User name <input type="text" name="username" id="username" autocomplete="username"
  required autofocus></label>
+<label>Password <input type="password" name="password" id="password"
+ autocomplete="current-password" required></label>
+<button type="submit" id="signin-password">Sign in</button>
+</form>
+<form method="post" action="/ui/signin">
+<label>User token <input type="password" name="token" id="token" autocomplete="off"
+ required></label>
 <button type="submit" id="signin">Sign in</button>
 </form></main></body></html>""")

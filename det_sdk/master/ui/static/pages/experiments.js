@@ -1,4 +1,4 @@
-// The experiments list: state, progress, searcher, best metric, trials, age;
+// The experiments list: state, progress, searcher, best metric, trials, age, owner;
 // filter by text and state, sort by any column, pause / activate / kill.
 // The newest PAGE experiments load first ("Show more" adds older ones): what the page
 // costs does not grow with the master's history. Filter and sort apply to those loaded.
@@ -11,6 +11,7 @@ import { compareHash } from "./compare.js";
 const COLUMNS = [
   ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
   ["searcher", "Searcher"], ["best", "Best metric"], ["trials", "Trials"], ["created", "Age"],
+  ["owner", "Owner"],
 ];
 
 const FIRST_ROWS = 60;
@@ -30,6 +31,7 @@ function rowHtml(r) {
         ${num(r.best)} <span class="muted">${esc(r.metric)}</span></td>
       <td>${r.running ? `${r.running} running / ` : ""}${r.trials}</td>
       <td title="${isoTime(r.created)}">${age(r.created)}</td>
+      <td class="owner">${esc(r.owner)}</td>
       <td>${actionButtons(r)}</td>
       <td><input type="checkbox" class="cmp-pick" data-id="${r.id}"
         title="compare experiment ${r.id}" ${picked.has(r.id) ? "checked" : ""}></td></tr>`;
@@ -67,7 +69,7 @@ export async function render(main) {
     const text = filter.text.toLowerCase();
     const shown = sortRows(rows.filter((r) =>
       (!filter.state || r.state === filter.state) &&
-      (!text || `${r.id} ${r.name ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
+      (!text || `${r.id} ${r.name ?? ""} ${r.owner ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
         .toLowerCase().includes(text))), sort.key, sort.dir, (r, k) => r[k]);
     table.tHead.innerHTML = `<tr>${COLUMNS.map(([k, l]) => headerCell(k, l, sort)).join("")}
       <th>Actions</th><th title="tick to compare">Compare</th></tr>`;

@@ -1,0 +1,332 @@
+"""Who may call each route: one table, :data:`RULES`, and one check, :func:`check`,
+run before every route by the app-wide dependency :func:`permission_dependency`.
+
+The rule until roles exist (issue 59; roles replace :func:`check`'s body and the table's
+values, not its shape):
+
+- an **admin** may do everything;
+- any other **user** may see everything, and change (kill, pause, archive, delete, edit)
+  only what they own: a 403 names what they lack;
+- user management is for admins, except one's own password and ``whoami``;
+- a **task**'s token keeps its narrow rights: the routes marked ``TOKEN``, where the
+  route itself holds it to its own trial and allocation (routes.common.own_trial).
+
+A route missing from the table is refused (fail closed), and
+tests/integration/test_permissions.py walks the app's routes so that a new route
+without a rule fails the tests.
+
+>>> RULES[("POST", "/api/v1/experiments/{exp_id}/kill")]
+Owner(kind='experiment', param='exp_id')
+>>> rule_for("GET", "/api/v1/experiments")
+'user'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+
+from det_sdk.master.core import Master
+from det_sdk.master.errors import RequestError
+from det_sdk.master.routes.common import Principal, authenticate
+from det_sdk.master.security import Sessions
+from det_sdk.master.ui.web import COOKIE
+
+__all__ = ["ADMIN", "PUBLIC", "RULES", "TOKEN", "USER", "Forbidden", "Owner", "Self",
+           "check", "may_change", "permission_dependency", "route_rules", "rule_for"]
+
+#: anyone, no token (the route checks what it needs itself: sign-in, static files)
+PUBLIC = "public"
+#: any valid token, a task's included (the route holds a task to its own trial)
+TOKEN = "token"
+#: any active user: to see
+USER = "user"
+#: admins only
+ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An admin, or the user who owns the ``kind`` named by path parameter ``param``."""
+
+    kind: str  # experiment | trial | job | model | tensorboard | command
+    param: str
+
+
+@dataclass(frozen=True)
+class Self:
+    """An admin, or the user whose id is path parameter ``param``."""
+
+    param: str
+
+
+Rule = str | Owner | Self
+
+
+class Forbidden(RequestError):
+    """A caller who may not do this: 403, naming what they lack."""
+
+    default_status = 403
+
+
+_EXP = Owner("experiment", "exp_id")
+_TRIAL = Owner("trial", "trial_id")
+_JOB = Owner("job", "job_id")
+_MODEL = Owner("model", "ident")
+_TB = Owner("tensorboard", "tb_id")
+_CMD = Owner("command", "cmd_id")
+
+#: (method, route path) -> rule
+RULES: dict[tuple[str, str], Rule] = {
+    # the master itself, its documents, the web UI's pages and sign-in
+    ("GET", "/health"): PUBLIC,
+    ("GET", "/openapi.json"): PUBLIC,  # the route asks for a user token or UI session
+    ("GET", "/docs"): PUBLIC,  # the same
+    ("GET", "/api/v1/master"): TOKEN,
+    ("GET", "/api/v1/master/logs"): USER,
+    ("GET", "/"): PUBLIC,
+    ("GET", "/ui"): PUBLIC,
+    ("GET", "/ui/"): PUBLIC,  # the page checks the session
+    ("GET", "/ui/signin"): PUBLIC,
+    ("POST", "/ui/signin"): PUBLIC,
+    ("POST", "/ui/signout"): PUBLIC,
+    ("GET", "/ui/static/{name:path}"): PUBLIC,
+    ("POST", "/ui/api/signin-codes"): PUBLIC,  # the route asks for a user token
+    # users (det_sdk.master.routes.users)
+    ("POST", "/api/v1/auth/login"): PUBLIC,
+    ("POST", "/api/v1/auth/logout"): USER,
+    ("GET", "/api/v1/me"): USER,
+    ("GET", "/api/v1/users"): USER,
+    ("POST", "/api/v1/users"): ADMIN,
+    ("GET", "/api/v1/users/{user_id}"): USER,
+    ("GET", "/api/v1/users/{username}/by-username"): USER,
+    ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
+    ("POST", "/api/v1/users/{user_id}/password"): Self("user_id"),
+    # experiments
+    ("POST", "/api/v1/experiments"): USER,
+    ("GET", "/api/v1/experiments"): USER,
+    ("GET", "/api/v1/experiments/{exp_id}"): USER,
+    ("GET", "/api/v1/experiments/{exp_id}/trials"): USER,
+    ("POST", "/api/v1/experiments/{exp_id}/pause"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/activate"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/kill"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/archive"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/unarchive"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/cancel"): _EXP,
+    ("POST", "/api/v1/experiments/{exp_id}/continue"): _EXP,
+    ("PATCH", "/api/v1/experiments/{exp_id}"): _EXP,
+    ("DELETE", "/api/v1/experiments/{exp_id}"): _EXP,
+    # trials: a task reports for its own trial only (the routes check)
+    ("GET", "/api/v1/trials/{trial_id}"): TOKEN,
+    ("GET", "/api/v1/trials/{trial_id}/metrics"): TOKEN,
+    ("GET", "/api/v1/trials/{trial_id}/checkpoints"): TOKEN,
+    ("GET", "/api/v1/trials/{trial_id}/logs"): USER,
+    ("GET", "/api/v1/trials/{trial_id}/files"): USER,
+    ("POST", "/api/v1/trials/{trial_id}/kill"): _TRIAL,
+    ("POST", "/api/v1/trials/{trial_id}/metrics"): TOKEN,
+    ("POST", "/api/v1/trials/{trial_id}/progress"): TOKEN,
+    ("GET", "/api/v1/trials/{trial_id}/searcher/operation"): TOKEN,
+    ("POST", "/api/v1/trials/{trial_id}/searcher/completed_operation"): TOKEN,
+    # checkpoints (DELETE: the route checks each checkpoint's owner, may_change)
+    ("POST", "/api/v1/checkpoints"): TOKEN,
+    ("GET", "/api/v1/checkpoints"): TOKEN,
+    ("GET", "/api/v1/checkpoints/{uuid}"): TOKEN,
+    ("GET", "/api/v1/checkpoints/{uuid}/download"): TOKEN,
+    ("DELETE", "/api/v1/checkpoints"): USER,
+    # a task's allocation (the routes hold a task to its own)
+    ("GET", "/api/v1/allocations/{alloc_id}/signals/preemption"): TOKEN,
+    ("POST", "/api/v1/allocations/{alloc_id}/signals/ack_preemption"): TOKEN,
+    ("POST", "/api/v1/allocations/{alloc_id}/progress"): TOKEN,
+    ("POST", "/api/v1/allocations/{alloc_id}/metrics"): TOKEN,
+    # batch jobs, the queue, tasks
+    ("POST", "/api/v1/jobs"): USER,
+    ("GET", "/api/v1/jobs"): USER,
+    ("GET", "/api/v1/jobs/{job_id}"): USER,
+    ("GET", "/api/v1/jobs/{job_id}/logs"): USER,
+    ("GET", "/api/v1/jobs/{job_id}/files"): USER,
+    ("POST", "/api/v1/jobs/{job_id}/pause"): _JOB,
+    ("POST", "/api/v1/jobs/{job_id}/activate"): _JOB,
+    ("POST", "/api/v1/jobs/{job_id}/kill"): _JOB,
+    ("GET", "/api/v1/job-queue"): USER,
+    ("GET", "/api/v1/tasks"): USER,
+    # the model registry
+    ("POST", "/api/v1/models"): USER,
+    ("GET", "/api/v1/models"): USER,
+    ("GET", "/api/v1/models/{ident}"): USER,
+    ("DELETE", "/api/v1/models/{ident}"): _MODEL,
+    ("POST", "/api/v1/models/{ident}/versions"): _MODEL,
+    ("GET", "/api/v1/models/{ident}/versions"): USER,
+    ("GET", "/api/v1/models/{ident}/versions/{version}"): USER,
+    # TensorBoards
+    ("POST", "/api/v1/tensorboards"): USER,
+    ("GET", "/api/v1/tensorboards"): USER,
+    ("GET", "/api/v1/tensorboards/{tb_id}"): USER,
+    ("POST", "/api/v1/tensorboards/{tb_id}/kill"): _TB,
+    ("GET", "/api/v1/tensorboards/{tb_id}/logs"): USER,
+    # the web UI's data (det_sdk.master.routes.ui_data)
+    ("GET", "/ui/api/experiments"): USER,
+    ("GET", "/ui/api/experiments/{exp_id}"): USER,
+    ("GET", "/ui/api/experiments/{exp_id}/curves"): USER,
+    ("POST", "/ui/api/experiments/{exp_id}/{verb}"): _EXP,
+    ("GET", "/ui/api/trials/{trial_id}"): USER,
+    ("GET", "/ui/api/trials/{trial_id}/metrics"): USER,
+    ("GET", "/ui/api/trials/{trial_id}/logs"): USER,
+    ("GET", "/ui/api/checkpoints/{uuid}/download"): USER,
+    ("GET", "/ui/api/jobs"): USER,
+    ("GET", "/ui/api/models"): USER,
+    ("GET", "/ui/api/jobs/{job_id}"): USER,
+    ("GET", "/ui/api/jobs/{job_id}/metrics"): USER,
+    ("POST", "/ui/api/jobs/{job_id}/{verb}"): _JOB,
+    ("GET", "/ui/api/jobs/{job_id}/logs"): USER,
+    ("GET", "/ui/api/tensorboard-dirs"): USER,
+    ("POST", "/ui/api/tensorboards"): USER,
+    ("GET", "/ui/api/tensorboards"): USER,
+    # webhooks (issue 60): every experiment's events, URLs that may hold credentials:
+    # admins manage and list them until workspaces scope them; a task sends its own
+    # trial's custom alert (the route holds it to its trial)
+    ("GET", "/api/v1/webhooks"): ADMIN,
+    ("POST", "/api/v1/webhooks"): ADMIN,
+    ("GET", "/api/v1/webhooks/deliveries"): ADMIN,
+    ("POST", "/api/v1/webhooks/custom"): TOKEN,
+    ("DELETE", "/api/v1/webhooks/{webhook_id:int}"): ADMIN,
+    ("PATCH", "/api/v1/webhooks/{webhook_id:int}"): ADMIN,
+    ("POST", "/api/v1/webhooks/{webhook_id:int}/test"): ADMIN,
+    # commands (issue 58): a command reports its own metrics (the route holds it to its own)
+    ("POST", "/api/v1/commands"): USER,
+    ("GET", "/api/v1/commands"): USER,
+    ("GET", "/api/v1/commands/{cmd_id}"): USER,
+    ("POST", "/api/v1/commands/{cmd_id}/kill"): _CMD,
+    ("POST", "/api/v1/commands/{cmd_id}/metrics"): TOKEN,
+    ("GET", "/api/v1/commands/{cmd_id}/files"): USER,
+    ("GET", "/api/v1/commands/{cmd_id}/logs"): USER,
+    # a trial's log as records; the Prometheus scrape; experiments compared (issue 60)
+    ("GET", "/api/v1/trials/{trial_id}/logs/records"): USER,
+    ("GET", "/ui/api/trials/{trial_id}/log-records"): USER,
+    ("GET", "/prom/det-state-metrics"): USER,
+    ("GET", "/api/v1/compare"): USER,
+    ("GET", "/ui/api/compare"): USER,
+}
+
+
+def rule_for(method: str, path: str) -> Rule | None:
+    """The rule of route ``path`` (its template) for ``method`` (HEAD as GET)."""
+    return RULES.get(("GET" if method == "HEAD" else method, path))
+
+
+def route_rules(app: FastAPI) -> Iterator[tuple[str, str, Rule | None]]:
+    """Every (method, path, rule) of ``app``'s routes, included routers' too."""
+    stack: list[Any] = list(app.router.routes)
+    while stack:
+        route = stack.pop(0)
+        inner = getattr(route, "original_router", None)
+        if inner is not None:  # FastAPI 0.16x keeps an included router as a branch
+            stack[:0] = list(inner.routes)
+            continue
+        path = getattr(route, "path", None)
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method != "HEAD" and path is not None:
+                yield method, path, rule_for(method, path)
+
+
+def may_change(p: Principal, owner_id: int | None, what: str) -> None:
+    """Forbidden unless ``p`` is an admin or the owner (``owner_id``) of ``what``."""
+    if p.kind != "user":
+        raise Forbidden(f"changing {what} needs a user token, not a task's")
+    if p.admin or owner_id == p.user_id:
+        return
+    raise Forbidden(f"user {p.username!r} may not change {what}: it is another user's "
+                    "(its owner or an admin may)")
+
+
+def _owner(master: Master, kind: str, ident: str) -> int | bool | None:
+    """The owner id of ``kind`` ``ident``; False: there is none such (the route's 404)."""
+    if kind == "tensorboard":
+        try:
+            rec = master.tensorboards.get(ident)
+        except RequestError:
+            return False
+        return master.accounts.owner(rec.get("user_id"))[0]
+    return master.accounts.owner_of(kind, ident)
+
+
+def check(master: Master, p: Principal | None, rule: Rule | None,
+          params: dict[str, Any], route: str) -> None:
+    """Raise unless ``p`` may call the route whose rule is ``rule``.
+
+    >>> check(None, Principal("user", user_id=1, username="a", admin=True), ADMIN, {}, "/x")
+    >>> check(None, Principal("user", user_id=2, username="b"), ADMIN, {}, "/x")
+    Traceback (most recent call last):
+    ...
+    det_sdk.master.permissions.Forbidden: user 'b' is not an admin: /x is for admins
+    """
+    if rule is None:  # fail closed: a route nobody gave a rule to answers nobody
+        raise Forbidden(f"{route} has no permission rule (det_sdk.master.permissions)")
+    if rule == PUBLIC:
+        return
+    if p is None:
+        raise HTTPException(401, "needs a user token (Authorization: Bearer <token>) or a "
+                                 "web UI session")
+    if rule == TOKEN:
+        return
+    if p.kind != "user":
+        raise HTTPException(403, "this needs a user token, not a task's")
+    if rule == USER or p.admin:
+        return
+    if rule == ADMIN:
+        raise Forbidden(f"user {p.username!r} is not an admin: {route} is for admins")
+    if isinstance(rule, Self):
+        if str(params.get(rule.param)) == str(p.user_id):
+            return
+        raise Forbidden(f"user {p.username!r} may change only their own account here "
+                        "(an admin may change anyone's)")
+    if isinstance(rule, Owner):
+        ident = str(params.get(rule.param, ""))
+        owner = _owner(master, rule.kind, ident)
+        if owner is False:
+            return  # none such: the route answers 404
+        may_change(p, owner if isinstance(owner, int) else None, f"{rule.kind} {ident}")
+
+
+def _ui_principal(master: Master, sessions: Sessions, request: Request) -> Principal | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        try:
+            p = authenticate(master, header)
+        except HTTPException:
+            return None
+        return p if p.kind == "user" else None
+    user = sessions.user_of(request.cookies.get(COOKIE))
+    if user is None:
+        return None
+    return Principal("user", user_id=user["id"], username=user["username"],
+                     admin=user["admin"])
+
+
+def permission_dependency(master: Master, sessions: Sessions
+                          ) -> Callable[[Request], Awaitable[None]]:
+    """The app-wide dependency: :func:`check` with the matched route's rule."""
+
+    async def permission(request: Request) -> None:
+        route = request.scope.get("route")
+        path = getattr(route, "path", request.url.path)
+        rule = rule_for(request.method, path)
+        if rule == PUBLIC:
+            return
+        state = request.scope.get("state", {})
+        p = state.get("det_principal")
+        if p is None:
+            p = _ui_principal(master, sessions, request)
+        if rule == TOKEN or (rule == USER and p is not None and p.kind == "user"):
+            return  # no lookup: the hot path (a task's reports) pays a dict lookup
+        if isinstance(rule, Owner):
+            # the owner's lookups are short SQLite reads: off the event loop all the same
+            from starlette.concurrency import run_in_threadpool
+
+            await run_in_threadpool(check, master, p, rule, request.path_params, path)
+            return
+        check(master, p, rule, request.path_params, path)
+
+    return permission

@@ -1,0 +1,112 @@
+"""Who may call each route (issue 59): det_sdk.master.permissions' table covers every
+route of the app (a new route without a rule fails here, and is refused at run time),
+and the whole route table, walked, refuses a non-admin who does not own the thing, a
+deactivated user and a task's token wherever the table says so.
+
+In-process (FastAPI's TestClient) over a real master's SQLite store, never started.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from det_sdk.master.app import create_app
+from det_sdk.master.core import Master
+from det_sdk.master.permissions import ADMIN, PUBLIC, RULES, TOKEN, USER, Owner, Self, route_rules
+
+
+def _setup(tmp_path: Path) -> tuple[Master, Any, dict[str, str]]:
+    master = Master(tmp_path / "m", slots=1, url="http://127.0.0.1:1")
+    app = create_app(master)
+    admin = TestClient(app, headers={"Authorization": f"Bearer {master.user_token()}"})
+    tokens = {}
+    for name in ("ann", "gone"):
+        r = admin.post("/api/v1/users", json={"user": {"username": name},
+                                              "password": f"{name}-password"})
+        assert r.status_code == 201, r.text
+        login = admin.post("/api/v1/auth/login", json={"username": name,
+                                                       "password": f"{name}-password"})
+        tokens[name] = login.json()["token"]
+    return master, app, tokens
+
+
+def test_every_route_has_a_rule_and_every_rule_a_route(tmp_path: Path) -> None:
+    _, app, _ = _setup(tmp_path)
+    routes = list(route_rules(app))
+    assert len(routes) > 80
+    missing = [(m, p) for m, p, rule in routes if rule is None]
+    assert not missing, f"routes without a rule in det_sdk.master.permissions.RULES: {missing}"
+    stale = set(RULES) - {(m, p) for m, p, _ in routes}
+    assert not stale, f"rules of routes that do not exist: {stale}"
+
+
+def test_a_route_without_a_rule_is_refused_even_to_an_admin(tmp_path: Path) -> None:
+    master, app, _ = _setup(tmp_path)
+
+    @app.get("/api/v1/forgotten")
+    def forgotten() -> dict[str, str]:
+        return {"secret": "x"}
+
+    admin = TestClient(app, headers={"Authorization": f"Bearer {master.user_token()}"})
+    r = admin.get("/api/v1/forgotten")
+    assert r.status_code == 403 and "no permission rule" in r.json()["detail"]
+
+
+def _fill(path: str, ids: dict[str, str]) -> str:
+    return re.sub(r"\{(\w+)(:path)?\}", lambda m: ids.get(m.group(1), "x"), path)
+
+
+def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
+        tmp_path: Path) -> None:
+    master, app, tokens = _setup(tmp_path)
+    admin = TestClient(app, headers={"Authorization": f"Bearer {master.user_token()}"})
+    # the admin's: an experiment with a trial, a batch job row, a model, a checkpoint
+    exp = master.store.create_experiment_with_trials(
+        {"name": "admin's"}, "a.tgz", [{"hparams": {}, "seed": 1, "bracket": 0,
+                                        "target": None}])
+    trial = master.store.trials(exp)[0]["id"]
+    job = master.store.create_job({"name": "j"}, "a.tgz")
+    assert admin.post("/api/v1/models", json={"name": "mine"}).status_code == 200
+    master.store.create_allocation({"id": "a1", "task_type": "TRIAL", "trial_id": trial,
+                                    "token": "task-token", "state": "RUNNING", "slots": 1,
+                                    "started": time.time()})
+    ids = {"exp_id": str(exp), "trial_id": str(trial), "job_id": str(job), "ident": "mine",
+           "user_id": "1", "username": "determined", "verb": "kill", "alloc_id": "a1",
+           "uuid": "nope", "version": "1", "tb_id": "0000", "name": "app.js"}
+    ann = TestClient(app, headers={"Authorization": f"Bearer {tokens['ann']}"})
+    task = TestClient(app, headers={"Authorization": "Bearer task-token"})
+    gone = TestClient(app, headers={"Authorization": f"Bearer {tokens['gone']}"})
+    gone_id = admin.get("/api/v1/users/gone/by-username").json()["user"]["id"]
+    r = admin.patch(f"/api/v1/users/{gone_id}", json={"active": False})
+    assert r.status_code == 200 and r.json()["user"]["active"] is False
+
+    walked = 0
+    for method, path, rule in route_rules(app):
+        url = _fill(path, ids)
+        body = {"json": {}} if method in ("POST", "PATCH", "DELETE") else {}
+        if isinstance(rule, Owner) and rule.kind == "tensorboard":
+            continue  # none exists: 404 for everyone (the owner's check needs one)
+        if rule in (ADMIN,) or isinstance(rule, (Owner, Self)):
+            r = ann.request(method, url, **body)
+            assert r.status_code == 403, (method, path, r.status_code, r.text)
+            assert "'ann'" in r.json()["detail"], r.text  # it names who and what
+            walked += 1
+        if rule in (USER, ADMIN) or isinstance(rule, (Owner, Self)):
+            # the web UI's data take no task token at all: not signed in
+            r = task.request(method, url, **body)
+            assert r.status_code == (401 if path.startswith("/ui/") else 403), \
+                (method, path, r.status_code, r.text)
+        if rule != PUBLIC:
+            r = gone.request(method, url, **body)
+            assert r.status_code == 401, (method, path, r.status_code, r.text)
+        if rule == TOKEN:
+            assert path.startswith("/api/")
+    assert walked >= 20
+    # the same calls are the owner's or an admin's to make: the experiment's pause is
+    r = admin.post(f"/api/v1/experiments/{exp}/pause")
+    assert r.status_code == 200, r.text
