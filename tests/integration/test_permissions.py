@@ -58,7 +58,7 @@ def test_a_route_without_a_rule_is_refused_even_to_an_admin(tmp_path: Path) -> N
 
 
 def _fill(path: str, ids: dict[str, str]) -> str:
-    return re.sub(r"\{(\w+)(:path)?\}", lambda m: ids.get(m.group(1), "x"), path)
+    return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: ids.get(m.group(1), "x"), path)
 
 
 def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
@@ -72,12 +72,15 @@ def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
     trial = master.store.trials(exp)[0]["id"]
     job = master.store.create_job({"name": "j"}, "a.tgz")
     assert admin.post("/api/v1/models", json={"name": "mine"}).status_code == 200
+    cmd = master.commands.table.insert(
+        {"entrypoint": ["true"], "resources": {"slots": 0}}, "a.tgz", owner_id=1)
     master.store.create_allocation({"id": "a1", "task_type": "TRIAL", "trial_id": trial,
                                     "token": "task-token", "state": "RUNNING", "slots": 1,
                                     "started": time.time()})
     ids = {"exp_id": str(exp), "trial_id": str(trial), "job_id": str(job), "ident": "mine",
            "user_id": "1", "username": "determined", "verb": "kill", "alloc_id": "a1",
-           "uuid": "nope", "version": "1", "tb_id": "0000", "name": "app.js"}
+           "uuid": "nope", "version": "1", "tb_id": "0000", "name": "app.js",
+           "webhook_id": "1", "cmd_id": str(cmd)}
     ann = TestClient(app, headers={"Authorization": f"Bearer {tokens['ann']}"})
     task = TestClient(app, headers={"Authorization": "Bearer task-token"})
     gone = TestClient(app, headers={"Authorization": f"Bearer {tokens['gone']}"})
@@ -97,9 +100,10 @@ def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
             assert "'ann'" in r.json()["detail"], r.text  # it names who and what
             walked += 1
         if rule in (USER, ADMIN) or isinstance(rule, (Owner, Self)):
-            # the web UI's data take no task token at all: not signed in
+            # outside /api/ (the web UI's data, the Prometheus scrape) a task's token is
+            # no token at all: not signed in
             r = task.request(method, url, **body)
-            assert r.status_code == (401 if path.startswith("/ui/") else 403), \
+            assert r.status_code == (403 if path.startswith("/api/") else 401), \
                 (method, path, r.status_code, r.text)
         if rule != PUBLIC:
             r = gone.request(method, url, **body)
