@@ -32,6 +32,9 @@ class Session:
     # Where relative paths of the files callbacks write are kept (None: as given, in the
     # working directory). On the cluster, a folder of the trial's in checkpoint storage.
     files_dir: Path | None = None
+    # the profiler's sampler (det_sdk.profiler.SystemSampler) while one runs: the
+    # session's close stops it first, so its last report goes out with the others
+    profiler: Any = None
 
     # The reports below take the stage they belong to (det_sdk.stages) as arguments:
     # ``stage`` names it (the default stage's records carry no stage field) and
@@ -91,6 +94,17 @@ class Session:
     def acknowledge_preemption(self) -> None:
         """Tell the outside that this process stops because it was asked to (so its exit
         is a stop to resume, not the end of training). Nothing off the cluster."""
+
+    def report_system_metrics(self, records: list[dict[str, Any]]) -> None:
+        """The profiler's records (det_sdk.profiler): ``group``, ``time``, ``metrics``
+        (``{host: {...}}``) and maybe ``steps_completed``. Kept where the session keeps
+        its records; never raises into the sampler, never blocks it."""
+
+    def stop_profiler(self) -> None:
+        """Stop the profiler (its last sample reported) before the session closes."""
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None:
+            profiler.stop()
 
     def close(self) -> None:
         """Deliver what is pending and release resources."""
