@@ -33,6 +33,7 @@ from det_sdk.master.routes.experiments import experiments_router
 from det_sdk.master.routes.guard import Guard
 from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.models import models_router
+from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
@@ -78,4 +79,6 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))
     app.include_router(docs_router(app, master, sessions))
+    # the profiler's system metrics: reported, read, charted (issue 60)
+    app.include_router(profiler_router(master, principal, sessions))
     return app
