@@ -39,12 +39,13 @@ True
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ DEFAULT_RATE = Rate(interval_s=10.0, samples_per_report=6)
 ENABLED_RATE = Rate(interval_s=1.0, samples_per_report=10)
 
 
-def average(samples: list[Mapping[str, Any]]) -> dict[str, Any]:
+def average(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The mean of each metric over ``samples``, nested mappings (a GPU's, a disk's) by
     key; a metric missing from some samples is the mean of those that have it.
 
@@ -130,8 +131,8 @@ class _Nvml:
         self.handles: dict[str, Any] = {}
         nvml = module
         if nvml is None:
-            try:
-                import pynvml as nvml  # nvidia-ml-py: optional (det_sdk[gpu])
+            try:  # nvidia-ml-py (det_sdk[gpu]): optional, and untyped
+                nvml = importlib.import_module("pynvml")
             except ImportError:
                 return
         self.nvml = nvml

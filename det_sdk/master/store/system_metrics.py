@@ -53,7 +53,8 @@ class SystemMetricTables(Database):
         """A trial's records of ``group`` (all groups if None) past ``after_id``, oldest
         first, ``limit`` at most: ``id``, ``group``, ``time``, ``steps_completed``,
         ``metrics``."""
-        where, args = "trial_id = ? AND id > ?", [trial_id, after_id]
+        where = "trial_id = ? AND id > ?"
+        args: list[Any] = [trial_id, after_id]
         if group is not None:
             where += " AND grp = ?"
             args.append(group)
