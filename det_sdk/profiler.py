@@ -161,58 +161,67 @@ class BatchTimer:
     """Per-batch timings the training loop records (cheap: a clock read and an addition
     per call); the sampler reports their means with its next report.
 
-    Batches are counted from 1; those outside ``begin_on_batch .. end_after_batch`` are
-    not timed. ``sync_timings`` (the config's): the loop may set ``sync`` to a callable
-    that waits for the device's queued work before a step's time ends (the PyTorch
-    Trainer sets ``torch.cuda.synchronize`` on a GPU); None: nothing to wait for.
+    A batch is ``batch_start()`` (its data asked for), ``data_ready()`` (it arrived:
+    the PyTorch Trainer, whose loop fetches it) and ``step_end()``. A loop that cannot
+    tell the data's arrival apart (Keras fetches inside its compiled step) skips
+    ``data_ready``: its ``step_s`` then includes the wait, and no ``data_wait_s`` is
+    reported. Batches are counted from 1 at ``step_end``; those outside
+    ``begin_on_batch .. end_after_batch`` are not timed. ``sync_timings`` (the config's):
+    the loop may set ``sync`` to a callable that waits for the device's queued work
+    before a step's time ends (the PyTorch Trainer sets ``torch.cuda.synchronize`` on a
+    GPU); None: nothing to wait for.
 
     >>> t = BatchTimer(begin_on_batch=2)
     >>> for _ in range(3):
     ...     t.batch_start(); t.data_ready(); t.step_end()
     >>> t.checkpoint_blocked(0.5)
     >>> s = t.take()
-    >>> s["batches"], s["checkpoint_blocked_s"]
-    (2.0, 0.5)
+    >>> s["batches"], s["checkpoint_blocked_s"], "data_wait_s" in s
+    (2.0, 0.5, True)
     >>> t.take() is None  # nothing since
     True
+    >>> t.batch_start(); t.step_end()  # no data_ready: the wait is in the step
+    >>> sorted(t.take())
+    ['batches', 'checkpoint_blocked_s', 'step_s']
     """
 
     def __init__(self, begin_on_batch: int = 0, end_after_batch: int | None = None,
                  sync_timings: bool = True) -> None:
         self.begin, self.end, self.sync_timings = begin_on_batch, end_after_batch, sync_timings
         self.sync: Callable[[], Any] | None = None
-        self.batch = 0  # batches started in this process
-        self._t0 = self._t1 = 0.0
-        self._on = False
+        self.batch = 0  # batches stepped in this process
+        self._t0 = 0.0
+        self._t1: float | None = None
         self._lock = threading.Lock()  # take() runs on the sampler thread
         self._reset()
 
     def _reset(self) -> None:
-        self._n, self._wait, self._step, self._blocked = 0, 0.0, 0.0, 0.0
+        self._n, self._waited, self._wait, self._step, self._blocked = 0, 0, 0.0, 0.0, 0.0
 
     def batch_start(self) -> None:
         """A batch begins: its data is asked for now."""
-        self.batch += 1
-        self._on = self.batch >= self.begin and (self.end is None or self.batch <= self.end)
-        if self._on:
-            self._t0 = self._t1 = time.perf_counter()
+        self._t0, self._t1 = time.perf_counter(), None
 
     def data_ready(self) -> None:
         """The batch's data arrived: the step begins."""
-        if self._on:
-            self._t1 = time.perf_counter()
+        self._t1 = time.perf_counter()
 
     def step_end(self) -> None:
         """The batch's step (forward, backward, update) ended."""
-        if not self._on:
+        self.batch += 1
+        if self.batch < self.begin or (self.end is not None and self.batch > self.end):
             return
         if self.sync is not None:
             self.sync()
-        now = time.perf_counter()
+        now, t0, t1 = time.perf_counter(), self._t0, self._t1
         with self._lock:
             self._n += 1
-            self._wait += self._t1 - self._t0
-            self._step += now - self._t1
+            if t1 is None:
+                self._step += now - t0
+            else:
+                self._waited += 1
+                self._wait += t1 - t0
+                self._step += now - t1
 
     def checkpoint_blocked(self, seconds: float) -> None:
         """Training waited ``seconds`` for a checkpoint (its snapshot or its write)."""
@@ -222,12 +231,16 @@ class BatchTimer:
     def take(self) -> dict[str, float] | None:
         """The timings since the last take, and start anew; None: nothing was timed."""
         with self._lock:
-            n, wait, step, blocked = self._n, self._wait, self._step, self._blocked
+            n, waited, wait, step, blocked = (self._n, self._waited, self._wait, self._step,
+                                              self._blocked)
             self._reset()
         if not n and not blocked:
             return None
-        return {"data_wait_s": wait / n if n else 0.0, "step_s": step / n if n else 0.0,
-                "checkpoint_blocked_s": blocked, "batches": float(n)}
+        out = {"step_s": step / n if n else 0.0, "checkpoint_blocked_s": blocked,
+               "batches": float(n)}
+        if waited:
+            out["data_wait_s"] = wait / waited
+        return out
 
 
 class SystemSampler:
@@ -359,9 +372,10 @@ def start_profiler(session: Any, profiling: Mapping[str, Any] | None,
     if profiling.get("enabled") is False:
         return None
     rate = ENABLED_RATE if profiling.get("enabled") else DEFAULT_RATE
+    # a sync per batch costs a GPU's overlap: only when the profiler is asked for
     timer = BatchTimer(int(profiling.get("begin_on_batch") or 0),
                        profiling.get("end_after_batch"),
-                       bool(profiling.get("sync_timings", True)))
+                       bool(profiling.get("enabled")) and bool(profiling.get("sync_timings", True)))
     try:
         sampler = SystemSampler(session.report_system_metrics, rate, host=host, timer=timer)
         sampler.start()

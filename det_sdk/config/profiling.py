@@ -20,7 +20,7 @@ from typing import Annotated
 
 from pydantic import model_validator
 
-from det_sdk.config._base import MAX_LENGTH, _Strict, _within
+from det_sdk.config._base import MAX_LENGTH, ConfigError, _Strict, _within
 
 __all__ = ["ProfilingConfig"]
 
@@ -39,6 +39,6 @@ class ProfilingConfig(_Strict):
     @model_validator(mode="after")
     def _ordered(self) -> ProfilingConfig:
         if self.end_after_batch is not None and self.end_after_batch < self.begin_on_batch:
-            raise ValueError(f"profiling.end_after_batch ({self.end_after_batch}) must be >= "
+            raise ConfigError(f"profiling.end_after_batch ({self.end_after_batch}) must be >= "
                              f"begin_on_batch ({self.begin_on_batch})")
         return self
