@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ import yaml
 
 from harness.browser import missing_reason, open_browser, signed_in_context
 from harness.master import Cluster, create, wait_for_experiment
+from tests.support import run_python
 
 pytestmark = pytest.mark.stack_neutral
 
@@ -157,3 +159,67 @@ def test_trial_page_profiler_section_charts_them(browser: Any, cluster: Cluster,
     assert [v for v in drawn["data"][i] if v is not None] == \
         [m[host]["process_rss"] for m in rss]
     assert page.locator("#profiler-empty").is_hidden()
+
+
+TRAINER = """
+import time
+
+import torch
+from torch import nn
+
+from det_sdk import pytorch
+
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(0.005)  # 4 rows a batch: a batch waits >= 20 ms for its data
+        return torch.ones(4), torch.zeros(1)
+
+
+class Trial(pytorch.PyTorchTrial):
+    def __init__(self, context):
+        self.context = context
+        self.model = context.wrap_model(nn.Linear(4, 1))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.1))
+
+    def build_training_data_loader(self):
+        return pytorch.DataLoader(Slow(), batch_size=4)
+
+    def build_validation_data_loader(self):
+        return pytorch.DataLoader(Slow(), batch_size=16)
+
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        x, y = batch
+        loss = ((self.model(x) - y) ** 2).mean()
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        time.sleep(0.03)  # the step takes >= 30 ms
+        return {"loss": loss}
+
+    def evaluate_batch(self, batch, batch_idx):
+        x, y = batch
+        return {"validation_loss": ((self.model(x) - y) ** 2).mean().item()}
+
+
+config = {"profiling": {"enabled": True, "begin_on_batch": 3, "end_after_batch": 10}}
+with pytorch.init(config=config, runs_dir="runs") as context:
+    pytorch.Trainer(Trial(context), context).fit(max_length=pytorch.Batch(12))
+"""
+
+
+def test_pytorch_trainer_times_data_wait_step_and_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(TRAINER)
+    out = run_python(tmp_path / "train.py", {"PYTHONPATH": str(Path(__file__).parents[2])},
+                     cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = [json.loads(line) for line in
+               (tmp_path / "runs" / "1" / "system.jsonl").read_text().splitlines()]
+    timings = [next(iter(r["metrics"].values())) for r in records if r["group"] == "timings"]
+    assert sum(t["batches"] for t in timings) == 8  # batches 3..10 of 12
+    timed = [t for t in timings if t["batches"]]
+    assert all(t["data_wait_s"] >= 0.02 and t["step_s"] >= 0.03 for t in timed), timings
+    assert sum(t["checkpoint_blocked_s"] for t in timings) > 0  # the end's checkpoint
