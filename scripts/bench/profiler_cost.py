@@ -1,0 +1,110 @@
+"""Benchmark: what the profiler (det_sdk.profiler) costs ``context.fit``.
+
+One ``det.keras.init()`` run, one model (the Keras MNIST convnet of bench_fit_overhead,
+on generated MNIST-shaped data, batch 128, a checkpoint each epoch as det_sdk's defaults
+take them); its fits alternate between the profiler on (a fresh sampler at ``--rate``,
+Determined's rate of one sample a second by default, the worst case: det_sdk's default
+samples every 10 s; and the per-batch timer in the Keras engine) and off (no sampler,
+no timer), in the order ON OFF, OFF ON, ... so that a drift of the machine hits both. A
+fit is timed by the wall time of the ``context.fit`` call; the result is the median of
+the per-pair ratios ON/OFF. Pairs during which other processes used more than
+``--max-foreign`` of the machine's CPU are marked noisy and repeated (up to
+``--max-attempts`` pairs); the median is over the clean ones (all, with a warning,
+when fewer than 3 are clean).
+
+Usage::
+
+    .venv/bin/python scripts/bench/profiler_cost.py [--reps 5] [--epochs 2]
+        [--samples 8192] [--rate enabled|default] [--max-ratio 1.01]
+
+Exit status 1 when the median ratio exceeds ``--max-ratio``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import statistics
+import sys
+import tempfile
+from typing import Any
+
+from _bench_mnist import mnist_like
+from bench_fit_overhead import SpanTimer, Timing, compiled_model, now
+
+import det_sdk as det
+from det_sdk.profiler import start_profiler
+
+
+def timed_fit(context: Any, model: Any, data: dict[str, Any], epochs: int,
+              profiler_on: bool, rate: str) -> Timing:
+    """One ``context.fit`` with the profiler on or off, timed from the call."""
+    session = context.core._session  # the benchmark's hand on the seam: no API for it
+    timer = SpanTimer()
+    t0 = now()
+    if profiler_on:
+        start_profiler(session, {"enabled": True} if rate == "enabled" else None)
+    try:
+        context.fit(model, x=data["x"], y=data["y"], validation_data=data["val"],
+                    batch_size=128, epochs=epochs, verbose=0, callbacks=[timer])
+    finally:
+        session.stop_profiler()  # its last sample and report: part of the "on" time
+    return timer.result(t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="ON/OFF pairs (default 5)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=8192)
+    parser.add_argument("--rate", choices=("enabled", "default"), default="enabled",
+                        help="the profiler's rate when on: profiling.enabled's (1 s) or "
+                             "det_sdk's default (10 s)")
+    parser.add_argument("--max-ratio", type=float, default=1.01)
+    parser.add_argument("--max-foreign", type=float, default=0.10)
+    parser.add_argument("--max-attempts", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args(argv)
+
+    raw = mnist_like(args.samples, 1024, seed=args.seed)
+    with tempfile.TemporaryDirectory(prefix="bench-profiler-") as runs_dir:
+        context = det.keras.init(runs_dir=runs_dir, seed=args.seed,
+                                 config={"profiling": {"enabled": False}})
+        x, y = context.wrap_data(raw["x"], raw["y"])
+        xv, yv = context.wrap_data(raw["x_val"], raw["y_val"])
+        data = {"x": x, "y": y, "val": (xv, yv)}
+        model = compiled_model(args.seed)
+        print(f"{os.cpu_count()} cpus; {args.samples} samples, {args.epochs} epochs, batch "
+              f"128, rate {args.rate}; load average {os.getloadavg()[0]:.2f}", flush=True)
+        timed_fit(context, model, data, args.epochs, True, args.rate)  # warm-up (tracing)
+        timed_fit(context, model, data, args.epochs, False, args.rate)
+        pairs: list[tuple[float, bool]] = []
+        for i in range(args.max_attempts or 3 * args.reps):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            got = {on: timed_fit(context, model, data, args.epochs, on, args.rate)
+                   for on in order}
+            ratio = got[True].wall / got[False].wall
+            clean = max(got[True].foreign, got[False].foreign) <= args.max_foreign
+            pairs.append((ratio, clean))
+            print(f"pair {i + 1} ({'on,off' if order[0] else 'off,on'}): on "
+                  f"{got[True].wall:.3f}s off {got[False].wall:.3f}s ratio {ratio:.4f}"
+                  f"{'' if clean else ' (noisy)'}", flush=True)
+            if sum(c for _, c in pairs) >= args.reps:
+                break
+        context.close()
+    clean = [r for r, c in pairs if c]
+    if len(clean) < 3:
+        print(f"warning: {len(clean)} clean pairs of {len(pairs)}: the median is over all",
+              file=sys.stderr)
+        clean = [r for r, _ in pairs]
+    median = statistics.median(clean)
+    print(f"profiler on/off, median of {len(clean)} pairs: {median:.4f} "
+          f"(goal <= {args.max_ratio})")
+    return 0 if median <= args.max_ratio else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
