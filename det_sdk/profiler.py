@@ -353,10 +353,11 @@ def _nvml_wanted() -> bool:
 
 
 def start_profiler(session: Any, profiling: Mapping[str, Any] | None,
-                   host: str | None = None) -> SystemSampler | None:
+                   host: str | None = None, rate: Rate | None = None) -> SystemSampler | None:
     """Start the profiler of a writing ``session`` as the config's ``profiling`` says
     (None or ``{}``: det_sdk's default low rate; ``enabled: false``: none); it is kept as
     ``session.profiler``, stopped by the session's close. Returns it (None: off).
+    ``rate``: this rate instead of the config's (``core_context.profiler.on``).
 
     >>> class Sink:
     ...     profiler = None
@@ -371,7 +372,7 @@ def start_profiler(session: Any, profiling: Mapping[str, Any] | None,
     profiling = dict(profiling or {})
     if profiling.get("enabled") is False:
         return None
-    rate = ENABLED_RATE if profiling.get("enabled") else DEFAULT_RATE
+    rate = rate or (ENABLED_RATE if profiling.get("enabled") else DEFAULT_RATE)
     # a sync per batch costs a GPU's overlap: only when the profiler is asked for
     timer = BatchTimer(int(profiling.get("begin_on_batch") or 0),
                        profiling.get("end_after_batch"),

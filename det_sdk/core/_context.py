@@ -27,6 +27,7 @@ from typing import Any
 from det_sdk.config import ExperimentConfig, Length
 from det_sdk.core._checkpoint import CheckpointContext
 from det_sdk.core._preempt import PreemptContext
+from det_sdk.core._profiler import ProfilerContext
 from det_sdk.core._searcher import SearcherContext
 from det_sdk.core._train import TrainContext
 from det_sdk.distributed import (
@@ -62,6 +63,7 @@ class Context:
         self.checkpoint = CheckpointContext(session, distributed)
         self.preempt = PreemptContext(session, distributed)
         self.searcher = SearcherContext(session, distributed, local_length)
+        self.profiler = ProfilerContext(session, distributed)
         self._session = session
         self._config = config
 

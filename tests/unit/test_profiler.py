@@ -1,5 +1,5 @@
 """The profiler's sampler (det_sdk.profiler) without a master: its GPU path through a test
-double of NVML (no GPU here: scripts/device/profiler_gpu_check.py reads a real one), what
+double of NVML (no GPU here: scripts/device/profiler_gpu_check.sh reads a real one), what
 a local run writes, and what ``profiling:`` turns on or off."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class FakeNvml:
     """A TEST DOUBLE of ``pynvml`` (nvidia-ml-py): two GPUs with fixed readings, answering
     the calls det_sdk.profiler makes. It proves only that the readings are shaped and
     reported as Determined's; that NVML is called right is checked on a real GPU by
-    scripts/device/profiler_gpu_check.py."""
+    scripts/device/profiler_gpu_check.sh."""
 
     class NVMLError(Exception):
         pass
