@@ -126,6 +126,8 @@ FORMS: list[tuple[str, str, str]] = [
     ("det user logout", "same", "the saved token forgotten"),
     ("det user whoami", "same", ""),
     ("det task list", "same", "what runs now: trial-N, job-N"),
+    ("det slot list", "different", "one row per slot: the task holding it and its GPUs' "
+                                   "use from the profiler (no agents: one host)"),
     ("det task logs trial-1", "same", ""),
     ("det task logs trial-1 -f", "same", ""),
     ("det job list", "same", "the scheduler's queue: experiments and batch jobs waiting for or "

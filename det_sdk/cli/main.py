@@ -136,6 +136,7 @@ NOUNS = {
     "model": "det_sdk.cli.model_cmd",  # the master's model registry
     "user": "det_sdk.cli.user_cmd",
     "task": "det_sdk.cli.task_cmd",
+    "slot": "det_sdk.cli.slot_cmd",  # the slots and who holds them (issue 60)
 }
 
 

@@ -80,5 +80,5 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(ui_data_router(master, sessions))
     app.include_router(docs_router(app, master, sessions))
     # the profiler's system metrics: reported, read, charted (issue 60)
-    app.include_router(profiler_router(master, principal, sessions))
+    app.include_router(profiler_router(master, principal, user, sessions))
     return app

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from harness.browser import missing_reason, open_browser, signed_in_context
-from harness.master import Cluster, create, wait_for_experiment
+from harness.master import Cluster, create, describe, wait_for_experiment, wait_until
 from tests.support import run_python
 
 pytestmark = pytest.mark.stack_neutral
@@ -223,3 +223,50 @@ def test_pytorch_trainer_times_data_wait_step_and_checkpoint(tmp_path: Path) -> 
     timed = [t for t in timings if t["batches"]]
     assert all(t["data_wait_s"] >= 0.02 and t["step_s"] >= 0.03 for t in timed), timings
     assert sum(t["checkpoint_blocked_s"] for t in timings) > 0  # the end's checkpoint
+
+
+HOLD = """
+import pathlib
+import time
+
+import det_sdk as det
+
+with det.core.init() as core_context:
+    deadline = time.time() + 90
+    while not pathlib.Path({release!r}).exists() and time.time() < deadline:
+        time.sleep(0.1)
+    core_context.train.report_training_metrics(steps_completed=1, metrics={{"loss": 1.0}})
+"""
+
+
+def test_det_slot_list_shows_who_holds_each_slot_and_its_gpus(
+        cluster: Cluster, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    (tmp_path / "hold.py").write_text(HOLD.format(release=str(release)))
+    config = tmp_path / "hold.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "sysmet-hold", "entrypoint": "python3 hold.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": 1}}))
+    exp = create(cluster, config, tmp_path)
+    try:
+        trial = wait_until("the trial to run", lambda: next(
+            (t["id"] for t in describe(cluster, exp)["trials"] if t["state"] == "RUNNING"),
+            None), timeout=60)
+        # a GPU's reading as the profiler sends it (no GPU here: the master's join is
+        # what this checks; scripts/device/profiler_gpu_check.sh reads a real one)
+        gpu = {"group": "gpu", "time": 1.0, "metrics": {"node": {"GPU-abc": {
+            "gpu_util": 87.0, "gpu_free_memory": 1.0, "gpu_memory_used": 3 * 2**30}}}}
+        with cluster.http() as http:
+            r = http.post(f"/api/v1/trials/{trial}/system-metrics", json={"records": [gpu]})
+            assert r.status_code == 200 and r.json() == {"stored": 1, "dropped": 0}, r.text
+        slots = cluster.det_json("slot", "list")
+        assert [s["slot"] for s in slots] == [0, 1]  # the cluster's 2 slots
+        held = [s for s in slots if s["task_id"] == f"trial-{trial}"]
+        assert len(held) == 1 and held[0]["type"] == "TRIAL", slots
+        assert [s["task_id"] for s in slots if s is not held[0]] == [None]
+        out = cluster.det("slot", "list")
+        assert out.returncode == 0, out.stderr
+        assert f"trial-{trial}" in out.stdout and "GPU-abc 87% 3.0 GiB" in out.stdout, out.stdout
+    finally:
+        release.touch()
+    wait_for_experiment(cluster, exp, "the held trial", timeout=60)

@@ -8,8 +8,8 @@ host, GPU and metric. Bounded: a request carries at most :data:`MAX_RECORDS` rec
 small nested mappings; a trial keeps at most
 :data:`det_sdk.master.store.system_metrics.MAX_ROWS_PER_TRIAL`.
 
->>> flat({"h": {"cpu_util_simple": 5.0, "/": {"disk_util": 40.0}}})
-{'h · cpu_util_simple': 5.0, 'h · / · disk_util': 40.0}
+>>> SystemMetricsReport.model_validate({"records": []}).records
+[]
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from det_sdk import api
+from det_sdk.master import system_metrics as sysmet
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import Dependency, Id, Principal, own_trial
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.web import UiAuth, json_response
 
-__all__ = ["MAX_RECORDS", "SystemMetricRecord", "SystemMetricsReport", "flat",
-           "profiler_router"]
+__all__ = ["MAX_RECORDS", "SystemMetricRecord", "SystemMetricsReport", "profiler_router"]
 
 #: records one report carries at most (the profiler sends six a report)
 MAX_RECORDS = 100
@@ -70,21 +70,22 @@ class SystemMetricRow(SystemMetricRecord):
     id: int
 
 
-def flat(metrics: dict[str, Any]) -> dict[str, float]:
-    """A record's metrics as one series name each (``host · [gpu ·] metric``)."""
-    out: dict[str, float] = {}
-    for host, values in metrics.items():
-        for name, v in values.items():
-            if isinstance(v, dict):
-                out.update({f"{host} · {name} · {k}": x for k, x in v.items()})
-            else:
-                out[f"{host} · {name}"] = v
-    return out
+class SlotRow(BaseModel):
+    """``GET /api/v1/slots``: one slot and who holds it (None: free)."""
+
+    slot: int
+    allocation_id: str | None
+    task_id: str | None
+    type: str | None
+    gpus: dict[str, Any] | None = Field(description="the holder trial's latest `gpu` "
+                                        "record: time and metrics per host and GPU")
 
 
-def profiler_router(master: Master, principal: Dependency, sessions: Sessions) -> APIRouter:
-    """The system metrics' routes over ``master``; ``principal`` admits any valid token
-    (``det_sdk.master.routes.common.auth_dependencies``), ``sessions`` the UI's users."""
+def profiler_router(master: Master, principal: Dependency, user: Dependency,
+                    sessions: Sessions) -> APIRouter:
+    """The system metrics' routes over ``master``; ``principal`` admits any valid token,
+    ``user`` the user's only (``det_sdk.master.routes.common.auth_dependencies``),
+    ``sessions`` the UI's users."""
     router = APIRouter()
     ui = UiAuth(master, sessions)
 
@@ -93,9 +94,8 @@ def profiler_router(master: Master, principal: Dependency, sessions: Sessions) -
                               p: Principal = Depends(principal)) -> SystemMetricsStored:
         """The profiler's records of the trial (its task's token, or the user's)."""
         own_trial(trial_id, p)
-        master.trial(trial_id)  # 404 if there is none
         records = [r.model_dump() for r in report.records]
-        stored = master.store.record_system_metrics(trial_id, records)
+        stored = sysmet.record(master, trial_id, records)
         return SystemMetricsStored(stored=stored, dropped=len(records) - stored)
 
     @router.get("/api/v1/trials/{trial_id}/system-metrics")
@@ -108,26 +108,20 @@ def profiler_router(master: Master, principal: Dependency, sessions: Sessions) -
         """The trial's system metrics of ``group`` (cpu, memory, disk, network, gpu,
         timings; all if none), oldest first, ``limit`` past ``after_id``."""
         own_trial(trial_id, p)
-        master.trial(trial_id)
         return [SystemMetricRow(**r) for r in
-                master.store.system_metrics(trial_id, group, after_id, limit)]
+                sysmet.read(master, trial_id, group, after_id, limit)]
 
     @router.get("/ui/api/trials/{trial_id}/system-metrics", include_in_schema=False)
     def ui_system_metrics(trial_id: int, request: Request) -> Response:
-        """Per group, the times and one series per host, GPU and metric (the newest
+        """Per group, the times and one series per host, GPU and metric (the first
         2000 records of each group at most: a chart's width)."""
         ui.user(request)
-        master.trial(trial_id)
-        groups: dict[str, Any] = {}
-        for group in ("cpu", "memory", "disk", "network", "gpu", "timings"):
-            rows = master.store.system_metrics(trial_id, group, 0, 2000)
-            if not rows:
-                continue
-            series: dict[str, list[float | None]] = {}
-            for i, r in enumerate(rows):
-                for name, v in flat(r["metrics"]).items():
-                    series.setdefault(name, [None] * len(rows))[i] = v
-            groups[group] = {"time": [r["time"] for r in rows], "series": series}
-        return json_response(request, {"groups": groups})
+        return json_response(request, sysmet.chart_series(master, trial_id))
+
+    @router.get("/api/v1/slots")
+    def slot_list(p: Principal = Depends(user)) -> dict[str, list[SlotRow]]:
+        """The master's slots, who holds each (a trial's or a job's allocation) and,
+        for a trial, its GPUs' use as its profiler last reported it (``det slot list``)."""
+        return {"slots": [SlotRow(**s) for s in sysmet.slots(master)]}
 
     return router
