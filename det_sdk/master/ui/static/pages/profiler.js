@@ -15,12 +15,16 @@ const TITLES = {
 export function profilerView(el, id) {
   let charts = {};
   let last = "";
+  let fetched = 0; // the page polls every second; the profiler reports every 10 s at most
+  const EVERY_MS = 5000;
   el.innerHTML = `<h2 id="profiler">Profiler</h2>
     <p class="muted" id="profiler-empty">No system metrics yet (the profiler samples every
       10 s by default; <code>profiling: {enabled: false}</code> turns it off).</p>
     <div id="profiler-charts" class="charts"></div>`;
 
   async function refresh() {
+    if (Date.now() - fetched < EVERY_MS) return;
+    fetched = Date.now();
     const data = await api(`/ui/api/trials/${id}/system-metrics`);
     const text = JSON.stringify(data);
     if (text === last) return;
