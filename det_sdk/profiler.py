@@ -183,6 +183,8 @@ class BatchTimer:
     >>> t.batch_start(); t.step_end()  # no data_ready: the wait is in the step
     >>> sorted(t.take())
     ['batches', 'checkpoint_blocked_s', 'step_s']
+    >>> t.step_end(); t.take() is None  # no batch_start: counted, not timed
+    True
     """
 
     def __init__(self, begin_on_batch: int = 0, end_after_batch: int | None = None,
@@ -190,7 +192,7 @@ class BatchTimer:
         self.begin, self.end, self.sync_timings = begin_on_batch, end_after_batch, sync_timings
         self.sync: Callable[[], Any] | None = None
         self.batch = 0  # batches stepped in this process
-        self._t0 = 0.0
+        self._t0: float | None = None  # None: no batch_start since the last step_end
         self._t1: float | None = None
         self._lock = threading.Lock()  # take() runs on the sampler thread
         self._reset()
@@ -209,11 +211,13 @@ class BatchTimer:
     def step_end(self) -> None:
         """The batch's step (forward, backward, update) ended."""
         self.batch += 1
-        if self.batch < self.begin or (self.end is not None and self.batch > self.end):
-            return
+        t0, t1, self._t0 = self._t0, self._t1, None
+        if t0 is None or self.batch < self.begin or (self.end is not None
+                                                     and self.batch > self.end):
+            return  # outside the window, or a loop that never said when the batch began
         if self.sync is not None:
             self.sync()
-        now, t0, t1 = time.perf_counter(), self._t0, self._t1
+        now = time.perf_counter()
         with self._lock:
             self._n += 1
             if t1 is None:
