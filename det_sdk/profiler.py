@@ -273,7 +273,6 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # stop's final sample against the thread's last
-        self.dropped = 0  # reports the session refused (its queue full)
 
     def start(self) -> None:
         self.sample()
