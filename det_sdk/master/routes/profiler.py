@@ -5,8 +5,9 @@ the user and the trial's own task read them, the web UI's Profiler section chart
 its own trial only); ``GET`` the same path pages through them by ``after_id``;
 ``GET /ui/api/trials/{id}/system-metrics`` gives the UI the series to chart, one per
 host, GPU and metric. Bounded: a request carries at most :data:`MAX_RECORDS` records of
-small nested mappings; a trial keeps at most
-:data:`det_sdk.master.store.system_metrics.MAX_ROWS_PER_TRIAL`.
+small nested mappings; a trial keeps at most ``MAX_ROWS_PER_TRIAL`` of them (the
+store's ``system_metrics`` module). ``GET /api/v1/slots`` (``det slot list``): the
+slots, who holds each, and its GPUs' use now. The work is det_sdk.master.system_metrics'.
 
 >>> SystemMetricsReport.model_validate({"records": []}).records
 []
