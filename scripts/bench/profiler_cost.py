@@ -19,7 +19,8 @@ Usage::
 
 Beside the ratio it prints a bound that this machine's noise does not blur: the
 sampler thread's own CPU time (measured around each sample and report) plus the per-batch
-timer's calls (timed alone), over the fits' wall time, 1 + (that CPU) / (wall).
+timer's calls (timed alone) and the start and stop of the sampler on the training
+thread, over the fits' wall time: 1 + (those) / (wall).
 
 Exit status 1 when the median ratio exceeds ``--max-ratio``.
 """
@@ -46,6 +47,8 @@ from det_sdk.profiler import BatchTimer, SystemSampler, start_profiler
 # The sampler's own CPU time (its thread's, measured around each sample and report): a
 # bound on what it can take from training however noisy the machine's wall times are.
 SAMPLER_CPU = [0.0]
+# The wall time of starting and stopping the profiler, on the training thread, per fit
+START_STOP = [0.0]
 
 
 def _counted(method: Any) -> Any:
@@ -79,12 +82,17 @@ def timed_fit(context: Any, model: Any, data: dict[str, Any], epochs: int,
     timer = SpanTimer()
     t0 = now()
     if profiler_on:
+        began = time.perf_counter()
         start_profiler(session, {"enabled": True} if rate == "enabled" else None)
+        START_STOP[0] += time.perf_counter() - began
     try:
         context.fit(model, x=data["x"], y=data["y"], validation_data=data["val"],
                     batch_size=128, epochs=epochs, verbose=0, callbacks=[timer])
     finally:
+        began = time.perf_counter()
         session.stop_profiler()  # its last sample and report: part of the "on" time
+        if profiler_on:
+            START_STOP[0] += time.perf_counter() - began
     return timer.result(t0)
 
 
@@ -117,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs: list[tuple[float, bool]] = []
         off_walls: list[float] = []
         on_fits = [0]
-        SAMPLER_CPU[0] = 0.0  # the warm-up's left out
+        SAMPLER_CPU[0] = START_STOP[0] = 0.0  # the warm-up's left out
         for i in range(args.max_attempts or 3 * args.reps):
             order = (True, False) if i % 2 == 0 else (False, True)
             got = {on: timed_fit(context, model, data, args.epochs, on, args.rate)
@@ -136,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     per_batch = timer_cost()
     batches = on_fits[0] * (-(-args.samples // 128)) * args.epochs
     off = statistics.median(off_walls)
-    bound = 1 + (SAMPLER_CPU[0] + batches * per_batch) / (on_fits[0] * off)
-    print(f"sampler CPU {SAMPLER_CPU[0]:.3f}s over {on_fits[0]} fits with it on; timer "
+    own = SAMPLER_CPU[0] + START_STOP[0] + batches * per_batch
+    bound = 1 + own / (on_fits[0] * off)
+    print(f"start+stop {START_STOP[0] / on_fits[0] * 1e3:.1f} ms a fit (training thread); "
+          f"sampler CPU {SAMPLER_CPU[0]:.3f}s over {on_fits[0]} fits with it on; timer "
           f"{per_batch * 1e9:.0f} ns a batch x {batches} batches; off fit median "
           f"{off:.3f}s: bound on the ratio {bound:.4f} (the profiler's "
           "own CPU time over the fits' wall time)")
