@@ -100,3 +100,31 @@ def test_a_local_run_writes_its_system_metrics(tmp_path: Path, profiling: Any,
 
 def test_profiling_disabled_starts_no_sampler_and_writes_nothing(tmp_path: Path) -> None:
     assert _local_run(tmp_path, {"enabled": False}) == []
+
+
+def test_a_master_that_never_answers_holds_a_bounded_queue(tmp_path: Path) -> None:
+    """A real socket that accepts and never answers: the report thread waits on the first
+    report, and the session keeps at most 64 system reports queued, dropping the rest."""
+    import socket
+
+    from det_sdk.client import MasterClient
+    from det_sdk.session import MasterSession
+    from det_sdk.session import master as session_master
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(128)
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    info = types.SimpleNamespace(
+        master_url=url, session_token="t", trial_id=1, experiment_id=1, config={},
+        latest_checkpoint=None, allocation_id="a", task_type="TRIAL")
+    session = MasterSession(info, client=MasterClient(url, "t", timeout=30))
+    try:
+        record = {"group": "cpu", "time": 1.0, "metrics": {"h": {"cpu_util_simple": 1.0}}}
+        for _ in range(session_master._MAX_SYSTEM_PENDING + 10):
+            session.report_system_metrics([record])
+        assert session.system_dropped == 10
+        assert session._queue.qsize() <= session_master._MAX_SYSTEM_PENDING
+    finally:
+        session.close(timeout=0.5)  # what is still queued is given up on, not waited for
+        server.close()
