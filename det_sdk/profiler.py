@@ -136,14 +136,20 @@ class _Nvml:
             except ImportError:
                 return
         self.nvml = nvml
+        visible = _visible_devices()
         try:
             nvml.nvmlInit()
             for i in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
-                uuid = nvml.nvmlDeviceGetUUID(handle)
+                raw = nvml.nvmlDeviceGetUUID(handle)
+                uuid = raw.decode() if isinstance(raw, bytes) else str(raw)
+                # NVML sees every GPU of the machine: keep the ones this process was given
+                if visible is not None and str(i) not in visible \
+                        and not any(uuid.startswith(v) for v in visible if v.startswith("GPU-")):
+                    continue
                 nvml.nvmlDeviceGetMemoryInfo(handle)  # each call once: one failing, none
                 nvml.nvmlDeviceGetUtilizationRates(handle)
-                self.handles[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = handle
+                self.handles[uuid] = handle
         except Exception as err:  # NVMLError and its kin: the driver is not usable here
             log.info("det_sdk: NVML unavailable (%s); no GPU metrics", err)
             self.handles = {}
@@ -348,6 +354,21 @@ class SystemSampler:
                 r["steps_completed"] = self.timer.batch
         if records:
             self.report(records)
+
+
+def _visible_devices(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list of indices or UUID prefixes; None: not set
+    (every GPU).
+
+    >>> _visible_devices({"CUDA_VISIBLE_DEVICES": "1, GPU-ab"})
+    ['1', 'GPU-ab']
+    >>> _visible_devices({}) is None
+    True
+    """
+    value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _nvml_wanted() -> bool:

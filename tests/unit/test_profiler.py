@@ -63,6 +63,14 @@ def test_gpu_readings_are_reported_per_gpu_as_determined_shapes_them() -> None:
         "GPU-1": {"gpu_util": 41.0, "gpu_free_memory": 2000.0, "gpu_memory_used": 10.0}}}
 
 
+@pytest.mark.parametrize("visible", ["1", "GPU-1"])
+def test_only_the_gpus_cuda_visible_devices_gives_are_reported(
+        visible: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    (gpu,) = [r for r in _run(FakeNvml()) if r["group"] == "gpu"]
+    assert list(gpu["metrics"]["node"]) == ["GPU-1"]
+
+
 def test_an_unusable_nvml_means_no_gpu_group() -> None:
     assert "gpu" not in {r["group"] for r in _run(FakeNvml(fail=True))}
 
