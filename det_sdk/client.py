@@ -321,6 +321,21 @@ class MasterClient:
                 return out
             after_steps = page[-1]["steps_completed"]
 
+    def system_metrics(self, trial_id: int, group: str | None = None) -> Iterator[dict[str, Any]]:
+        """A trial's profiler records (det_sdk.profiler) of ``group`` (all if None),
+        oldest first, page after page."""
+        after = 0
+        while True:
+            params: dict[str, Any] = {"after_id": after, "limit": 1000}
+            if group is not None:
+                params["group"] = group
+            page = self.request("GET", f"/api/v1/trials/{trial_id}/system-metrics",
+                                params=params)
+            yield from page
+            if len(page) < 1000:
+                return
+            after = page[-1]["id"]
+
     def logs(self, kind: str, task_id: int, offset: int = 0) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/{kind}/{task_id}/logs", params={"offset": offset})
 

@@ -153,6 +153,8 @@ FORMS: list[tuple[str, str, str]] = [
                                         "once"),
     ("det user rename ann anna", "same", "admins only; what they own stays theirs"),
     ("det task list", "same", "what runs now: trial-N, job-N"),
+    ("det slot list", "different", "one row per slot: the task holding it and its GPUs' "
+                                   "use from the profiler (no agents: one host)"),
     ("det task logs trial-1", "same", ""),
     ("det task logs trial-1 -f", "same", ""),
     ("det job list", "same", "the scheduler's queue: experiments and batch jobs waiting for or "

@@ -140,6 +140,7 @@ NOUNS = {
     "task": "det_sdk.cli.task_cmd",
     "webhook": "det_sdk.cli.webhook_cmd",  # the master's webhooks (issue 60)
     "command": "det_sdk.cli.command_cmd",  # det cmd run (issue 58)
+    "slot": "det_sdk.cli.slot_cmd",  # the slots and who holds them (issue 60)
 }
 
 

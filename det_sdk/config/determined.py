@@ -24,7 +24,7 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
     "": frozenset({
         "bind_mounts", "checkpoint_policy", "data_layer", "debug", "integration",
         "internal", "labels", "log_policies", "optimizations",
-        "pbs", "perform_initial_validation", "profiling", "project", "security", "slurm",
+        "pbs", "perform_initial_validation", "project", "security", "slurm",
         "tensorboard_storage", "workspace", "batches_per_step",
     }),
     # resources: det_sdk schedules slots on one host; pools, priorities, devices are moot

@@ -25,6 +25,7 @@ from det_sdk.config.environment import EnvironmentConfig
 from det_sdk.config.hyperparameters import Hyperparameter, _parse_hyperparameters
 from det_sdk.config.integrations import IntegrationsConfig
 from det_sdk.config.lengths import Length, _determined_lengths
+from det_sdk.config.profiling import ProfilingConfig
 from det_sdk.config.searchers import Searcher
 from det_sdk.config.storage import CheckpointStorageConfig
 
@@ -74,6 +75,8 @@ class ExperimentConfig(_Strict):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     # Determined's integrations.webhooks: which webhooks this experiment names (issue 60)
     integrations: IntegrationsConfig | None = None
+    # Determined's profiler section (det_sdk.profiler reads it)
+    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
     # Determined fields this config gave that det_sdk ignores (see ignored_fields)
     _ignored: list[str] = PrivateAttr(default_factory=list)
 
@@ -81,8 +84,8 @@ class ExperimentConfig(_Strict):
     def ignored_fields(self) -> list[str]:
         """The Determined fields the config gave that det_sdk accepted and ignores.
 
-        >>> ExperimentConfig.model_validate({"profiling": {"enabled": True}}).ignored_fields
-        ['profiling']
+        >>> ExperimentConfig.model_validate({"labels": ["a"]}).ignored_fields
+        ['labels']
         """
         return list(self._ignored)
 

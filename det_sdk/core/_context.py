@@ -27,6 +27,7 @@ from typing import Any
 from det_sdk.config import ExperimentConfig, Length
 from det_sdk.core._checkpoint import CheckpointContext
 from det_sdk.core._preempt import PreemptContext
+from det_sdk.core._profiler import ProfilerContext
 from det_sdk.core._searcher import SearcherContext
 from det_sdk.core._train import TrainContext
 from det_sdk.distributed import (
@@ -39,6 +40,7 @@ from det_sdk.engine.run import OpenedRun, open_run
 from det_sdk.errors import UsageError
 from det_sdk.hparams import HParams
 from det_sdk.info import ClusterInfo
+from det_sdk.profiler import BatchTimer
 from det_sdk.session import LocalSession, Session
 
 __all__ = ["Context", "context_of_run", "init"]
@@ -62,6 +64,7 @@ class Context:
         self.checkpoint = CheckpointContext(session, distributed)
         self.preempt = PreemptContext(session, distributed)
         self.searcher = SearcherContext(session, distributed, local_length)
+        self.profiler = ProfilerContext(session, distributed)
         self._session = session
         self._config = config
 
@@ -128,6 +131,15 @@ class Context:
         cluster a folder of the trial's in checkpoint storage, which outlives the trial's
         working directory); None: as given, in the working directory."""
         return self._session.files_dir
+
+    @property
+    def batch_timer(self) -> BatchTimer | None:
+        """det_sdk extension: the profiler's per-batch timer (det_sdk.profiler), which
+        the Keras engine and the PyTorch Trainer tell of each batch and checkpoint;
+        None when the profiler is off (``profiling: {enabled: false}``) or in another
+        process than the chief."""
+        profiler = self._session.profiler
+        return profiler.timer if profiler is not None else None
 
     def resume_hint(self) -> str:
         """det_sdk extension: how a user continues this trial after it stopped (shown when

@@ -149,6 +149,7 @@ def open_run(
         "hparams": hp.to_dict(), "seed": _seed(loaded, seed),
         "config": loaded.model_dump(mode="json") if loaded else {},
     }, _storage_config(loaded))
+    _start_profiler(session, distributed, loaded)
     info = _local_info(session, "TRIAL", hp)
     return OpenedRun(distributed, session, info, loaded, hp, info.trial_seed, on_cluster=False)
 
@@ -161,8 +162,19 @@ def _open_on_cluster(dist: Processes, info: ClusterInfo,
         return OpenedRun(dist, session, info, parse_job_config(info.config), None,
                          info.trial_seed, on_cluster=True)
     hp = HParams(merge_hparams(defaults, info.hparams))  # nested groups merge deeply
-    return OpenedRun(dist, session, info, parse_experiment_config(info.config), hp,
-                     info.trial_seed, on_cluster=True)
+    config = parse_experiment_config(info.config)
+    _start_profiler(session, dist, config)
+    return OpenedRun(dist, session, info, config, hp, info.trial_seed, on_cluster=True)
+
+
+def _start_profiler(session: Session, dist: Processes, config: ExperimentConfig | None) -> None:
+    """The profiler of a trial's chief (det_sdk.profiler): system metrics are the
+    machine's, sampled once (Determined samples on each node's first process; det_sdk's
+    cluster is one host), and reported by the process that reports."""
+    if dist.is_chief:
+        from det_sdk.profiler import start_profiler
+
+        start_profiler(session, config.profiling.model_dump() if config else None)
 
 
 def _open_in_command(dist: Processes, info: ClusterInfo, config: Any,

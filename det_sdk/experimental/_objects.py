@@ -35,6 +35,9 @@ class OrderBy(enum.Enum):
     DESCENDING = "DESC"
 
 
+# the profiler's metric groups (det_sdk.profiler.SYSTEM_GROUPS)
+_SYSTEM_GROUPS = ("gpu", "cpu", "memory", "disk", "network", "timings")
+
 TERMINAL = {ExperimentState.CANCELED, ExperimentState.COMPLETED, ExperimentState.ERROR}
 
 
@@ -144,7 +147,20 @@ class Trial:
         return Experiment(self._session, self.experiment_id)
 
     def iter_metrics(self, group: str) -> Iterator[TrialMetrics]:
-        """This trial's reports of ``group`` (``"training"``, ``"validation"``), in order."""
+        """This trial's reports of ``group`` (``"training"``, ``"validation"``), in order.
+
+        The profiler's groups as Determined 0.38 names them (``"gpu"``, ``"cpu"``,
+        ``"memory"``, ``"disk"``, ``"network"``, and det_sdk's ``"timings"``), or
+        ``"system"`` for all of them: its records, ``metrics`` per host
+        (det_sdk.profiler), ``end_time`` the time of the report."""
+        if group == "system" or group in _SYSTEM_GROUPS:
+            run = int(self._row.get("restarts", 0))
+            for r in self._session.system_metrics(self.id, None if group == "system"
+                                                  else group):
+                yield TrialMetrics(trial_id=self.id, trial_run_id=run,
+                                   steps_completed=r.get("steps_completed") or 0,
+                                   end_time=r["time"], metrics=r["metrics"], group=r["group"])
+            return
         for r in self._session.trial_metrics(self.id, group):
             yield TrialMetrics(trial_id=self.id, trial_run_id=int(self._row.get("restarts", 0)),
                                steps_completed=r["steps_completed"], end_time=None,

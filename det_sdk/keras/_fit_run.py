@@ -19,6 +19,7 @@ Position(epoch=0, batch=2, steps_completed=2)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -245,9 +246,13 @@ class FitRun:
             if self._stage is not None:
                 extra.update(record_fields(self._stage))
             arrays = self._pipeline_arrays(extra) + self._metric_arrays()
+            began = time.perf_counter()
             uuid = self.loop.save(self.model, self.position, self._validation, history=record,
                                   extra=extra or None, stage=self._stage or DEFAULT_STAGE,
                                   searched=self._searched, arrays=arrays)
+            timer = self.loop.core.batch_timer  # the profiler's: training waited this long
+            if timer is not None:
+                timer.checkpoint_blocked(time.perf_counter() - began)
             self._saved = (self._steps, uuid)
         return self._saved[1]
 

@@ -37,6 +37,7 @@ from det_sdk.master.routes.guard import Guard
 from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
+from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
@@ -95,4 +96,6 @@ def create_app(master: Master) -> FastAPI:
     # experiments side by side, for the API and the UI (issue 60)
     app.include_router(compare_router(master, user, sessions))
     app.include_router(users_router(master, user))  # users, sign-in (issue 59)
+    # the profiler's system metrics: reported, read, charted (issue 60)
+    app.include_router(profiler_router(master, principal, user, sessions))
     return app

@@ -208,6 +208,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/prom/det-state-metrics"): USER,
     ("GET", "/api/v1/compare"): USER,
     ("GET", "/ui/api/compare"): USER,
+    # the profiler's system metrics: a trial reports its own (the route holds a task to
+    # its trial); the slots and who holds them (issue 60)
+    ("POST", "/api/v1/trials/{trial_id}/system-metrics"): TOKEN,
+    ("GET", "/api/v1/trials/{trial_id}/system-metrics"): TOKEN,
+    ("GET", "/ui/api/trials/{trial_id}/system-metrics"): USER,
+    ("GET", "/api/v1/slots"): USER,
 }
 
 

@@ -335,6 +335,10 @@ class Trainer:
         window, self._window = self._window, []
         for model in self.context.models:
             model.train()
+        # the profiler's per-batch timings (det_sdk.profiler): data wait, step
+        timer = self.core.batch_timer
+        if timer is not None and timer.sync_timings and torch.cuda.is_available():
+            timer.sync = torch.cuda.synchronize  # a step's time is its GPU work's
         while self.batches_trained < target:
             epoch, start = divmod(self.batches_trained, per_epoch)
             if start == 0:
@@ -344,10 +348,16 @@ class Trainer:
                 seed=self.seed, epoch=epoch, rank=self.dist.rank, size=self.dist.size,
                 skip=start)
             stopped = False
+            if timer is not None:
+                timer.batch_start()
             for i, batch in enumerate(loader, start=start):
+                if timer is not None:
+                    timer.data_ready()
                 self.context._batch_in_epoch = i
                 self.context._epoch_end = i == per_epoch - 1
                 window.append(self._train_batch(self.context.to_device(batch), epoch, i))
+                if timer is not None:
+                    timer.step_end()
                 self.batches_trained += 1
                 n = self.batches_trained
                 if every["rep"] and n % every["rep"] == 0:
@@ -364,6 +374,8 @@ class Trainer:
                 if reason or n >= target:
                     stopped = bool(reason) and n < target
                     break
+                if timer is not None:  # the next batch's data is asked for now
+                    timer.batch_start()
             if self.batches_trained % per_epoch == 0:
                 for s in self.context.lr_schedulers:
                     if s.step_mode == LRScheduler.StepMode.STEP_EVERY_EPOCH and \
@@ -512,7 +524,18 @@ class Trainer:
 
     def _checkpoint(self, epoch: int, metrics: Mapping[str, Any],
                     window: list[dict[str, float]]) -> None:
-        """Checkpoint now; ``window``: this rank's training metrics not yet reported."""
+        """Checkpoint now; ``window``: this rank's training metrics not yet reported.
+        The time training waits for it goes to the profiler (det_sdk.profiler)."""
+        began = time.perf_counter()
+        try:
+            self._checkpoint_now(epoch, metrics, window)
+        finally:
+            timer = self.core.batch_timer
+            if timer is not None:
+                timer.checkpoint_blocked(time.perf_counter() - began)
+
+    def _checkpoint_now(self, epoch: int, metrics: Mapping[str, Any],
+                        window: list[dict[str, float]]) -> None:
         mine = (_rng_state(), list(window))
         every = self.dist.allgather(mine) if self.dist.size > 1 else [mine]
         if not self.dist.is_chief:

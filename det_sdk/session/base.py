@@ -32,6 +32,9 @@ class Session:
     # Where relative paths of the files callbacks write are kept (None: as given, in the
     # working directory). On the cluster, a folder of the trial's in checkpoint storage.
     files_dir: Path | None = None
+    # the profiler's sampler (det_sdk.profiler.SystemSampler) while one runs: the
+    # session's close stops it first, so its last report goes out with the others
+    profiler: Any = None
 
     # The reports below take the stage they belong to (det_sdk.stages) as arguments:
     # ``stage`` names it (the default stage's records carry no stage field) and
@@ -100,6 +103,16 @@ class Session:
         logging.getLogger("det_sdk.session").log(
             getattr(logging, level, logging.INFO), "alert (no webhooks off the cluster): "
             "%s: %s", title, description)
+    def report_system_metrics(self, records: list[dict[str, Any]]) -> None:
+        """The profiler's records (det_sdk.profiler): ``group``, ``time``, ``metrics``
+        (``{host: {...}}``) and maybe ``steps_completed``. Kept where the session keeps
+        its records; never raises into the sampler, never blocks it."""
+
+    def stop_profiler(self) -> None:
+        """Stop the profiler (its last sample reported) before the session closes."""
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None:
+            profiler.stop()
 
     def close(self) -> None:
         """Deliver what is pending and release resources."""

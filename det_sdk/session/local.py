@@ -238,7 +238,16 @@ class LocalSession(Session):
         return (f"Resume with DET_RESUME={self.run_id} (or init(resume={self.run_id}); "
                 f"a trial runner: --resume {self.run_id}).")
 
+    def report_system_metrics(self, records: list[dict[str, Any]]) -> None:
+        if self._metrics_file is None:
+            return  # the other processes of a run: rank 0 reports
+        # system.jsonl beside metrics.jsonl, one record a line (det_sdk.profiler's shape);
+        # appended in one write, so a reader never sees half a report
+        with open(self.run_dir / "system.jsonl", "a") as out:
+            out.write("".join(wire_dumps(r) + "\n" for r in records))
+
     def close(self) -> None:
+        self.stop_profiler()
         if self._metrics_file is not None and not self._metrics_file.closed:
             self._metrics_file.close()
         self.storage.close()

@@ -62,6 +62,9 @@ class MasterSession(Session):
         self._closed = threading.Event()
         self._failures = 0
         self._refused: ReportRefusedError | None = None  # a report the master refused
+        self._system_lock = threading.Lock()
+        self._system_pending = 0  # the profiler's reports queued (bounded)
+        self.system_dropped = 0
         if writer:
             threading.Thread(target=self._deliver, daemon=True, name="det-reports").start()
             # The script may end right after fit: deliver what is queued before exit.
@@ -131,8 +134,33 @@ class MasterSession(Session):
             self._queue.put(("alert", body))
         else:
             self._deliver_one("alert", body)
+    def report_system_metrics(self, records: list[dict[str, Any]]) -> None:
+        # Bounded: while the master is away the queue holds at most _MAX_SYSTEM_PENDING
+        # of these (a report a minute by default); the newest beyond are dropped, counted.
+        if not self.writer or self.trial_id is None:
+            return
+        with self._system_lock:
+            if self._system_pending >= _MAX_SYSTEM_PENDING:
+                self.system_dropped += 1
+                if self.system_dropped == 1:
+                    log.warning("det_sdk: the master is not taking system metrics; the "
+                                "profiler's reports are dropped until it does")
+                return
+            self._system_pending += 1
+        self._queue.put(("system", records))
 
     def _send(self, kind: str, body: Any) -> None:
+        if kind == "system":
+            try:
+                self.client.request("POST", f"/api/v1/trials/{self._trial()}/system-metrics",
+                                    json={"records": body})
+            except Exception as err:  # not worth retrying: the next report comes soon
+                if not isinstance(err, (ConnectionError, OSError)):
+                    log.warning("det_sdk: a system metrics report was not taken: %s", err)
+            finally:
+                with self._system_lock:
+                    self._system_pending -= 1
+            return
         if kind == "rows":
             self.client.report_job_progress(self.info.allocation_id, body)
         elif kind == "metrics":
@@ -286,6 +314,7 @@ class MasterSession(Session):
         :class:`~det_sdk.errors.ReportRefusedError` if the master refused a report."""
         if self._closed.is_set():
             return
+        self.stop_profiler()  # its last report queued before the queue drains
         self._closed.set()
         if self.writer:
             deadline = time.monotonic() + timeout
@@ -313,6 +342,8 @@ class MasterSession(Session):
             os._exit(1)
 
 
+# The profiler's reports (det_sdk.profiler) queued at most: the rest are dropped
+_MAX_SYSTEM_PENDING = 64
 # Retries (about 10 minutes) for the calls a trial cannot go on without.
 _WAIT_FOR_MASTER = 64
 # A report the master keeps failing with 5xx is dropped after this many tries.

@@ -444,7 +444,7 @@ def test_known_determined_fields_are_accepted_with_one_warning(caplog):
         assert not caplog.records
         cfg = parse_experiment_config(raw, warn_ignored=True)
     expected = ["bind_mounts", "checkpoint_storage.storage_path", "data_layer",
-                "environment.image", "labels", "optimizations", "profiling",
+                "environment.image", "labels", "optimizations",
                 "resources.resource_pool", "resources.shm_size", "searcher.source_trial_id"]
     assert cfg.ignored_fields == expected
     (record,) = [r for r in caplog.records if r.name == "det_sdk.config"]

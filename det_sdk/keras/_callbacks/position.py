@@ -29,11 +29,20 @@ class TrackPosition(DetCallback):
     def __init__(self, run: FitRun) -> None:
         super().__init__()
         self.run = run
+        # the profiler's per-batch timer (det_sdk.profiler): Keras fetches a batch inside
+        # its step, so a step's time here includes its data's wait
+        self._timer = run.loop.core.batch_timer if run.loop is not None else None
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.run.epoch_begins(epoch)
 
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._timer is not None:
+            self._timer.batch_start()
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._timer is not None:
+            self._timer.step_end()
         self.run.batch_ends(batch)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:

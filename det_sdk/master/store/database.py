@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     metrics TEXT NOT NULL, created REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS user_tokens (token TEXT PRIMARY KEY, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS system_metrics (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, trial_id INTEGER NOT NULL, grp TEXT NOT NULL,
+    time REAL NOT NULL, steps INTEGER, data TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ui_sessions (
     id TEXT PRIMARY KEY, token TEXT NOT NULL, created REAL NOT NULL, last_seen REAL NOT NULL
 );
@@ -128,6 +132,7 @@ CREATE INDEX IF NOT EXISTS allocations_by_state ON allocations(state);
 CREATE INDEX IF NOT EXISTS checkpoints_by_trial ON checkpoints(trial_id);
 CREATE INDEX IF NOT EXISTS experiments_by_state ON experiments(state);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS system_metrics_by_trial ON system_metrics(trial_id, grp, id);
 """
 
 

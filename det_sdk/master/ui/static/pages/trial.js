@@ -11,6 +11,7 @@
 import { lineChart, metricSpecs } from "../charts.js";
 import { api, esc, markShown, num, progressBar, stateBadge } from "../util.js";
 import { logView } from "./log.js";
+import { profilerView } from "./profiler.js";
 
 const X_MODES = { batches: "Batches", epochs: "Epochs", time: "Time (s)" };
 
@@ -41,6 +42,7 @@ export async function render(main, [id]) {
       <span id="points" class="muted"></span>
     </div>
     <div id="charts" class="charts"></div>
+    <section id="profiler-box"></section>
     <div class="two">
       <section><h2>Hyperparameters</h2><table id="hparams" class="grid kv"></table></section>
       <section><h2>Checkpoints</h2><table id="checkpoints" class="grid"></table></section>
@@ -51,6 +53,7 @@ export async function render(main, [id]) {
 
   const log = logView(main.querySelector("#log-box"), `/ui/api/trials/${id}/logs`,
     { recordsUrl: `/ui/api/trials/${id}/log-records` });
+  const profiler = profilerView(main.querySelector("#profiler-box"), id);
 
   function drawInfo() {
     main.querySelector("#exp-link").href = `#/experiments/${info.experiment_id}`;
@@ -190,6 +193,7 @@ export async function render(main, [id]) {
       await loadMetrics(false);
     }
     await log.refresh();
+    await profiler.refresh();
   }
 
   main.querySelectorAll('input[name="xmode"]').forEach((r) => r.addEventListener("change",
@@ -210,5 +214,8 @@ export async function render(main, [id]) {
     loadMetrics(true);
   });
   await refresh();
-  return { refresh, destroy() { for (const c of Object.values(charts)) c.destroy(); } };
+  return { refresh, destroy() {
+    for (const c of Object.values(charts)) c.destroy();
+    profiler.destroy();
+  } };
 }
