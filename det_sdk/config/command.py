@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from det_sdk.config._base import ConfigError, _check_size, _Strict, _within
-from det_sdk.config.determined import IGNORED_DETERMINED_FIELDS
+from det_sdk.config.determined import without_container_environment
 from det_sdk.config.environment import EnvironmentConfig
 
 __all__ = ["CommandConfig", "CommandResources", "parse_command_config"]
@@ -57,11 +57,7 @@ class CommandConfig(_Strict):
     @classmethod
     def _determined_environment(cls, raw: Any) -> Any:
         # Determined's other environment fields (image, pod_spec, ...): no container here
-        env = raw.get("environment") if isinstance(raw, Mapping) else None
-        if isinstance(env, Mapping):
-            names = IGNORED_DETERMINED_FIELDS["environment"]
-            raw = {**raw, "environment": {k: v for k, v in env.items() if k not in names}}
-        return raw
+        return without_container_environment(raw)
 
     @field_validator("entrypoint")
     @classmethod

@@ -108,6 +108,21 @@ def entrypoint_runs_of(raw: Mapping[str, Any]) -> str:
     return "per_slot" if _TRIAL_CLASS.fullmatch(command.strip()) else "per_node"
 
 
+def without_container_environment(raw: Any) -> Any:
+    """``raw`` (a config as given) without Determined's ``environment`` fields that only
+    a container has (``image``, ``pod_spec``, ...): a job's and a command's config take
+    them and drop them (an experiment's warns, through :func:`ignored_fields`).
+
+    >>> without_container_environment({"environment": {"image": "x", "environment_variables": []}})
+    {'environment': {'environment_variables': []}}
+    """
+    env = raw.get("environment") if isinstance(raw, Mapping) else None
+    if isinstance(env, Mapping):
+        names = IGNORED_DETERMINED_FIELDS["environment"]
+        raw = {**raw, "environment": {k: v for k, v in env.items() if k not in names}}
+    return raw
+
+
 def ignored_fields(raw: Any) -> list[str]:
     """The Determined fields of an experiment config that det_sdk accepts but ignores.
 

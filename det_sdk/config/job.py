@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from det_sdk.config._base import _check_size, _entrypoint_ok, _Strict, _within
-from det_sdk.config.determined import IGNORED_DETERMINED_FIELDS
+from det_sdk.config.determined import without_container_environment
 from det_sdk.config.environment import EnvironmentConfig
 
 
@@ -39,11 +38,7 @@ class JobConfig(_Strict):
     @classmethod
     def _determined_environment(cls, raw: Any) -> Any:
         # Determined's other environment fields (image, pod_spec, ...): accepted, ignored
-        env = raw.get("environment") if isinstance(raw, Mapping) else None
-        if isinstance(env, Mapping):
-            names = IGNORED_DETERMINED_FIELDS["environment"]
-            raw = {**raw, "environment": {k: v for k, v in env.items() if k not in names}}
-        return raw
+        return without_container_environment(raw)
 
     _entrypoint = field_validator("entrypoint_script")(_entrypoint_ok)
 

@@ -26,8 +26,16 @@ from typing import IO, Any
 
 from det_sdk.errors import DetSdkError
 
-__all__ = ["MAX_ARCHIVE_BYTES", "MAX_UNPACKED_BYTES", "ArchiveError", "ArchiveTooLargeError",
-           "check_archive", "pack", "unpack"]
+__all__ = [
+    "MAX_ARCHIVE_BYTES",
+    "MAX_UNPACKED_BYTES",
+    "ArchiveError",
+    "ArchiveTooLargeError",
+    "check_archive",
+    "decode_archive",
+    "pack",
+    "unpack",
+]
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # compressed, as uploaded
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
@@ -50,6 +58,32 @@ class ArchiveTooLargeError(ArchiveError):
 def _escapes(name: str) -> bool:
     norm = posixpath.normpath(name)
     return norm == ".." or norm.startswith("../") or posixpath.isabs(name)
+
+
+def decode_archive(text: str, field: str, prefix_errors: bool = True) -> bytes:
+    """The .tar.gz a request carries as base64 in ``field``, checked; an
+    :class:`~det_sdk.master.errors.InvalidRequest` naming ``field`` otherwise (the
+    archive's own error after ``field: `` where ``prefix_errors``).
+
+    >>> decode_archive("%%", "files")
+    Traceback (most recent call last):
+    ...
+    det_sdk.master.errors.InvalidRequest: files is not valid base64
+    """
+    import base64
+    import binascii
+
+    from det_sdk.master.errors import InvalidRequest
+
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{field} is not valid base64") from None
+    try:
+        check_archive(data)
+    except ValueError as err:
+        raise InvalidRequest(f"{field}: {err}" if prefix_errors else str(err)) from None
+    return data
 
 
 def check_archive(data: bytes, max_bytes: int = MAX_ARCHIVE_BYTES,

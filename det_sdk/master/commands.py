@@ -386,22 +386,11 @@ class Commands:
 def decode_files(files_b64: str | None) -> bytes:
     """The context directory's archive from its base64 (none: an empty directory's),
     checked as an experiment's upload is (InvalidRequest)."""
-    import base64
-    import binascii
-
-    from det_sdk.master.archive import check_archive
+    from det_sdk.master.archive import decode_archive
 
     if not files_b64:
         return empty_archive()
-    try:
-        data = base64.b64decode(files_b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("files is not valid base64") from None
-    try:
-        check_archive(data)
-    except ValueError as err:
-        raise InvalidRequest(f"files: {err}") from None
-    return data
+    return decode_archive(files_b64, "files")
 
 
 def whole_characters(data: bytes) -> bytes:

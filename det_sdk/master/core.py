@@ -24,8 +24,6 @@ recorded checkpoints (within the retention policy) are kept.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import errno
 import logging
 import os
@@ -40,7 +38,7 @@ from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.config.storage import mask_config_secrets
 from det_sdk.master.accounts import Accounts
-from det_sdk.master.archive import check_archive
+from det_sdk.master.archive import decode_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.commands import Commands
 from det_sdk.master.disk_work import DiskWork
@@ -725,13 +723,6 @@ def experiment_config(raw: dict[str, Any]) -> ExperimentConfig:
 
 
 def _decode_archive(model_b64: str) -> bytes:
-    try:
-        data = base64.b64decode(model_b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("model_definition is not valid base64") from None
-    try:
-        check_archive(data)
-    except ValueError as err:
-        raise InvalidRequest(str(err)) from None
-    return data
+    # the archive's own error alone, as create has always answered it
+    return decode_archive(model_b64, "model_definition", prefix_errors=False)
 
