@@ -28,6 +28,7 @@ from det_sdk.master.routes.admin import admin_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.commands import commands_router
+from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.common import RESPONSES, auth_dependencies
 from det_sdk.master.routes.compare import compare_router
 from det_sdk.master.routes.docs import docs_router
@@ -85,6 +86,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(tensorboards_router(master, user))  # det tensorboard start (issue 48)
     app.include_router(webhooks_router(master, principal, user))  # webhooks (issue 60)
     app.include_router(commands_router(master, principal, user))  # det cmd run (issue 58)
+    app.include_router(shells_router(master, principal, user))  # det shell start (issue 58)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -43,6 +43,7 @@ from det_sdk.master.accounts import Accounts
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.commands import Commands
+from det_sdk.master.shells import Shells
 from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
@@ -142,6 +143,7 @@ class Master:
         # `det cmd run` (issue 58): launched by the scheduler's loop from the same slots
         self.commands = Commands(self.store, self.scheduler, self._store_archive,
                                  self.disk_work.submit)
+        self.shells = Shells(self.store, self.commands)  # det shell start: commands of sshd
         # users, sign-in and sign-out (issue 59)
         self.accounts = Accounts(self.store)
 
