@@ -28,7 +28,6 @@ from det_sdk.master.routes.admin import admin_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.commands import commands_router
-from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.common import RESPONSES, auth_dependencies
 from det_sdk.master.routes.compare import compare_router
 from det_sdk.master.routes.docs import docs_router
@@ -39,6 +38,7 @@ from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
 from det_sdk.master.routes.prom import prom_router
+from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router

@@ -283,7 +283,8 @@ class Commands:
 
     def queue_rows(self) -> list[dict[str, Any]]:
         """The commands waiting for or holding slots, as ``det job list`` rows."""
-        return [{"type": JOB_TYPES.get(r["kind"], TASK_TYPE), "id": r["id"], "name": r["description"],
+        return [{"type": JOB_TYPES.get(r["kind"], TASK_TYPE), "id": r["id"],
+                 "name": r["description"],
                  "submitted": r["created"],
                  "acquired": 0 if r["state"] == QUEUED else r["config"]["resources"]["slots"],
                  "needed": r["config"]["resources"]["slots"],

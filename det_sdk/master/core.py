@@ -43,7 +43,6 @@ from det_sdk.master.accounts import Accounts
 from det_sdk.master.archive import check_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.commands import Commands
-from det_sdk.master.shells import Shells
 from det_sdk.master.disk_work import DiskWork
 from det_sdk.master.errors import Conflict, InvalidRequest, NoSpace, NotFound, RequestError
 from det_sdk.master.job_progress import job_progress
@@ -63,6 +62,7 @@ from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
+from det_sdk.master.shells import Shells
 from det_sdk.master.store import Store, hash_token
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
 from det_sdk.master.webhooks import Webhooks
