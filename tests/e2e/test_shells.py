@@ -93,6 +93,10 @@ def test_start_and_open_run_in_the_tasks_directory_with_its_environment(
     alloc = out.stdout.split("alloc=")[1].split()[0]
     assert alloc.startswith(f"command-{shell_id}-")
     assert f"type=COMMAND hook=yes alloc={alloc}\ninfo COMMAND {alloc}\n" == out.stdout
+    # a shell's entrypoint is its sshd; Determined's idle_timeout is for notebooks
+    for bad in ("entrypoint=ls", "idle_timeout=30m"):
+        out = cluster.det("shell", "start", "-d", "--config", bad)
+        assert out.returncode != 0 and bad.split("=")[0] in out.stderr, out.stderr
     # ssh's own exit code comes back
     assert cluster.det("shell", "open", str(shell_id), "--", "exit 5").returncode == 5
 
