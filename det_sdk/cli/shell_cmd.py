@@ -72,7 +72,9 @@ def key_folder(master: str, shell_id: int) -> Path:
     import re
     from urllib.parse import urlsplit
 
-    creds = os.environ.get("DET_CREDENTIALS")
+    from det_sdk.env import setting
+
+    creds = setting("DET_CREDENTIALS")
     base = Path(creds).parent if creds else Path.home() / ".det"
     where = urlsplit(master if "://" in master else f"http://{master}")
     name = re.sub(r"[^A-Za-z0-9.-]", "_", where.netloc or master)

@@ -38,6 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from det_sdk.info import ClusterInfo
+
 __all__ = ["environment_file", "main", "session_script", "sshd_config"]
 
 log = logging.getLogger("det_sdk.launch.sshd")
@@ -170,10 +174,10 @@ def _subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
-def _report(shell_id: int, port: int, host_key: str, user: str) -> None:
+def _report(info: ClusterInfo, shell_id: int, port: int, host_key: str, user: str) -> None:
     from det_sdk.client import MasterClient
 
-    client = MasterClient(os.environ["DET_MASTER"], os.environ["DET_SESSION_TOKEN"])
+    client = MasterClient(info.master_url, info.session_token)
     client.request("POST", f"/api/v1/shells/{shell_id}/ready",
                    json={"port": port, "host_key": host_key, "user": user})
 
@@ -203,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--public-key", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="det shell: %(message)s")
-    alloc = os.environ.get("DET_ALLOCATION_ID", "")
-    words = alloc.split("-")
-    if len(words) < 3 or not words[1].isdigit():
+    from det_sdk.info import get_cluster_info
+
+    info = get_cluster_info()
+    words = info.allocation_id.split("-") if info is not None else []
+    if info is None or len(words) < 3 or not words[1].isdigit():
         raise SystemExit("det_sdk.launch.sshd runs in a shell's task (det shell start)")
     shell_id = int(words[1])
     user = pwd.getpwuid(os.getuid()).pw_name
@@ -228,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         session.chmod(0o700)
         proc, port = _start(folder, user)
         host_key = (folder / "host_key.pub").read_text().strip()
-        _report(shell_id, port, host_key, user)
+        _report(info, shell_id, port, host_key, user)
         log.info("sshd listens on 127.0.0.1:%s (det shell open %s)", port, shell_id)
         while not stop and proc.poll() is None:
             time.sleep(0.2)
