@@ -67,6 +67,36 @@ def _refused(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def _interactive(c: Cluster, shell_id: int, typed: bytes) -> str:
+    """What `det shell open ID` on a terminal (a pty) shows for ``typed``, until it ends."""
+    import pty
+    import select
+
+    main, sub = pty.openpty()
+    proc = subprocess.Popen([str(DET), "shell", "open", str(shell_id)], env=c.env,
+                            cwd=c.root, stdin=sub, stdout=sub, stderr=sub)
+    os.close(sub)
+    os.write(main, typed)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([main], [], [], 60)
+            assert ready, f"no output from the session in 60 s: {out!r}"
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the session ended (EIO)
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert proc.wait(timeout=30) == 0, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main)
+    return out.decode(errors="replace").replace("\r\n", "\n")
+
+
 def test_start_and_open_run_in_the_tasks_directory_with_its_environment(
         cluster: Cluster, tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"
@@ -123,6 +153,10 @@ def test_start_and_open_run_in_the_tasks_directory_with_its_environment(
                          timeout=60, env=cluster.env)
     assert ran.returncode == 255 and "no" not in ran.stdout.split(), ran.stderr
     assert "HOST IDENTIFICATION HAS CHANGED" in ran.stderr or "verification failed" in ran.stderr
+
+    # an interactive session on a terminal: a login shell in the task's directory
+    assert f"{workdir}\nin-42" in _interactive(cluster, shell_id,
+                                                b"cd /; cd -; echo in-$((6*7)); exit\n")
 
     # list, config, logs, det job list
     assert str(shell_id) in cluster.det("shell", "list", "-q").stdout.split()
