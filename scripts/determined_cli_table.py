@@ -241,6 +241,50 @@ FORMS: list[tuple[str, str, str]] = [
     ("det task logs command-1", "different", "det_sdk's task ids: trial-N, job-N, command-N "
                                              "(det task list)"),
 ]
+FORMS += [  # det shell (issue 58: docs/notebooks-commands-shells.md)
+    ("det shell start", "different", "OpenSSH's sshd on a slot of the master's queue, run by "
+                                     "the task as the master's account on 127.0.0.1 (no "
+                                     "container, not root); ssh reaches it directly (through "
+                                     "the master's host with ProxyJump when the master is "
+                                     "remote), not through the master's proxy"),
+    ("det shell start -d", "same", "prints its id and returns (ids are numbers here)"),
+    ("det shell start -c dir", "different", "the directory's contents are the task's working "
+                                            "directory, where every session starts "
+                                            "(Determined's start in HOME); startup-hook.sh "
+                                            "is sourced first"),
+    ("det shell start --config resources.slots=2", "same", "holds both slots (DET_SLOT_IDS)"),
+    ("det shell start --config-file c.yaml", "same", "description, resources.slots, "
+                                                     "environment, hyperparameters; an "
+                                                     "entrypoint is refused"),
+    ("det shell start -- -L8080:localhost:8080", "same", "the words after -- go to ssh after "
+                                                         "the destination"),
+    ("det shell start --show-ssh-command", "same", ""),
+    ("det shell start -i extra.py", "refused", "no container: put the files in the context "
+                                               "directory"),
+    ("det shell start -v /a:/b", "refused", "no container to mount into"),
+    ("det shell start --template t", "refused", "no templates"),
+    ("det shell", "same", "a bare noun lists"),
+    ("det shell list", "same", "ID, Description, State, Exit Status and Slots"),
+    ("det shell ls -q", "same", "the ids"),
+    ("det shell list --all", "same", "every user's (as without it)"),
+    ("det shell list --json", "different", "det_sdk's objects (id, state, port, host_key...)"),
+    ("det shell list --csv", "same", ""),
+    ("det shell open 1", "same", "waits for its sshd; the key is written 0600 under "
+                                 "~/.det/shells/"),
+    ("det shell open 1 -- echo hi", "different", "ssh's own tty choice (Determined forces "
+                                                 "-tt, which turns a command's output's "
+                                                 "newlines into CRLF); ssh's exit code"),
+    ("det shell show_ssh_command 1", "different", "StrictHostKeyChecking=yes against the "
+                                                  "task's host key, which the master keeps "
+                                                  "(Determined's turns the check off)"),
+    ("det shell show-ssh-command 1", "different", "as show_ssh_command"),
+    ("det shell config 1", "same", "YAML, the defaults filled in"),
+    ("det shell logs 1", "same", "its sshd's log (sign-ins, errors)"),
+    ("det shell logs 1 -f", "same", ""),
+    ("det shell kill 1", "same", "its sshd and every session end; its port is closed"),
+    ("det shell kill 1 2 -f", "same", "go on past errors"),
+    ("det shell set priority 1 3", "refused", "no priorities"),
+]
 
 
 def outcome(line: str) -> str:

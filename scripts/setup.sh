@@ -162,6 +162,12 @@ if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld \
       slurmd slurm-client munge >/dev/null; } || say "could not install Slurm: its tests will skip"
 fi
+# OpenSSH's sshd and ssh for `det shell` (issue 58: tests/e2e/test_shells.py skips without)
+if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing Debian's OpenSSH (openssh-server openssh-client) for det shell"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server \
+      openssh-client >/dev/null; } || say "could not install OpenSSH: det shell's tests will skip"
+fi
 say "ready: $($PY -c 'import tensorflow as tf, horovod, det_sdk; from det_sdk.keras import _compat as c; print(f"tensorflow {tf.__version__}, keras {c.KERAS_VERSION}, horovod {horovod.__version__}, det_sdk {det_sdk.__version__}")' 2>/dev/null \
   || $PY -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")')"
 

@@ -93,6 +93,7 @@ VERB_ALIASES = {"list": ["ls"], "activate": ["unpause"], "list-trials": ["lt"],
 DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "list",
                  "tensorboard": "list", "user": "whoami"}
 DEFAULT_VERBS["command"] = "list"
+DEFAULT_VERBS["shell"] = "list"  # det shell (issue 58)
 
 
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
@@ -141,6 +142,7 @@ NOUNS = {
     "webhook": "det_sdk.cli.webhook_cmd",  # the master's webhooks (issue 60)
     "command": "det_sdk.cli.command_cmd",  # det cmd run (issue 58)
     "slot": "det_sdk.cli.slot_cmd",  # the slots and who holds them (issue 60)
+    "shell": "det_sdk.cli.shell_cmd",  # det shell start (issue 58)
 }
 
 

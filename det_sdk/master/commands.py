@@ -57,7 +57,9 @@ _TABLES = (
         allocation TEXT, exit_code INTEGER, exit_status TEXT,
         created REAL NOT NULL, started REAL, ended REAL,
         -- who launched it (issue 59's users; NULL: the first admin)
-        owner_id INTEGER)""",
+        owner_id INTEGER,
+        -- 'command', or 'shell' (det_sdk.master.shells: a command that runs sshd)
+        kind TEXT NOT NULL DEFAULT 'command')""",
     "CREATE INDEX IF NOT EXISTS commands_by_state ON commands(state)",
     # what `context.fit` in the command reports (det_sdk.session.command): one report per
     # (group, step), a repeat replaces; at most MAX_METRIC_ROWS per command
@@ -69,7 +71,10 @@ _TABLES = (
 #: metric reports kept per command (the oldest go first past it)
 MAX_METRIC_ROWS = 10_000
 _COLUMNS = ("id", "description", "config", "state", "archive", "allocation", "exit_code",
-            "exit_status", "created", "started", "ended", "owner_id")
+            "exit_status", "created", "started", "ended", "owner_id", "kind")
+#: a task's kind -> its type in ``det job list`` (a shell's allocation is a command's,
+#: DET_TASK_TYPE=COMMAND: ``det.keras.init()`` in it opens the task's own run, as in a command)
+JOB_TYPES = {"command": TASK_TYPE, "shell": "SHELL"}
 
 
 def exit_status(code: int) -> str:
@@ -93,6 +98,11 @@ class CommandTable:
         with store.tx() as db:
             for sql in _TABLES:
                 db.execute(sql)
+            # a table made before shells had no kind column: every row is a command
+            cols = {r[1] for r in db.execute("PRAGMA table_info(commands)").fetchall()}
+            if "kind" not in cols:
+                db.execute("ALTER TABLE commands ADD COLUMN kind TEXT NOT NULL DEFAULT"
+                           " 'command'")
 
     def _rows(self, where: str, *args: Any) -> list[dict[str, Any]]:
         with self.store.tx() as db:
@@ -103,14 +113,15 @@ class CommandTable:
             r["config"] = json.loads(r["config"])
         return out
 
-    def insert(self, config: dict[str, Any], archive: str, owner_id: int | None = None) -> int:
-        """A new QUEUED command of user ``owner_id``; its id."""
+    def insert(self, config: dict[str, Any], archive: str, owner_id: int | None = None,
+               kind: str = "command") -> int:
+        """A new QUEUED command (``kind``: or a shell) of user ``owner_id``; its id."""
         with self.store.tx() as db:
             cur = db.execute(
-                "INSERT INTO commands (description, config, state, archive, created, owner_id)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO commands (description, config, state, archive, created, owner_id,"
+                " kind) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (config.get("description") or "", json.dumps(config), QUEUED, archive,
-                 time.time(), owner_id))
+                 time.time(), owner_id, kind))
             assert cur.lastrowid is not None  # an INSERT ran on this cursor
             cmd_id = int(cur.lastrowid)
             if not config.get("description"):  # Determined's default: "Command (<words>)"
@@ -128,8 +139,10 @@ class CommandTable:
         marks = ", ".join("?" * len(states))
         return self._rows(f"WHERE state IN ({marks}) ORDER BY id", *states)
 
-    def all(self) -> list[dict[str, Any]]:
-        return self._rows("ORDER BY id")
+    def all(self, kind: str | None = None) -> list[dict[str, Any]]:
+        if kind is None:
+            return self._rows("ORDER BY id")
+        return self._rows("WHERE kind = ? ORDER BY id", kind)
 
     def record_metrics(self, cmd_id: int, group: str, steps: int, epoch: int,
                        metrics: str) -> bool:
@@ -190,13 +203,15 @@ class Commands:
         # the scheduler launches them in its pass and tells of their exits
         scheduler.task_queues.append(self.launch_queued)
         scheduler.exit_handlers[TASK_TYPE] = self.on_exit
+        #: called with each command's row once it has ended (det_sdk.master.shells: its keys)
+        self.end_hooks: list[Callable[[dict[str, Any]], None]] = []
 
     # --- what the routes ask --------------------------------------------------------------
 
     def create(self, config: dict[str, Any], archive: bytes,
-               owner_id: int | None = None) -> dict[str, Any]:
+               owner_id: int | None = None, kind: str = "command") -> dict[str, Any]:
         """Queue a command (``config`` validated: a ``CommandConfig`` dumped as JSON) of
-        user ``owner_id``."""
+        user ``owner_id`` (``kind``: or a shell, ``det_sdk.master.shells``)."""
         slots = config["resources"]["slots"]
         if self.launcher.kind == "slurm" and slots != 1:
             raise InvalidRequest(f"resources.slots: {slots}: under Slurm a command takes 1 "
@@ -207,7 +222,7 @@ class Commands:
                                  f"({self.launcher.slots}{self.launcher.capacity_note()})")
         path = self._store_archive(KIND, archive)
         try:
-            cmd_id = self.table.insert(config, str(path), owner_id)
+            cmd_id = self.table.insert(config, str(path), owner_id, kind)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
@@ -222,9 +237,9 @@ class Commands:
             raise NotFound(f"no command {cmd_id}")
         return {**_shown(row), "latest_metrics": self.table.latest_metrics(cmd_id)}
 
-    def every(self) -> list[dict[str, Any]]:
-        """Every command, oldest first."""
-        return [_shown(r) for r in self.table.all()]
+    def every(self, kind: str = "command") -> list[dict[str, Any]]:
+        """Every command (``kind``: or every shell), oldest first."""
+        return [_shown(r) for r in self.table.all(kind)]
 
     def allocation_of(self, cmd_id: int) -> str | None:
         """The allocation the command runs (ran) as; None before it was launched."""
@@ -268,7 +283,8 @@ class Commands:
 
     def queue_rows(self) -> list[dict[str, Any]]:
         """The commands waiting for or holding slots, as ``det job list`` rows."""
-        return [{"type": "COMMAND", "id": r["id"], "name": r["description"],
+        return [{"type": JOB_TYPES.get(r["kind"], TASK_TYPE), "id": r["id"],
+                 "name": r["description"],
                  "submitted": r["created"],
                  "acquired": 0 if r["state"] == QUEUED else r["config"]["resources"]["slots"],
                  "needed": r["config"]["resources"]["slots"],
@@ -336,6 +352,8 @@ class Commands:
         self.table.update(row["id"], state=TERMINATED, exit_code=code, exit_status=status,
                           ended=ended or time.time())
         log.info("command %s: TERMINATED (%s)", row["id"], status)
+        for hook in self.end_hooks:
+            hook(row)
         self._disk_work(f"keep command {row['id']}'s files", self._ended_files, row)
         self.scheduler.wakeup.set()
 
@@ -468,4 +486,5 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
             "config": row["config"], "exit_code": row["exit_code"],
             "exit_status": row["exit_status"], "created": row["created"],
             "started": row["started"], "ended": row["ended"],
-            "slots": row["config"]["resources"]["slots"], "user_id": row.get("owner_id")}
+            "slots": row["config"]["resources"]["slots"], "user_id": row.get("owner_id"),
+            "kind": row.get("kind") or "command"}

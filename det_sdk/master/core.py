@@ -60,6 +60,7 @@ from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
+from det_sdk.master.shells import Shells
 from det_sdk.master.store import Store, hash_token
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
 from det_sdk.master.webhooks import Webhooks
@@ -140,6 +141,7 @@ class Master:
         # `det cmd run` (issue 58): launched by the scheduler's loop from the same slots
         self.commands = Commands(self.store, self.scheduler, self._store_archive,
                                  self.disk_work.submit)
+        self.shells = Shells(self.store, self.commands)  # det shell start: commands of sshd
         # users, sign-in and sign-out (issue 59)
         self.accounts = Accounts(self.store)
 

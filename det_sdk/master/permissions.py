@@ -202,6 +202,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/commands/{cmd_id}/metrics"): TOKEN,
     ("GET", "/api/v1/commands/{cmd_id}/files"): USER,
     ("GET", "/api/v1/commands/{cmd_id}/logs"): USER,
+    # shells (issue 58): a shell's key is its owner's (the route says 403 to anyone else: a
+    # read, which the Owner rule words as a change); its task reports its sshd (its own)
+    ("POST", "/api/v1/shells"): USER,
+    ("GET", "/api/v1/shells"): USER,
+    ("GET", "/api/v1/shells/{shell_id}"): USER,
+    ("GET", "/api/v1/shells/{shell_id}/key"): USER,
+    ("POST", "/api/v1/shells/{shell_id}/kill"): Owner("command", "shell_id"),
+    ("POST", "/api/v1/shells/{shell_id}/ready"): TOKEN,
     # a trial's log as records; the Prometheus scrape; experiments compared (issue 60)
     ("GET", "/api/v1/trials/{trial_id}/logs/records"): USER,
     ("GET", "/ui/api/trials/{trial_id}/log-records"): USER,

@@ -81,6 +81,11 @@ def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
            "user_id": "1", "username": "determined", "verb": "kill", "alloc_id": "a1",
            "uuid": "nope", "version": "1", "tb_id": "0000", "name": "app.js",
            "webhook_id": "1", "cmd_id": str(cmd)}
+    # the admin's shell (issue 58: a command of kind shell, with its keys)
+    shell = master.commands.table.insert(
+        {"entrypoint": ["true"], "resources": {"slots": 0}}, "a.tgz", owner_id=1, kind="shell")
+    master.shells.table.insert(shell, "PRIVATE", "ssh-ed25519 AAAA")
+    ids["shell_id"] = str(shell)
     ann = TestClient(app, headers={"Authorization": f"Bearer {tokens['ann']}"})
     task = TestClient(app, headers={"Authorization": "Bearer task-token"})
     gone = TestClient(app, headers={"Authorization": f"Bearer {tokens['gone']}"})
@@ -111,6 +116,10 @@ def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
         if rule == TOKEN:
             assert path.startswith("/api/")
     assert walked >= 20
+    # a shell's key is its owner's: another user's read is refused too
+    r = ann.get(f"/api/v1/shells/{shell}/key")
+    assert r.status_code == 403 and "'ann'" in r.json()["detail"], r.text
+    assert admin.get(f"/api/v1/shells/{shell}/key").json() == {"private_key": "PRIVATE"}
     # the same calls are the owner's or an admin's to make: the experiment's pause is
     r = admin.post(f"/api/v1/experiments/{exp}/pause")
     assert r.status_code == 200, r.text
