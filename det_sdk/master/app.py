@@ -45,6 +45,7 @@ from det_sdk.master.routes.tensorboards import tensorboards_router
 from det_sdk.master.routes.trials import trials_router
 from det_sdk.master.routes.ui import ui_router
 from det_sdk.master.routes.ui_data import ui_data_router
+from det_sdk.master.routes.ui_tasks import ui_tasks_router
 from det_sdk.master.routes.users import users_router
 from det_sdk.master.routes.webhooks import webhooks_router
 from det_sdk.master.security import SecurityHeaders, Sessions
@@ -91,6 +92,7 @@ def create_app(master: Master) -> FastAPI:
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))
+    app.include_router(ui_tasks_router(master, sessions))  # the Tasks page (issue 58)
     app.include_router(docs_router(app, master, sessions))
     # a trial's log as filtered records; the Prometheus scrape (issue 60)
     app.include_router(logs_router(master, user, sessions))

@@ -222,6 +222,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/trials/{trial_id}/system-metrics"): TOKEN,
     ("GET", "/ui/api/trials/{trial_id}/system-metrics"): USER,
     ("GET", "/api/v1/slots"): USER,
+    # the web UI's Tasks page (issue 58): its kills as the API's (a shell is a command)
+    ("GET", "/ui/api/tasks"): USER,
+    ("GET", "/ui/api/commands/{cmd_id}/logs"): USER,
+    ("POST", "/ui/api/commands/{cmd_id}/kill"): _CMD,
+    ("GET", "/ui/api/tensorboards/{tb_id}/logs"): USER,
+    ("POST", "/ui/api/tensorboards/{tb_id}/kill"): _TB,
 }
 
 

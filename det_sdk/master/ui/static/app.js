@@ -10,6 +10,7 @@ import * as trial from "./pages/trial.js";
 import * as jobs from "./pages/jobs.js";
 import * as models from "./pages/models.js";
 import * as compare from "./pages/compare.js";
+import * as tasks from "./pages/tasks.js";
 import { api, esc, POLL_MS } from "./util.js";
 
 const ROUTES = [
@@ -20,6 +21,8 @@ const ROUTES = [
   [/^#\/jobs\/(\d+)$/, jobs.renderJob, "jobs"],
   [/^#\/models$/, models.render, "models"],
   [/^#\/compare(?:\?(.*))?$/, compare.render, "experiments"],
+  [/^#\/tasks$/, tasks.renderList, "tasks"],
+  [/^#\/tasks\/(commands|tensorboards)\/([0-9A-Za-z-]+)\/logs$/, tasks.renderLogs, "tasks"],
 ];
 
 let current = null;
