@@ -164,7 +164,8 @@ def test_a_padding_step_zeroes_this_process_gradients_and_a_share_of_one_changes
         ) -> None:
     # What replaced the weight-0 padding row in numpy batches: the averaging optimizer
     # scales this process's gradients by its share (0 at a step on padding only).
-    opt = _compat.averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g: g, processes=1)
+    opt = _compat.averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g, weight=None: g,
+                                      processes=1)
     plain = keras.optimizers.SGD(0.5)
     var, ref = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 2.0])
     grads = tf.constant([0.1, 0.3])

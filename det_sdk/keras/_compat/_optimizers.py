@@ -2,7 +2,8 @@
 their learning rate, and the averaging subclass that averages gradients over processes
 where the optimizer applies them.
 
->>> opt = averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g: g, processes=2)
+>>> opt = averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g, weight=None: g,
+...                           processes=2)
 >>> is_averaging(opt), type(opt).__name__
 (True, 'SGD')
 """
