@@ -50,7 +50,7 @@ POLL_SECONDS = 0.3
 READY_SECONDS = 90.0
 
 
-class ShellNotOpen(DetSdkError):
+class ShellNotOpen(DetSdkError, ConnectionError):
     """The shell ended (or never started its sshd): nothing to connect to."""
 
 
