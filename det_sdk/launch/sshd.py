@@ -75,7 +75,9 @@ def session_script(env_file: Path, workdir: Path) -> str:
         "set +a\n"
         f"cd {shlex.quote(str(workdir))} 2>/dev/null || true\n"
         'if [ -n "$SSH_ORIGINAL_COMMAND" ]; then\n'
-        '  exec "${SHELL:-/bin/bash}" -c "$SSH_ORIGINAL_COMMAND"\n'
+        # --norc: bash started under sshd reads ~/.bashrc, which may put its own PATH
+        # (pyenv's shims) before the task's, and python3 would not be the task's
+        '  exec /bin/bash --noprofile --norc -c "$SSH_ORIGINAL_COMMAND"\n'
         "fi\n"
         'exec -l "${SHELL:-/bin/bash}"\n')
 
