@@ -25,8 +25,8 @@ from argparse import Namespace
 from det_sdk.cli import common
 from det_sdk.cli.common import refusal, refused
 from det_sdk.cli.logs_cmd import LOG_OPTIONS
-from det_sdk.cli.render import escape, print_json, print_rows
-from det_sdk.errors import DetSdkError, UsageError
+from det_sdk.cli.render import escape, print_json
+from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False  # typing costs `det --help` 4 ms: for the type checker only
 if TYPE_CHECKING:
@@ -223,26 +223,10 @@ def logs(args: Namespace) -> int:
     return 0
 
 
-_COLUMNS = ["ID", "Description", "State", "Exit Status", "Slots"]
-
-
-def _rows(cmds: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[c["id"], c["description"], c["state"], c["exit_status"] or "", c["slots"]]
-            for c in cmds]
-
-
 def list_commands(args: Namespace) -> int:
     """Determined's columns (no user, pool or workspace: one user, one pool), and the
     slots; ``--all`` shows the same (one user); ``-q`` the ids only."""
-    cmds = common.connect(args).request("GET", PATH)["commands"]
-    if args.quiet:
-        print("\n".join(str(c["id"]) for c in cmds))
-        return 0
-    if args.json:
-        print_json(cmds)
-        return 0
-    print_rows(_COLUMNS, _rows(cmds), args.csv)
-    return 0
+    return common.print_tasks(args, common.connect(args).request("GET", PATH)["commands"])
 
 
 def describe(args: Namespace) -> int:
@@ -251,7 +235,7 @@ def describe(args: Namespace) -> int:
     if args.json:
         print_json(cmd)
         return 0
-    print_rows(_COLUMNS, _rows([cmd]), args.csv)
+    common.print_tasks(args, [cmd])
     if not args.csv:
         for group, m in (cmd.get("latest_metrics") or {}).items():
             values = ", ".join(f"{escape(k)}={common.num(v)}" for k, v in m["metrics"].items())
@@ -276,19 +260,8 @@ def config(args: Namespace) -> int:
 
 def kill(args: Namespace) -> int:
     """Kill each in turn (Determined: a failure stops the rest unless ``--force``)."""
-    client = common.connect(args)
-    for i, cmd_id in enumerate(args.command_id):
-        try:
-            client.request("POST", f"{PATH}/{cmd_id}/kill")
-        except DetSdkError as err:  # the master's answer (404: no such id)
-            if not args.force:
-                for left in args.command_id[i + 1:]:
-                    print(f"Cowardly not killing {left}")
-                raise
-            print(f"Skipping: {escape(err)} ({type(err).__name__})")
-            continue
-        print(f"Killed command {cmd_id}")
-    return 0
+    return common.kill_each(common.connect(args), PATH, args.command_id, "command",
+                            args.force)
 
 
 _ID = ("command_id", {"type": int, "help": "the command's id (det cmd list)"})

@@ -402,3 +402,47 @@ def files_download(args: Namespace, kind: str) -> int:
                      f"files of {kind[:-1]} {args.id}", args.dir)
     print(f"{kind[:-1]} {args.id} files -> {dest}")
     return 0
+
+
+#: Determined's columns of ``det cmd list`` and ``det shell list`` (no user, pool or
+#: workspace), with the slots
+TASK_COLUMNS = ["ID", "Description", "State", "Exit Status", "Slots"]
+
+
+def print_tasks(args: Namespace, tasks: list[dict[str, Any]]) -> int:
+    """Commands or shells as ``list`` prints them: ``-q`` the ids, ``--json``, or the rows.
+
+    >>> print_tasks(Namespace(quiet=True, json=False, csv=False), [{"id": 3}])
+    3
+    0
+    """
+    from det_sdk.cli.render import print_json, print_rows
+
+    if getattr(args, "quiet", False):  # describe has no -q
+        print("\n".join(str(t["id"]) for t in tasks))
+    elif args.json:
+        print_json(tasks)
+    else:
+        print_rows(TASK_COLUMNS, [[t["id"], t["description"], t["state"],
+                                   t["exit_status"] or "", t["slots"]] for t in tasks], args.csv)
+    return 0
+
+
+def kill_each(client: Any, path: str, ids: list[int], what: str, force: bool) -> int:
+    """Kill each of ``ids`` (``POST path/ID/kill``) in turn, as Determined does: a failure
+    stops the rest unless ``force`` (then it is skipped, said)."""
+    from det_sdk.cli.render import escape
+    from det_sdk.errors import DetSdkError
+
+    for i, task_id in enumerate(ids):
+        try:
+            client.request("POST", f"{path}/{task_id}/kill")
+        except DetSdkError as err:  # the master's answer (404: no such id)
+            if not force:
+                for left in ids[i + 1:]:
+                    print(f"Cowardly not killing {left}")
+                raise
+            print(f"Skipping: {escape(err)} ({type(err).__name__})")
+            continue
+        print(f"Killed {what} {task_id}")
+    return 0

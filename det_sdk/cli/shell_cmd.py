@@ -33,7 +33,7 @@ from pathlib import Path
 from det_sdk.cli import common
 from det_sdk.cli.common import refusal, refused
 from det_sdk.cli.logs_cmd import LOG_OPTIONS
-from det_sdk.cli.render import escape, print_json, print_rows
+from det_sdk.cli.render import escape
 from det_sdk.errors import DetSdkError
 
 TYPE_CHECKING = False  # typing costs `det --help` time: for the type checker only
@@ -212,25 +212,9 @@ def show_ssh_command(args: Namespace) -> int:
     return 0
 
 
-_COLUMNS = ["ID", "Description", "State", "Exit Status", "Slots"]
-
-
-def _rows(shells: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[s["id"], s["description"], s["state"], s["exit_status"] or "", s["slots"]]
-            for s in shells]
-
-
 def list_shells(args: Namespace) -> int:
     """Determined's columns; ``-q`` the ids; ``--all``: every user's (as without it)."""
-    shells = common.connect(args).request("GET", PATH)["shells"]
-    if args.quiet:
-        print("\n".join(str(s["id"]) for s in shells))
-        return 0
-    if args.json:
-        print_json(shells)
-        return 0
-    print_rows(_COLUMNS, _rows(shells), args.csv)
-    return 0
+    return common.print_tasks(args, common.connect(args).request("GET", PATH)["shells"])
 
 
 def config(args: Namespace) -> int:
@@ -259,19 +243,7 @@ def logs(args: Namespace) -> int:
 
 def kill(args: Namespace) -> int:
     """Kill each in turn (a failure stops the rest unless ``--force``)."""
-    client = common.connect(args)
-    for i, shell_id in enumerate(args.shell_id):
-        try:
-            client.request("POST", f"{PATH}/{shell_id}/kill")
-        except DetSdkError as err:
-            if not args.force:
-                for left in args.shell_id[i + 1:]:
-                    print(f"Cowardly not killing {left}")
-                raise
-            print(f"Skipping: {escape(err)} ({type(err).__name__})")
-            continue
-        print(f"Killed shell {shell_id}")
-    return 0
+    return common.kill_each(common.connect(args), PATH, args.shell_id, "shell", args.force)
 
 
 _ID = ("shell_id", {"type": int, "help": "the shell's id (det shell list)"})
