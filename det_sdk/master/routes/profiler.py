@@ -35,7 +35,8 @@ MAX_RECORDS = 100
 _GROUP = r"^[a-z][a-z0-9_]{0,31}$"
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-Value = Annotated[float, Field(allow_inf_nan=False)]
+# api.Number: a JSON number, never `true` (pydantic would read it as 1.0)
+Value = Annotated[api.Number, Field(allow_inf_nan=False)]
 # a host's metrics: a number, or one level more (a GPU's, a disk path's)
 HostMetrics = Annotated[dict[Key, Value | Annotated[dict[Key, Value], Field(max_length=64)]],
                         Field(max_length=64)]
@@ -46,7 +47,7 @@ class SystemMetricRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     group: Annotated[str, StringConstraints(pattern=_GROUP)]
-    time: Annotated[float, Field(ge=0, le=1e11)]
+    time: Annotated[api.Number, Field(ge=0, le=1e11)]
     steps_completed: api.Count | None = None
     metrics: Annotated[dict[Key, HostMetrics], Field(max_length=16)]
 
