@@ -39,14 +39,14 @@ class PostProjectRequest(_Body):
 
     name: str = Field(min_length=1, max_length=128)
     description: str = Field("", max_length=4096)
-    workspaceId: int | None = Field(None, ge=1, le=api.MAX_INT)  # noqa: N815 (the wire's)
+    workspaceId: int | None = Field(None, ge=1, le=api.MAX_INT)
 
 
 class MoveExperimentRequest(_Body):
     """Determined's ``v1MoveExperimentRequest``."""
 
-    destinationProjectId: int = Field(ge=1, le=api.MAX_INT)  # noqa: N815 (the wire's)
-    experimentId: int | None = Field(None, ge=0, le=api.MAX_INT)  # noqa: N815
+    destinationProjectId: int = Field(ge=1, le=api.MAX_INT)
+    experimentId: int | None = Field(None, ge=0, le=api.MAX_INT)
 
 
 def workspaces_router(master: Master, user: Dependency) -> APIRouter:

@@ -74,7 +74,8 @@ class ExperimentTables(Database):
 
     def experiment_page(self, before_id: int | None, limit: int,
                         archived: bool | None = None, owners: list[int] | None = None,
-                        projects: list[int] | None = None) -> tuple[list[ExperimentSummaryRow], int]:
+                        projects: list[int] | None = None
+                        ) -> tuple[list[ExperimentSummaryRow], int]:
         """Up to ``limit`` experiments with ids below ``before_id`` (from the newest if
         None), newest first, each with its trials' counts by state, mean progress and best
         metrics; and how many experiments there are. Three statements. ``archived``:
