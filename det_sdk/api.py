@@ -188,10 +188,9 @@ class CreateExperimentRequest(_Model):
     model_definition: str = Field(description="base64 of a .tar.gz of the model directory")
     activate: bool = Field(True, description="false: created PAUSED, as Determined's "
                            "`det e create --paused` (`det e activate` starts it)")
-    project_id: int | None = Field(None, ge=1, le=MAX_INT,
-                                   description="its project (Determined's `--project_id`); "
-                                   "absent: the config's `workspace`/`project`, else "
-                                   "Uncategorized")
+    project_id: Annotated[int, BeforeValidator(_no_bool)] | None = Field(
+        None, ge=1, le=MAX_INT, description="its project (Determined's `--project_id`); "
+        "absent: the config's `workspace`/`project`, else Uncategorized")
 
 
 class CreateExperimentResponse(_Model):

@@ -24,7 +24,8 @@ __all__ = ["workspaces_router"]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON true is not a project id, nor "3"
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class PostWorkspaceRequest(_Body):
