@@ -190,3 +190,38 @@ def test_an_old_database_files_its_experiments_under_uncategorized(tmp_path: Pat
     assert store.experiment_project(1) == 1
     assert store.project(1)["num_experiments"] == 1  # type: ignore[index]
     assert store.workspace(1)["name"] == "Uncategorized"  # type: ignore[index]
+
+
+def test_the_web_ui_lists_and_filters_experiments_by_workspace_and_project(
+        c: Cluster, people: dict[str, Person]) -> None:
+    from harness.browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    ann = people["ann"]
+    ok(ann.det("workspace", "create", "nlp"))
+    ok(ann.det("project", "create", "nlp", "bert"))
+    r = paused(c, ann.token, config={"name": "in-bert", "workspace": "nlp",
+                                     "project": "bert"})
+    assert r.status_code == 201, r.text
+    in_bert = r.json()["id"]
+    elsewhere = paused(c, ann.token, config={"name": "in-uncategorized"}).json()["id"]
+    with open_browser() as browser:
+        context = signed_in_context(browser, c.url, ann.token)
+        page = context.new_page()
+        page.goto(f"{c.url}/ui/#/experiments")
+        page.wait_for_selector(f'tr[data-id="{in_bert}"]', timeout=60_000)
+        row = page.locator(f'tr[data-id="{in_bert}"]')
+        assert row.locator("td.workspace").text_content() == "nlp"
+        assert row.locator("td.project").text_content() == "bert"
+        assert page.locator(f'tr[data-id="{elsewhere}"]').count() == 1
+        page.select_option("#exp-workspace", "nlp")
+        page.wait_for_selector(f'tr[data-id="{elsewhere}"]', state="detached",
+                               timeout=30_000)
+        assert page.locator(f'tr[data-id="{in_bert}"]').count() == 1
+        page.select_option("#exp-project", "nlp/bert")
+        assert page.locator("#experiments tbody tr").count() == 1
+        page.select_option("#exp-workspace", "")
+        page.wait_for_selector(f'tr[data-id="{elsewhere}"]', timeout=30_000)
+        context.close()
