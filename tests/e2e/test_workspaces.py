@@ -173,6 +173,36 @@ def test_workspaces_and_projects_through_the_cli(c: Cluster, people: dict[str, P
     assert {e["project_name"] for e in c.det_json("e", "list", "--all")} == {"Uncategorized"}
 
 
+def test_the_python_client_makes_workspaces_and_files_experiments(
+        c: Cluster, people: dict[str, Person]) -> None:
+    from det_sdk.client import MasterError
+    from det_sdk.experimental.client import Determined
+
+    bob = Determined(c.url, user="bob", password=PASSWORDS["bob"])
+    ws = bob.create_workspace("audio")
+    assert bob.get_workspace("audio").id == ws.id
+    assert "audio" in {w.name for w in bob.list_workspaces()}
+    speech = ws.create_project("speech", description="asr")
+    assert (speech.workspace_id, speech.description) == (ws.id, "asr")
+    assert [p.name for p in ws.list_projects()] == ["speech"]
+    exp = bob.create_experiment(config(c.root / "control", name="client-filed"),
+                                str(TRIAL_DIR), project_id=speech.id)
+    exp.pause()
+    assert [e.id for e in bob.list_experiments(project_id=speech.id)] == [exp.id]
+    assert exp.id not in {e.id for e in bob.list_experiments(project_id=1)}
+    speech.reload()
+    assert speech.n_experiments == 1
+    with pytest.raises(MasterError, match="409"):
+        ws.delete_project("speech")  # it holds an experiment
+    with pytest.raises(MasterError, match="404"):
+        bob.get_workspace("no-such-workspace")
+    exp.kill()
+    ok(c.det("e", "move", str(exp.id), "Uncategorized", "Uncategorized"))
+    ws.delete_project("speech")
+    bob.delete_workspace("audio")
+    assert "audio" not in {w.name for w in bob.list_workspaces()}
+
+
 def test_an_old_database_files_its_experiments_under_uncategorized(tmp_path: Path) -> None:
     import sqlite3
 
