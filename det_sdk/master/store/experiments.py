@@ -6,6 +6,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
+from det_sdk.master.errors import Conflict
 from det_sdk.master.rows import ExperimentRow, ExperimentSummaryRow
 from det_sdk.master.store.database import Database, before, config_json, inserted
 
@@ -46,6 +47,13 @@ class ExperimentTables(Database):
         created it (None: the first admin); ``project_id``: its project (1: the default,
         Uncategorized)."""
         with self.tx() as db:
+            # checked again in the transaction: the project may have been deleted or
+            # archived since the request was checked (det_sdk.master.store.workspaces)
+            if project_id != 1 and not db.execute(
+                    "SELECT 1 FROM projects p JOIN workspaces w ON p.workspace_id = w.id"
+                    " WHERE p.id = ? AND p.archived = 0 AND w.archived = 0",
+                    (project_id,)).fetchone():
+                raise Conflict(f"project_id: project {project_id} is gone or archived")
             cur = db.execute(
                 "INSERT INTO experiments (name, config, state, archive, created, owner_id,"
                 " project_id) VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?)",

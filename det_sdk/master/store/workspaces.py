@@ -251,8 +251,14 @@ class WorkspaceTables(Database):
 
     def move_experiment(self, exp_id: int, project_id: int) -> None:
         """Put experiment ``exp_id`` into project ``project_id`` (one that may take it)."""
-        self.open_project(project_id)
+        self.open_project(project_id)  # its errors: not found, archived
         with self.tx() as db:
+            # again in the transaction: deleted or archived since (then nothing moves)
+            if not db.execute("SELECT 1 FROM projects p JOIN workspaces w ON"
+                              " p.workspace_id = w.id WHERE p.id = ? AND p.archived = 0"
+                              " AND w.archived = 0", (project_id,)).fetchone():
+                raise Conflict(f"destinationProjectId: project {project_id} is gone or "
+                               "archived")
             cur = db.execute("UPDATE experiments SET project_id = ? WHERE id = ?",
                              (project_id, exp_id))
             if cur.rowcount == 0:
