@@ -188,6 +188,9 @@ class CreateExperimentRequest(_Model):
     model_definition: str = Field(description="base64 of a .tar.gz of the model directory")
     activate: bool = Field(True, description="false: created PAUSED, as Determined's "
                            "`det e create --paused` (`det e activate` starts it)")
+    project_id: Annotated[int, BeforeValidator(_no_bool)] | None = Field(
+        None, ge=1, le=MAX_INT, description="its project (Determined's `--project_id`); "
+        "absent: the config's `workspace`/`project`, else Uncategorized")
 
 
 class CreateExperimentResponse(_Model):
@@ -465,6 +468,11 @@ class ExperimentSummary(_Model):
     # its owner (issue 59): the user's id, and their current name (Determined's username)
     user_id: int | None = None
     username: str = ""
+    # its project and that project's workspace (issue 59): `det e list --show_project`
+    project_id: int = 1
+    project_name: str = ""
+    workspace_id: int = 1
+    workspace_name: str = ""
 
 
 class ExperimentPage(_Model):

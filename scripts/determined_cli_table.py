@@ -30,7 +30,7 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e list --limit 10", "same", "a page's size: every page is read"),
     ("det e list --pages 1 --limit 10 --offset 20", "same", "one page"),
     ("det e list --csv", "same", ""),
-    ("det e list --show_project", "refused", "no workspaces or projects"),
+    ("det e list --show_project", "same", "Workspace and Project columns first (issue 59)"),
     ("det e describe 1,2", "same", "comma lists"),
     ("det e describe 1,2 --json", "different", "a list of det_sdk's objects (not Determined's "
                                                "schema)"),
@@ -57,7 +57,10 @@ FORMS: list[tuple[str, str, str]] = [
                                                "end state)"),
     ("det e create c.yaml . -i extra.py", "refused", "put the files in the directory"),
     ("det e create c.yaml . --local", "refused", "python train.py"),
-    ("det e create c.yaml . --project_id 3", "refused", "no projects"),
+    ("det e create c.yaml . --project_id 3", "same", "into that project (not an archived "
+                                                     "one); without it, the config's "
+                                                     "`workspace` and `project`, else "
+                                                     "Uncategorized"),
     ("det e create c.yaml . --template t", "refused", "no templates"),
     ("det e lt 1", "same", ""),
     ("det e list-trials 1 --csv", "same", ""),
@@ -89,7 +92,7 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e continue 1 --config searcher.max_length.epochs=5", "same",
      "refused when not longer than what the trial trained (Determined runs it and ends at once)"),
     ("det experiment continue 1 --config-file c.yaml -f", "same", "follows the trial's log"),
-    ("det e move 1 ws proj", "not built", "no workspaces or projects"),
+    ("det e move 1 ws proj", "same", "its owner or an admin; not into an archived project"),
     ("det e set gc-policy 1 --save-experiment-best 1 --save-trial-best 1 "
      "--save-trial-latest 1", "not built", "retention is the config's checkpoint_storage"),
     ("det t describe 1", "same", ""),
@@ -284,6 +287,43 @@ FORMS += [  # det shell (issue 58: docs/notebooks-commands-shells.md)
     ("det shell kill 1", "same", "its sshd and every session end; its port is closed"),
     ("det shell kill 1 2 -f", "same", "go on past errors"),
     ("det shell set priority 1 3", "refused", "no priorities"),
+]
+
+FORMS += [  # workspaces and projects (issue 59: docs/team.md)
+    ("det workspace list", "different", "ID, Name, # Projects, # Experiments, Archived (no "
+                                        "agent user or group, no pools: one master)"),
+    ("det w", "same", "a bare noun lists"),
+    ("det workspace list --sort-by name --order-by desc", "same", ""),
+    ("det workspace list-projects ws", "same", "ID, Name, Description, # Experiments, "
+                                              "# Active Experiments (no key)"),
+    ("det workspace create ws", "same", "any user; the name unique"),
+    ("det workspace create ws --agent-uid 1000", "not built", "no agent users per workspace"),
+    ("det workspace describe ws", "same", ""),
+    ("det workspace delete ws --yes", "different", "its owner or an admin; refused (409) "
+                                                   "while any of its projects holds an "
+                                                   "experiment (Determined deletes them): move "
+                                                   "or delete them first"),
+    ("det workspace archive ws", "same", "no new projects in it; the default is never "
+                                         "archived"),
+    ("det workspace unarchive ws", "same", ""),
+    ("det workspace edit ws --name x", "not built", "workspaces are not renamed"),
+    ("det project list ws", "same", "ID, Name, Description, # Experiments, # Active "
+                                    "Experiments (no key)"),
+    ("det p list ws", "same", ""),
+    ("det project create ws proj", "same", "any user, in a workspace not archived"),
+    ("det project create ws proj --description d", "same", ""),
+    ("det project describe ws proj", "same", "the project and its experiments"),
+    ("det project delete ws proj --yes", "different", "its owner or an admin; refused (409) "
+                                                      "while it holds experiments (Determined "
+                                                      "deletes them): move or delete them "
+                                                      "first"),
+    ("det project archive ws proj", "same", "takes no experiments while archived"),
+    ("det project unarchive ws proj", "same", ""),
+    ("det project list-experiments ws proj", "not built", "det project describe lists them"),
+    ("det rbac list-roles", "not built", "roles are not built yet (docs/team.md): admins and "
+                                         "owners decide"),
+    ("det rbac assign-role Viewer -u ann -w ws", "not built", "roles are not built yet"),
+    ("det rbac my-permissions", "not built", "roles are not built yet"),
 ]
 
 

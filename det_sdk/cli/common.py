@@ -446,3 +446,22 @@ def kill_each(client: Any, path: str, ids: list[int], what: str, force: bool) ->
             continue
         print(f"Killed {what} {task_id}")
     return 0
+
+
+def workspace_by_name(client: Any, name: str) -> dict[str, Any]:
+    """The workspace named ``name`` (issue 59), or a UsageError naming it."""
+    found = client.request("GET", "/api/v1/workspaces", params={"name": name})["workspaces"]
+    if not found:
+        raise UsageError(f"workspace_name: no workspace named {name!r}")
+    return dict(found[0])
+
+
+def project_by_name(client: Any, workspace: str, name: str) -> dict[str, Any]:
+    """Project ``name`` of workspace ``workspace`` (issue 59), or a UsageError naming it."""
+    ws_id = workspace_by_name(client, workspace)["id"]
+    found = client.request("GET", f"/api/v1/workspaces/{ws_id}/projects",
+                           params={"name": name})["projects"]
+    if not found:
+        raise UsageError(f"project_name: workspace {workspace!r} has no project named "
+                         f"{name!r}")
+    return dict(found[0])

@@ -84,6 +84,10 @@ def experiment_list(args: Namespace) -> int:
     rows = [[e["id"], e.get("username", ""), e["name"] or "", e["state"],
              f"{100 * e['progress']:.0f}%", e["num_trials"]]
             + ([e.get("archived", False)] if args.all else []) for e in exps]
+    if args.show_project:  # Determined's two columns first (issue 59)
+        headers = ["Workspace", "Project", *headers]
+        rows = [[e.get("workspace_name", ""), e.get("project_name", ""), *r]
+                for e, r in zip(exps, rows, strict=True)]
     print_rows(headers, rows, args.csv)
     return 0
 
@@ -225,9 +229,10 @@ def experiment_create(args: Namespace) -> int:
     else:
         archive = pack_directory(args.model_def)
     client = common.connect(args)
+    direct = args.paused or args.project_id is not None  # fields the upload path lacks
     created = client.submit_experiment(raw, archive, progress_bar("uploading model directory"),
-                                       ) if not args.paused else _create_paused(client, raw,
-                                                                                archive)
+                                       ) if not direct else _create_paused(
+        client, raw, archive, activate=not args.paused, project_id=args.project_id)
     exp_id = created["id"]
     for warning in created["warnings"]:
         print(f"warning: {escape(warning, multiline=True)}", file=sys.stderr)
@@ -246,13 +251,15 @@ def experiment_create(args: Namespace) -> int:
     return 0
 
 
-def _create_paused(client: Any, config: dict[str, Any], archive: bytes) -> dict[str, Any]:
-    """Determined's ``activate: false``: created PAUSED, no trial started."""
+def _create_paused(client: Any, config: dict[str, Any], archive: bytes,
+                   activate: bool = False, project_id: int | None = None) -> dict[str, Any]:
+    """Determined's ``activate: false``: created PAUSED, no trial started (and
+    ``--project_id``: in that project)."""
     import base64
 
     out = client.request("POST", "/api/v1/experiments", json={
         "config": config, "model_definition": base64.b64encode(archive).decode(),
-        "activate": False})
+        "activate": activate, "project_id": project_id})
     return {"id": int(out["id"]), "warnings": list(out.get("warnings") or [])}
 
 
@@ -366,6 +373,16 @@ def experiment_unarchive(args: Namespace) -> int:
                  f"Unarchived experiment {args.id}")
 
 
+def experiment_move(args: Namespace) -> int:
+    """Determined's ``det e move ID WORKSPACE PROJECT`` (issue 59)."""
+    client = common.connect(args)
+    project = common.project_by_name(client, args.workspace_name, args.project_name)
+    client.request("POST", f"/api/v1/experiments/{args.id}/move",
+                   json={"destinationProjectId": project["id"], "experimentId": args.id})
+    print(f'Moved experiment {args.id} to project "{args.project_name}"')
+    return 0
+
+
 def experiment_cancel(args: Namespace) -> int:
     return post(args, f"/api/v1/experiments/{args.id}/cancel", f"Canceled experiment {args.id}")
 
@@ -463,7 +480,8 @@ COMMANDS: CommandTable = {
                              "(docs/local-runs.md)")),
         ("--template", refused("det_sdk has no config templates: merge the template "
                                 "into the config file", True)),
-        ("--project_id", refused("det_sdk has no workspaces or projects", True)),
+        ("--project_id", {"type": int, "metavar": "ID",
+                          "help": "place this experiment inside this project"}),
         (("-p", "--publish"), refused("det_sdk does not publish task ports: a task's "
                                        "ports are on the machine it runs on", True)),
     ]),
@@ -482,7 +500,8 @@ COMMANDS: CommandTable = {
     "list": (experiment_list, "list your experiments (every user's and archived: --all)", [
         (("--all", "-a"), {"action": "store_true",
                            "help": "every user's experiments, archived ones too"}),
-        ("--show_project", refused("det_sdk has no workspaces or projects")),
+        ("--show_project", {"action": "store_true",
+                            "help": "show the workspace and project of each experiment"}),
         *PAGES, CSV]),
     "describe": (experiment_describe, "trials, states and metrics: IDS (1,2,3)", [
         ("experiment_ids", {"help": "comma-separated experiment ids"}),
@@ -510,6 +529,9 @@ COMMANDS: CommandTable = {
     "activate": (experiment_activate, "continue a paused experiment", [("id",)]),
     "archive": (experiment_archive, "hide an ended experiment from `e list`", [ID]),
     "unarchive": (experiment_unarchive, "show it in `e list` again", [ID]),
+    "move": (experiment_move, "move it to another project (issue 59)", [
+        ID, ("workspace_name", {"help": "name of the destination workspace"}),
+        ("project_name", {"help": "name of the destination project"})]),
     "delete": (experiment_delete, "delete it with its checkpoints and logs",
                [ID, YES]),
     "download": (experiment_download, "the best checkpoints of its top-N trials", [

@@ -94,6 +94,9 @@ DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "
                  "tensorboard": "list", "user": "whoami"}
 DEFAULT_VERBS["command"] = "list"
 DEFAULT_VERBS["shell"] = "list"  # det shell (issue 58)
+NOUN_ALIASES["workspace"] = ["w"]  # Determined's `w|orkspace`, `p|roject` (issue 59)
+NOUN_ALIASES["project"] = ["p"]
+DEFAULT_VERBS["workspace"] = "list"
 
 
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
@@ -143,6 +146,8 @@ NOUNS = {
     "command": "det_sdk.cli.command_cmd",  # det cmd run (issue 58)
     "slot": "det_sdk.cli.slot_cmd",  # the slots and who holds them (issue 60)
     "shell": "det_sdk.cli.shell_cmd",  # det shell start (issue 58)
+    "workspace": "det_sdk.cli.workspace_cmd",  # workspaces (issue 59)
+    "project": "det_sdk.cli.project_cmd",  # projects (issue 59)
 }
 
 

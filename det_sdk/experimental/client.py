@@ -15,7 +15,9 @@ module's functions act on that master::
     path = client.get_model("mnist").get_version(1).checkpoint.download("ckpt")
 
 Users as Determined's (``whoami``, ``create_user``, ``get_user_by_name``, ``list_users``,
-:class:`User`). Not provided (no workspaces, projects or OAuth yet): workspaces,
+:class:`User`); workspaces and projects (``create_workspace``, ``get_workspace``,
+``list_workspaces``, ``delete_workspace``, :class:`Workspace`, :class:`Project`;
+``create_experiment(project_id=)``, ``list_experiments(project_id=)``). Not provided:
 ``list_oauth_clients``.
 """
 
@@ -40,6 +42,7 @@ from det_sdk.experimental._objects import (
     TrialMetrics,
 )
 from det_sdk.experimental._users import User
+from det_sdk.experimental._workspaces import Project, Workspace
 
 __all__ = ["Checkpoint", "ClientError", "Comparison", "Determined", "Experiment",
            "ExperimentState", "Model", "ModelVersion", "OrderBy", "Trial", "TrialMetrics", "User",
@@ -48,6 +51,8 @@ __all__ = ["Checkpoint", "ClientError", "Comparison", "Determined", "Experiment"
            "iter_trials_metrics", "list_experiments", "list_models", "list_users", "login",
            "logout", "whoami"]
 __all__ += ["LogLevel"]  # Trial.iter_logs's min_level (issue 60)
+__all__ += ["Project", "Workspace", "create_workspace", "delete_workspace", "get_workspace",
+            "list_workspaces"]  # issue 59
 
 
 class Determined:
@@ -141,8 +146,15 @@ class Determined:
         if model_dir is None:
             raise ClientError("create_experiment: model_dir is required (the directory the "
                               "entrypoint runs in)")
-        exp_id = self._session.create_experiment(parsed, pack_directory(model_dir))
-        return Experiment(self._session, exp_id)
+        if project_id is None:
+            exp_id = self._session.create_experiment(parsed, pack_directory(model_dir))
+            return Experiment(self._session, exp_id)
+        import base64  # into a project: the JSON request, with its project_id
+
+        out = self._session.request("POST", "/api/v1/experiments", json={
+            "config": parsed, "project_id": project_id,
+            "model_definition": base64.b64encode(pack_directory(model_dir)).decode()})
+        return Experiment(self._session, int(out["id"]))
 
     def get_experiment(self, experiment_id: int) -> Experiment:
         return Experiment(self._session, experiment_id)
@@ -153,8 +165,9 @@ class Determined:
                          name: str | None = None, project_id: int | None = None
                          ) -> list[Experiment]:
         """Experiments, oldest first (``order_by=OrderBy.DESC``: newest first), filtered
-        by ids, states, name and ``users`` (their owners' names)."""
+        by ids, states, name, ``users`` (their owners' names) and ``project_id``."""
         rows = sorted(self._session.experiments(), key=lambda r: r["id"])
+        rows = [r for r in rows if project_id is None or r.get("project_id") == project_id]
         want = {s.value if isinstance(s, ExperimentState) else str(s) for s in states or []}
         rows = [r for r in rows if (users is None or r.get("username") in users)
                 and (experiment_ids is None or r["id"] in experiment_ids)
@@ -162,6 +175,29 @@ class Determined:
         if order_by == OrderBy.DESC:
             rows = rows[::-1]
         return [Experiment(self._session, r["id"]) for r in rows]
+
+    # workspaces (issue 59)
+    def create_workspace(self, name: str) -> Workspace:
+        out = self._session.request("POST", "/api/v1/workspaces", json={"name": name})
+        return Workspace(self._session, out["workspace"])
+
+    def get_workspace(self, name: str) -> Workspace:
+        """The workspace named ``name`` (a MasterError with status 404 if none)."""
+        from det_sdk.client import MasterError
+
+        rows = self._session.request("GET", "/api/v1/workspaces",
+                                     params={"name": name})["workspaces"]
+        if not rows:
+            raise MasterError(404, f"no workspace named {name!r} (HTTP 404)")
+        return Workspace(self._session, rows[0])
+
+    def list_workspaces(self) -> list[Workspace]:
+        rows = self._session.request("GET", "/api/v1/workspaces")["workspaces"]
+        return [Workspace(self._session, r) for r in rows]
+
+    def delete_workspace(self, name: str) -> None:
+        """Delete the workspace (the master refuses one whose projects hold experiments)."""
+        self._session.request("DELETE", f"/api/v1/workspaces/{self.get_workspace(name).id}")
 
     # trials and checkpoints
     def get_trial(self, trial_id: int) -> Trial:
@@ -329,3 +365,19 @@ def logout() -> None:
     if _client is not None:
         _client.logout()
     _client = None
+
+
+def create_workspace(name: str) -> Workspace:
+    return _the().create_workspace(name)
+
+
+def get_workspace(name: str) -> Workspace:
+    return _the().get_workspace(name)
+
+
+def list_workspaces() -> list[Workspace]:
+    return _the().list_workspaces()
+
+
+def delete_workspace(name: str) -> None:
+    _the().delete_workspace(name)

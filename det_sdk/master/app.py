@@ -48,6 +48,7 @@ from det_sdk.master.routes.ui_data import ui_data_router
 from det_sdk.master.routes.ui_tasks import ui_tasks_router
 from det_sdk.master.routes.users import users_router
 from det_sdk.master.routes.webhooks import webhooks_router
+from det_sdk.master.routes.workspaces import workspaces_router
 from det_sdk.master.security import SecurityHeaders, Sessions
 
 __all__ = ["create_app"]
@@ -102,4 +103,5 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(users_router(master, user))  # users, sign-in (issue 59)
     # the profiler's system metrics: reported, read, charted (issue 60)
     app.include_router(profiler_router(master, principal, user, sessions))
+    app.include_router(workspaces_router(master, user))  # workspaces, projects (issue 59)
     return app

@@ -259,11 +259,13 @@ class Master:
     # --- experiments ----------------------------------------------------------------------
 
     def create_experiment(self, raw_config: dict[str, Any], model_b64: str,
-                          activate: bool = True, owner_id: int | None = None) -> int:
+                          activate: bool = True, owner_id: int | None = None,
+                          project_id: int = 1) -> int:
         """Validate everything, then store the upload and the experiment with all its
         trials: a refused request writes nothing. ``activate=False``: created PAUSED
         (Determined's ``det e create --paused``), no trial started. ``owner_id``: the
-        user creating it (None: the first admin)."""
+        user creating it (None: the first admin); ``project_id``: its project (issue 59;
+        the caller checked it takes experiments)."""
         config = experiment_config(raw_config)
         self._probe_storage(config)
         if config.resources.slots_per_trial > self.launcher.slots:
@@ -282,7 +284,8 @@ class Master:
         try:
             with self._lock:
                 exp_id = self.store.create_experiment_with_trials(stored, str(archive_path),
-                                                                  trials, owner_id)
+                                                                  trials, owner_id,
+                                                                  project_id)
                 if not activate:  # under the lock: the scheduler never sees it active
                     self.lifecycle.experiment_event(exp_id, ExperimentEvent.PAUSE)
         except BaseException:

@@ -84,7 +84,8 @@ def _next(kind: str, rows: list[Any], limit: int, key: str) -> str | None:
 
 def experiment_page(master: Any, limit: int, cursor: str | None,
                     archived: bool | None = None,
-                    owners: list[int] | None = None) -> api.ExperimentPage:
+                    owners: list[int] | None = None,
+                    projects: list[int] | None = None) -> api.ExperimentPage:
     """The newest experiments first: summaries (state, counts, progress, best metric).
 
     ``master`` is a ``det_sdk.master.core.Master``. One row more than ``limit`` is read
@@ -93,10 +94,12 @@ def experiment_page(master: Any, limit: int, cursor: str | None,
     >>> # page = experiment_page(master, 20, None); experiment_page(master, 20, page.next_cursor)
     """
     before = None if cursor is None else decode_cursor("experiments", cursor)
-    rows, total = master.store.experiment_page(before, limit + 1, archived, owners)
+    rows, total = master.store.experiment_page(before, limit + 1, archived, owners, projects)
     names = master.store.user_names()
+    project_of = {p["id"]: p for p in master.store.projects()}
     out = []
     for r in rows[:limit]:
+        proj = project_of.get(r["project_id"] or 1) or {}
         smaller = r["smaller_is_better"] is None or bool(r["smaller_is_better"])
         out.append(api.ExperimentSummary(
             id=r["id"], name=r["name"], state=r["state"], created=r["created"],
@@ -105,7 +108,10 @@ def experiment_page(master: Any, limit: int, cursor: str | None,
             progress=r["progress"], num_trials=r["trials"], trial_states=r["trial_states"],
             archived=bool(r["archived"]),
             user_id=master.store.owner_or_first(r["owner_id"]),
-            username=names.get(master.store.owner_or_first(r["owner_id"]), "")))
+            username=names.get(master.store.owner_or_first(r["owner_id"]), ""),
+            project_id=r["project_id"] or 1, project_name=proj.get("name", ""),
+            workspace_id=proj.get("workspace_id", 1),
+            workspace_name=proj.get("workspace_name", "")))
     return api.ExperimentPage(experiments=out, total=total,
                               next_cursor=_next("experiments", rows, limit, "id"))
 

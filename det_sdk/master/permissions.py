@@ -52,7 +52,7 @@ ADMIN = "admin"
 class Owner:
     """An admin, or the user who owns the ``kind`` named by path parameter ``param``."""
 
-    kind: str  # experiment | trial | job | model | tensorboard | command
+    kind: str  # experiment | trial | job | model | tensorboard | command | workspace | project
     param: str
 
 
@@ -78,6 +78,8 @@ _JOB = Owner("job", "job_id")
 _MODEL = Owner("model", "ident")
 _TB = Owner("tensorboard", "tb_id")
 _CMD = Owner("command", "cmd_id")
+_WS = Owner("workspace", "ws_id")
+_PROJECT = Owner("project", "project_id")
 
 #: (method, route path) -> rule
 RULES: dict[tuple[str, str], Rule] = {
@@ -228,6 +230,22 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/ui/api/commands/{cmd_id}/kill"): _CMD,
     ("GET", "/ui/api/tensorboards/{tb_id}/logs"): USER,
     ("POST", "/ui/api/tensorboards/{tb_id}/kill"): _TB,
+    # workspaces and projects (issue 59): any user makes one (Determined's basic
+    # authorization); its owner or an admin archives or deletes it; an experiment's
+    # owner moves it (into any project that takes experiments)
+    ("GET", "/api/v1/workspaces"): USER,
+    ("POST", "/api/v1/workspaces"): USER,
+    ("GET", "/api/v1/workspaces/{ws_id}"): USER,
+    ("DELETE", "/api/v1/workspaces/{ws_id}"): _WS,
+    ("POST", "/api/v1/workspaces/{ws_id}/archive"): _WS,
+    ("POST", "/api/v1/workspaces/{ws_id}/unarchive"): _WS,
+    ("GET", "/api/v1/workspaces/{ws_id}/projects"): USER,
+    ("POST", "/api/v1/workspaces/{ws_id}/projects"): USER,
+    ("GET", "/api/v1/projects/{project_id}"): USER,
+    ("DELETE", "/api/v1/projects/{project_id}"): _PROJECT,
+    ("POST", "/api/v1/projects/{project_id}/archive"): _PROJECT,
+    ("POST", "/api/v1/projects/{project_id}/unarchive"): _PROJECT,
+    ("POST", "/api/v1/experiments/{exp_id}/move"): _EXP,
 }
 
 
@@ -269,6 +287,10 @@ def _owner(master: Master, kind: str, ident: str) -> int | bool | None:
         except RequestError:
             return False
         return master.accounts.owner(rec.get("user_id"))[0]
+    if kind in ("workspace", "project"):  # issue 59: their rows keep their creator
+        found = (master.store.workspace if kind == "workspace" else master.store.project)(
+            int(ident)) if ident.isdigit() else None
+        return False if found is None else master.store.owner_or_first(found["owner_id"])
     return master.accounts.owner_of(kind, ident)
 
 

@@ -26,6 +26,7 @@ class ExperimentRow(TypedDict):
     ended: float | None
     archived: int  # det experiment archive: left out of lists
     owner_id: int | None  # its creator (NULL: the first admin, det_sdk.master.store.users)
+    project_id: int | None  # its project (det_sdk.master.store.workspaces; 1: the default)
 
 
 class TrialRow(TypedDict):
@@ -134,6 +135,7 @@ class ExperimentSummaryRow(TypedDict):
     best_max: float | None
     archived: int
     owner_id: int | None  # its creator (NULL: the first admin)
+    project_id: int | None  # its project (issue 59)
 
 
 class JobSummaryRow(TypedDict):

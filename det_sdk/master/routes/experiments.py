@@ -22,6 +22,7 @@ from det_sdk.config import (
 from det_sdk.master.core import Master
 from det_sdk.master.pages import experiment_detail, experiment_page, trial_page
 from det_sdk.master.routes.common import Cursor, Dependency, Id, Limit, Principal, as_json
+from det_sdk.master.workspaces import project_for
 
 __all__ = ["experiments_router"]
 
@@ -36,9 +37,11 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
     @router.post("/api/v1/experiments", status_code=201)
     def create_experiment(req: api.CreateExperimentRequest,
                           p: Principal = Depends(user)) -> api.CreateExperimentResponse:
+        project_id = project_for(master.store, req.project_id, req.config)  # issue 59
         exp_id = master.create_experiment(req.config, req.model_definition, req.activate,
-                                          owner_id=p.user_id)
-        ignored = ignored_fields(req.config)  # accepted: the config validated above
+                                          owner_id=p.user_id, project_id=project_id)
+        # accepted: the config validated above; workspace and project are read (issue 59)
+        ignored = [f for f in ignored_fields(req.config) if f not in ("workspace", "project")]
         warnings = [ignored_fields_warning(ignored)] if ignored else []
         warnings += launch_warnings(parse_experiment_config(req.config))
         for warning in warnings:
@@ -50,15 +53,23 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
                          archived: bool | None = None,
                          users: Annotated[list[str] | None,
                                           Query(max_length=100)] = None,
+                         project_id: Annotated[int | None, Query(ge=1, le=api.MAX_INT)] = None,
+                         workspace_id: Annotated[int | None,
+                                                 Query(ge=1, le=api.MAX_INT)] = None,
                          p: Principal = Depends(user)) -> Response:
         """The newest experiments first, as summaries; `next_cursor` continues.
         `archived`: only the archived (true) or the others (false); absent: all.
-        `users`: only those these users own (Determined's filter, by name)."""
+        `users`: only those these users own (Determined's filter, by name).
+        `project_id`, `workspace_id`: only those in that project, or that workspace's."""
         owners = None
         if users is not None:
             ids = {u["username"]: u["id"] for u in master.accounts.users()}
             owners = [ids[name] for name in users if name in ids]
-        return as_json(experiment_page(master, limit, cursor, archived, owners))
+        projects = None
+        if project_id is not None or workspace_id is not None:
+            projects = [pr["id"] for pr in master.store.projects(workspace_id)
+                        if project_id is None or pr["id"] == project_id]
+        return as_json(experiment_page(master, limit, cursor, archived, owners, projects))
 
     @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
     def get_experiment(exp_id: Id, trials_limit: Limit = api.DEFAULT_PAGE_LIMIT,

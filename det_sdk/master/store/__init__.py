@@ -24,11 +24,13 @@ from det_sdk.master.store.metrics import MetricTables
 from det_sdk.master.store.system_metrics import SystemMetricTables
 from det_sdk.master.store.tokens import TokenTables
 from det_sdk.master.store.trials import TrialTables
+from det_sdk.master.store.workspaces import WorkspaceTables
 
 __all__ = ["Store", "hash_token"]
 
 
 class Store(ExperimentTables, TrialTables, JobTables, AllocationTables, MetricTables,
             CheckpointTables, TokenTables, CountTables,
-            SystemMetricTables):
+            SystemMetricTables,
+            WorkspaceTables):  # workspaces and projects (issue 59)
     """Thin, typed access to the master's SQLite database."""

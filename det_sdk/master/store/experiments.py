@@ -6,6 +6,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
+from det_sdk.master.errors import Conflict
 from det_sdk.master.rows import ExperimentRow, ExperimentSummaryRow
 from det_sdk.master.store.database import Database, before, config_json, inserted
 
@@ -39,16 +40,25 @@ class ExperimentTables(Database):
 
     def create_experiment_with_trials(
         self, config: dict[str, Any], archive: str, trials: list[dict[str, Any]],
-        owner_id: int | None = None,
+        owner_id: int | None = None, project_id: int = 1,
     ) -> int:
         """An experiment and all its trials (``hparams``, ``seed``, ``bracket``, ``target``),
         in one transaction: a crash leaves all of them or none. ``owner_id``: the user who
-        created it (None: the first admin)."""
+        created it (None: the first admin); ``project_id``: its project (1: the default,
+        Uncategorized)."""
         with self.tx() as db:
+            # checked again in the transaction: the project may have been deleted or
+            # archived since the request was checked (det_sdk.master.store.workspaces)
+            if project_id != 1 and not db.execute(
+                    "SELECT 1 FROM projects p JOIN workspaces w ON p.workspace_id = w.id"
+                    " WHERE p.id = ? AND p.archived = 0 AND w.archived = 0",
+                    (project_id,)).fetchone():
+                raise Conflict(f"project_id: project {project_id} is gone or archived")
             cur = db.execute(
-                "INSERT INTO experiments (name, config, state, archive, created, owner_id)"
-                " VALUES (?, ?, 'ACTIVE', ?, ?, ?)",
-                (config.get("name"), config_json(config), archive, time.time(), owner_id),
+                "INSERT INTO experiments (name, config, state, archive, created, owner_id,"
+                " project_id) VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?)",
+                (config.get("name"), config_json(config), archive, time.time(), owner_id,
+                 project_id),
             )
             exp_id = inserted(cur)
             for t in trials:
@@ -71,13 +81,15 @@ class ExperimentTables(Database):
     # OFFSET would read and drop every row before the page.
 
     def experiment_page(self, before_id: int | None, limit: int,
-                        archived: bool | None = None, owners: list[int] | None = None
+                        archived: bool | None = None, owners: list[int] | None = None,
+                        projects: list[int] | None = None
                         ) -> tuple[list[ExperimentSummaryRow], int]:
         """Up to ``limit`` experiments with ids below ``before_id`` (from the newest if
         None), newest first, each with its trials' counts by state, mean progress and best
         metrics; and how many experiments there are. Three statements. ``archived``:
         only the archived (True) or the others (False); None: all. ``owners``: only
         those of these user ids (an owner NULL is the first admin, 1); None: all.
+        ``projects``: only those in these project ids; None: all.
 
         >>> from det_sdk.master.store import Store
         >>> s = Store(":memory:")
@@ -92,13 +104,17 @@ class ExperimentTables(Database):
             archived_filter += (" AND COALESCE(owner_id, 1) IN"
                                 f" ({', '.join('?' for _ in owners) or 'NULL'})")
             archived_arg += tuple(owners)
+        if projects is not None:  # only those in these projects (issue 59)
+            archived_filter += (" AND project_id IN"
+                                f" ({', '.join('?' for _ in projects) or 'NULL'})")
+            archived_arg += tuple(projects)
         with self._lock:
             exps = [dict(r) for r in self._db.execute(
                 "SELECT id, name, state, created, ended,"
                 " json_extract(config, '$.searcher.name') AS searcher,"
                 " json_extract(config, '$.searcher.metric') AS metric,"
                 " json_extract(config, '$.searcher.smaller_is_better') AS smaller_is_better,"
-                " archived, owner_id FROM experiments WHERE id < ?"
+                " archived, owner_id, project_id FROM experiments WHERE id < ?"
                 f"{archived_filter} ORDER BY id DESC LIMIT ?",
                 (before(before_id), *archived_arg, limit))]
             aggregates = self._db.execute(

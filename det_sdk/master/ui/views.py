@@ -86,6 +86,8 @@ class Views:
             "running": sum(e.trial_states.get(s, 0) for s in RUNNING),
             "progress": e.progress, "created": e.created, "age": now - e.created,
             "owner": e.username,
+            # its workspace and project (issue 59): shown, and filtered by, on the list
+            "workspace": e.workspace_name, "project": e.project_name,
         } for e in page.experiments]
         return {"experiments": rows, "total": page.total, "next_cursor": page.next_cursor}
 

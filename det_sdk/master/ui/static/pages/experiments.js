@@ -1,5 +1,5 @@
 // The experiments list: state, progress, searcher, best metric, trials, age, owner;
-// filter by text and state, sort by any column, pause / activate / kill.
+// filter by text, state, workspace and project, sort by any column, pause / activate / kill.
 // The newest PAGE experiments load first ("Show more" adds older ones): what the page
 // costs does not grow with the master's history. Filter and sort apply to those loaded.
 // Ticking experiments and "Compare" opens them side by side (pages/compare.js).
@@ -11,7 +11,7 @@ import { compareHash } from "./compare.js";
 const COLUMNS = [
   ["id", "ID"], ["name", "Name"], ["state", "State"], ["progress", "Progress"],
   ["searcher", "Searcher"], ["best", "Best metric"], ["trials", "Trials"], ["created", "Age"],
-  ["owner", "Owner"],
+  ["owner", "Owner"], ["workspace", "Workspace"], ["project", "Project"],
 ];
 
 const FIRST_ROWS = 60;
@@ -32,6 +32,8 @@ function rowHtml(r) {
       <td>${r.running ? `${r.running} running / ` : ""}${r.trials}</td>
       <td title="${isoTime(r.created)}">${age(r.created)}</td>
       <td class="owner">${esc(r.owner)}</td>
+      <td class="workspace">${esc(r.workspace)}</td>
+      <td class="project">${esc(r.project)}</td>
       <td>${actionButtons(r)}</td>
       <td><input type="checkbox" class="cmp-pick" data-id="${r.id}"
         title="compare experiment ${r.id}" ${picked.has(r.id) ? "checked" : ""}></td></tr>`;
@@ -39,7 +41,7 @@ function rowHtml(r) {
 
 export async function render(main) {
   const sort = { key: "id", dir: "desc" };
-  const filter = { text: "", state: "" };
+  const filter = { text: "", state: "", workspace: "", project: "" };
   let rows = [];
   let total = 0;
   let more = false;
@@ -57,6 +59,8 @@ export async function render(main) {
           "ERROR"]
           .map((s) => `<option>${s}</option>`).join("")}
       </select>
+      <select id="exp-workspace" title="workspace"><option value="">any workspace</option></select>
+      <select id="exp-project" title="project"><option value="">any project</option></select>
       <span id="exp-count" class="muted"></span>
       <button id="exp-compare" disabled title="tick experiments to compare">Compare</button>
     </div>
@@ -69,6 +73,8 @@ export async function render(main) {
     const text = filter.text.toLowerCase();
     const shown = sortRows(rows.filter((r) =>
       (!filter.state || r.state === filter.state) &&
+      (!filter.workspace || r.workspace === filter.workspace) &&
+      (!filter.project || `${r.workspace}/${r.project}` === filter.project) &&
       (!text || `${r.id} ${r.name ?? ""} ${r.owner ?? ""} ${r.searcher ?? ""} ${r.metric ?? ""} ${r.state}`
         .toLowerCase().includes(text))), sort.key, sort.dir, (r, k) => r[k]);
     table.tHead.innerHTML = `<tr>${COLUMNS.map(([k, l]) => headerCell(k, l, sort)).join("")}
@@ -95,6 +101,20 @@ export async function render(main) {
     moreButton.hidden = !more;
   }
 
+  // the workspace and project choices: those of the loaded experiments (kept when chosen)
+  function fillChoices() {
+    const fill = (id, values, label, chosen) => {
+      const sel = main.querySelector(id);
+      const all = [...new Set([...values, ...(chosen ? [chosen] : [])])].sort();
+      sel.innerHTML = `<option value="">any ${label}</option>` + all.map((v) =>
+        `<option value="${esc(v)}" ${v === chosen ? "selected" : ""}>${esc(v)}</option>`)
+        .join("");
+    };
+    fill("#exp-workspace", rows.map((r) => r.workspace), "workspace", filter.workspace);
+    fill("#exp-project", rows.filter((r) => !filter.workspace || r.workspace === filter.workspace)
+      .map((r) => `${r.workspace}/${r.project}`), "project", filter.project);
+  }
+
   async function refresh() {
     const resp = await newest("/ui/api/experiments", "experiments", wanted);
     const text = JSON.stringify(resp);
@@ -102,6 +122,7 @@ export async function render(main) {
     if (text !== lastText) {
       lastText = text;
       ({ rows, total, more } = resp);
+      fillChoices();
       draw();
     }
   }
@@ -112,6 +133,16 @@ export async function render(main) {
   });
   main.querySelector("#exp-state").addEventListener("change", (ev) => {
     filter.state = ev.target.value;
+    draw();
+  });
+  main.querySelector("#exp-workspace").addEventListener("change", (ev) => {
+    filter.workspace = ev.target.value;
+    filter.project = "";
+    fillChoices();
+    draw();
+  });
+  main.querySelector("#exp-project").addEventListener("change", (ev) => {
+    filter.project = ev.target.value;
     draw();
   });
   const compareButton = main.querySelector("#exp-compare");
