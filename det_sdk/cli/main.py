@@ -94,6 +94,7 @@ DEFAULT_VERBS = {"experiment": "list", "model": "list", "task": "list", "job": "
                  "tensorboard": "list", "user": "whoami"}
 DEFAULT_VERBS["command"] = "list"
 DEFAULT_VERBS["shell"] = "list"  # det shell (issue 58)
+DEFAULT_VERBS["notebook"] = "list"  # det notebook (issue 58)
 
 
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
@@ -143,6 +144,7 @@ NOUNS = {
     "command": "det_sdk.cli.command_cmd",  # det cmd run (issue 58)
     "slot": "det_sdk.cli.slot_cmd",  # the slots and who holds them (issue 60)
     "shell": "det_sdk.cli.shell_cmd",  # det shell start (issue 58)
+    "notebook": "det_sdk.cli.notebook_cmd",  # det notebook start (issue 58)
 }
 
 
