@@ -186,7 +186,6 @@ _LIST = (list_notebooks, "the notebooks (running, queued and ended)", [
 #: ``det notebook``'s verbs (det_sdk.cli.main assembles the nouns' tables)
 COMMANDS: CommandTable = {
     "list": _LIST,
-    "ls": _LIST,
     "config": (config, "a notebook's config (YAML)", [_ID]),
     "start": (start, "start JupyterLab on a slot and open it through the master", [
         ("--config-file", {"help": "a notebook config (.yaml): description, resources.slots, "
