@@ -181,6 +181,7 @@ _LIST = (list_notebooks, "the notebooks (running, queued and ended)", [
                        "help": "all users' (det_sdk lists every user's: the same)"}),
     ("--json", {"action": "store_true", "help": "machine-readable output"}),
     ("--csv", {"action": "store_true", "help": "comma-separated values"}),
+    *common.SORT_OPTIONS,  # Determined's --sort-by, --order-by
 ])
 
 #: ``det notebook``'s verbs (det_sdk.cli.main assembles the nouns' tables)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 
@@ -144,8 +145,12 @@ def test_the_proxy_lets_its_owner_in_and_nobody_else(cluster: Cluster) -> None:
     with cluster.http() as http:
         r = http.get(f"{base}/api/status")
         assert r.status_code == 409 and "jupyter" not in r.text.lower()
-    assert "JupyterLab listens on 127.0.0.1:" in cluster.det("notebook", "logs",
-                                                              str(nb_id)).stdout
+    log = cluster.det("notebook", "logs", str(nb_id)).stdout
+    assert "JupyterLab listens on 127.0.0.1:" in log
+    port = int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "a killed notebook's port still open"
 
 
 def test_idle_timeout_kills_an_idle_notebook_and_spares_one_with_a_kernel(
