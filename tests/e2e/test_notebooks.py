@@ -262,3 +262,24 @@ def test_a_cell_fits_a_keras_model_in_chromium(cluster: Cluster) -> None:
                                   "--json").stdout)
     assert len(runs) == 1 and runs[0]["checkpoints"] >= 1
     assert (files / "det-runs" / "1").is_dir()
+
+
+def test_a_command_process_that_left_its_group_is_killed_too(cluster: Cluster) -> None:
+    """`det cmd kill`: a process of the command that left its process group (setsid) is
+    found by the task's environment and killed with the rest."""
+    import os
+
+    from tests.support import process_ended
+
+    out = cluster.det("cmd", "run", "-d", "--config", "resources.slots=0", "--", "sh", "-c",
+                      "setsid sh -c 'echo $$ > stray.pid; exec sleep 300' & wait")
+    assert out.returncode == 0, out.stderr
+    cmd_id = int(out.stdout.strip())
+    pid_file = cluster.data_dir / "commands" / str(cmd_id) / "workdir" / "stray.pid"
+    pid = wait_until("the stray's pid", lambda: pid_file.exists() and pid_file.read_text()
+                     .strip().isdigit() and int(pid_file.read_text()), timeout=60, every=0.2)
+    assert os.getpgid(pid) == pid  # a session and process group of its own
+    assert cluster.det("cmd", "kill", str(cmd_id)).returncode == 0
+    wait_until("the stray to be killed", lambda: process_ended(pid), timeout=60, every=0.2)
+    wait_until("the command to end", lambda: cluster.det_json("cmd", "describe", str(cmd_id))
+               ["state"] == "TERMINATED", timeout=60, every=0.5)
