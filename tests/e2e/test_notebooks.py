@@ -80,6 +80,7 @@ def _ws_status(url: str, headers: dict[str, str]) -> int:
     return asyncio.run(go())
 
 
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
 def test_bad_config_is_refused_with_the_field(cluster: Cluster) -> None:
     for words, field in ((["--config", "idle_timeout=soon"], "idle_timeout"),
                          (["--config", "notebook_idle_type=never"], "notebook_idle_type"),
@@ -90,6 +91,7 @@ def test_bad_config_is_refused_with_the_field(cluster: Cluster) -> None:
     assert cluster.det_json("notebook", "list") == []
 
 
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
 def test_the_proxy_lets_its_owner_in_and_nobody_else(cluster: Cluster) -> None:
     """Through the master only, for its owner or an admin; its kernels' websockets too; a
     killed notebook's proxy closes (409) and its port with it."""
@@ -153,6 +155,7 @@ def test_the_proxy_lets_its_owner_in_and_nobody_else(cluster: Cluster) -> None:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "a killed notebook's port still open"
 
 
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
 def test_idle_timeout_kills_an_idle_notebook_and_spares_one_with_a_kernel(
         cluster: Cluster) -> None:
     """idle_timeout of 3 s: with no kernel (kernels_or_terminals) it is killed and its
@@ -264,6 +267,7 @@ def test_a_cell_fits_a_keras_model_in_chromium(cluster: Cluster) -> None:
     assert (files / "det-runs" / "1").is_dir()
 
 
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
 def test_a_command_process_that_left_its_group_is_killed_too(cluster: Cluster) -> None:
     """`det cmd kill`: a process of the command that left its process group (setsid) is
     found by the task's environment and killed with the rest."""
