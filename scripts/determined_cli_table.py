@@ -230,7 +230,10 @@ FORMS: list[tuple[str, str, str]] = [
     ("det cmd list --json", "different", "det_sdk's objects (id, state, exit_code, "
                                          "exit_status, config...)"),
     ("det cmd list --csv", "same", ""),
-    ("det cmd list --sort-by state", "not built", "listed oldest first"),
+    ("det cmd list --sort-by state", "same", "Determined's fields (startTime, the default: "
+                                             "started ones first, then queued ones); "
+                                             "resourcePool and workspaceName sort nothing"),
+    ("det cmd list --sort-by id --order-by desc", "same", ""),
     ("det cmd describe 1", "same", ""),
     ("det cmd config 1", "same", "YAML, the defaults filled in"),
     ("det cmd logs 1", "same", "read 1 MiB at a time: 100 MB of output in bounded memory"),
@@ -287,6 +290,47 @@ FORMS += [  # det shell (issue 58: docs/notebooks-commands-shells.md)
     ("det shell kill 1", "same", "its sshd and every session end; its port is closed"),
     ("det shell kill 1 2 -f", "same", "go on past errors"),
     ("det shell set priority 1 3", "refused", "no priorities"),
+]
+FORMS += [  # det notebook (issue 58: docs/notebooks-commands-shells.md)
+    ("det notebook start", "different", "JupyterLab (from PyPI) on a slot of the master's "
+                                        "queue, reached only through the master's proxy "
+                                        "(/proxy/notebooks/ID/, HTTP and websockets) with the "
+                                        "master's sign-in; waits for it and opens the browser"),
+    ("det notebook start -d", "same", "prints its id and returns (ids are numbers here)"),
+    ("det notebook start --no-browser", "same", "prints its address only"),
+    ("det notebook start -c dir", "same", "the directory's contents are JupyterLab's root "
+                                          "(its working directory); startup-hook.sh first"),
+    ("det notebook start --config resources.slots=0", "same", "a notebook without a slot"),
+    ("det notebook start --config idle_timeout=30m", "same", "killed once idle that long "
+                                                             "(its slot freed)"),
+    ("det notebook start --config notebook_idle_type=activity", "same",
+     "kernels_or_terminals (the default), kernel_connections or activity, as Determined's"),
+    ("det notebook start --config-file c.yaml", "same", "description, resources.slots, "
+                                                        "environment, hyperparameters, "
+                                                        "idle_timeout, notebook_idle_type; an "
+                                                        "entrypoint is refused"),
+    ("det notebook start -i extra.py", "refused", "no container: put the files in the context "
+                                                  "directory"),
+    ("det notebook start -v /a:/b", "refused", "no container to mount into"),
+    ("det notebook start --template t", "refused", "no templates"),
+    ("det notebook start --preview", "refused", "no templates: det notebook config ID"),
+    ("det notebook", "same", "a bare noun lists"),
+    ("det notebook list", "same", "ID, Description, State, Exit Status and Slots"),
+    ("det notebook ls -q", "same", "the ids"),
+    ("det notebook list --all", "same", "every user's (as without it)"),
+    ("det notebook list --json", "different", "det_sdk's objects (id, state, "
+                                              "service_address...)"),
+    ("det notebook list --csv", "same", ""),
+    ("det notebook list --sort-by state --order-by desc", "same", "as det cmd list's"),
+    ("det notebook open 1", "same", "waits for JupyterLab; a browser signed in to the web UI "
+                                    "opens it, any other signs in first"),
+    ("det notebook config 1", "same", "YAML, its idle settings included"),
+    ("det notebook logs 1", "same", "JupyterLab's log"),
+    ("det notebook logs 1 -f", "same", ""),
+    ("det notebook kill 1", "same", "JupyterLab and every kernel end; its proxy answers 409 "
+                                    "and its port is closed"),
+    ("det notebook kill 1 2 -f", "same", "go on past errors"),
+    ("det notebook set priority 1 3", "refused", "no priorities"),
 ]
 
 FORMS += [  # workspaces and projects (issue 59: docs/team.md)

@@ -113,6 +113,11 @@ if ! $PY -c "import det_sdk, pytest, xdist, ruff, fastapi, uvicorn" >/dev/null 2
   $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
   touch "$VENV/.det_sdk_installed"
 fi
+# det notebook start (issue 58): JupyterLab for the notebooks' tests (the notebook extra)
+if ! $PY -c "import jupyterlab" >/dev/null 2>&1; then
+  say "installing JupyterLab (det notebook)"
+  $PY -m pip install -q "jupyterlab>=4" || say "could not install JupyterLab: det notebook's tests will skip"
+fi
 # The offline demo's real handwritten digits (--train; tests/unit/test_digits.py): the data
 # file inside scikit-learn's wheel, downloaded once (harness/digits.py). scikit-learn itself
 # stays out of the venvs: Keras imports it at start-up wherever it is installed, about 0.5 s

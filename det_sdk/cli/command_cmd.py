@@ -298,6 +298,7 @@ COMMANDS: CommandTable = {
                            "help": "all users' (det_sdk's master has one user: the same)"}),
         ("--json", {"action": "store_true", "help": "machine-readable output"}),
         ("--csv", {"action": "store_true", "help": "comma-separated values"}),
+        *common.SORT_OPTIONS,  # Determined's --sort-by, --order-by
     ]),
     "describe": (describe, "a command's state and exit", [
         _ID, ("--json", {"action": "store_true", "help": "machine-readable output"}),

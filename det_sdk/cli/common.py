@@ -409,6 +409,41 @@ def files_download(args: Namespace, kind: str) -> int:
 TASK_COLUMNS = ["ID", "Description", "State", "Exit Status", "Slots"]
 
 
+#: Determined's ``--sort-by`` choices of ``det cmd/notebook/shell list`` -> det_sdk's field
+#: (one resource pool and no workspaces: those two sort nothing, as equal values)
+SORT_FIELDS = {"id": "id", "username": "user_id", "description": "description",
+               "state": "state", "exitStatus": "exit_status", "resourcePool": None,
+               "workspaceName": None, "startTime": "started"}
+#: the list verbs' ``--sort-by`` and ``--order-by`` (Determined's defaults)
+SORT_OPTIONS: list[tuple[Any, dict[str, Any]]] = [
+    ("--sort-by", {"choices": list(SORT_FIELDS), "default": "startTime",
+                   "help": "sort by this field (default: startTime)"}),
+    ("--order-by", {"choices": ["asc", "desc"], "default": "asc",
+                    "help": "ascending or descending order"}),
+]
+
+
+def sort_tasks(args: Namespace, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tasks`` in ``args.sort_by`` order (``--order-by desc``: reversed); a queued task
+    (no start time yet) after the started ones, by its creation.
+
+    >>> tasks = [{"id": 2, "started": None, "created": 5}, {"id": 1, "started": 3}]
+    >>> [t["id"] for t in sort_tasks(Namespace(sort_by="startTime", order_by="asc"), tasks)]
+    [1, 2]
+    """
+    field = SORT_FIELDS.get(getattr(args, "sort_by", None) or "startTime")
+    if field is None:
+        return list(tasks)
+
+    def key(t: dict[str, Any]) -> tuple[bool, Any]:
+        value = t.get(field)
+        if field == "started" and value is None:
+            return True, t.get("created") or 0
+        return value is None, value if value is not None else 0
+
+    return sorted(tasks, key=key, reverse=getattr(args, "order_by", "asc") == "desc")
+
+
 def print_tasks(args: Namespace, tasks: list[dict[str, Any]]) -> int:
     """Commands or shells as ``list`` prints them: ``-q`` the ids, ``--json``, or the rows.
 
@@ -418,6 +453,7 @@ def print_tasks(args: Namespace, tasks: list[dict[str, Any]]) -> int:
     """
     from det_sdk.cli.render import print_json, print_rows
 
+    tasks = sort_tasks(args, tasks)
     if getattr(args, "quiet", False):  # describe has no -q
         print("\n".join(str(t["id"]) for t in tasks))
     elif args.json:

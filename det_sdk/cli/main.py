@@ -97,6 +97,7 @@ DEFAULT_VERBS["shell"] = "list"  # det shell (issue 58)
 NOUN_ALIASES["workspace"] = ["w"]  # Determined's `w|orkspace`, `p|roject` (issue 59)
 NOUN_ALIASES["project"] = ["p"]
 DEFAULT_VERBS["workspace"] = "list"
+DEFAULT_VERBS["notebook"] = "list"  # det notebook (issue 58)
 
 
 def _add_verbs(parent: argparse.ArgumentParser, verbs: dict[str, Any], dest: str) -> None:
@@ -148,6 +149,7 @@ NOUNS = {
     "shell": "det_sdk.cli.shell_cmd",  # det shell start (issue 58)
     "workspace": "det_sdk.cli.workspace_cmd",  # workspaces (issue 59)
     "project": "det_sdk.cli.project_cmd",  # projects (issue 59)
+    "notebook": "det_sdk.cli.notebook_cmd",  # det notebook start (issue 58)
 }
 
 

@@ -263,6 +263,7 @@ COMMANDS: CommandTable = {
                            "help": "all users' (det_sdk lists every user's: the same)"}),
         ("--json", {"action": "store_true", "help": "machine-readable output"}),
         ("--csv", {"action": "store_true", "help": "comma-separated values"}),
+        *common.SORT_OPTIONS,  # Determined's --sort-by, --order-by
     ]),
     "config": (config, "a shell's config (YAML)", [_ID]),
     "start": (start, "start a shell (an SSH server on a slot) and open a session in it", [

@@ -37,6 +37,8 @@ from det_sdk.master.routes.guard import Guard
 from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
+from det_sdk.master.routes.notebook_proxy import notebook_proxy_router, notebook_ws_route
+from det_sdk.master.routes.notebooks import notebooks_router
 from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
 from det_sdk.master.routes.shells import shells_router
@@ -90,6 +92,10 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(webhooks_router(master, principal, user))  # webhooks (issue 60)
     app.include_router(commands_router(master, principal, user))  # det cmd run (issue 58)
     app.include_router(shells_router(master, principal, user))  # det shell start (issue 58)
+    # det notebook start (issue 58): its API, and JupyterLab behind the master's proxy
+    app.include_router(notebooks_router(master, principal, user))
+    app.include_router(notebook_proxy_router(master))
+    app.router.routes.append(notebook_ws_route(master, sessions))
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -56,6 +56,7 @@ from det_sdk.master.lifecycle import (
     next_trial_state,
 )
 from det_sdk.master.log_clock import LogClock
+from det_sdk.master.notebooks import Notebooks
 from det_sdk.master.resources import ResourceManager, make_resource_manager
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
@@ -142,6 +143,8 @@ class Master:
         self.commands = Commands(self.store, self.scheduler, self._store_archive,
                                  self.disk_work.submit)
         self.shells = Shells(self.store, self.commands)  # det shell start: commands of sshd
+        # det notebook start: commands of JupyterLab, behind the master's proxy (issue 58)
+        self.notebooks = Notebooks(self.store, self.commands)
         # users, sign-in and sign-out (issue 59)
         self.accounts = Accounts(self.store)
 
@@ -161,11 +164,13 @@ class Master:
         self.webhooks.start()
         self.scheduler.start()
         self.log_clock.start()
+        self.notebooks.start()  # the idle watcher (idle_timeout)
 
     def stop(self) -> None:
         """Stop scheduling; tasks being stopped are stopped (within their grace) before
         this returns, the others keep running for the next master to adopt."""
         self.scheduler.stop()
+        self.notebooks.stop()  # no idle kill while the master goes
         self.commands.stop()  # killed: the launcher's stop below waits for them
         self.launcher.stop()
         self.tensorboards.stop()

@@ -212,6 +212,15 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/shells/{shell_id}/key"): USER,
     ("POST", "/api/v1/shells/{shell_id}/kill"): Owner("command", "shell_id"),
     ("POST", "/api/v1/shells/{shell_id}/ready"): TOKEN,
+    # notebooks (issue 58): a notebook is a command; JupyterLab behind the proxy is its
+    # owner's or an admin's only (the proxy's websocket route applies the same rule)
+    ("POST", "/api/v1/notebooks"): USER,
+    ("GET", "/api/v1/notebooks"): USER,
+    ("GET", "/api/v1/notebooks/{nb_id}"): USER,
+    ("POST", "/api/v1/notebooks/{nb_id}/kill"): Owner("command", "nb_id"),
+    ("POST", "/api/v1/notebooks/{nb_id}/ready"): TOKEN,
+    **{(m, "/proxy/notebooks/{nb_id}/{path:path}"): Owner("command", "nb_id")
+       for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     # a trial's log as records; the Prometheus scrape; experiments compared (issue 60)
     ("GET", "/api/v1/trials/{trial_id}/logs/records"): USER,
     ("GET", "/ui/api/trials/{trial_id}/log-records"): USER,

@@ -90,6 +90,12 @@ def test_the_route_table_walked_as_a_non_owner_a_deactivated_user_and_a_task(
     ws = master.store.create_workspace("admins", owner_id=1)
     ids["ws_id"] = str(ws)
     ids["project_id"] = str(master.store.create_project(ws, "theirs", "", owner_id=1))
+    # the admin's notebook (issue 58: a command of kind notebook), and a path behind its proxy
+    nb = master.commands.table.insert(
+        {"entrypoint": ["true"], "resources": {"slots": 0}}, "a.tgz", owner_id=1,
+        kind="notebook")
+    master.notebooks.table.insert(nb, None, "kernels_or_terminals")
+    ids["nb_id"], ids["path"] = str(nb), "lab"
     ann = TestClient(app, headers={"Authorization": f"Bearer {tokens['ann']}"})
     task = TestClient(app, headers={"Authorization": "Bearer task-token"})
     gone = TestClient(app, headers={"Authorization": f"Bearer {tokens['gone']}"})

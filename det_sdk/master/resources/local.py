@@ -166,6 +166,10 @@ class LocalManager(ResourceManager):
         if pid and _is_task(pid, alloc["id"]):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
+        if pid:  # and what left the group (setsid): the task's all the same (issue 58)
+            from det_sdk.master.resources.strays import signal_strays
+
+            signal_strays(alloc["id"], pid, signal.SIGTERM)
 
     def _force(self, alloc: AllocationRow) -> None:
         """SIGKILL what is left of the task's process group."""
@@ -173,3 +177,7 @@ class LocalManager(ResourceManager):
         if pid and _is_task(pid, alloc["id"]):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        if pid:  # and what left the group and outlived its SIGTERM
+            from det_sdk.master.resources.strays import signal_strays
+
+            signal_strays(alloc["id"], pid, signal.SIGKILL)

@@ -29,6 +29,7 @@ SMALL_BODY_BYTES = 1 << 20
 UPLOAD_BODY_BYTES = 4 * (MAX_ARCHIVE_BYTES // 3 + 1) + SMALL_BODY_BYTES
 _UPLOAD_ROUTES = {("POST", "/api/v1/experiments"), ("POST", "/api/v1/jobs")}
 _UPLOAD_ROUTES |= {("POST", "/api/v1/commands")}  # its context directory (issue 58)
+_UPLOAD_ROUTES |= {("POST", "/api/v1/notebooks")}  # a notebook's context directory too
 # the one route a caller without a token may call: sign-in by name and password
 _NO_TOKEN_ROUTES = {("POST", "/api/v1/auth/login")}
 

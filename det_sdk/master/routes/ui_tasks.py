@@ -56,6 +56,8 @@ def task_row(kind: str, rec: dict[str, Any], owner: tuple[int, str], me: int | N
         slots = rec.get("slots")
         # a shell is opened from a terminal (its key is its owner's): the line to paste
         open_ = f"det shell open {rec['id']}" if kind == "shell" else None
+        if kind == "notebook":  # through the master's proxy, once JupyterLab listens
+            open_ = rec.get("service_address")
         logs = f"/ui/api/commands/{rec['id']}/logs"
         kill = f"/ui/api/commands/{rec['id']}/kill"
     return {"kind": kind, "id": str(rec["id"]), "description": rec.get("description") or "",
@@ -91,6 +93,7 @@ def ui_tasks_router(master: Master, sessions: Sessions) -> APIRouter:
         # ("notebook", master.notebooks...) once the master runs them
         for kind, recs in (("command", master.commands.every()),
                            ("shell", master.commands.every("shell")),
+                           ("notebook", master.notebooks.every()),
                            ("tensorboard", master.tensorboards.list())):
             for rec in recs:
                 owner = master.accounts.owner(rec.get("user_id"))

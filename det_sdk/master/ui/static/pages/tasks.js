@@ -8,11 +8,12 @@ import { logView } from "./log.js";
 
 // What Open is for each kind. A notebook's row will open its page through the master.
 const KINDS = { command: "Command", shell: "Shell", tensorboard: "TensorBoard" };
+KINDS.notebook = "Notebook";  // JupyterLab, opened through the master's proxy
 const ENDED = "TERMINATED";
 
 function openCell(t) {
   if (!t.open) return "";
-  if (t.kind === "tensorboard") {
+  if (t.kind === "tensorboard" || t.kind === "notebook") {
     return `<a class="task-open" href="${esc(t.open)}" target="_blank" rel="noopener">Open</a>`;
   }
   // a shell opens in a terminal (its key is its owner's): the line to paste there

@@ -1,0 +1,289 @@
+"""Determined's notebooks (issue 58): ``det notebook start/list/config/logs/kill`` against a
+real master, the real ``det`` CLI and a real JupyterLab from PyPI, reached only through
+the master's proxy: opened in the real headless Chromium, a cell that runs
+``det.keras.init()`` and fits a tiny model (its checkpoint then on the master), the
+proxy's refusals (no sign-in, a task's token, another user, a path out of its prefix, a
+cross-site websocket), a websocket to a kernel through it, and the idle timeout measured.
+
+One master (2 slots) for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness.master import Cluster, running_cluster, wait_until
+
+pytestmark = [pytest.mark.timeout(420)]
+pytest.importorskip("jupyterlab", reason="det notebook needs JupyterLab (the notebook extra)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("notebooks"), slots=2) as c:
+        yield c
+
+
+def _nb(c: Cluster, nb_id: int) -> dict:
+    with c.http() as http:
+        return http.get(f"/api/v1/notebooks/{nb_id}").json()["notebook"]
+
+
+def _ready(c: Cluster, nb_id: int) -> dict:
+    def ready() -> dict | None:
+        nb = _nb(c, nb_id)
+        assert nb["state"] != "TERMINATED", c.det("notebook", "logs", str(nb_id)).stdout[-3000:]
+        return nb if nb["ready"] else None
+    return wait_until(f"notebook {nb_id}'s JupyterLab", ready, timeout=150, every=0.3)
+
+
+def _ended(c: Cluster, nb_id: int, timeout: float = 60) -> dict:
+    return wait_until(f"notebook {nb_id} to end", lambda: (
+        lambda n: n if n["state"] == "TERMINATED" else None)(_nb(c, nb_id)),
+        timeout=timeout, every=0.2)
+
+
+def _started(c: Cluster, *words: str) -> int:
+    out = c.det("notebook", "start", "-d", *words)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+def _other_user(c: Cluster) -> str:
+    """A non-admin user's token."""
+    with c.http() as http:
+        r = http.post("/api/v1/users", json={"user": {"username": "nb-ann"},
+                                             "password": "nb-ann-password"})
+        assert r.status_code == 201, r.text
+        login = http.post("/api/v1/auth/login", json={"username": "nb-ann",
+                                                       "password": "nb-ann-password"})
+        return str(login.json()["token"])
+
+
+def _ws_status(url: str, headers: dict[str, str]) -> int:
+    """The handshake's status of a websocket to ``url`` (101: opened, then closed)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    async def go() -> int:
+        try:
+            async with connect(url, additional_headers=headers, proxy=None, open_timeout=30):
+                return 101
+        except InvalidStatus as err:
+            return int(err.response.status_code)
+    return asyncio.run(go())
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_bad_config_is_refused_with_the_field(cluster: Cluster) -> None:
+    for words, field in ((["--config", "idle_timeout=soon"], "idle_timeout"),
+                         (["--config", "notebook_idle_type=never"], "notebook_idle_type"),
+                         (["--config", "entrypoint=x"], "entrypoint"),
+                         (["--config", "resources.slots=9"], "resources.slots")):
+        out = cluster.det("notebook", "start", "-d", *words)
+        assert out.returncode != 0 and field in out.stderr, (words, out.stderr)
+    assert cluster.det_json("notebook", "list") == []
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_the_proxy_lets_its_owner_in_and_nobody_else(cluster: Cluster) -> None:
+    """Through the master only, for its owner or an admin; its kernels' websockets too; a
+    killed notebook's proxy closes (409) and its port with it."""
+    nb_id = _started(cluster, "--config", "resources.slots=0", "--config",
+                     "description=proxy test")
+    nb = _ready(cluster, nb_id)
+    assert nb["service_address"] == f"/proxy/notebooks/{nb_id}/lab"
+    assert [n["id"] for n in cluster.det_json("notebook", "list")] == [nb_id]
+    config = cluster.det("notebook", "config", str(nb_id)).stdout
+    assert "notebook_idle_type: kernels_or_terminals" in config and "entrypoint" not in config
+    base = f"/proxy/notebooks/{nb_id}"
+    with cluster.http() as http:  # its owner (the admin), by user token
+        assert http.get(f"{base}/api/status").json()["started"]
+        kernel = http.post(f"{base}/api/kernels", json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+        lab = http.get(f"{base}/lab")
+        assert lab.status_code == 200 and "JupyterLab" in lab.text
+    # nobody without sign-in gets a byte of Jupyter; nor a task's token; nor another user
+    ann = _other_user(cluster)
+    with cluster.http(None) as anon, cluster.http(ann) as other:
+        for client, status in ((anon, 401), (other, 403)):
+            for method, path in (("GET", f"{base}/lab"), ("GET", f"{base}/api/kernels"),
+                                 ("POST", f"{base}/api/kernels")):
+                r = client.request(method, path)
+                assert r.status_code == status, (method, path, r.status_code, r.text[:200])
+                assert "jupyter" not in r.text.lower() and "kernel" not in r.text.lower()
+        # a path out of its prefix, however encoded
+        with cluster.http() as http:
+            for bad in (f"{base}/%2E%2E/%2E%2E/api/v1/me", f"{base}/a/..%2F..%2Fx"):
+                assert http.get(bad).status_code in (400, 404), bad
+            # a browser's cross-site request is refused (the cookie would be the browser's)
+            r = http.post(f"{base}/api/kernels", headers={"Origin": "https://evil.example"})
+            assert r.status_code == 403
+    # the kernel's websocket: through the proxy with sign-in, refused without
+    ws = cluster.url.replace("http://", "ws://") + \
+        f"{base}/api/kernels/{kernel.json()['id']}/channels"
+    assert _ws_status(ws, {"Authorization": f"Bearer {cluster.token}"}) == 101
+    assert _ws_status(ws, {}) == 403
+    assert _ws_status(ws, {"Authorization": f"Bearer {ann}"}) == 403
+    assert _ws_status(ws, {"Authorization": f"Bearer {cluster.token}",
+                           "Origin": "https://evil.example"}) == 403
+    # the web UI's Tasks page: its row, Open through the proxy, Kill and Logs as a command's
+    with cluster.http() as http:
+        rows = http.get("/ui/api/tasks").json()["tasks"]
+    row = next(r for r in rows if r["kind"] == "notebook" and r["id"] == str(nb_id))
+    assert row["open"] == f"{base}/lab" and row["may_kill"]
+    assert row["kill"] == f"/ui/api/commands/{nb_id}/kill"
+    assert row["logs"] == f"/ui/api/commands/{nb_id}/logs"
+    # killed: the proxy answers 409 and JupyterLab's port is closed
+    out = cluster.det("notebook", "kill", str(nb_id))
+    assert out.returncode == 0 and f"Killed notebook {nb_id}" in out.stdout
+    _ended(cluster, nb_id)
+    with cluster.http() as http:
+        r = http.get(f"{base}/api/status")
+        assert r.status_code == 409 and "jupyter" not in r.text.lower()
+    log = cluster.det("notebook", "logs", str(nb_id)).stdout
+    assert "JupyterLab listens on 127.0.0.1:" in log
+    port = int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "a killed notebook's port still open"
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_idle_timeout_kills_an_idle_notebook_and_spares_one_with_a_kernel(
+        cluster: Cluster) -> None:
+    """idle_timeout of 3 s: with no kernel (kernels_or_terminals) it is killed and its
+    slot freed; with a running kernel it is not, past several timeouts."""
+    busy = _started(cluster, "--config", "idle_timeout=3s", "--config", "resources.slots=0")
+    idle = _started(cluster, "--config", "idle_timeout=3s")
+    _ready(cluster, busy)
+    with cluster.http() as http:
+        r = http.post(f"/proxy/notebooks/{busy}/api/kernels", json={"name": "python3"})
+        assert r.status_code == 201, r.text
+    _ready(cluster, idle)
+    began = time.monotonic()
+    ended = _ended(cluster, idle, timeout=90)
+    assert "idle" in ended["exit_status"] and "idle_timeout" in ended["exit_status"]
+    assert time.monotonic() - began >= 2.0  # not before its timeout (3 s, polled each 1 s)
+    # its slot is free: a command of 2 slots (the master's every slot) runs
+    out = cluster.det("cmd", "run", "--config", "resources.slots=2", "--", "echo", "freed")
+    assert out.returncode == 0 and "freed" in out.stdout, out.stderr
+    # the one with a kernel is still running, well past 3 idle timeouts
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert _nb(cluster, busy)["state"] == "RUNNING"
+        time.sleep(0.5)
+    assert cluster.det("notebook", "kill", str(busy)).returncode == 0
+    _ended(cluster, busy)
+
+
+_FIT_CELL = r"""import json
+import numpy as np
+import det_sdk as det
+from det_sdk.keras._compat import keras
+ctx = det.keras.init(hparams={"lr": 0.05})
+x = np.random.default_rng(0).random((32, 3)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile(optimizer=ctx.wrap_optimizer(keras.optimizers.SGD(ctx.training.hparams["lr"])),
+              loss="mse")
+xs, ys = ctx.wrap_data(x, y)
+ctx.fit(model, x=xs, y=ys, batch_size=16, epochs=1, validation_data=(xs, ys))
+print("FIT" + "-DONE " + json.dumps({"task": det.get_cluster_info().task_type,
+      "ckpt": ctx.core.checkpoint.latest_checkpoint}))
+"""
+
+
+def _notebook_file() -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None,
+                                  "id": "fit", "metadata": {}, "outputs": [],
+                                  "source": _FIT_CELL}],
+                       "metadata": {"kernelspec": {"display_name": "Python 3",
+                                                   "language": "python", "name": "python3"}},
+                       "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_cell_fits_a_keras_model_in_chromium(cluster: Cluster) -> None:
+    """In Chromium, signed in to the master's UI: the notebook opened through the proxy,
+    its cell run (``det.keras.init()`` and a fit), its checkpoint then on the master."""
+    from harness.browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"needs headless Chromium: {reason}")
+    ctx_dir = cluster.root / "nb-ctx"
+    ctx_dir.mkdir()
+    (ctx_dir / "fit.ipynb").write_text(_notebook_file())
+    nb_id = _started(cluster, "-c", str(ctx_dir))
+    nb = _ready(cluster, nb_id)
+    with open_browser() as browser:
+        context = signed_in_context(browser, cluster.url, cluster.token)
+        page = context.new_page()
+        page.goto(f"{cluster.url}{nb['service_address']}/tree/fit.ipynb")
+        editor = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
+        editor.wait_for(timeout=120_000)
+        # the kernel is up once the notebook's execution indicator says idle
+        page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(
+            timeout=120_000)
+        prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
+        for _ in range(3):  # a key pressed while the page still settles can go nowhere
+            editor.click()
+            page.keyboard.press("Shift+Enter")
+            try:
+                page.wait_for_function(
+                    "(el) => !el.textContent.includes('[ ]')", arg=prompt.element_handle(),
+                    timeout=30_000)
+                break
+            except Exception:
+                continue
+        out = page.locator(".jp-OutputArea-output", has_text="FIT-DONE")
+        try:
+            out.wait_for(timeout=300_000)
+        except Exception:
+            text = page.locator(".jp-Notebook").inner_text()[-3000:]
+            raise AssertionError(f"the cell did not finish: {text}") from None
+        result = json.loads(out.inner_text().split("FIT-DONE ", 1)[1].splitlines()[0])
+        context.close()
+    assert result["task"] == "COMMAND" and result["ckpt"]
+    # what the fit reported is the task's on the master (as a command's run)
+    with cluster.http() as http:
+        cmd = http.get(f"/api/v1/commands/{nb_id}").json()["command"]
+    assert "val_loss" in cmd["latest_metrics"]["validation"]["metrics"]
+    # its checkpoint: in its run, kept with the notebook's files once it ends
+    assert cluster.det("notebook", "kill", str(nb_id)).returncode == 0
+    _ended(cluster, nb_id)
+    files = cluster.root / "nb-files"
+    wait_until("the notebook's files", lambda: cluster.det(
+        "cmd", "download", str(nb_id), str(files)).returncode == 0, timeout=60, every=0.5)
+    runs = json.loads(cluster.det("runs", "list", "--runs-dir", str(files / "det-runs"),
+                                  "--json").stdout)
+    assert len(runs) == 1 and runs[0]["checkpoints"] >= 1
+    assert (files / "det-runs" / "1").is_dir()
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_a_command_process_that_left_its_group_is_killed_too(cluster: Cluster) -> None:
+    """`det cmd kill`: a process of the command that left its process group (setsid) is
+    found by the task's environment and killed with the rest."""
+    import os
+
+    from tests.support import process_ended
+
+    out = cluster.det("cmd", "run", "-d", "--config", "resources.slots=0", "--", "sh", "-c",
+                      "setsid sh -c 'echo $$ > stray.pid; exec sleep 300' & wait")
+    assert out.returncode == 0, out.stderr
+    cmd_id = int(out.stdout.strip())
+    pid_file = cluster.data_dir / "commands" / str(cmd_id) / "workdir" / "stray.pid"
+    pid = wait_until("the stray's pid", lambda: pid_file.exists() and pid_file.read_text()
+                     .strip().isdigit() and int(pid_file.read_text()), timeout=60, every=0.2)
+    assert os.getpgid(pid) == pid  # a session and process group of its own
+    assert cluster.det("cmd", "kill", str(cmd_id)).returncode == 0
+    wait_until("the stray to be killed", lambda: process_ended(pid), timeout=60, every=0.2)
+    wait_until("the command to end", lambda: cluster.det_json("cmd", "describe", str(cmd_id))
+               ["state"] == "TERMINATED", timeout=60, every=0.5)
