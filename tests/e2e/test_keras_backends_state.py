@@ -1,0 +1,54 @@
+"""Keras 3 on JAX and PyTorch (issue 57's leftovers): the script's callbacks' state across a
+stop and resume, and a checkpoint trained on TensorFlow loaded on JAX and PyTorch. Real
+processes running tests/scripts/keras_backend_fit.py on the real backends (CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_keras_backends import BACKENDS, LOAD, _result, _run
+from tests.support import run_python
+
+pytest.importorskip("jax")
+pytest.importorskip("torch")
+
+# EarlyStopping(patience=4, restore_best_weights) and ReduceLROnPlateau(patience=2) that
+# count every epoch after the first as no improvement: the uninterrupted run halves the
+# learning rate after epochs 2 and 4 and stops after epoch 4 with epoch 0's weights
+CALLBACKS = {"CALLBACKS": "1", "EMA": "0", "EPOCHS": "8", "DROPOUT": "0"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_callbacks_state_survives_a_stop_and_resume(backend: str, tmp_path: Path) -> None:
+    (tmp_path / "ref").mkdir()
+    whole = _run(tmp_path / "ref", backend, "ref", **CALLBACKS)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ref_w, ref_meta, _ = _result(tmp_path / "ref", "ref")
+    assert len(ref_meta["history"]["loss"]) == 5  # EarlyStopping ended it after epoch 4
+    assert ref_meta["learning_rate"] == pytest.approx(0.01 / 4)
+    # 13 batches an epoch: batch 30 is inside epoch 2, with both callbacks waiting
+    stopped = _run(tmp_path, backend, "stopped", KILL_AT="30", **CALLBACKS)
+    assert "stopped by SIGTERM at epoch 2, batch 4" in stopped.stderr, stopped.stderr[-3000:]
+    resumed = _run(tmp_path, backend, "resumed", DET_RESUME="latest", **CALLBACKS)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    weights, meta, _ = _result(tmp_path, "resumed")
+    # the same epoch stopped at, the same learning rate, the best epoch's weights put back
+    assert meta["history"] == ref_meta["history"]
+    assert meta["learning_rate"] == ref_meta["learning_rate"]
+    for a, b in zip(weights, ref_w):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_tensorflow_checkpoint_loads_on_jax_and_pytorch(tmp_path: Path) -> None:
+    trained = _run(tmp_path, "tensorflow", "tf", EPOCHS="1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    _, _, predictions = _result(tmp_path, "tf")
+    for target in BACKENDS:
+        out = tmp_path / f"loaded_{target}"
+        done = run_python(LOAD, {"KERAS_BACKEND": target, "DET_RUNS_DIR": str(tmp_path / "runs"),
+                                 "OUT": str(out)}, cwd=tmp_path, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
