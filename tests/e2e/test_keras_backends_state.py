@@ -24,9 +24,12 @@ CALLBACKS = {"CALLBACKS": "1", "EMA": "0", "EPOCHS": "8", "DROPOUT": "0"}
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_callbacks_state_survives_a_stop_and_resume(backend: str, tmp_path: Path) -> None:
     (tmp_path / "ref").mkdir()
-    whole = _run(tmp_path / "ref", backend, "ref", **CALLBACKS)
+    whole = _run(tmp_path / "ref", backend, "ref", FIT_TWICE="1", **CALLBACKS)
     assert whole.returncode == 0, whole.stderr[-3000:]
     ref_w, ref_meta, _ = _result(tmp_path / "ref", "ref")
+    # a second context.fit in the run is refused, naming the two ways to get it
+    assert "KERAS_BACKEND=tensorflow" in ref_meta["second_fit"]
+    assert "det.keras.init()" in ref_meta["second_fit"]
     assert len(ref_meta["history"]["loss"]) == 5  # EarlyStopping ended it after epoch 4
     assert ref_meta["learning_rate"] == pytest.approx(0.01 / 4)
     # 13 batches an epoch: batch 30 is inside epoch 2, with both callbacks waiting
@@ -52,3 +55,53 @@ def test_a_tensorflow_checkpoint_loads_on_jax_and_pytorch(tmp_path: Path) -> Non
                                  "OUT": str(out)}, cwd=tmp_path, timeout=180)
         assert done.returncode == 0, done.stderr[-3000:]
         np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
+
+
+def _streamed(tmp: Path, name: str) -> np.ndarray:
+    import det_sdk
+
+    return np.asarray(det_sdk.load_predictions(tmp / name))
+
+
+@pytest.mark.parametrize(("backend", "policy", "rtol"), [
+    ("jax", "mixed_bfloat16", 2e-2), ("torch", "mixed_bfloat16", 2e-2),
+    ("jax", "mixed_float16", 2e-3)])
+def test_mixed_precision_on_two_processes_equals_one(backend: str, policy: str, rtol: float,
+                                                     tmp_path: Path) -> None:
+    # bfloat16 keeps 8 bits of mantissa: 2 processes sum their rows' gradients in another
+    # order than 1, within bfloat16's round-off; mixed_float16 has a loss scale on JAX too
+    env = {"MIXED": policy, "EMA": "0", "DROPOUT": "0", "EPOCHS": "2"}
+    runs = {}
+    for n in (1, 2):
+        (tmp_path / str(n)).mkdir()
+        done = _run(tmp_path / str(n), backend, "mixed", processes=n,
+                    PREDICT_OUT=str(tmp_path / str(n) / "streamed"), **env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[n] = _result(tmp_path / str(n), "mixed")
+    for name, values in runs[1][1]["history"].items():
+        np.testing.assert_allclose(runs[2][1]["history"][name], values, rtol=rtol, err_msg=name)
+    # context.predict(..., output=) streamed every validation row in order, on 1 process
+    # and shared between 2 (parts of 5 rows, the last of 3)
+    for n in (1, 2):
+        streamed = _streamed(tmp_path / str(n), "streamed")
+        assert streamed.shape == (48, 1)
+        np.testing.assert_allclose(streamed[:8], runs[n][2], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("backend", "policy"), [("jax", "mixed_float16"),
+                                                 ("torch", "mixed_bfloat16")])
+def test_mixed_precision_stop_and_resume_is_bit_equal(backend: str, policy: str,
+                                                      tmp_path: Path) -> None:
+    env = {"MIXED": policy, "EMA": "0", "DROPOUT": "0", "EPOCHS": "2"}
+    (tmp_path / "ref").mkdir()
+    whole = _run(tmp_path / "ref", backend, "ref", **env)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ref_w, ref_meta, _ = _result(tmp_path / "ref", "ref")
+    stopped = _run(tmp_path, backend, "stopped", KILL_AT="17", **env)
+    assert "stopped by SIGTERM at epoch 1, batch 4" in stopped.stderr, stopped.stderr[-3000:]
+    resumed = _run(tmp_path, backend, "resumed", DET_RESUME="latest", **env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    weights, meta, _ = _result(tmp_path, "resumed")
+    assert meta["history"] == ref_meta["history"]
+    for a, b in zip(weights, ref_w):
+        np.testing.assert_array_equal(a, b)
