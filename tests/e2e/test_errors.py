@@ -115,7 +115,7 @@ def test_every_error_of_det_sdk_keras_derives_from_det_sdk_error() -> None:
     modules = _modules(keras=True)
     classes = _scan(modules)["classes"]
     for name in ("det_sdk.keras._trial:TrialLoadError", "det_sdk.keras._fit_run:Preempted",
-                 "det_sdk.keras._callback_state:CallbackStateError"):
+                 "det_sdk.keras._callback_codec:CallbackStateError"):
         assert name in classes, name
     _check(classes)
 

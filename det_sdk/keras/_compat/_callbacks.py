@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from det_sdk.keras._callback_codec import CALLBACK_STATE_COMMON
 from det_sdk.keras._compat._impl import impl
 from det_sdk.keras._compat._version import keras
 
@@ -16,17 +17,10 @@ def set_history_model(history: Any, model: Any) -> None:
     history.set_model(model)
 
 
-# The attributes that hold a Keras callback's state between epochs (what its
-# ``on_train_begin`` resets or its ``__init__`` sets), by class name. Keras 2 and 3
-# differ: ModelCheckpoint's epoch counter (Keras 2's ``period``), TensorBoard's
-# test-batch counter (Keras 3): each major's ``CALLBACK_STATE_EXTRA`` adds its own. An
-# attribute a callback lacks is skipped.
-_CALLBACK_STATE_COMMON: dict[str, tuple[str, ...]] = {
-    "EarlyStopping": ("wait", "best", "stopped_epoch", "best_weights", "best_epoch"),
-    "ReduceLROnPlateau": ("wait", "best", "cooldown_counter"),
-    "ModelCheckpoint": ("best", "_batches_seen_since_last_saving", "_last_batch_seen"),
-    "TensorBoard": ("_global_train_batch",),
-}
+# The attributes common to Keras 2 and 3 (det_sdk.keras._callback_codec); each major's
+# ``CALLBACK_STATE_EXTRA`` adds its own: ModelCheckpoint's epoch counter (Keras 2's
+# ``period``), TensorBoard's test-batch counter (Keras 3).
+_CALLBACK_STATE_COMMON = CALLBACK_STATE_COMMON
 
 
 def callback_state_attributes() -> list[tuple[type, tuple[str, ...]]]:

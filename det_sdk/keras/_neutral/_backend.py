@@ -18,7 +18,9 @@ What differs between Keras 3 on JAX and on PyTorch is here, one class each
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 from det_sdk.distributed import Processes, SingleProcess
@@ -55,6 +57,13 @@ class Backend:
     def predict(self, model: Any, x: Any, dist: Processes, **kwargs: Any) -> Any:
         """``model.predict(x)`` of every row of ``x``, on this process."""
         return model.predict(x, **kwargs)
+
+    @contextlib.contextmanager
+    def local_model(self, model: Any, dist: Processes) -> Iterator[Any]:
+        """A model that predicts on this process alone (the same weights), while the
+        context lasts: ``model`` itself, unless the backend makes a step one program of
+        every process (JAX)."""
+        yield model
 
     def set_seeds(self, seed: int) -> None:
         """Seed Python, NumPy and Keras's global ``SeedGenerator`` (``keras.random`` draws

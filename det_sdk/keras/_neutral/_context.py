@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -121,9 +122,10 @@ class NeutralKerasContext:
             hist = context.fit(model, x=x, y=y, batch_size=32, epochs=3,
                                validation_data=(x_val, y_val))
         """
-        if self._fitted:
-            raise UsageError(f"context.fit on {self.backend}: one fit per run (a checkpoint "
-                             "holds one model): call det.keras.init() again for another")
+        stage = kwargs.pop("stage", None)
+        if self._fitted or stage is not None:
+            raise UsageError(_one_fit_only(self.backend, "stage=" if stage is not None
+                                           else "a second context.fit"))
         self._fitted = True
         kwargs.update(x=x, y=y, batch_size=batch_size, epochs=epochs)
         outcome = run_fit(self.core, self._backend, self._policy, self._hparams, model, kwargs)
@@ -163,13 +165,24 @@ class NeutralKerasContext:
         # Keras's own order ([loss, *metrics]), not the dict's (sorted by name)
         return model._flatten_metrics_in_order(results)
 
-    def predict(self, model: Any, x: Any, **kwargs: Any) -> Any:
+    def predict(self, model: Any, x: Any, *, output: str | os.PathLike[str] | None = None,
+                **kwargs: Any) -> Any:
         """``model.predict`` of every row of ``x``, on every process.
+
+        ``output="DIR"`` streams instead (docs/batch-inference.md): each process writes
+        its share of the batches' predictions to part files in ``DIR``, in the input's
+        order; a rerun into ``DIR`` skips the parts written. Returns a
+        ``StreamedPredictions``; read the rows with ``det_sdk.load_predictions(DIR)``.
 
         Example::
 
             probs = context.predict(model, x_test, batch_size=256)
+            context.predict(model, x_test, output="predictions", batch_size=4096)
         """
+        if output is not None:
+            from det_sdk.keras._neutral._predict import predict_to
+
+            return predict_to(self.core, self._backend, model, x, output, **kwargs)
         return self._backend.predict(model, x, self.distributed, **kwargs)
 
     def load_checkpoint_model(self, trial_id: int | str | None = None,
@@ -213,3 +226,18 @@ def load_model(path: Any, custom_objects: Mapping[str, Any] | None = None,
     if opt is not None and arrays.get("optimizer:0"):
         _state.apply_arrays(opt.variables, arrays["optimizer:0"], "optimizer", path)
     return model
+
+
+def _one_fit_only(backend: str, what: str) -> str:
+    """The refusal of several fits (stages) in one run on JAX and PyTorch, naming the ways
+    to get them.
+
+    >>> "KERAS_BACKEND=tensorflow" in _one_fit_only("jax", "stage=")
+    True
+    """
+    return (f"context.fit on {backend}: {what} refused: a run on JAX or PyTorch holds one "
+            "fit (its checkpoints resume one model); several fits as stages of one run "
+            "(context.fit(..., stage=...)) are the TensorFlow engine's. Either run the "
+            "script with KERAS_BACKEND=tensorflow, or start a new run for the next fit with "
+            "det.keras.init() (after context.close()) and load the first fit's model in it "
+            "with context.load_checkpoint_model(trial_id=...)")

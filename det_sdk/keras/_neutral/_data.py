@@ -87,6 +87,8 @@ def wrap_data(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
         if y is not None or sample_weight is not None:
             raise UsageError("wrap_data: a PyDataset yields its own targets; give x alone")
         return x
+    if type(x).__module__.startswith("grain"):
+        raise ArgumentTypeError(_GRAIN_REFUSED.format(type(x).__name__))
     if _is_foreign(x):
         raise ArgumentTypeError(
             f"wrap_data: {type(x).__module__}.{type(x).__name__} on JAX and PyTorch: pass "
@@ -97,6 +99,17 @@ def wrap_data(x: Any, y: Any = None, sample_weight: Any = None) -> Any:
     rows_of(*arrays)
     given = [a for a, p in zip(arrays, (x, y, sample_weight)) if p is not None]
     return given[0] if len(given) == 1 else tuple(given)
+
+
+# Keras 3.15 fits a Grain dataset, but Grain's iterator state is its own: det_sdk could
+# neither deal its batches out to N processes in its global order nor restart it at a batch
+# inside an epoch, so a resume and N processes would not be exact.
+_GRAIN_REFUSED = (
+    "wrap_data: a Grain {} on JAX and PyTorch is not taken yet: det_sdk cuts every global "
+    "batch between the processes and restarts an epoch at any batch itself, which it "
+    "cannot do inside a Grain pipeline, so resuming and N processes would not be exact. "
+    "Give its rows as numpy arrays, or wrap a grain.MapDataset's random access "
+    "(dataset[i]) in a keras.utils.PyDataset")
 
 
 def _is_foreign(x: Any) -> bool:

@@ -116,6 +116,10 @@ class FitState:
     #: ``model.json``'s bytes, made at the fit's first checkpoint (the model's
     #: architecture and compile config do not change while it trains)
     model_spec: bytes | None = None
+    #: the script's callbacks' state (``_callbacks.CallbackStates``), saved with each checkpoint
+    callback_states: Any = None
+    #: the resumed checkpoint's ``"callbacks"`` entry
+    saved_callbacks: Any = None
 
     @property
     def position(self) -> Position:
@@ -342,6 +346,8 @@ class FitDriver(keras.callbacks.Callback):
             "created": time.time(),
             "history": copy.deepcopy(st.history),
         }
+        if st.callback_states is not None:
+            metadata["callbacks"] = st.callback_states.collect()
         if st.model_spec is None:
             st.model_spec = _state.model_json(self.model)
         spec = st.model_spec
@@ -374,6 +380,8 @@ class DriverCallbacks(keras.callbacks.CallbackList):
     def __init__(self, callbacks: list[Any], driver: FitDriver, **kwargs: Any) -> None:
         self.driver = driver  # first: Keras's __init__ calls set_model
         super().__init__(callbacks, **kwargs)
+        #: whether this call's end is the fit's (the last call, or a callback stopped it)
+        self.ends_fit = driver.end_of_training
 
     def set_model(self, model: Any) -> None:
         super().set_model(model)
@@ -401,7 +409,19 @@ class DriverCallbacks(keras.callbacks.CallbackList):
         self.driver.on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs: Any = None) -> None:
-        super().on_train_end(logs)
+        ends = self.ends_fit or bool(getattr(self.model, "stop_training", False))
+        # EarlyStopping(restore_best_weights=True) puts the best epoch's weights back at
+        # every model.fit's end: only at the end of the whole fit, as one model.fit would
+        held = [] if ends else [cb for cb in self.callbacks
+                                if isinstance(cb, keras.callbacks.EarlyStopping)
+                                and cb.restore_best_weights]
+        for cb in held:
+            cb.restore_best_weights = False
+        try:
+            super().on_train_end(logs)
+        finally:
+            for cb in held:
+                cb.restore_best_weights = True
         self.driver.on_train_end(logs)
 
 

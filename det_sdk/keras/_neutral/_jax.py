@@ -14,6 +14,8 @@ hand; the collectives are XLA's, inside the compiled step.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from det_sdk.distributed import Processes
@@ -44,11 +46,17 @@ class JaxBackend(Backend):
             devices=jax.devices(), auto_shard_dataset=False))
 
     def predict(self, model: Any, x: Any, dist: Processes, **kwargs: Any) -> Any:
+        with self.local_model(model, dist) as local:
+            return local.predict(x, **kwargs)
+
+    @contextlib.contextmanager
+    def local_model(self, model: Any, dist: Processes) -> Iterator[Any]:
         if dist.size == 1:
-            return model.predict(x, **kwargs)
+            yield model
+            return
         # Under DataParallel a prediction is a global array no process may read whole
-        # (and one step of all processes): each predicts every row with a copy of the
-        # model of its own (the weights are replicated, so each holds them all).
+        # (and one step of all processes): each predicts with a copy of the model of its
+        # own (the weights are replicated, so each holds them all), no distribution set.
         import keras
 
         from det_sdk.keras._neutral._state import tensorflow_absent
@@ -59,7 +67,7 @@ class JaxBackend(Backend):
             with tensorflow_absent():  # cloning serializes the model
                 local = keras.models.clone_model(model)
             local.set_weights(model.get_weights())
-            return local.predict(x, **kwargs)
+            yield local
         finally:
             keras.distribution.set_distribution(distribution)
 

@@ -27,6 +27,7 @@ from det_sdk.errors import ArgumentTypeError, UsageError
 from det_sdk.hparams import HParams
 from det_sdk.keras._neutral import _data, _state
 from det_sdk.keras._neutral._backend import Backend
+from det_sdk.keras._neutral._callbacks import CallbackStates
 from det_sdk.keras._neutral._fit import (
     DriverCallbacks,
     FitDriver,
@@ -100,6 +101,7 @@ def _resume_state(core: Context, backend: Backend) -> FitState:
                      # a length's searcher metric, where it stopped right after validating
                      last_validation={k: v for k, v in (meta.get("metrics") or {}).items()
                                       if k.startswith("val_")})
+    state.saved_callbacks = meta.get("callbacks")
     if pos.batch:  # inside an epoch: its metric states so far
         state.carried_metrics = _carried_metrics(arrays, dist.rank, backend,
                                                  int(meta.get("processes", 1)), dist.size)
@@ -151,6 +153,10 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     if warning and dist.is_chief:
         log.warning(warning)
     state = _resume_state(core, backend)
+    states = CallbackStates(callbacks)
+    states.restore(state.saved_callbacks)
+    state.callback_states = states
+    callbacks = [states.before(), *callbacks, states]
     first = _data.EpochBatches.of(data, batch_size=batch_size, dist=dist, seed=policy.seed,
                                   shuffle=bool(shuffle))
     batches = first.batches_per_epoch
@@ -158,11 +164,16 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     history = keras.callbacks.History()
     history.set_model(model)
     driver: FitDriver | None = None
+    early = False  # a callback (EarlyStopping) stopped the fit
     with catch_stop_signals() as stop_signal, _finalize_once(model) as finalized:
         for length in lengths:
+            if early:
+                break
             end = end_of(length, batches, None)
             stretches = plan((state.epoch, state.batch), end, batches)
             for i, stretch in enumerate(stretches):
+                if early:
+                    break
                 x = _data.EpochBatches.of(data, batch_size=batch_size, dist=dist,
                                           seed=policy.seed, shuffle=bool(shuffle),
                                           epoch=stretch.epoch, first=stretch.first,
@@ -191,7 +202,12 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                         state.writer.wait()  # what was taken before the error stays
                     raise
                 _fill(history, state, fitted)
-    if finalized[0] and driver is not None and _overwrites_weights(model.optimizer):
+                early = bool(model.stop_training)
+    if early and driver is not None:
+        # the weights EarlyStopping put back at the fit's end: the last checkpoint's
+        state.checkpointed_at = -1
+        driver.checkpoint(metrics=state.last_metrics)
+    elif finalized[0] and driver is not None and _overwrites_weights(model.optimizer):
         # the weights are their averages now: the last checkpoint is of this model
         state.checkpointed_at = -1
         driver.checkpoint(metrics=state.last_metrics)
