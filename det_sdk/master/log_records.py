@@ -9,7 +9,9 @@ What a line carries, and where it comes from:
   ``[default1]:``. A line without one has no rank (``rankId`` null) unless the task has
   one process, whose rank is 0.
 - **stdtype**: ``horovodrun``'s ``<stdout>``/``<stderr>``; a one-process task's two streams
-  share one file, so its lines have no stdtype (null) unless a prefix says.
+  share one file, and its lines take their stream from the stream index beside it
+  (:mod:`det_sdk.log_streams`, read by :mod:`det_sdk.master.log_search`), null where it
+  has none (a run older than the index, the master's own notes).
 - **level**: Determined's rule (its ``ship_logs.py``): ``LEVEL:`` at the start of the line
   after the rank (``det.LOG_FORMAT``, Python's default ``WARNING:root:...``); otherwise
   ``LOG_LEVEL_INFO``, as Determined files an unmarked line.

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from det_sdk.log_streams import StreamIndex
 from det_sdk.master.log_clock import TimeIndex
 from det_sdk.master.log_records import Filters, parse_line, record
 
@@ -111,6 +112,7 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
     """
     size = _size(path)
     times = TimeIndex(path)
+    streams = StreamIndex(path)
     if order == "asc":
         start = min(offset or 0, size)
         data = _read(path, start, min(SCAN_BYTES, size - start))
@@ -127,7 +129,7 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
                 truncated = True
                 break
             cursor = at + len(raw)
-            rec = _match(at, raw, times, filters, trial_id, default_rank)
+            rec = _match(at, raw, times, streams, filters, trial_id, default_rank)
             if rec is not None:
                 out.append(rec)
         if not truncated:
@@ -149,7 +151,7 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
     lines = list(_candidates(data[first:], begin + first, filters.needle))
     matches = []
     for at, raw in reversed(lines):
-        rec = _match(at, raw, times, filters, trial_id, default_rank)
+        rec = _match(at, raw, times, streams, filters, trial_id, default_rank)
         if rec is not None:
             matches.append(rec)
             if len(matches) >= limit:
@@ -160,11 +162,13 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
             "size": size}
 
 
-def _match(at: int, raw: bytes, times: TimeIndex, filters: Filters, trial_id: int,
-           default_rank: int | None) -> dict[str, Any] | None:
+def _match(at: int, raw: bytes, times: TimeIndex, streams: StreamIndex, filters: Filters,
+           trial_id: int, default_rank: int | None) -> dict[str, Any] | None:
     if not filters.may_match(raw):
         return None
     line = parse_line(raw, default_rank)
+    if line.stdtype is None:  # one process's two streams in one file: its stream index says
+        line.stdtype = streams.stream_at(at)
     when = times.time_at(at + len(raw))
     if not filters.keeps(line, when):
         return None
