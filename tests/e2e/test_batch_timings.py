@@ -9,6 +9,7 @@ user runs it, in a process of its own) reads the ``timings`` each reported.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -100,6 +101,9 @@ def _missing() -> str | None:
     for module in ("jax", "tensorflow", "keras"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
+    # read from its metadata: importing Keras here would import TensorFlow
+    if int(importlib.metadata.version("keras").split(".")[0]) < 3:
+        return "Keras on JAX needs Keras 3"
     return None
 
 
