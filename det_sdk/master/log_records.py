@@ -108,6 +108,16 @@ class Filters:
             self._tags = tuple(f"{lv[len('LOG_LEVEL_'):]}:".encode() for lv in self.levels
                                if lv != "LOG_LEVEL_UNSPECIFIED")
 
+    @property
+    def marks(self) -> tuple[bytes, ...]:
+        """The "LEVEL:" marks one of which a kept line holds (empty: no such test), for
+        finding candidate lines at C speed.
+
+        >>> Filters(levels=["LOG_LEVEL_ERROR"]).marks, Filters().marks
+        ((b'ERROR:',), ())
+        """
+        return self._tags or ()
+
     def may_match(self, raw: bytes) -> bool:
         """False when no line of ``raw`` (a line, or a whole piece of the log) can be kept:
         the cheap tests on bytes, before a line is parsed."""

@@ -18,7 +18,7 @@ longer than :data:`MAX_LINE_BYTES` comes as pieces of that size.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +54,36 @@ def _lines(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
         at += len(piece)
 
 
-def _candidates(data: bytes, base: int, needle: bytes | None) -> Iterator[tuple[int, bytes]]:
-    """The lines of ``data`` (as :func:`_lines` cuts them) that may hold ``needle``: with
-    one, only the lines around its occurrences (found at C speed), in order."""
-    if needle is None:
-        yield from _lines(data, base)
-        return
+def _spans(data: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each line of ``data`` holding ``needle``, in order (C speed)."""
     pos = data.find(needle)
     while pos >= 0:
         start = data.rfind(b"\n", 0, pos) + 1
         end = data.find(b"\n", pos)
         end = len(data) if end < 0 else end + 1
+        yield start, end
+        pos = data.find(needle, end)
+
+
+def _candidates(data: bytes, base: int, needle: bytes | None,
+                needles: tuple[bytes, ...] = ()) -> Iterator[tuple[int, bytes]]:
+    """The lines of ``data`` (as :func:`_lines` cuts them) that may hold ``needle`` (or,
+    without one, any of ``needles``: a level filter's marks): only the lines around their
+    occurrences (found at C speed), in order; every line when there is nothing to find."""
+    if needle is not None:
+        spans: Iterable[tuple[int, int]] = _spans(data, needle)
+    elif needles:
+        # each line once, in order, whichever marks it holds (a few per page: a level
+        # filter that keeps most lines has INFO in it, and no marks)
+        spans = sorted({span for n in needles for span in _spans(data, n)})
+    else:
+        yield from _lines(data, base)
+        return
+    for start, end in spans:
         if end - start > MAX_LINE_BYTES:  # a long line's pieces, cut as _lines cuts them
             yield from _lines(data[start:end], base + start)
         else:
             yield base + start, data[start:end]
-        pos = data.find(needle, end)
 
 
 def _complete_end(data: bytes, base: int, whole: bool) -> int:
@@ -124,7 +138,8 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
                     "size": size}
         out: list[dict[str, Any]] = []
         cursor, truncated = start, False
-        for at, raw in _candidates(data[:complete - start], start, filters.needle):
+        for at, raw in _candidates(data[:complete - start], start, filters.needle,
+                                   filters.marks):
             if len(out) >= limit:
                 truncated = True
                 break
@@ -148,7 +163,7 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
         cursor = begin + first
         return {"records": [], "cursor": cursor, "done": cursor == 0, "scanned": len(data),
                 "size": size}
-    lines = list(_candidates(data[first:], begin + first, filters.needle))
+    lines = list(_candidates(data[first:], begin + first, filters.needle, filters.marks))
     matches = []
     for at, raw in reversed(lines):
         rec = _match(at, raw, times, streams, filters, trial_id, default_rank)
