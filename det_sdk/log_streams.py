@@ -131,6 +131,8 @@ class StreamIndex:
         except OSError:
             self._count = 0
         self._block_start, self._block = -1, list[tuple[int, int]]()
+        # the run last answered: [start, end) and its stream (lines come in runs)
+        self._run: tuple[int, int, str | None] = (0, -1, None)
 
     def _record(self, i: int) -> tuple[int, int]:
         if not self._block_start <= i < self._block_start + len(self._block):
@@ -152,6 +154,9 @@ class StreamIndex:
         """``"stdout"``, ``"stderr"`` or None (unknown) for the byte at ``offset``."""
         if self._count == 0:
             return None
+        start, end, stream = self._run
+        if start <= offset < end:
+            return stream
         lo, hi = 0, self._count  # the last record starting at or before offset
         if self._block and self._block[0][0] <= offset:
             lo = self._block_start
@@ -165,5 +170,10 @@ class StreamIndex:
             else:
                 hi = mid
         if lo == 0:
+            self._run = (0, self._record(0)[0], None)
             return None
-        return _NAMES.get(self._record(lo - 1)[1])
+        begin, code = self._record(lo - 1)
+        stream = _NAMES.get(code)
+        # the run ends where the next record starts (the last one: at the end of the log)
+        self._run = (begin, self._record(lo)[0] if lo < self._count else 1 << 62, stream)
+        return stream
