@@ -32,12 +32,29 @@ __all__ = ["MAX_LINE_BYTES", "SCAN_BYTES", "read_page"]
 SCAN_BYTES = 4 << 20
 #: a line longer than this comes in pieces of this size
 MAX_LINE_BYTES = 64 << 10
+_WINDOW = 256 << 10  # the bytes split into lines at a time
 
 
 def _lines(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
     """(offset, line) of each line of ``data`` (which starts at byte ``base``), a line
     longer than :data:`MAX_LINE_BYTES` in pieces of that size. (``bytes.split`` finds
-    the lines at C speed: a page of 4 MiB is 50,000 lines.)"""
+    the lines at C speed: a page of 4 MiB is 50,000 lines; it splits a window of
+    :data:`_WINDOW` at a time, cut after a newline, so that a page that stops at its
+    ``limit`` of records early has not split the rest.)"""
+    at, size = 0, len(data)
+    while at < size:
+        stop = min(at + _WINDOW, size)
+        if stop < size:
+            nl = data.rfind(b"\n", at, stop)
+            if nl < 0:  # one line longer than the window: to its end
+                nl = data.find(b"\n", stop)
+            stop = size if nl < 0 else nl + 1
+        yield from _split(data[at:stop], base + at)
+        at = stop
+
+
+def _split(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
+    """:func:`_lines` of one window (which ends after a newline, or at the end)."""
     pieces = data.split(b"\n")
     last = len(pieces) - 1
     at = base
