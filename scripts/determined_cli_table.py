@@ -105,8 +105,9 @@ FORMS: list[tuple[str, str, str]] = [
     ("det t logs 1 --rank-id 1 --rank-id 0", "same", "the lines print as the task wrote them "
                                                     "(Determined prints its message)"),
     ("det t logs 1 --level ERROR --tail 5", "same", ""),
-    ("det t logs 1 --stdtype stderr", "same", "known where the launcher marks it (horovodrun, "
-                                             "more than one slot); null otherwise"),
+    ("det t logs 1 --stdtype stderr", "same", "horovodrun's mark (more than one slot), the "
+                                             "stream index of a one-slot task's log; null "
+                                             "for runs older than the index"),
     ("det t logs 1 --source task", "same", "task, or master for lines the master appends"),
     ("det t logs 1 --timestamp-after 2021-10-26T23:17:12Z", "same", ""),
     ("det t logs 1 --timestamp-before 2021-10-26T23:17:12Z -f", "same", ""),

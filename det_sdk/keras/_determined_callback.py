@@ -285,6 +285,10 @@ class DeterminedCallback(_compat.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._each("on_epoch_begin", epoch, logs)
 
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        # TrackPosition starts the profiler's batch timer here (det_sdk.profiler)
+        self._each("on_train_batch_begin", batch, logs)
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._each("on_train_batch_end", batch, logs)
 

@@ -3,9 +3,12 @@
 
 The master starts every rank of a trial or job under this wrapper (the local resource
 manager inside ``horovodrun``, the Slurm one inside ``srun``). It runs COMMAND as its
-child with standard output untouched and standard error through a pipe: each chunk is
-written on to its own standard error at once (the task's log sees the same bytes)
-and the last lines are kept. When COMMAND exits non-zero the wrapper parses the last
+child with standard output and standard error through pipes: each chunk is written
+on to the wrapper's own stream of the same name at once (the task's log sees the same
+bytes) and standard error's last lines are kept. With ``--stream-index PATH`` (a task of
+one process, whose two streams are one log file) it notes where each stream's bytes
+landed in that file (:mod:`det_sdk.log_streams`), so that the log's lines keep their
+stream. When COMMAND exits non-zero the wrapper parses the last
 Python traceback of this rank's standard error alone (no other rank's lines in
 between, no prefixes) and writes a :class:`det_sdk.failure.Failure` record to DIR:
 the exception's type and message, the innermost frame of the user's code, this rank
@@ -43,11 +46,13 @@ import os
 import re
 import select
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import BinaryIO
 
 from det_sdk.failure import (
@@ -58,6 +63,7 @@ from det_sdk.failure import (
     stop_signal,
     write_record,
 )
+from det_sdk.log_streams import STDERR, STDOUT, StreamIndexWriter
 from det_sdk.ranks import rank_hint
 
 __all__ = ["main"]
@@ -99,9 +105,12 @@ class _Tail:
 class _Stream:
     """One of COMMAND's streams, passed on to ``out`` in whole lines."""
 
-    def __init__(self, out: BinaryIO, tail: _Tail | None = None) -> None:
+    def __init__(self, out: BinaryIO, tail: _Tail | None = None,
+                 index: StreamIndexWriter | None = None, code: int = STDOUT) -> None:
         self.out = out
         self.tail = tail  # standard error's lines, kept for the failure record
+        self.index = index  # where each run of this stream lands in the shared log
+        self.code = code
         self.partial = b""  # the unfinished line, held back
         self.since = 0.0  # when the held-back line started
 
@@ -138,11 +147,15 @@ class _Stream:
     def _write(self, data: bytes) -> None:
         if not data:
             return
+        if self.index is not None:
+            self.index.before_write(self.code)
         try:
             self.out.write(data)
             self.out.flush()
         except (OSError, ValueError):
-            pass  # the log is gone: keep reading, so COMMAND never blocks on a full pipe
+            return  # the log is gone: keep reading, so COMMAND never blocks on a full pipe
+        if self.index is not None:
+            self.index.after_write(len(data))
 
 
 def _pump(streams: dict[int, _Stream]) -> None:
@@ -220,11 +233,14 @@ def failure_of(tail: _Tail, code: int, cwd: str, rank: int) -> Failure:
 RECORD_DIR_VAR = "DET_FAILURE_RECORD_DIR"
 
 
-def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) -> int:
+def run(record_dir: str, command: Sequence[str], forward_signals: bool = False,
+        stream_index: str | None = None) -> int:
     """Run ``command``; on a non-zero exit write its failure record to ``record_dir``.
 
     ``forward_signals``: pass SIGTERM and SIGINT on to ``command`` (when whoever signals
-    this process does not signal ``command`` too).
+    this process does not signal ``command`` too). ``stream_index``: where to note which
+    of ``command``'s streams each run of bytes came from, when this process's standard
+    output and error are one log file (:mod:`det_sdk.log_streams`).
     """
     child: list[subprocess.Popen[bytes]] = []
 
@@ -261,7 +277,9 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
     os.close(out_write)
     os.close(err_write)
     tail = _Tail()
-    streams = {out_read: _Stream(sys.stdout.buffer), err_read: _Stream(sys.stderr.buffer, tail)}
+    index = _index_writer(stream_index)
+    streams = {out_read: _Stream(sys.stdout.buffer, index=index, code=STDOUT),
+               err_read: _Stream(sys.stderr.buffer, tail, index=index, code=STDERR)}
     pump = threading.Thread(target=_pump, args=(streams,), daemon=True)
     pump.start()
     while True:
@@ -273,9 +291,25 @@ def run(record_dir: str, command: Sequence[str], forward_signals: bool = False) 
     if forward_signals:
         _wait_group_gone(proc.pid)
     pump.join(_DRAIN_SECONDS)  # a background child may hold the pipe open
+    if index is not None and not pump.is_alive():
+        index.close()
     if code != 0:
         _write(record_dir, failure_of(tail, code, os.getcwd(), _rank()))
     return 128 - code if code < 0 else code
+
+
+def _index_writer(path: str | None) -> StreamIndexWriter | None:
+    """The stream index's writer, when asked for one and both streams are one file
+    (a terminal or a pipe has no offsets to note)."""
+    if path is None:
+        return None
+    try:
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(out.st_mode) or (out.st_dev, out.st_ino) != (err.st_dev, err.st_ino):
+        return None
+    return StreamIndexWriter(Path(path), sys.stdout.fileno())
 
 
 def _become_subreaper() -> None:
@@ -319,16 +353,19 @@ def _write(record_dir: str, failure: Failure) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``[--forward-signals] --record-dir DIR -- COMMAND...``."""
+    """``[--forward-signals] [--stream-index PATH] --record-dir DIR -- COMMAND...``."""
     args = list(sys.argv[1:] if argv is None else argv)
     forward = args[:1] == ["--forward-signals"]
     if forward:
         args = args[1:]
+    index = None
+    if args[:1] == ["--stream-index"] and len(args) > 1:
+        index, args = args[1], args[2:]
     if len(args) < 4 or args[0] != "--record-dir" or args[2] != "--":
-        print("usage: python -m det_sdk.launch.catch [--forward-signals] --record-dir DIR -- "
-              "COMMAND...", file=sys.stderr)
+        print("usage: python -m det_sdk.launch.catch [--forward-signals] [--stream-index PATH] "
+              "--record-dir DIR -- COMMAND...", file=sys.stderr)
         return 2
-    return run(args[1], args[3:], forward)
+    return run(args[1], args[3:], forward, index)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from det_sdk.master.routes.trials import trials_router
 from det_sdk.master.routes.ui import ui_router
 from det_sdk.master.routes.ui_data import ui_data_router
 from det_sdk.master.routes.ui_tasks import ui_tasks_router
+from det_sdk.master.routes.ui_webhooks import ui_webhooks_router
 from det_sdk.master.routes.users import users_router
 from det_sdk.master.routes.webhooks import webhooks_router
 from det_sdk.master.routes.workspaces import workspaces_router
@@ -106,6 +107,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(prom_router(master, user))
     # experiments side by side, for the API and the UI (issue 60)
     app.include_router(compare_router(master, user, sessions))
+    app.include_router(ui_webhooks_router(master, sessions))  # the Webhooks page (issue 60)
     app.include_router(users_router(master, user))  # users, sign-in (issue 59)
     # the profiler's system metrics: reported, read, charted (issue 60)
     app.include_router(profiler_router(master, principal, user, sessions))

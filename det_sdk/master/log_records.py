@@ -9,7 +9,9 @@ What a line carries, and where it comes from:
   ``[default1]:``. A line without one has no rank (``rankId`` null) unless the task has
   one process, whose rank is 0.
 - **stdtype**: ``horovodrun``'s ``<stdout>``/``<stderr>``; a one-process task's two streams
-  share one file, so its lines have no stdtype (null) unless a prefix says.
+  share one file, and its lines take their stream from the stream index beside it
+  (:mod:`det_sdk.log_streams`, read by :mod:`det_sdk.master.log_search`), null where it
+  has none (a run older than the index, the master's own notes).
 - **level**: Determined's rule (its ``ship_logs.py``): ``LEVEL:`` at the start of the line
   after the rank (``det.LOG_FORMAT``, Python's default ``WARNING:root:...``); otherwise
   ``LOG_LEVEL_INFO``, as Determined files an unmarked line.
@@ -105,6 +107,16 @@ class Filters:
         if self.levels and "LOG_LEVEL_INFO" not in self.levels:
             self._tags = tuple(f"{lv[len('LOG_LEVEL_'):]}:".encode() for lv in self.levels
                                if lv != "LOG_LEVEL_UNSPECIFIED")
+
+    @property
+    def marks(self) -> tuple[bytes, ...]:
+        """The "LEVEL:" marks one of which a kept line holds (empty: no such test), for
+        finding candidate lines at C speed.
+
+        >>> Filters(levels=["LOG_LEVEL_ERROR"]).marks, Filters().marks
+        ((b'ERROR:',), ())
+        """
+        return self._tags or ()
 
     def may_match(self, raw: bytes) -> bool:
         """False when no line of ``raw`` (a line, or a whole piece of the log) can be kept:

@@ -18,10 +18,11 @@ longer than :data:`MAX_LINE_BYTES` comes as pieces of that size.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from det_sdk.log_streams import StreamIndex
 from det_sdk.master.log_clock import TimeIndex
 from det_sdk.master.log_records import Filters, parse_line, record
 
@@ -31,12 +32,29 @@ __all__ = ["MAX_LINE_BYTES", "SCAN_BYTES", "read_page"]
 SCAN_BYTES = 4 << 20
 #: a line longer than this comes in pieces of this size
 MAX_LINE_BYTES = 64 << 10
+_WINDOW = 256 << 10  # the bytes split into lines at a time
 
 
 def _lines(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
     """(offset, line) of each line of ``data`` (which starts at byte ``base``), a line
     longer than :data:`MAX_LINE_BYTES` in pieces of that size. (``bytes.split`` finds
-    the lines at C speed: a page of 4 MiB is 50,000 lines.)"""
+    the lines at C speed: a page of 4 MiB is 50,000 lines; it splits a window of
+    :data:`_WINDOW` at a time, cut after a newline, so that a page that stops at its
+    ``limit`` of records early has not split the rest.)"""
+    at, size = 0, len(data)
+    while at < size:
+        stop = min(at + _WINDOW, size)
+        if stop < size:
+            nl = data.rfind(b"\n", at, stop)
+            if nl < 0:  # one line longer than the window: to its end
+                nl = data.find(b"\n", stop)
+            stop = size if nl < 0 else nl + 1
+        yield from _split(data[at:stop], base + at)
+        at = stop
+
+
+def _split(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
+    """:func:`_lines` of one window (which ends after a newline, or at the end)."""
     pieces = data.split(b"\n")
     last = len(pieces) - 1
     at = base
@@ -53,22 +71,36 @@ def _lines(data: bytes, base: int) -> Iterator[tuple[int, bytes]]:
         at += len(piece)
 
 
-def _candidates(data: bytes, base: int, needle: bytes | None) -> Iterator[tuple[int, bytes]]:
-    """The lines of ``data`` (as :func:`_lines` cuts them) that may hold ``needle``: with
-    one, only the lines around its occurrences (found at C speed), in order."""
-    if needle is None:
-        yield from _lines(data, base)
-        return
+def _spans(data: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each line of ``data`` holding ``needle``, in order (C speed)."""
     pos = data.find(needle)
     while pos >= 0:
         start = data.rfind(b"\n", 0, pos) + 1
         end = data.find(b"\n", pos)
         end = len(data) if end < 0 else end + 1
+        yield start, end
+        pos = data.find(needle, end)
+
+
+def _candidates(data: bytes, base: int, needle: bytes | None,
+                needles: tuple[bytes, ...] = ()) -> Iterator[tuple[int, bytes]]:
+    """The lines of ``data`` (as :func:`_lines` cuts them) that may hold ``needle`` (or,
+    without one, any of ``needles``: a level filter's marks): only the lines around their
+    occurrences (found at C speed), in order; every line when there is nothing to find."""
+    if needle is not None:
+        spans: Iterable[tuple[int, int]] = _spans(data, needle)
+    elif needles:
+        # each line once, in order, whichever marks it holds (a few per page: a level
+        # filter that keeps most lines has INFO in it, and no marks)
+        spans = sorted({span for n in needles for span in _spans(data, n)})
+    else:
+        yield from _lines(data, base)
+        return
+    for start, end in spans:
         if end - start > MAX_LINE_BYTES:  # a long line's pieces, cut as _lines cuts them
             yield from _lines(data[start:end], base + start)
         else:
             yield base + start, data[start:end]
-        pos = data.find(needle, end)
 
 
 def _complete_end(data: bytes, base: int, whole: bool) -> int:
@@ -111,6 +143,7 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
     """
     size = _size(path)
     times = TimeIndex(path)
+    streams = StreamIndex(path)
     if order == "asc":
         start = min(offset or 0, size)
         data = _read(path, start, min(SCAN_BYTES, size - start))
@@ -122,12 +155,13 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
                     "size": size}
         out: list[dict[str, Any]] = []
         cursor, truncated = start, False
-        for at, raw in _candidates(data[:complete - start], start, filters.needle):
+        for at, raw in _candidates(data[:complete - start], start, filters.needle,
+                                   filters.marks):
             if len(out) >= limit:
                 truncated = True
                 break
             cursor = at + len(raw)
-            rec = _match(at, raw, times, filters, trial_id, default_rank)
+            rec = _match(at, raw, times, streams, filters, trial_id, default_rank)
             if rec is not None:
                 out.append(rec)
         if not truncated:
@@ -146,10 +180,10 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
         cursor = begin + first
         return {"records": [], "cursor": cursor, "done": cursor == 0, "scanned": len(data),
                 "size": size}
-    lines = list(_candidates(data[first:], begin + first, filters.needle))
+    lines = list(_candidates(data[first:], begin + first, filters.needle, filters.marks))
     matches = []
     for at, raw in reversed(lines):
-        rec = _match(at, raw, times, filters, trial_id, default_rank)
+        rec = _match(at, raw, times, streams, filters, trial_id, default_rank)
         if rec is not None:
             matches.append(rec)
             if len(matches) >= limit:
@@ -160,11 +194,13 @@ def read_page(path: Path, trial_id: int, filters: Filters, *, offset: int | None
             "size": size}
 
 
-def _match(at: int, raw: bytes, times: TimeIndex, filters: Filters, trial_id: int,
-           default_rank: int | None) -> dict[str, Any] | None:
+def _match(at: int, raw: bytes, times: TimeIndex, streams: StreamIndex, filters: Filters,
+           trial_id: int, default_rank: int | None) -> dict[str, Any] | None:
     if not filters.may_match(raw):
         return None
     line = parse_line(raw, default_rank)
+    if line.stdtype is None:  # one process's two streams in one file: its stream index says
+        line.stdtype = streams.stream_at(at)
     when = times.time_at(at + len(raw))
     if not filters.keeps(line, when):
         return None

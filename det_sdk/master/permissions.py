@@ -196,6 +196,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/api/v1/webhooks/{webhook_id:int}"): ADMIN,
     ("PATCH", "/api/v1/webhooks/{webhook_id:int}"): ADMIN,
     ("POST", "/api/v1/webhooks/{webhook_id:int}/test"): ADMIN,
+    # ... and the web UI's Webhooks page (routes.ui_webhooks), admin only as they are
+    ("GET", "/ui/api/webhooks"): ADMIN,
+    ("POST", "/ui/api/webhooks"): ADMIN,
+    ("DELETE", "/ui/api/webhooks/{webhook_id:int}"): ADMIN,
+    ("POST", "/ui/api/webhooks/{webhook_id:int}/test"): ADMIN,
     # commands (issue 58): a command reports its own metrics (the route holds it to its own)
     ("POST", "/api/v1/commands"): USER,
     ("GET", "/api/v1/commands"): USER,

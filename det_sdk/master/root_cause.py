@@ -38,13 +38,16 @@ def record_dir(workdir: str | Path, alloc_id: str) -> Path:
     return Path(workdir).parent / f"{alloc_id}.failures"
 
 
-def catch_command(entrypoint: str, records: str | Path, forward_signals: bool = False) -> str:
+def catch_command(entrypoint: str, records: str | Path, forward_signals: bool = False,
+                  stream_index: str | Path | None = None) -> str:
     """The shell command that runs one rank of ``entrypoint`` under
     :mod:`det_sdk.launch.catch`, its failure record going to ``records``
-    (``forward_signals``: under horovodrun, which signals the wrapper alone)."""
+    (``forward_signals``: under horovodrun, which signals the wrapper alone;
+    ``stream_index``: where it notes which stream each part of the log came from)."""
     return shlex.join([sys.executable, "-m", "det_sdk.launch.catch",
-                       *(["--forward-signals"] if forward_signals else []), "--record-dir",
-                       str(records), "--", "sh", "-c", entrypoint])
+                       *(["--forward-signals"] if forward_signals else []),
+                       *(["--stream-index", str(stream_index)] if stream_index else []),
+                       "--record-dir", str(records), "--", "sh", "-c", entrypoint])
 
 
 def read_tail(path: str | Path, max_bytes: int = TAIL_BYTES) -> str:

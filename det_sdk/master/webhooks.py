@@ -27,8 +27,9 @@ what webhooks are for (docs/webhooks.md).
 
 Deliveries (det_sdk.master.webhook_delivery) are recorded in the master's database,
 QUEUED, SENDING, then DELIVERED or FAILED with the last status or error
-(``GET /api/v1/webhooks/deliveries``, ``det webhook deliveries``). They do not survive
-a restart: what a stopped master left unsent is marked FAILED when the next one starts.
+(``GET /api/v1/webhooks/deliveries``, ``det webhook deliveries``), each unfinished one
+with its body: a restarted master resumes what the stopped one left unsent, its retries
+counted on (an attempt cut short by the stop may be sent again: at least once).
 
 >>> check_url("file:///etc/passwd")
 Traceback (most recent call last):
@@ -223,7 +224,9 @@ class Webhooks:
             self.logs.trial_ended(trial)
 
     def start(self) -> None:
-        """Mark what a previous master left unsent as FAILED; start the workers."""
+        """Resume what a previous master left unsent (its attempts counted so far), mark
+        what it left without a body FAILED; start the workers."""
+        self._resume()
         left = self.tables.fail_unfinished("the master stopped before it was delivered")
         if left:
             log.info("webhooks: %d delivery(ies) left by the previous master marked failed",
@@ -390,13 +393,35 @@ class Webhooks:
         else:
             body = default_body(event_type, exp, custom=custom, trial_id=trial_id)
         event_id = json.loads(body).get("event_id") or str(uuid.uuid4())
-        did = self.tables.add_delivery(hook["id"], event_id, event_type, exp["id"])
+        did = self.tables.add_delivery(hook["id"], event_id, event_type, exp["id"], body=body)
         job = Job(did, hook["url"], body, hook["signing_key"], f"{hook['id']} ({hook['name']})")
         if not self.deliverer.submit(job):
             log.warning("webhook %s: delivery %d dropped: %d deliveries wait already",
                         job.label, did, self.deliverer.capacity)
             self._record(did, "FAILED", 0, None, "dropped: the master's webhook queue was "
                          f"full ({self.deliverer.capacity} waiting)")
+
+    def _resume(self) -> None:
+        """Queue again each delivery a previous master left QUEUED or SENDING, to its
+        webhook's URL and key as they are now. An attempt under way when that master
+        stopped was not counted: its event may arrive twice (at least once, never lost;
+        the body's ``event_id`` is the same both times)."""
+        hooks = {h["id"]: h for h in self._hooks()}
+        resumed = 0
+        for d in self.tables.unfinished():
+            hook = hooks.get(d["webhook_id"])
+            if hook is None:  # its webhook is gone (deleted under an older master)
+                self._record(d["id"], "FAILED", d["attempts"], None, "the webhook was deleted")
+                continue
+            job = Job(d["id"], hook["url"], d["body"], hook["signing_key"],
+                      f"{hook['id']} ({hook['name']})", attempts=d["attempts"])
+            if not self.deliverer.submit(job):
+                self._record(d["id"], "FAILED", d["attempts"], None, "dropped: the master's "
+                             f"webhook queue was full ({self.deliverer.capacity} waiting)")
+                continue
+            resumed += 1
+        if resumed:
+            log.info("webhooks: %d delivery(ies) left by the previous master resumed", resumed)
 
     def _record(self, delivery_id: int, state: str, attempts: int, status: int | None,
                 error: str | None) -> None:

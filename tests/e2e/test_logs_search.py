@@ -219,5 +219,47 @@ def test_a_big_log_is_paged_at_a_bounded_read(cluster: Cluster) -> None:
     assert out.stdout == "the big-needle at the end\n", out.stderr
 
 
+# one process: its two streams land in one logs.txt, lines of each alternating, one line
+# without its newline last (held back by det_sdk.launch.catch, then passed on)
+STREAMS_SCRIPT = """
+import sys
+for i in range(5):
+    print(f"out line {i}", flush=True)
+    print(f"err line {i}", file=sys.stderr, flush=True)
+sys.stderr.write("err unfinished")
+"""
+
+
+def test_one_slot_lines_keep_their_stream(cluster: Cluster) -> None:
+    """A one-process task's stdout and stderr share logs.txt; the stream index that
+    det_sdk.launch.catch writes beside it gives each line its stream, and a log without
+    one (a run older than the index) still reads, without streams."""
+    _exp, trial = _experiment(cluster, "streams", STREAMS_SCRIPT, slots=1)
+    t = str(trial)
+    stderr = _det(cluster, "t", "logs", t, "--stdtype", "stderr").splitlines()
+    assert sorted(stderr) == [*(f"err line {i}" for i in range(5)), "err unfinished"], stderr
+    stdout = _det(cluster, "trial", "logs", t, "--stdtype", "stdout").splitlines()
+    assert sorted(stdout) == [f"out line {i}" for i in range(5)], stdout
+    records = [json.loads(line) for line in _det(cluster, "t", "logs", t, "--json").splitlines()]
+    by_text = {rec["log"].strip(): rec["stdtype"] for rec in records if rec["source"] == "task"}
+    assert {k: v for k, v in by_text.items() if "line" in k or "unfinished" in k} == {
+        **{f"out line {i}": "stdout" for i in range(5)},
+        **{f"err line {i}": "stderr" for i in range(5)}, "err unfinished": "stderr"}
+    # --tail reads backwards: the same streams
+    assert _det(cluster, "t", "logs", t, "--stdtype", "stdout", "--tail", "1") == "out line 4\n"
+
+    # an older run's log, without the index: every line still there, none with a stream
+    logs = cluster.data_dir / "trials" / t / "logs.txt"
+    index = logs.with_name("logs.txt.streams")
+    assert index.stat().st_size > 0
+    index.rename(index.with_name("streams.moved"))
+    try:
+        assert _det(cluster, "t", "logs", t, "--stdtype", "stderr") == ""
+        old = [json.loads(line) for line in _det(cluster, "t", "logs", t, "--json").splitlines()]
+        assert len(old) == len(records) and {rec["stdtype"] for rec in old} == {None}
+    finally:
+        index.with_name("streams.moved").rename(index)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

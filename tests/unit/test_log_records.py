@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from pathlib import Path
 
@@ -112,6 +113,36 @@ def test_a_text_search_finds_what_a_line_by_line_scan_finds(tmp_path: Path) -> N
     errors = log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_ERROR"}))
     assert [r["log"] for r in errors["records"]] == ["needle twice needle\n"]
     assert log_search.read_page(log, 1, Filters(levels={"LOG_LEVEL_CRITICAL"}))["records"] == []
+
+
+def test_a_level_filter_finds_what_a_line_by_line_scan_finds(tmp_path: Path) -> None:
+    """A level filter without INFO jumps to the lines holding its marks (one line with
+    two marks comes once), in both orders, as a filter of every parsed line keeps them."""
+    log = tmp_path / "logs.txt"
+    lines = [b"INFO: a\n", b"WARNING: w1\n", b"ERROR: e1 WARNING: both\n",
+             b"[rank=0] WARNING: ranked\n", b"text with ERROR: inside\n",
+             b"x" * 70_000 + b" ERROR: far\n", b"WARNING:root:python's\n", b"CRITICAL: c\n"]
+    log.write_bytes(b"".join(lines * 3))
+    levels = {"LOG_LEVEL_WARNING", "LOG_LEVEL_ERROR"}
+    plain = log_search.read_page(log, 1, Filters(), limit=5000)["records"]
+    expected = [(r["offset"], r["raw"]) for r in plain if r["level"] in levels]
+    assert len(expected) == 4 * 3
+    for order in ("asc", "desc"):
+        page = log_search.read_page(log, 1, Filters(levels=levels), order=order, limit=5000)
+        found = [(r["offset"], r["raw"]) for r in page["records"]]
+        assert found == (expected if order == "asc" else expected[::-1])
+
+
+def test_lines_split_a_window_at_a_time_as_one_split_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines longer than a window, lines cut into pieces, a last line without its newline:
+    the windows give the lines (and offsets) one split of the whole gives."""
+    rng = random.Random(60)
+    data = b"".join(b"y" * rng.choice([0, 5, 100, 70_000, 300_000])
+                    + (b"\n" if rng.random() < 0.9 else b"") for _ in range(800)) + b"end"
+    windowed = list(log_search._lines(data, 7))
+    monkeypatch.setattr(log_search, "_WINDOW", len(data) + 1)
+    assert windowed == list(log_search._lines(data, 7))
 
 
 def test_det_trial_logs_parses_determineds_filters() -> None:

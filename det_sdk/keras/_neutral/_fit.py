@@ -156,6 +156,9 @@ class FitDriver(keras.callbacks.Callback):
         self._epoch_metrics: dict[str, float] | None = None  # training's, at the epoch's end
         self._metric_arrays: list[np.ndarray] | None = None  # at the last batch of a call
         self._pending_random: list[np.ndarray] | None = None  # restored at the next batch
+        # the profiler's per-batch timer (det_sdk.profiler): Keras fetches a batch inside
+        # its step, so a step's time includes its data's wait
+        self._timer = core.batch_timer
 
     # --- Keras's hooks -------------------------------------------------------------------
 
@@ -180,11 +183,15 @@ class FitDriver(keras.callbacks.Callback):
             self.board.close()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._timer is not None:
+            self._timer.batch_start()
         if self._pending_random is not None:
             self.backend.set_random_state(self._pending_random)
             self._pending_random = None
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._timer is not None:
+            self._timer.step_end()
         st = self.state
         st.batch += 1
         st.steps_completed += 1
@@ -321,6 +328,16 @@ class FitDriver(keras.callbacks.Callback):
         st = self.state
         if st.checkpointed_at == st.steps_completed:
             return st.last_checkpoint
+        began = time.perf_counter()
+        try:
+            return self._checkpoint(metrics, metric_arrays)
+        finally:
+            if self._timer is not None:  # training waited this long (the write is behind)
+                self._timer.checkpoint_blocked(time.perf_counter() - began)
+
+    def _checkpoint(self, metrics: dict[str, float] | None,
+                    metric_arrays: list[np.ndarray] | None) -> str | None:
+        st = self.state
         self.backend.sync(self.model)
         rng, live_metrics = _state.own_arrays(self.model, self.backend.random_state())
         mid_epoch = 0 < st.batch < self.batches

@@ -25,6 +25,7 @@ from typing import Any
 
 from det_sdk.api import AllocationState
 from det_sdk.launch.horovodrun import command as horovodrun_command
+from det_sdk.log_streams import streams_path
 from det_sdk.master.resources import (
     KILL_GRACE_SECONDS,
     ResourceManager,
@@ -100,8 +101,11 @@ class LocalManager(ResourceManager):
         # (horovodrun signals the process it started, not its group: the wrapper passes
         # SIGTERM on; a task of one slot is signalled as a group)
         per_slot = slots > 1 and not per_node
+        # one process writes the log: it notes which stream each part came from
+        # (horovodrun's ranks mark their lines "<stdout>"/"<stderr>" themselves)
         command = catch_command(entrypoint, record_dir(workdir, alloc_id),
-                                forward_signals=per_slot)
+                                forward_signals=per_slot,
+                                stream_index=None if per_slot else streams_path(log_path))
         if per_slot:
             command = f"{shlex.join(horovodrun_command())} -np {slots} --gloo {command}"
         # The shell outlives a SIGTERM to the group (a trap, not an ignore: the

@@ -43,12 +43,16 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
     state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, status_code INTEGER,
     error TEXT, created REAL NOT NULL, finished REAL
 );
+CREATE TABLE IF NOT EXISTS webhook_pending (
+    delivery_id INTEGER PRIMARY KEY, body BLOB NOT NULL
+);
 CREATE INDEX IF NOT EXISTS webhook_triggers_by_webhook ON webhook_triggers(webhook_id);
 CREATE INDEX IF NOT EXISTS webhook_deliveries_by_webhook ON webhook_deliveries(webhook_id);
 """
 
 #: A delivery is QUEUED, SENDING (an attempt under way or a retry waiting), then
-#: DELIVERED or FAILED.
+#: DELIVERED or FAILED. While unfinished its body is kept in ``webhook_pending`` (at
+#: most the deliverer's queue capacity of them), so that a restarted master resumes it.
 DELIVERY_STATES = ("QUEUED", "SENDING", "DELIVERED", "FAILED")
 #: The newest deliveries kept (older outcomes are forgotten as new ones are recorded).
 KEPT_DELIVERIES = 10_000
@@ -110,6 +114,8 @@ class WebhookTables:
     def delete_webhook(self, webhook_id: int) -> bool:
         """Whether there was such a webhook (its triggers and deliveries go with it)."""
         with self.db.tx() as conn:
+            conn.execute("DELETE FROM webhook_pending WHERE delivery_id IN (SELECT id FROM"
+                         " webhook_deliveries WHERE webhook_id = ?)", (webhook_id,))
             conn.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
             return conn.execute("DELETE FROM webhooks WHERE id = ?",
                                 (webhook_id,)).rowcount > 0
@@ -124,9 +130,10 @@ class WebhookTables:
 
     def add_delivery(self, webhook_id: int, event_id: str, event_type: str,
                      experiment_id: int | None, state: str = "QUEUED",
-                     error: str | None = None) -> int:
+                     error: str | None = None, body: bytes | None = None) -> int:
         """Record a delivery (QUEUED, or FAILED at once with ``error``); its id. The
-        oldest beyond :data:`KEPT_DELIVERIES` are forgotten."""
+        oldest beyond :data:`KEPT_DELIVERIES` are forgotten. ``body``: kept with it until
+        it is DELIVERED or FAILED (what a restarted master sends)."""
         now = time.time()
         with self.db.tx() as conn:
             cur = conn.execute(
@@ -136,6 +143,9 @@ class WebhookTables:
                  now if state == "FAILED" else None))
             assert cur.lastrowid is not None  # an INSERT was executed on this cursor
             did = int(cur.lastrowid)
+            if body is not None and state != "FAILED":
+                conn.execute("INSERT INTO webhook_pending (delivery_id, body) VALUES (?, ?)",
+                             (did, body))
             if did % 100 == 0:
                 conn.execute("DELETE FROM webhook_deliveries WHERE id <= ?",
                              (did - KEPT_DELIVERIES,))
@@ -150,6 +160,9 @@ class WebhookTables:
                 "UPDATE webhook_deliveries SET state = ?, attempts = ?, status_code = ?,"
                 " error = ?, finished = ? WHERE id = ?",
                 (state, attempts, status_code, error, finished, delivery_id))
+            if finished is not None:  # nothing more to send
+                conn.execute("DELETE FROM webhook_pending WHERE delivery_id = ?",
+                             (delivery_id,))
 
     def deliveries(self, webhook_id: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The newest ``limit`` deliveries (of ``webhook_id``, or of every webhook), newest
@@ -159,10 +172,33 @@ class WebhookTables:
         return self._rows("SELECT * FROM webhook_deliveries WHERE webhook_id = ?"
                           " ORDER BY id DESC LIMIT ?", webhook_id, limit)
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        """The deliveries a previous master left QUEUED or SENDING with their body kept
+        (oldest first): ``id``, ``webhook_id``, ``attempts``, ``body``.
+
+        >>> from det_sdk.master.store import Store
+        >>> hooks = WebhookTables(Store(":memory:"))
+        >>> wid = hooks.create_webhook("w", "http://127.0.0.1:9/", "DEFAULT", "WORKSPACE", "k",
+        ...                            [("CUSTOM", {})])
+        >>> did = hooks.add_delivery(wid, "e1", "CUSTOM", None, body=b"{}")
+        >>> [(d["id"], d["body"]) for d in hooks.unfinished()] == [(did, b"{}")]
+        True
+        >>> hooks.update_delivery(did, "DELIVERED", 1, 204, None); hooks.unfinished()
+        []
+        """
+        rows = self._rows(
+            "SELECT d.id, d.webhook_id, d.attempts, p.body FROM webhook_deliveries d"
+            " JOIN webhook_pending p ON p.delivery_id = d.id"
+            " WHERE d.state IN ('QUEUED', 'SENDING') ORDER BY d.id")
+        for r in rows:
+            r["body"] = bytes(r["body"])
+        return rows
+
     def fail_unfinished(self, why: str) -> int:
-        """Mark every delivery a previous master left QUEUED or SENDING as FAILED with
-        ``why`` (deliveries do not survive a restart); how many."""
+        """Mark every delivery a previous master left QUEUED or SENDING without a kept
+        body (one recorded before bodies were kept) as FAILED with ``why``; how many."""
         with self.db.tx() as conn:
             return int(conn.execute(
                 "UPDATE webhook_deliveries SET state = 'FAILED', error = ?, finished = ?"
-                " WHERE state IN ('QUEUED', 'SENDING')", (why, time.time())).rowcount)
+                " WHERE state IN ('QUEUED', 'SENDING') AND id NOT IN"
+                " (SELECT delivery_id FROM webhook_pending)", (why, time.time())).rowcount)

@@ -11,6 +11,7 @@ import * as jobs from "./pages/jobs.js";
 import * as models from "./pages/models.js";
 import * as compare from "./pages/compare.js";
 import * as tasks from "./pages/tasks.js";
+import * as webhooks from "./pages/webhooks.js";
 import { api, esc, POLL_MS } from "./util.js";
 
 const ROUTES = [
@@ -23,6 +24,7 @@ const ROUTES = [
   [/^#\/compare(?:\?(.*))?$/, compare.render, "experiments"],
   [/^#\/tasks$/, tasks.renderList, "tasks"],
   [/^#\/tasks\/(commands|tensorboards)\/([0-9A-Za-z-]+)\/logs$/, tasks.renderLogs, "tasks"],
+  [/^#\/webhooks$/, webhooks.render, "webhooks"],
 ];
 
 let current = null;
