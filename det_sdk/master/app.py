@@ -39,6 +39,7 @@ from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
 from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
+from det_sdk.master.routes.queue import queue_router
 from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
@@ -89,6 +90,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(webhooks_router(master, principal, user))  # webhooks (issue 60)
     app.include_router(commands_router(master, principal, user))  # det cmd run (issue 58)
     app.include_router(shells_router(master, principal, user))  # det shell start (issue 58)
+    app.include_router(queue_router(master, user))  # priority, weight, max_slots (issue 59)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -150,6 +150,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs/{job_id}/pause"): _JOB,
     ("POST", "/api/v1/jobs/{job_id}/activate"): _JOB,
     ("POST", "/api/v1/jobs/{job_id}/kill"): _JOB,
+    # the queue's steering (issue 59): priority, weight, max_slots
+    ("PATCH", "/api/v1/experiments/{exp_id}/resources"): _EXP,
+    ("POST", "/api/v1/jobs/{job_id}/priority"): _JOB,
     ("GET", "/api/v1/job-queue"): USER,
     ("GET", "/api/v1/tasks"): USER,
     # the model registry

@@ -26,6 +26,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     exit_event,
 )
+from det_sdk.master.queue import Holder, Waiting, order_key, pick_victims, priority_of
 from det_sdk.master.resources import ResourceManager, task_env
 from det_sdk.master.root_cause import TAIL_LINES as LOG_TAIL_LINES
 from det_sdk.master.root_cause import failure_note, last_error, read_tail, root_cause
@@ -106,41 +107,111 @@ class Scheduler:
             self.wakeup.clear()
 
     def schedule(self) -> None:
-        """Start queued jobs, then queued trials of ACTIVE experiments (oldest experiment
-        first, first come first served), while slots are free.
+        """Start what waits for slots in the queue's order (det_sdk.master.queue):
+        commands first come, first served as before; then queued batch jobs and queued
+        trials of ACTIVE experiments by priority, then submission time. The head that
+        does not fit stops the pass (no backfill) and may preempt lower-priority trials.
 
         Reads only what can start: an idle master with 10,000 queued trials behind a
         ``max_concurrent_trials`` limit does a few small queries a second.
         """
         with self.lifecycle.lock:
-            for j in self.store.jobs_in_states([JobState.QUEUED.value]):
-                if j["config"]["resources"]["slots"] <= self.launcher.free_slots():
-                    self._launch_job(j)
             for launch_queued in self.task_queues:
                 launch_queued()
-            if self.launcher.free_slots() <= 0:
-                return  # nothing can start: no need to read the queue
+            waiting = self._waiting()
+            if not waiting:
+                return
             running = self.store.trial_counts(_WITH_PROCESS)
-            for exp in self.store.experiments_in_states(["ACTIVE"]):
-                # each launch takes a slot: more than `slots` trials never start in a pass
-                queued = self.store.trials_in_states([TrialState.QUEUED.value], exp["id"],
-                                                     limit=self.launcher.slots + 1)
-                for t in queued:
-                    cfg = self.config_of(t["id"])
-                    if cfg.resources.slots_per_trial > self.launcher.slots:
-                        # refused at create; possible if the master restarted with fewer slots
-                        self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
-                        self._launch_failed(t["id"], (
-                            f"resources.slots_per_trial is {cfg.resources.slots_per_trial}; "
-                            f"this master has {self.launcher.slots} slots"))
-                        continue
-                    limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
-                    if limit and running.get(exp["id"], 0) >= limit:
-                        break
-                    if cfg.resources.slots_per_trial > self.launcher.free_slots():
-                        return  # first come, first served: do not starve big trials
-                    self._launch_trial(t, exp, cfg)
-                    running[exp["id"]] = running.get(exp["id"], 0) + 1
+            held = self._held_by_experiment()
+            blocked: set[int] = set()  # experiments at a limit: their other trials wait
+            for w in sorted(waiting, key=order_key):
+                if w.kind == "job":
+                    if w.slots > self.launcher.free_slots():
+                        self._preempt_for(w)
+                        return
+                    self._launch_job(w.extra["row"])
+                    continue
+                t, exp, cfg = w.extra["row"], w.extra["exp"], w.extra["cfg"]
+                if exp["id"] in blocked:
+                    continue
+                if w.slots > self.launcher.slots:
+                    # refused at create; possible if the master restarted with fewer slots
+                    self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+                    self._launch_failed(t["id"], (
+                        f"resources.slots_per_trial is {w.slots}; "
+                        f"this master has {self.launcher.slots} slots"))
+                    continue
+                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
+                max_slots = cfg.resources.max_slots
+                if (limit and running.get(exp["id"], 0) >= limit) or (
+                        max_slots is not None and held.get(exp["id"], 0) + w.slots > max_slots):
+                    blocked.add(exp["id"])
+                    continue
+                if w.slots > self.launcher.free_slots():
+                    self._preempt_for(w)
+                    return  # the queue's order: do not starve big trials
+                self._launch_trial(t, exp, cfg)
+                running[exp["id"]] = running.get(exp["id"], 0) + 1
+                held[exp["id"]] = held.get(exp["id"], 0) + w.slots
+
+    def _waiting(self) -> list[Waiting]:
+        """Queued batch jobs and queued trials of ACTIVE experiments (at most a master's
+        worth of slots of each experiment: more could never start in one pass)."""
+        waiting = [Waiting("job", j["id"], priority_of(j["config"]), j["created"],
+                           int(j["config"]["resources"]["slots"]), {"row": j})
+                   for j in self.store.jobs_in_states([JobState.QUEUED.value])]
+        for exp in self.store.experiments_in_states(["ACTIVE"]):
+            for t in self.store.trials_in_states([TrialState.QUEUED.value], exp["id"],
+                                                 limit=self.launcher.slots + 1):
+                cfg = self.config_of(t["id"])
+                waiting.append(Waiting("trial", t["id"], cfg.resources.priority,
+                                       exp["created"], cfg.resources.slots_per_trial,
+                                       {"row": t, "exp": exp, "cfg": cfg}))
+        return waiting
+
+    def _held_by_experiment(self) -> dict[int, int]:
+        """Slots each experiment's trials hold now (``resources.max_slots``)."""
+        held: dict[int, int] = {}
+        for a in self.store.running_allocations():
+            t = self.store.trial(a["trial_id"]) if a["trial_id"] is not None else None
+            if t is not None:
+                held[t["experiment_id"]] = held.get(t["experiment_id"], 0) + int(a["slots"])
+        return held
+
+    def _preempt_for(self, w: Waiting) -> None:
+        """Ask lower-priority trials to stop so that ``w`` can start (det_sdk.master.queue):
+        the slots already being freed (trials asked to stop) count first. Slurm shares its
+        cluster itself (the priority goes to it as ``--nice``): nothing is preempted there."""
+        if self.launcher.kind == "slurm":
+            return
+        freeing = 0
+        holders: list[Holder] = []
+        for a in self.store.running_allocations():
+            if a["trial_id"] is None:
+                continue  # batch jobs and commands are not preemptible
+            t = self.store.trial(a["trial_id"])
+            if t is None:
+                continue
+            if a["preempt"] or t["state"] != TrialState.RUNNING.value:
+                freeing += int(a["slots"])
+                continue
+            holders.append(Holder(a["id"], int(a["slots"]),
+                                  self.config_of(t["id"]).resources.priority, a["started"]))
+        need = w.slots - self.launcher.free_slots() - freeing
+        if need <= 0:
+            return  # enough is on its way: preempting more would thrash
+        victims = pick_victims(need, w.priority, holders)
+        for v in victims:
+            alloc = self.store.allocation(v.alloc_id)
+            log.info("preempting allocation %s (priority %d) for %s %d (priority %d)",
+                     v.alloc_id, v.priority, w.kind, w.id, w.priority)
+            self.store.update_allocation(v.alloc_id, preempt=1)
+            if alloc is not None and alloc["trial_id"] is not None:
+                self._append_log("trials", alloc["trial_id"], (
+                    f"det_sdk: preempted for {w.kind} {w.id} (priority {w.priority} before "
+                    f"{v.priority}): it checkpoints, stops and waits in the queue\n"))
+        if victims:
+            self.lifecycle.on_stop_requested()  # wakes the preemption long-polls
 
     # --- launching ------------------------------------------------------------------------
 
@@ -250,6 +321,9 @@ class Scheduler:
         # searcher recorded (a pause in a fit after the searched one)
         finished = self.search.finished(t) and not (alloc and alloc.get("preempt_acked"))
         event = exit_event(code, finished, t["restarts"], cfg.max_restarts)
+        if (event is TrialEvent.EXITED_STOPPED and alloc and alloc.get("preempt")
+                and t["state"] == TrialState.RUNNING.value):
+            event = TrialEvent.PREEMPTED  # the queue's stop: it waits for slots again
         fields: dict[str, Any] = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
             # the first failing rank's own exception, then the log's tail (bounded)
