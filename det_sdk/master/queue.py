@@ -26,7 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_PRIORITY", "Holder", "Waiting", "order_key", "pick_victims",
+__all__ = ["DEFAULT_PRIORITY", "POLICIES", "Group", "Holder", "Waiting", "fair_offers",
+           "order_key", "pick_victims",
            "priority_of"]
 
 #: Determined's default priority (lower runs first)
@@ -64,12 +65,14 @@ def order_key(w: Waiting) -> tuple[int, float, int]:
 
 @dataclass(frozen=True)
 class Holder:
-    """A preemptible running allocation: its id, slots, priority and start time."""
+    """A preemptible running allocation: its id, slots, priority, start time and owner
+    (a user id; None: the first admin)."""
 
     alloc_id: str
     slots: int
     priority: int
     started: float
+    owner: Any = None
 
 
 def pick_victims(need: int, priority: int, holders: Iterable[Holder]) -> list[Holder]:
@@ -93,3 +96,52 @@ def pick_victims(need: int, priority: int, holders: Iterable[Holder]) -> list[Ho
         chosen.append(h)
         freed += h.slots
     return chosen if freed >= need else []
+
+
+#: the master's scheduling policies (``det master up --scheduler``): Determined's two
+POLICIES = ("priority", "fair_share")
+
+
+@dataclass
+class Group:
+    """A user's share in the fair-share policy: the slots their tasks hold and want
+    (``demand``: held plus waiting), their weight (the sum of ``resources.weight`` of their
+    experiments and jobs that hold or want slots) and the slots they cannot give back
+    (``fixed``: batch jobs and commands are not preemptible)."""
+
+    demand: int
+    weight: float
+    fixed: int = 0
+    registered: float = 0.0
+
+
+def fair_offers(groups: Mapping[Any, Group], capacity: int) -> dict[Any, int]:
+    """Slots offered to each group by weighted max-min fairness (progressive filling, as
+    Determined's fair-share scheduler divides slots): fixed slots first, then every group
+    below its demand gets ``max(1, capacity * weight / total weight)`` more in turns (the
+    smallest demand first, then the oldest) until slots or demands run out.
+
+    >>> fair_offers({"a": Group(4, 1.0), "b": Group(4, 1.0)}, 4)
+    {'a': 2, 'b': 2}
+    >>> fair_offers({"a": Group(4, 3.0), "b": Group(4, 1.0)}, 4)
+    {'a': 3, 'b': 1}
+    >>> fair_offers({"a": Group(1, 1.0), "b": Group(4, 1.0)}, 4)  # a wants less: b gets it
+    {'a': 1, 'b': 3}
+    """
+    offers = {k: min(g.fixed, g.demand) for k, g in groups.items()}
+    left = capacity - sum(offers.values())
+    order = sorted(groups, key=lambda k: (groups[k].demand, groups[k].registered))
+    while left > 0:
+        hungry = [k for k in order if offers[k] < groups[k].demand]
+        if not hungry:
+            break
+        total = sum(groups[k].weight for k in hungry) or 1.0
+        start = left
+        for k in hungry:
+            if left <= 0:
+                break
+            share = max(1, int(start * groups[k].weight / total))
+            give = min(share, left, groups[k].demand - offers[k])
+            offers[k] += give
+            left -= give
+    return offers
