@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
-from harness.master import Cluster, wait_until
+from harness.master import Cluster, create, describe, wait_until
 from tests.lifecycle_harness import Fakes
 
 pytestmark = pytest.mark.stack_neutral
@@ -156,3 +157,43 @@ def test_priority_out_of_range_is_refused_naming_the_field(cluster: Cluster,
             "model_definition": fakes.archive})
     assert r.status_code == 400, r.text
     assert "resources.priority" in r.text
+
+
+def test_a_preempted_keras_trial_ends_bit_equal_to_one_run_alone(cluster: Cluster,
+                                                                 fakes: Fakes) -> None:
+    """A real Keras trial (priority 50) preempted mid-epoch by a priority-10 experiment
+    checkpoints there, waits, resumes, and ends with weights bit-equal to the same trial
+    run alone beside it (priority 42, never preempted)."""
+    common = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
+              "reproducibility": {"experiment_seed": 42}}
+    full = create(cluster, cluster.write_config(
+        "alone", **common, data={"weights_out": str(cluster.root / "alone.npz")}))
+    hold = cluster.root / "hold"
+    hold.mkdir()
+    low = create(cluster, cluster.write_config(
+        "preempted", **common, resources={"priority": 50},
+        data={"weights_out": str(cluster.root / "preempted.npz"),
+              "hold_at": [1, 3, str(hold)]}))
+    wait_until("the low trial to hold mid-epoch", (hold / "reached").exists, timeout=240,
+               every=0.2)
+    high = fakes.create(name="high", resources={"priority": 10})
+    low_trial = describe(cluster, low)["trials"][0]["id"]
+    wait_until("the low trial to hear it must stop", lambda: "asks this trial to stop" in
+               cluster.det("trial", "logs", str(low_trial)).stdout, timeout=120, every=0.5)
+    (hold / "release").write_text("x")
+    high_trial = fakes.trial_of(high)["id"]
+    fakes.wait_started(high_trial, timeout=120)
+    fakes.send(high_trial, "finish")
+    fakes.wait_state(high, "COMPLETED", "COMPLETED")
+    for exp_id in (full, low):
+        assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
+    (trial,) = describe(cluster, low)["trials"]
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 30
+    assert "det_sdk: preempted for trial" in cluster.det("trial", "logs", str(low_trial)).stdout
+    with cluster.http() as http:
+        ckpts = http.get(f"/api/v1/trials/{low_trial}/checkpoints").json()
+    assert (1, 4) in {(c["epoch"], c["batch"]) for c in ckpts}  # where it was preempted
+    a, b = np.load(cluster.root / "alone.npz"), np.load(cluster.root / "preempted.npz")
+    assert list(a) == list(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
