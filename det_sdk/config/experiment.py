@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 
-from det_sdk.config._base import MAX_LENGTH, _check_size, _entrypoint_ok, _Strict, _within
+from det_sdk.config._base import (
+    MAX_LENGTH,
+    ConfigError,
+    _check_size,
+    _entrypoint_ok,
+    _Strict,
+    _within,
+)
 from det_sdk.config.determined import (
     _LAUNCHER,
     _det_sdk_launchers,
@@ -48,7 +55,7 @@ class ExperimentResources(_Strict):
     def _max_slots_fit_a_trial(self) -> ExperimentResources:
         # an experiment that may hold fewer slots than one trial needs would never run
         if self.max_slots is not None and self.max_slots < self.slots_per_trial:
-            raise ValueError(f"max_slots: expected at least slots_per_trial "
+            raise ConfigError(f"max_slots: expected at least slots_per_trial "
                              f"({self.slots_per_trial}), got {self.max_slots}")
         return self
 
