@@ -172,6 +172,8 @@ class Scheduler:
         held = self._held_by_experiment()
         blocked: set[int] = set()  # experiments at a limit: their other trials wait
         for w in ordered:
+            if w.kind == "job" and w.slots > self.launcher.slots:
+                continue  # a master restarted with fewer slots: it never fits, nor blocks
             if w.kind == "trial":
                 t, exp, cfg = w.extra["row"], w.extra["exp"], w.extra["cfg"]
                 if exp["id"] in blocked:
