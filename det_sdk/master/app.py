@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI
 from det_sdk.master.core import Master
 from det_sdk.master.permissions import permission_dependency
 from det_sdk.master.routes.admin import admin_router
+from det_sdk.master.routes.agent_users import agent_users_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.commands import commands_router
@@ -91,6 +92,7 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(commands_router(master, principal, user))  # det cmd run (issue 58)
     app.include_router(shells_router(master, principal, user))  # det shell start (issue 58)
     app.include_router(queue_router(master, user))  # priority, weight, max_slots (issue 59)
+    app.include_router(agent_users_router(master, user))  # link-with-agent-user (issue 59)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

@@ -105,6 +105,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/users/{username}/by-username"): USER,
     ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
     ("POST", "/api/v1/users/{user_id}/password"): Self("user_id"),
+    ("PUT", "/api/v1/users/{user_id}/agent-user"): ADMIN,  # link-with-agent-user (issue 59)
     # experiments
     ("POST", "/api/v1/experiments"): USER,
     ("GET", "/api/v1/experiments"): USER,
