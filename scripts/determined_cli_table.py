@@ -170,6 +170,10 @@ FORMS: list[tuple[str, str, str]] = [
     ("det job update 1 --priority 3", "same", "ID as det job list shows it (experiment-N, "
                                               "job-N) or an experiment's number"),
     ("det job update experiment-1 -w 2", "refused", "det e set weight ID W"),
+    ("det user link-with-agent-user ann --agent-uid 1001 --agent-gid 1001 --agent-user ann "
+     "--agent-group ann", "same", "admins only; under a master running as root, ann's trials "
+     "and batch jobs run as that account (it must exist on the master's host as given); "
+     "otherwise as the master's (docs/security.md)"),
     ("det tensorboard start 1", "same", "the master runs it; waits until it serves, prints "
                                         "its URL and opens a browser. The URL is on the "
                                         "master's host at TensorBoard's own port (Determined: "
