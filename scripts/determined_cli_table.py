@@ -79,9 +79,12 @@ FORMS: list[tuple[str, str, str]] = [
     ("det e delete 1 --yes", "same", "with its checkpoints' files and logs"),
     ("det e set name 1 new", "same", ""),
     ("det e set description 1 text", "same", "kept as the config's description"),
-    ("det e set max-slots 1 2", "refused", "no max_slots in det_sdk's scheduler"),
-    ("det e set weight 1 2", "refused", "no weights in det_sdk's scheduler"),
-    ("det e set priority 1 2", "refused", "no priorities in det_sdk's scheduler"),
+    ("det e set max-slots 1 2", "same", "its trials never hold more slots at once"),
+    ("det e set weight 1 2", "same", "its weight in the fair share between users (det master "
+                                     "up --scheduler fair_share; the priority scheduler, the "
+                                     "default as in Determined, keeps it unused)"),
+    ("det e set priority 1 2", "same", "1-99, lower first; may preempt lower-priority trials "
+                                       "(they checkpoint, wait QUEUED, resume)"),
     ("det e label add 1 red", "same", "kept as the config's labels"),
     ("det e label remove 1 red", "same", ""),
     ("det e download 1", "same", "checkpoints/UUID of the best trial"),
@@ -161,13 +164,20 @@ FORMS: list[tuple[str, str, str]] = [
                                    "use from the profiler (no agents: one host)"),
     ("det task logs trial-1", "same", ""),
     ("det task logs trial-1 -f", "same", ""),
-    ("det job list", "same", "the scheduler's queue: experiments and batch jobs waiting for or "
-                             "holding slots, first submitted first (no priority or user "
-                             "columns); det_sdk's batch-job history: det job batches"),
+    ("det job list", "same", "the scheduler's queue in the order it runs (priority, then "
+                             "submission): experiments and batch jobs waiting for or holding "
+                             "slots, IDs as experiment-N, job-N (no user column); det_sdk's "
+                             "batch-job history: det job batches"),
     ("det j ls --json", "same", ""),
     ("det job", "same", "a bare noun lists the queue"),
     ("det job list -p pool", "refused", "one pool of slots"),
-    ("det job update 1 --priority 3", "not built", "no priorities"),
+    ("det job update 1 --priority 3", "same", "ID as det job list shows it (experiment-N, "
+                                              "job-N) or an experiment's number"),
+    ("det job update experiment-1 -w 2", "refused", "det e set weight ID W"),
+    ("det user link-with-agent-user ann --agent-uid 1001 --agent-gid 1001 --agent-user ann "
+     "--agent-group ann", "same", "admins only; under a master running as root, ann's trials "
+     "and batch jobs run as that account (it must exist on the master's host as given); "
+     "otherwise as the master's (docs/security.md)"),
     ("det tensorboard start 1", "same", "the master runs it; waits until it serves, prints "
                                         "its URL and opens a browser. The URL is on the "
                                         "master's host at TensorBoard's own port (Determined: "

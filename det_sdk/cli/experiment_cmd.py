@@ -27,7 +27,6 @@ from det_sdk.cli.common import (
     parse_overrides,
     post,
     read_config,
-    refusal,
     refused,
     trial_table,
     yes,
@@ -416,6 +415,27 @@ def experiment_set_description(args: Namespace) -> int:
     return 0
 
 
+def _set_resource(args: Namespace, field: str, value: Any) -> int:
+    """Determined's ``det e set priority|weight|max-slots``: PATCH the experiment's
+    resources (det_sdk.master.queue_admin); the queue follows at once."""
+    common.connect(args).request("PATCH", f"/api/v1/experiments/{args.id}/resources",
+                                 json={field: value})
+    print(f"Set `{field}` of experiment {args.id} to {value}")
+    return 0
+
+
+def experiment_set_priority(args: Namespace) -> int:
+    return _set_resource(args, "priority", args.priority)
+
+
+def experiment_set_weight(args: Namespace) -> int:
+    return _set_resource(args, "weight", args.weight)
+
+
+def experiment_set_max_slots(args: Namespace) -> int:
+    return _set_resource(args, "max_slots", args.max_slots)
+
+
 def _labels(args: Namespace) -> list[str]:
     return list(common.connect(args).experiment(args.id)["config"].get("labels") or [])
 
@@ -447,17 +467,6 @@ def experiment_download(args: Namespace) -> int:
     for c in list(best_per_trial.values())[:args.top_n]:
         download_checkpoint(client, c["uuid"], str(Path(args.output_dir, c["uuid"])), args.quiet)
     return 0
-
-
-_NO_SCHEDULER = ("det_sdk schedules trials first come, first served on its slots: it has no "
-                 "{what} (Determined's {scheduler} scheduler). Order work by when you create "
-                 "it, or pause (det e pause) what should wait")
-
-
-def _set_refused(what: str, scheduler: str) -> tuple[Any, str, list[tuple[Any, ...]]]:
-    return (refusal(_NO_SCHEDULER.format(what=what, scheduler=scheduler)),
-            f"refused: no {what} in det_sdk's scheduler",
-            [ID, ("value", {"help": "the value Determined would set"})])
 
 
 #: ``det experiment``'s verbs (det_sdk.cli.main assembles the nouns' tables)
@@ -544,9 +553,14 @@ COMMANDS: CommandTable = {
                  [ID, ("name", {"help": "the new name"})]),
         "description": (experiment_set_description, "set its description",
                         [ID, ("description", {"help": "the new description"})]),
-        "max-slots": _set_refused("max_slots", "fair-share"),
-        "weight": _set_refused("weights", "fair-share"),
-        "priority": _set_refused("priorities", "priority"),
+        "max-slots": (experiment_set_max_slots, "the most slots its trials hold at once",
+                      [ID, ("max_slots", {"type": int, "help": "the most slots"})]),
+        "weight": (experiment_set_weight, "its weight in the fair share between users "
+                   "(det master up --scheduler fair_share)",
+                   [ID, ("weight", {"type": float, "help": "the weight (> 0)"})]),
+        "priority": (experiment_set_priority, "its place in the queue: 1-99, lower first; "
+                     "may preempt lower-priority trials",
+                     [ID, ("priority", {"type": int, "help": "1-99, lower runs first"})]),
     },
     "label": {
         "add": (experiment_label_add, "add a label",

@@ -38,7 +38,8 @@ __all__ = ["COMMANDS", "JOB_HEADERS", "job_describe_lines", "job_progress_text",
 
 
 def job_queue(args: Namespace) -> int:
-    """Determined's ``det job list``: the scheduler's queue, first submitted first."""
+    """Determined's ``det job list``: the scheduler's queue in the order it runs
+    (priority, then submission time); ID as ``det job update`` takes it."""
     import datetime
 
     jobs = common.connect(args).request("GET", "/api/v1/job-queue")["jobs"]
@@ -54,11 +55,33 @@ def job_queue(args: Namespace) -> int:
 
         sys.stdout.write(yaml.safe_dump(jobs, sort_keys=False))
         return 0
-    headers = ["#", "ID", "Type", "Job Name", "Submitted", "Slots (acquired/needed)", "Status"]
-    rows = [[n, j["id"], j["type"], j["name"] or "",
+    headers = ["#", "ID", "Type", "Job Name", "Priority", "Submitted",
+               "Slots (acquired/needed)", "Status"]
+    rows = [[n, j["job_id"], j["type"], j["name"] or "", j["priority"],
              datetime.datetime.fromtimestamp(j["submitted"]).strftime("%Y-%m-%d %H:%M:%S"),
              f"{j['acquired']}/{j['needed']}", j["state"]] for n, j in enumerate(jobs)]
     print_rows(headers, rows, args.csv)
+    return 0
+
+
+def job_update(args: Namespace) -> int:
+    """Determined's ``det job update ID --priority N``: ID as ``det job list`` shows it
+    (``experiment-3``, ``job-5``) or an experiment's number."""
+    if args.priority is None:
+        raise common.UsageError("det job update: --priority N is required (det_sdk's queue "
+                                "orders by priority; --weight: det e set weight)")
+    kind, _, number = args.job_id.strip().rpartition("-")
+    if kind not in ("", "experiment", "job") or not number.isdigit():
+        raise common.UsageError(f"job id: expected experiment-N or job-N (as `det job list` "
+                                f"shows it) or an experiment's number, got {args.job_id!r}")
+    client = common.connect(args)
+    if kind == "job":
+        client.request("POST", f"/api/v1/jobs/{number}/priority",
+                       json={"priority": args.priority})
+    else:
+        client.request("PATCH", f"/api/v1/experiments/{number}/resources",
+                       json={"priority": args.priority})
+    print(f"Set priority of {kind or 'experiment'} {number} to {args.priority}")
     return 0
 
 
@@ -204,6 +227,13 @@ COMMANDS: CommandTable = {
                  ("--yaml", {"action": "store_true"}), ("--table", {"action": "store_true",
                                                                    "help": "the default"}),
                  CSV]),
+    "update": (job_update, "change a job's priority: ID (as `det job list` shows it) "
+               "--priority N", [
+                   ("job_id", {"help": "experiment-N, job-N, or an experiment's number"}),
+                   (("-p", "--priority"), {"type": int, "help": "1-99, lower runs first"}),
+                   (("-w", "--weight"), refused("det e set weight ID W sets an experiment's "
+                                                "weight", True)),
+                   ("--resource-pool", refused("det_sdk has one pool of slots", True))]),
     "run": (job_run, "det_sdk's: run a generic job (batch inference): CONFIG DIR",
             [("config",), ("model_dir",), ("--follow",)]),
     "batches": (job_batches, f"det_sdk's: list the newest batch jobs ({LIST_LIMIT}; --all)",

@@ -179,6 +179,11 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
                     help="where tasks' working directories, logs and checkpoints (unless a "
                          "config's checkpoint_storage.host_path says otherwise) go: a path "
                          "every node sees at the same place (default: the data directory)")
+    # det_sdk.master.queue's POLICIES (not imported here: `det --help` stays light)
+    up.add_argument("--scheduler", choices=("priority", "fair_share"), default="priority",
+                    help="how queued work shares the slots: by resources.priority, with "
+                         "preemption (default, as Determined's), or fair share between "
+                         "users by resources.weight")
     slurm = up.add_argument_group("slurm", "with --resource-manager slurm")
     slurm.add_argument("--partition", help="the partition to submit to (default: Slurm's)")
     slurm.add_argument("--account", help="the account to charge")

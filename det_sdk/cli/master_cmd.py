@@ -126,6 +126,7 @@ def master_up(args: Namespace) -> int:
         if getattr(args, name, None):
             command += [f"--{name}", getattr(args, name)]
     command += [f"--slurm-option={o}" for o in getattr(args, "slurm_option", None) or []]
+    command += ["--scheduler", getattr(args, "scheduler", None) or "priority"]
     proc = subprocess.Popen(
         command,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -226,6 +226,24 @@ def _name(help_text: str) -> dict[str, Any]:
 
 
 #: ``det user``'s verbs (det_sdk.cli.main assembles the nouns' tables)
+def user_link_with_agent_user(args: Namespace) -> int:
+    """Determined's ``det user link-with-agent-user NAME --agent-uid --agent-gid
+    --agent-user --agent-group`` (admins only): NAME's trials and batch jobs run as that
+    Linux account when the master runs as root."""
+    missing = [f"--{k.replace('_', '-')}" for k in ("agent_uid", "agent_gid", "agent_user",
+                                                  "agent_group") if getattr(args, k) is None]
+    if missing:
+        raise UsageError(f"det user link-with-agent-user: {', '.join(missing)} required")
+    client = _client(args)
+    user_id = _user_id(client, args.det_username)
+    client.request("PUT", f"/api/v1/users/{user_id}/agent-user", json={
+        "agent_uid": args.agent_uid, "agent_gid": args.agent_gid,
+        "agent_user": args.agent_user, "agent_group": args.agent_group})
+    print(f"Linked user {args.det_username} with the agent user {args.agent_user} "
+          f"({args.agent_uid}:{args.agent_gid}, group {args.agent_group})")
+    return 0
+
+
 COMMANDS: dict[str, Any] = {
     "list": (user_list, "list users",
              [(("--all", "-a"), {"action": "store_true",
@@ -251,4 +269,11 @@ COMMANDS: dict[str, Any] = {
     "rename": (user_rename, "change a user's name (admins only)",
                [("target_user", _name("name of the user to rename")),
                 ("new_username", _name("their new name"))]),
+    "link-with-agent-user": (user_link_with_agent_user, "run a user's tasks as a Linux "
+                             "account when the master runs as root (admins only)", [
+                                 ("det_username", _name("name of the user")),
+                                 ("--agent-uid", {"type": int, "help": "the account's uid"}),
+                                 ("--agent-gid", {"type": int, "help": "its gid"}),
+                                 ("--agent-user", {"help": "the account's name"}),
+                                 ("--agent-group", {"help": "its group's name"})]),
 }

@@ -27,9 +27,10 @@ IGNORED_DETERMINED_FIELDS: dict[str, frozenset[str]] = {
         "pbs", "perform_initial_validation", "project", "security", "slurm",
         "tensorboard_storage", "workspace", "batches_per_step",
     }),
-    # resources: det_sdk schedules slots on one host; pools, priorities, devices are moot
+    # resources: det_sdk schedules slots on one host; pools and devices are moot (priority,
+    # weight and max_slots are det_sdk's queue's: det_sdk.config.experiment)
     "resources": frozenset({
-        "max_slots", "weight", "native_parallel", "shm_size", "resource_pool", "priority",
+        "native_parallel", "shm_size", "resource_pool",
         "is_single_node", "devices",
     }),
     # searcher: warm starts from another trial's checkpoint and custom brackets are not

@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 
-from det_sdk.config._base import MAX_LENGTH, _check_size, _entrypoint_ok, _Strict, _within
+from det_sdk.config._base import (
+    MAX_LENGTH,
+    ConfigError,
+    _check_size,
+    _entrypoint_ok,
+    _Strict,
+    _within,
+)
 from det_sdk.config.determined import (
     _LAUNCHER,
     _det_sdk_launchers,
@@ -31,7 +38,26 @@ from det_sdk.config.storage import CheckpointStorageConfig
 
 
 class ExperimentResources(_Strict):
+    """Slots per trial and the queue's fields (det_sdk.master.queue): Determined's
+    ``priority`` (1-99, lower runs first, default 42), ``weight`` (fair share) and
+    ``max_slots`` (the most slots the experiment's trials hold at once).
+
+    >>> ExperimentResources.model_validate({"priority": 10}).priority
+    10
+    """
+
     slots_per_trial: Annotated[int, _within(1, 4096)] = 1
+    priority: Annotated[int, _within(1, 99)] = 42
+    weight: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 1.0
+    max_slots: Annotated[int, _within(1, 1_000_000)] | None = None
+
+    @model_validator(mode="after")
+    def _max_slots_fit_a_trial(self) -> ExperimentResources:
+        # an experiment that may hold fewer slots than one trial needs would never run
+        if self.max_slots is not None and self.max_slots < self.slots_per_trial:
+            raise ConfigError(f"max_slots: expected at least slots_per_trial "
+                             f"({self.slots_per_trial}), got {self.max_slots}")
+        return self
 
 
 class Reproducibility(_Strict):

@@ -13,6 +13,8 @@ from det_sdk.config.environment import EnvironmentConfig
 
 class JobResources(_Strict):
     slots: Annotated[int, _within(1, 4096)] = 1
+    # the queue's order (det_sdk.master.queue): 1-99, lower first, Determined's default 42
+    priority: Annotated[int, _within(1, 99)] = 42
 
 
 class JobConfig(_Strict):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from det_sdk.atomic import write_atomic
+from det_sdk.master.queue import POLICIES
 from det_sdk.master.resources import KINDS
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partition")
     parser.add_argument("--account")
     parser.add_argument("--slurm-option", action="append", default=[])
+    parser.add_argument("--scheduler", choices=POLICIES, default="priority")
     args = parser.parse_args(argv)
 
     from det_sdk._extras import require_master
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the master cannot start: {err}", flush=True)
         return 1
     master.launcher.task_umask = task_umask
+    master.scheduler.policy = args.scheduler  # det_sdk.master.queue: priority or fair_share
     _user_token(master, args.data_dir)
     master.start()
     slots = master.launcher.slots

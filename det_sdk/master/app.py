@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI
 from det_sdk.master.core import Master
 from det_sdk.master.permissions import permission_dependency
 from det_sdk.master.routes.admin import admin_router
+from det_sdk.master.routes.agent_users import agent_users_router
 from det_sdk.master.routes.checkpoints import checkpoints_router
 from det_sdk.master.routes.cluster import cluster_router
 from det_sdk.master.routes.commands import commands_router
@@ -41,6 +42,7 @@ from det_sdk.master.routes.notebook_proxy import notebook_proxy_router, notebook
 from det_sdk.master.routes.notebooks import notebooks_router
 from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
+from det_sdk.master.routes.queue import queue_router
 from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
@@ -97,6 +99,8 @@ def create_app(master: Master) -> FastAPI:
     app.include_router(notebooks_router(master, principal, user))
     app.include_router(notebook_proxy_router(master))
     app.router.routes.append(notebook_ws_route(master, sessions))
+    app.include_router(queue_router(master, user))  # priority, weight, max_slots (issue 59)
+    app.include_router(agent_users_router(master, user))  # link-with-agent-user (issue 59)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

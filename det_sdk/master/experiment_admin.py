@@ -22,6 +22,8 @@ from typing import Any
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.lifecycle import ExperimentEvent, TrialEvent
 from det_sdk.master.models import registered_checkpoints
+from det_sdk.master.queue import DEFAULT_PRIORITY, priority_of
+from det_sdk.master.queue_admin import sort_queue
 
 __all__ = ["ENDED", "ExperimentAdmin", "job_queue", "running_tasks"]
 
@@ -146,8 +148,8 @@ _QUEUED_OR_RUNNING = ("QUEUED", "RUNNING", "STOPPING_PAUSED", "STOPPING_CANCELED
 
 def job_queue(master: Any) -> list[dict[str, Any]]:
     """Determined's job queue (``det job list``): each experiment with trials waiting
-    for or holding slots, and each batch job, in the order they were submitted (det_sdk
-    schedules first come, first served): slots held and needed, QUEUED or SCHEDULED."""
+    for or holding slots, and each batch job, in the order they run (priority, then
+    submission: det_sdk.master.queue): slots held and needed, QUEUED or SCHEDULED."""
     held: dict[tuple[str, int], int] = {}
     for a in master.store.running_allocations():
         key = ("trial", a["trial_id"]) if a["trial_id"] is not None else ("job", a["job_id"])
@@ -161,18 +163,19 @@ def job_queue(master: Any) -> list[dict[str, Any]]:
         per_trial = master.trial_config(trials[0]["id"]).resources.slots_per_trial
         acquired = sum(held.get(("trial", t["id"]), 0) for t in trials)
         rows.append({"type": "EXPERIMENT", "id": exp_id, "name": exp["name"] if exp else None,
+                     "priority": priority_of(exp["config"]) if exp else DEFAULT_PRIORITY,
                      "submitted": exp["created"] if exp else 0.0, "acquired": acquired,
                      "needed": per_trial * len(trials),
                      "state": "SCHEDULED" if acquired else "QUEUED"})
     for j in master.store.jobs_in_states(_QUEUED_OR_RUNNING):
         acquired = held.get(("job", j["id"]), 0)
         rows.append({"type": "BATCH_JOB", "id": j["id"], "name": j["name"],
+                     "priority": priority_of(j["config"]),
                      "submitted": j["created"], "acquired": acquired,
                      "needed": int((j["config"].get("resources") or {}).get("slots", 1)),
                      "state": "SCHEDULED" if acquired else "QUEUED"})
     rows += master.commands.queue_rows()  # det cmd run (issue 58)
-    rows.sort(key=lambda r: r["submitted"])
-    return rows
+    return sort_queue(rows)  # the order it runs in (det_sdk.master.queue)
 
 
 def running_tasks(master: Any) -> list[dict[str, Any]]:

@@ -80,6 +80,9 @@ class TrialEvent(str, Enum):
     MASTER_RESTARTED = "master restarted"  # no process of it survived the master
     ADOPTED = "adopted"  # its process survived the master and is watched again
     CONTINUED = "continued"  # det e continue: an ended trial trains further
+    # it stopped because the queue gave its slots to a higher priority (det_sdk.master.queue):
+    # queued again, not user-PAUSED, to resume from its checkpoint once slots free
+    PREEMPTED = "preempted"
 
     def __str__(self) -> str:
         return self.value
@@ -137,6 +140,7 @@ TRIAL_TRANSITIONS: dict[tuple[TrialState, TrialEvent], TrialState] = {
     (T.RUNNING, E.KILL): T.STOPPING_CANCELED,
     (T.RUNNING, E.MASTER_RESTARTED): T.QUEUED,
     (T.RUNNING, E.ADOPTED): T.RUNNING,
+    (T.RUNNING, E.PREEMPTED): T.QUEUED,
 
     (T.STOPPING_PAUSED, E.REPORTED): T.STOPPING_PAUSED,
     (T.STOPPING_PAUSED, E.CHECKPOINTED): T.STOPPING_PAUSED,

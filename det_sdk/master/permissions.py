@@ -107,6 +107,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/users/{username}/by-username"): USER,
     ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
     ("POST", "/api/v1/users/{user_id}/password"): Self("user_id"),
+    ("PUT", "/api/v1/users/{user_id}/agent-user"): ADMIN,  # link-with-agent-user (issue 59)
     # experiments
     ("POST", "/api/v1/experiments"): USER,
     ("GET", "/api/v1/experiments"): USER,
@@ -152,6 +153,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs/{job_id}/pause"): _JOB,
     ("POST", "/api/v1/jobs/{job_id}/activate"): _JOB,
     ("POST", "/api/v1/jobs/{job_id}/kill"): _JOB,
+    # the queue's steering (issue 59): priority, weight, max_slots
+    ("PATCH", "/api/v1/experiments/{exp_id}/resources"): _EXP,
+    ("POST", "/api/v1/jobs/{job_id}/priority"): _JOB,
     ("GET", "/api/v1/job-queue"): USER,
     ("GET", "/api/v1/tasks"): USER,
     # the model registry

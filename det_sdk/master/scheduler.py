@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from det_sdk.config import ExperimentConfig
 from det_sdk.master.checkpoints import Checkpoints
@@ -26,6 +26,7 @@ from det_sdk.master.lifecycle import (
     TrialState,
     exit_event,
 )
+from det_sdk.master.queue import Holder, Waiting, order_key, pick_victims, priority_of
 from det_sdk.master.resources import ResourceManager, task_env
 from det_sdk.master.root_cause import TAIL_LINES as LOG_TAIL_LINES
 from det_sdk.master.root_cause import failure_note, last_error, read_tail, root_cause
@@ -42,6 +43,39 @@ _WITH_PROCESS = {TrialState.RUNNING.value, TrialState.STOPPING_PAUSED.value,
                  TrialState.STOPPING_CANCELED.value}
 _JOB_WITH_PROCESS = {JobState.RUNNING.value, JobState.STOPPING_PAUSED.value,
                      JobState.STOPPING_CANCELED.value}
+
+
+class Plan(Protocol):
+    """A scheduling policy's view of one pass: the queue's order, whether a task may take
+    slots now, what to do when the head does not fit, and what a launch changes."""
+
+    def key(self, w: Waiting) -> Any: ...
+
+    def may_take(self, w: Waiting) -> bool: ...
+
+    def blocked(self, w: Waiting) -> None: ...
+
+    def took(self, w: Waiting) -> None: ...
+
+
+class PriorityPlan:
+    """Determined's priority scheduler: priority, then submission; the head that does
+    not fit preempts lower-priority trials."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def key(self, w: Waiting) -> Any:
+        return order_key(w)
+
+    def may_take(self, w: Waiting) -> bool:
+        return True
+
+    def blocked(self, w: Waiting) -> None:
+        self.scheduler._preempt_for(w)
+
+    def took(self, w: Waiting) -> None:
+        pass
 
 
 class Scheduler:
@@ -64,6 +98,8 @@ class Scheduler:
         # jobs, from the same free slots; their exits handed back by allocation task_type
         self.task_queues: list[Callable[[], None]] = []
         self.exit_handlers: dict[str, Callable[[AllocationRow, int], None]] = {}
+        # det master up --scheduler: "priority" (Determined's default) or "fair_share"
+        self.policy = "priority"
 
     def logs_path(self, kind: str, task_id: int) -> Path:
         return self.data_dir / kind / str(task_id) / "logs.txt"
@@ -106,41 +142,139 @@ class Scheduler:
             self.wakeup.clear()
 
     def schedule(self) -> None:
-        """Start queued jobs, then queued trials of ACTIVE experiments (oldest experiment
-        first, first come first served), while slots are free.
+        """Start what waits for slots in the queue's order (det_sdk.master.queue):
+        commands first come, first served as before; then queued batch jobs and queued
+        trials of ACTIVE experiments by priority, then submission time (the ``priority``
+        policy) or by each user's share of the slots (``fair_share``:
+        det_sdk.master.fair_share). The head that does not fit stops the pass (no
+        backfill) and may preempt trials: lower-priority ones, or those of users above
+        their share.
 
         Reads only what can start: an idle master with 10,000 queued trials behind a
         ``max_concurrent_trials`` limit does a few small queries a second.
         """
         with self.lifecycle.lock:
-            for j in self.store.jobs_in_states([JobState.QUEUED.value]):
-                if j["config"]["resources"]["slots"] <= self.launcher.free_slots():
-                    self._launch_job(j)
             for launch_queued in self.task_queues:
                 launch_queued()
-            if self.launcher.free_slots() <= 0:
-                return  # nothing can start: no need to read the queue
-            running = self.store.trial_counts(_WITH_PROCESS)
-            for exp in self.store.experiments_in_states(["ACTIVE"]):
-                # each launch takes a slot: more than `slots` trials never start in a pass
-                queued = self.store.trials_in_states([TrialState.QUEUED.value], exp["id"],
-                                                     limit=self.launcher.slots + 1)
-                for t in queued:
-                    cfg = self.config_of(t["id"])
-                    if cfg.resources.slots_per_trial > self.launcher.slots:
-                        # refused at create; possible if the master restarted with fewer slots
-                        self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
-                        self._launch_failed(t["id"], (
-                            f"resources.slots_per_trial is {cfg.resources.slots_per_trial}; "
-                            f"this master has {self.launcher.slots} slots"))
-                        continue
-                    limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
-                    if limit and running.get(exp["id"], 0) >= limit:
-                        break
-                    if cfg.resources.slots_per_trial > self.launcher.free_slots():
-                        return  # first come, first served: do not starve big trials
-                    self._launch_trial(t, exp, cfg)
-                    running[exp["id"]] = running.get(exp["id"], 0) + 1
+            waiting = self._waiting()
+            if not waiting:
+                return
+            if self.policy == "fair_share":
+                from det_sdk.master.fair_share import FairSharePlan
+
+                plan: Plan = FairSharePlan(self, waiting)
+            else:
+                plan = PriorityPlan(self)
+            self._pass(sorted(waiting, key=plan.key), plan)
+
+    def _pass(self, ordered: list[Waiting], plan: Plan) -> None:
+        running = self.store.trial_counts(_WITH_PROCESS)
+        held = self._held_by_experiment()
+        blocked: set[int] = set()  # experiments at a limit: their other trials wait
+        for w in ordered:
+            if w.kind == "job" and w.slots > self.launcher.slots:
+                continue  # a master restarted with fewer slots: it never fits, nor blocks
+            if w.kind == "trial":
+                t, exp, cfg = w.extra["row"], w.extra["exp"], w.extra["cfg"]
+                if exp["id"] in blocked:
+                    continue
+                if w.slots > self.launcher.slots:
+                    # refused at create; possible if the master restarted with fewer slots
+                    self.lifecycle.trial_event(t["id"], TrialEvent.SCHEDULED)
+                    self._launch_failed(t["id"], (
+                        f"resources.slots_per_trial is {w.slots}; "
+                        f"this master has {self.launcher.slots} slots"))
+                    continue
+                limit = cfg.searcher.max_concurrent_trials if cfg.searcher else 0
+                max_slots = cfg.resources.max_slots
+                if (limit and running.get(exp["id"], 0) >= limit) or (
+                        max_slots is not None and held.get(exp["id"], 0) + w.slots > max_slots):
+                    blocked.add(exp["id"])
+                    continue
+            if not plan.may_take(w):
+                continue
+            if w.slots > self.launcher.free_slots():
+                plan.blocked(w)
+                return  # the queue's order: do not starve big trials
+            if w.kind == "job":
+                self._launch_job(w.extra["row"])
+            else:
+                self._launch_trial(t, exp, cfg)
+                running[exp["id"]] = running.get(exp["id"], 0) + 1
+                held[exp["id"]] = held.get(exp["id"], 0) + w.slots
+            plan.took(w)
+
+    def _waiting(self) -> list[Waiting]:
+        """Queued batch jobs and queued trials of ACTIVE experiments (at most a master's
+        worth of slots of each experiment: more could never start in one pass)."""
+        waiting = [Waiting("job", j["id"], priority_of(j["config"]), j["created"],
+                           int(j["config"]["resources"]["slots"]), {"row": j})
+                   for j in self.store.jobs_in_states([JobState.QUEUED.value])]
+        for exp in self.store.experiments_in_states(["ACTIVE"]):
+            for t in self.store.trials_in_states([TrialState.QUEUED.value], exp["id"],
+                                                 limit=self.launcher.slots + 1):
+                cfg = self.config_of(t["id"])
+                waiting.append(Waiting("trial", t["id"], cfg.resources.priority,
+                                       exp["created"], cfg.resources.slots_per_trial,
+                                       {"row": t, "exp": exp, "cfg": cfg}))
+        return waiting
+
+    def _held_by_experiment(self) -> dict[int, int]:
+        """Slots each experiment's trials hold now (``resources.max_slots``)."""
+        held: dict[int, int] = {}
+        for a in self.store.running_allocations():
+            t = self.store.trial(a["trial_id"]) if a["trial_id"] is not None else None
+            if t is not None:
+                held[t["experiment_id"]] = held.get(t["experiment_id"], 0) + int(a["slots"])
+        return held
+
+    def running_holders(self) -> tuple[int, list[Holder]]:
+        """The slots already being freed (trials asked to stop), and the preemptible
+        running allocations (trials; batch jobs and commands are not preemptible)."""
+        freeing = 0
+        holders: list[Holder] = []
+        for a in self.store.running_allocations():
+            if a["trial_id"] is None:
+                continue
+            t = self.store.trial(a["trial_id"])
+            if t is None:
+                continue
+            if a["preempt"] or t["state"] != TrialState.RUNNING.value:
+                freeing += int(a["slots"])
+                continue
+            cfg = self.config_of(t["id"])
+            exp = self.store.experiment(t["experiment_id"])
+            holders.append(Holder(a["id"], int(a["slots"]), cfg.resources.priority,
+                                  a["started"], exp["owner_id"] if exp else None))
+        return freeing, holders
+
+    def _preempt_for(self, w: Waiting) -> None:
+        """Ask lower-priority trials to stop so that ``w`` can start (det_sdk.master.queue):
+        the slots already being freed count first."""
+        if self.launcher.kind == "slurm":
+            return
+        freeing, holders = self.running_holders()
+        need = w.slots - self.launcher.free_slots() - freeing
+        if need > 0:  # else enough is on its way: preempting more would thrash
+            self.preempt(pick_victims(need, w.priority, holders), w)
+
+    def preempt(self, victims: list[Holder], w: Waiting) -> None:
+        """Mark the victims' allocations to stop (their preemption signal says yes: they
+        checkpoint and exit, and queue again: ``TrialEvent.PREEMPTED``). Slurm shares its
+        cluster itself (the priority goes to it as ``--nice``): nothing is preempted there."""
+        if self.launcher.kind == "slurm":
+            return
+        for v in victims:
+            alloc = self.store.allocation(v.alloc_id)
+            log.info("preempting allocation %s (priority %d) for %s %d (priority %d)",
+                     v.alloc_id, v.priority, w.kind, w.id, w.priority)
+            self.store.update_allocation(v.alloc_id, preempt=1)
+            if alloc is not None and alloc["trial_id"] is not None:
+                self._append_log("trials", alloc["trial_id"], (
+                    f"det_sdk: preempted for {w.kind} {w.id} ({self.policy} scheduler): it "
+                    "checkpoints, stops and waits in the queue\n"))
+        if victims:
+            self.lifecycle.on_stop_requested()  # wakes the preemption long-polls
 
     # --- launching ------------------------------------------------------------------------
 
@@ -250,6 +384,9 @@ class Scheduler:
         # searcher recorded (a pause in a fit after the searched one)
         finished = self.search.finished(t) and not (alloc and alloc.get("preempt_acked"))
         event = exit_event(code, finished, t["restarts"], cfg.max_restarts)
+        if (event is TrialEvent.EXITED_STOPPED and alloc and alloc.get("preempt")
+                and t["state"] == TrialState.RUNNING.value):
+            event = TrialEvent.PREEMPTED  # the queue's stop: it waits for slots again
         fields: dict[str, Any] = {}
         if event is TrialEvent.EXITED_FAILED_FINAL:
             # the first failing rank's own exception, then the log's tail (bounded)

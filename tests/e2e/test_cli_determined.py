@@ -122,8 +122,9 @@ def test_logs_downloads_and_listings(master: Cluster) -> None:
     assert described["config"]["description"] == "a description"
     assert described["config"]["labels"] == ["blue"]
     assert "labels:\n- blue" in ok(c, "e", "config", str(a))
+    # an ended experiment waits for nothing: its priority is refused (issue 59's queue)
     refused = c.det("e", "set", "priority", str(a), "10")
-    assert refused.returncode == 1 and "no priorities" in refused.stderr
+    assert refused.returncode == 1 and "is COMPLETED" in refused.stderr
 
     # delete: asks unless --yes; removes the checkpoints' files and the records
     paths = [Path(json.loads(ok(c, "c", "describe", ck["uuid"], "--json"))["path"])

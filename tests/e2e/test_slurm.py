@@ -345,6 +345,18 @@ def test_pause_activate_and_kill_a_running_slurm_job(slurm: SlurmCluster, fakes:
     assert slurm.squeue().get(new_job, "gone") not in ("RUNNING", "PENDING")
 
 
+def test_a_lower_priority_goes_to_slurm_as_nice(slurm: SlurmCluster, fakes: Fakes) -> None:
+    """Issue 59: Slurm orders its own queue; the master passes resources.priority on as
+    sbatch's --nice ((p - 42) * 100 above Determined's default, 0 at or below it)."""
+    exp_id, trial_id, _ = fakes.start_trial(resources={"priority": 60})
+    job = _job_of(slurm, trial_id)
+    out = subprocess.run(["scontrol", "show", "job", job], env=slurm.env,
+                         capture_output=True, text=True, check=True)
+    assert "Nice=1800" in out.stdout, out.stdout
+    fakes.command(exp_id, "kill")
+    fakes.wait_state(exp_id, "CANCELED", "CANCELED", timeout=60)
+
+
 STEERED_ROWS, STEERED_BATCH = 2000, 100
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from det_sdk.api import AllocationState
 from det_sdk.launch.horovodrun import command as horovodrun_command
 from det_sdk.log_streams import streams_path
+from det_sdk.master.agent_users import AgentUsers, prepare_task_dirs
 from det_sdk.master.resources import (
     KILL_GRACE_SECONDS,
     ResourceManager,
@@ -89,6 +90,12 @@ class LocalManager(ResourceManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lock = threading.Lock()
+        self._agents: AgentUsers | None = None
+
+    def _agent_users(self) -> AgentUsers:
+        if self._agents is None:
+            self._agents = AgentUsers(self.store)
+        return self._agents
 
     # --- launching --------------------------------------------------------------------------
 
@@ -126,11 +133,17 @@ class LocalManager(ResourceManager):
                 "DET_UNIQUE_PORT_OFFSET": str(int(alloc_id.rsplit("-", 1)[1], 16) % 1000)}
         full_env = process_env({**node, **env}, self.master_url, token, alloc_id, task_type)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # a linked owner's task runs as their account (det_sdk.master.agent_users)
+        account = self._agent_users().for_task(task_type, task_id)
+        as_owner: dict[str, Any] = {}
+        if account is not None:
+            prepare_task_dirs(workdir.parent, *account, env)
+            as_owner = {"user": account[0], "group": account[1], "extra_groups": []}
         with self._lock, open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [task_shell(workdir), "-c", wrapped], cwd=workdir, env=full_env, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                umask=self.task_umask,
+                umask=self.task_umask, **as_owner,
             )
             self.store.create_allocation({
                 "id": alloc_id, "task_type": task_type,

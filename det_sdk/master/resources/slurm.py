@@ -60,7 +60,7 @@ from det_sdk.master.rows import AllocationRow
 from det_sdk.master.startup_hook import hook_prefix
 
 __all__ = ["Capacity", "SlurmError", "SlurmManager", "cpus_per_task", "gres_gpus",
-           "sbatch_command"]
+           "sbatch_command", "slurm_nice"]
 
 log = logging.getLogger("det_sdk.master.resources.slurm")
 
@@ -186,6 +186,26 @@ def sbatch_command(*, name: str, ntasks: int, gpus: bool, workdir: Path, log_pat
     return [*command, *options, str(script)]
 
 
+def slurm_nice(env: dict[str, str]) -> list[str]:
+    """The task's ``resources.priority`` as Slurm's ``--nice``: Slurm orders its own queue
+    and shares its cluster itself, so det_sdk preempts nothing there and hands it the
+    priority instead. A priority above Determined's default 42 (a lower one) is
+    ``--nice=(p - 42) * 100``; 1-42 submit at nice 0, since Slurm lets only its operators
+    set a negative nice.
+
+    >>> slurm_nice({"DET_EXPERIMENT_CONFIG": '{"resources": {"priority": 50}}'})
+    ['--nice=800']
+    >>> slurm_nice({"DET_EXPERIMENT_CONFIG": '{"resources": {"priority": 10}}'}), slurm_nice({})
+    ([], [])
+    """
+    try:
+        config = json.loads(env.get("DET_EXPERIMENT_CONFIG") or "{}")
+        priority = int((config.get("resources") or {}).get("priority", 42))
+    except (ValueError, TypeError, AttributeError):
+        return []
+    return [f"--nice={(priority - 42) * 100}"] if priority > 42 else []
+
+
 class SlurmManager(ResourceManager):
     """Runs each task as one Slurm job in ``partition`` (Slurm's default if None)."""
 
@@ -272,7 +292,7 @@ class SlurmManager(ResourceManager):
         command = sbatch_command(
             name=f"det-{alloc_id}", ntasks=slots, gpus=bool(self.capacity.gpus),
             workdir=workdir, log_path=log_path, script=script, partition=self.partition,
-            account=self.account, options=self.options)
+            account=self.account, options=[*slurm_nice(env), *self.options])
         try:
             out = _run(command, env=_submit_env(), umask=self.task_umask)
         except SlurmError:
