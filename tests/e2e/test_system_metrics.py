@@ -126,11 +126,12 @@ def test_reports_are_checked_and_reads_need_a_token(cluster: Cluster,
         deep = {**good, "metrics": {"h": {"a": {"b": {"c": 1.0}}}}}
         assert http.post(f"/api/v1/trials/{trial}/system-metrics",
                          json={"records": [deep]}).status_code == 400
-        for boolean in ({**good, "time": False}, {**good, "metrics": {"h": {"x": True}}}):
+        for field, boolean in (("time", {**good, "time": False}),
+                               ("metrics", {**good, "metrics": {"h": {"x": True}}})):
             # a JSON boolean is not a number (pydantic alone would store it as 0.0/1.0)
             refused = http.post(f"/api/v1/trials/{trial}/system-metrics",
                                 json={"records": [boolean]})
-            assert refused.status_code == 400 and "boolean" in refused.text, refused.text
+            assert refused.status_code == 400 and field in refused.text, refused.text
         assert http.post("/api/v1/trials/999999/system-metrics",
                          json={"records": [good]}).status_code == 404
     assert _system(cluster, trial) == []  # nothing half-written

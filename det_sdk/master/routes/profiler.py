@@ -35,8 +35,9 @@ MAX_RECORDS = 100
 _GROUP = r"^[a-z][a-z0-9_]{0,31}$"
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-# api.Number: a JSON number, never `true` (pydantic would read it as 1.0)
-Value = Annotated[api.Number, Field(allow_inf_nan=False)]
+# strict: a JSON number only (false or "5" would pass as 0.0 or 5.0 otherwise; an int is
+# a number)
+Value = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # a host's metrics: a number, or one level more (a GPU's, a disk path's)
 HostMetrics = Annotated[dict[Key, Value | Annotated[dict[Key, Value], Field(max_length=64)]],
                         Field(max_length=64)]
@@ -47,7 +48,7 @@ class SystemMetricRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     group: Annotated[str, StringConstraints(pattern=_GROUP)]
-    time: Annotated[api.Number, Field(ge=0, le=1e11)]
+    time: Annotated[float, Field(ge=0, le=1e11, strict=True)]
     steps_completed: api.Count | None = None
     metrics: Annotated[dict[Key, HostMetrics], Field(max_length=16)]
 
