@@ -339,7 +339,8 @@ def test_20_commands_at_once_are_queued_on_the_slots(cluster: Cluster) -> None:
     with ThreadPoolExecutor(20) as pool:
         ids = list(pool.map(launch, range(20)))
     assert len(set(ids)) == 20
-    assert any(_command(cluster, i)["state"] == "QUEUED" for i in ids)
+    # (whether one is still QUEUED now depends on the machine's speed: under load the
+    # last answers can come after the first commands ended; the bound below is the check)
     ended = [_ended(cluster, i, timeout=300) for i in ids]
     assert all(c["exit_code"] == 0 for c in ended), ended
     # never more than the master's 2 slots at once: the queue, not 20 processes
