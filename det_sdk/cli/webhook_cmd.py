@@ -60,7 +60,10 @@ def webhook_create(args: Namespace) -> int:
     body = {"name": args.name, "url": args.url,
             "webhook_type": f"WEBHOOK_TYPE_{args.type.upper()}",
             "mode": f"WEBHOOK_MODE_{args.mode.upper()}", "triggers": triggers}
-    hook = common.connect(args).request("POST", "/api/v1/webhooks", json=body)["webhook"]
+    client = common.connect(args)
+    if args.workspace:
+        body["workspace_id"] = common.workspace_by_name(client, args.workspace)["id"]
+    hook = client.request("POST", "/api/v1/webhooks", json=body)["webhook"]
     if args.json:
         print_json(hook)
         return 0
@@ -76,9 +79,9 @@ def webhook_list(args: Namespace) -> int:
     if args.json:
         print_json(hooks)
         return 0
-    print(table(["ID", "NAME", "TYPE", "MODE", "TRIGGERS", "URL"],
+    print(table(["ID", "NAME", "TYPE", "MODE", "WORKSPACE", "TRIGGERS", "URL"],
                 [[h["id"], h["name"], _bare(h["webhook_type"], "WEBHOOK_TYPE_"),
-                  _bare(h["mode"], "WEBHOOK_MODE_"),
+                  _bare(h["mode"], "WEBHOOK_MODE_"), h.get("workspace_id") or "(all)",
                   ",".join(_trigger_text(t) for t in h["triggers"]), h["url"]]
                  for h in hooks]))
     return 0
@@ -142,8 +145,12 @@ COMMANDS: dict[str, tuple[Callable[[Namespace], int], str, list[tuple[Any, ...]]
                                          "regex matches (repeatable)"}),
                 ("--mode", {"default": "workspace", "choices": ["workspace", "specific"],
                             "type": str.lower,
-                            "help": "workspace: every experiment; specific: only those "
-                                    "whose config names it (integrations.webhooks)"})]),
+                            "help": "workspace: every experiment (of --workspace if "
+                                    "given); specific: only those whose config names it "
+                                    "(integrations.webhooks)"}),
+                ("--workspace", {"metavar": "NAME",
+                                 "help": "hear only this workspace's experiments "
+                                         "(default: every workspace's)"})]),
     "list": (webhook_list, "the master's webhooks (never their signing keys)", []),
     "delete": (webhook_delete, "delete a webhook (and its deliveries' records)", [_ID]),
     "test": (webhook_test, "send a test event now; exit 1 unless it was answered 2xx",

@@ -29,7 +29,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -118,7 +118,8 @@ class Master:
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
         # webhooks (issue 60): an experiment's state changes queue their events
-        self.webhooks = Webhooks(self.store)
+        self.webhooks = Webhooks(self.store, workspace_of=self._workspace_of,
+                                 workspace_exists=lambda ws: self.store.workspace(ws) is not None)
         self.lifecycle.on_experiment_state = self.webhooks.experiment_state
         self.webhooks.watch_logs(self._trial_logs, self.store.experiment)  # TASK_LOG triggers
         self.search = Search(self.store, self._lock, self.trial_config)
@@ -218,6 +219,11 @@ class Master:
                               "trials", t["id"])
         self.webhooks.trial_ended((t["id"], t["experiment_id"], "",
                                    self.logs_path("trials", t["id"])))
+
+    def _workspace_of(self, exp: Mapping[str, Any]) -> int | None:
+        """The workspace experiment ``exp`` (its row) is filed in (a webhook's scope)."""
+        project = self.store.project(int(exp.get("project_id") or 1))
+        return None if project is None else int(project["workspace_id"])
 
     def _trial_logs(self) -> list[tuple[int, int, str, Path]]:
         """(trial id, experiment id, allocation id, log) of each running trial (the

@@ -192,7 +192,7 @@ def _public(hook: Mapping[str, Any]) -> dict[str, Any]:
     """A webhook as Determined's API answers it (proto enum names), without its key."""
     return {"id": hook["id"], "name": hook["name"], "url": hook["url"],
             "webhook_type": proto("webhook_type", hook["webhook_type"]),
-            "mode": proto("mode", hook["mode"]), "workspace_id": 0,
+            "mode": proto("mode", hook["mode"]), "workspace_id": hook.get("workspace_id") or 0,
             "triggers": [{"id": t["id"], "webhook_id": hook["id"],
                           "trigger_type": proto("trigger_type", t["trigger_type"]),
                           "condition": t["condition"]} for t in hook["triggers"]]}
@@ -202,8 +202,15 @@ class Webhooks:
     """The master's webhooks over ``db`` (the master's :class:`Store`). ``deliverer``
     options (``attempts``, ``backoff``, ``timeout``...) bound the deliveries."""
 
-    def __init__(self, db: Database, **deliverer: Any) -> None:
+    def __init__(self, db: Database,
+                 workspace_of: Callable[[Mapping[str, Any]], int | None] = lambda exp: None,
+                 workspace_exists: Callable[[int], bool] = lambda ws: False,
+                 **deliverer: Any) -> None:
         self.tables = WebhookTables(db)
+        # where an experiment belongs, and which workspaces exist (the master's
+        # workspaces, issue 59): a webhook of a workspace hears only its experiments
+        self.workspace_of = workspace_of
+        self.workspace_exists = workspace_exists
         self.deliverer = Deliverer(self._record, **deliverer)
         self._cache: list[dict[str, Any]] | None = None  # with keys: read on every event
         self._cache_lock = threading.Lock()
@@ -253,13 +260,11 @@ class Webhooks:
         url = check_url(body.get("url"))
         kind = _choice("webhook_type", body.get("webhook_type"), WEBHOOK_TYPES)
         mode = _choice("mode", body.get("mode") or "WORKSPACE", MODES)
-        if body.get("workspace_id") not in (None, 0):
-            raise InvalidRequest("workspace_id: det_sdk has no workspaces; leave it out "
-                                 "(a webhook hears every experiment, or those naming it)")
+        workspace = self._workspace(body.get("workspace_id"))
         triggers = _triggers(body.get("triggers"))
         key = secrets.token_hex(32)
         try:
-            wid = self.tables.create_webhook(name, url, kind, mode, key, triggers)
+            wid = self.tables.create_webhook(name, url, kind, mode, key, triggers, workspace)
         except sqlite3.IntegrityError:
             raise Conflict(f"name: a webhook named {name!r} exists already") from None
         self._forget()
@@ -267,6 +272,18 @@ class Webhooks:
         assert hook is not None  # just created
         log.info("webhook %d (%s) created", wid, name)
         return {**_public(hook), "signing_key": key}
+
+    def _workspace(self, raw: Any) -> int | None:
+        """A new webhook's ``workspace_id``: None (0 or absent) hears every workspace's
+        experiments, as Determined's global webhooks; else a workspace that exists."""
+        if raw in (None, 0) and not isinstance(raw, bool):
+            return None
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise InvalidRequest(f"workspace_id: a workspace's id (or 0: every workspace) "
+                                 f"is expected, got {raw!r}")
+        if not self.workspace_exists(raw):
+            raise InvalidRequest(f"workspace_id: there is no workspace {raw}")
+        return raw
 
     def listed(self) -> list[dict[str, Any]]:
         """Every webhook as Determined's API answers it (never its signing key)."""
@@ -326,8 +343,9 @@ class Webhooks:
 
     def _state_events(self, exp: Mapping[str, Any]) -> None:
         config = _webhooks_config(exp)
+        workspace = self.workspace_of(exp)
         for hook in self._hooks():
-            if not _hears(hook, config):
+            if not _hears(hook, config, workspace):
                 continue
             for t in hook["triggers"]:
                 if t["trigger_type"] == "EXPERIMENT_STATE_CHANGE" and \
@@ -347,9 +365,11 @@ class Webhooks:
             return 0
         ids = set(config.get("webhook_id") or [])
         names = set(config.get("webhook_name") or [])
+        workspace = self.workspace_of(exp)
         sent = 0
         for hook in self._hooks():
-            named = hook["id"] in ids or hook["name"] in names
+            named = (hook["id"] in ids or hook["name"] in names) and \
+                _in_scope(hook, workspace)
             if named and any(t["trigger_type"] == "CUSTOM" for t in hook["triggers"]):
                 self._queue(hook, "CUSTOM", exp, custom=data, trial_id=trial_id)
                 sent += 1
@@ -375,7 +395,7 @@ class Webhooks:
 
         hook, regex = trigger["hook"], trigger["condition"]["regex"]
         exp = self._experiment(exp_id)
-        if exp is None or not _hears(hook, _webhooks_config(exp)):
+        if exp is None or not _hears(hook, _webhooks_config(exp), self.workspace_of(exp)):
             return
         node = socket.gethostname()
         body = (log_slack_body(exp_id, trial_id, line, regex, node)
@@ -445,17 +465,33 @@ def _webhooks_config(exp: Mapping[str, Any]) -> dict[str, Any]:
     return dict(integrations.get("webhooks") or {})
 
 
-def _hears(hook: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
-    """Whether ``hook`` hears an experiment with this ``integrations.webhooks`` config
-    (Determined's matchWebhook, without workspaces).
+def _in_scope(hook: Mapping[str, Any], workspace: int | None) -> bool:
+    """Whether an experiment of ``workspace`` is within ``hook``'s: a webhook of a
+    workspace hears that workspace's experiments only; one without, every workspace's.
+
+    >>> _in_scope({"workspace_id": 2}, 2), _in_scope({"workspace_id": 2}, 1)
+    (True, False)
+    >>> _in_scope({"workspace_id": None}, 1)
+    True
+    """
+    scope = hook.get("workspace_id")
+    return not scope or scope == workspace
+
+
+def _hears(hook: Mapping[str, Any], config: Mapping[str, Any],
+           workspace: int | None = None) -> bool:
+    """Whether ``hook`` hears an experiment of ``workspace`` with this
+    ``integrations.webhooks`` config (Determined's matchWebhook).
 
     >>> hook = {"id": 1, "name": "ops", "mode": "SPECIFIC"}
     >>> _hears(hook, {}), _hears(hook, {"webhook_name": ["ops"]})
     (False, True)
     >>> _hears({**hook, "mode": "WORKSPACE"}, {"exclude": True})
     False
+    >>> _hears({**hook, "mode": "WORKSPACE", "workspace_id": 2}, {}, workspace=1)
+    False
     """
-    if config.get("exclude"):
+    if config.get("exclude") or not _in_scope(hook, workspace):
         return False
     if hook["mode"] == "SPECIFIC":
         return hook["id"] in (config.get("webhook_id") or []) or \

@@ -155,6 +155,10 @@ def test_bad_webhooks_are_refused_and_the_key_is_shown_once(cluster: Cluster,
             "triggers": [{"trigger_type": "EXPERIMENT_STATE_CHANGE",
                           "condition": {"state": "DONE"}}]})
         assert r.status_code == 400 and "condition.state" in r.json()["detail"]
+        r = http.post("/api/v1/webhooks", json={
+            "name": "nowhere", "url": f"{receiver.url}/ok/x", "webhook_type": "DEFAULT",
+            "workspace_id": 999, "triggers": [{"trigger_type": "CUSTOM"}]})
+        assert r.status_code == 400 and "workspace_id" in r.json()["detail"], r.text
 
     text = _det_ok(cluster, "webhook", "create", "once", f"{receiver.url}/ok/once", "--state",
                    "COMPLETED")
@@ -191,6 +195,14 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     # a SPECIFIC webhook that no experiment names hears nothing
     unnamed = _create(cluster, "unnamed", f"{url}/ok/unnamed", "--state", "COMPLETED",
                       "--mode", "specific")
+    # a workspace's webhook hears its experiments only (issue 59's workspaces): these
+    # experiments are filed in Uncategorized, none in "hooked"
+    _det_ok(cluster, "workspace", "create", "hooked")
+    home = _create(cluster, "home", f"{url}/ok/home", "--state", "COMPLETED",
+                   "--workspace", "Uncategorized")
+    elsewhere = _create(cluster, "elsewhere", f"{url}/ok/elsewhere", "--state", "COMPLETED",
+                        "--workspace", "hooked")
+    assert home["workspace_id"] == 1 and elsewhere["workspace_id"] not in (0, 1)
 
     model = tmp_path / "model"
     model.mkdir()
@@ -273,6 +285,10 @@ def test_experiments_fire_signed_events_and_bad_urls_are_listed_failed(
     assert receiver.hits.get("/fail") == 3 and receiver.hits.get("/redirect") == 1
     assert ended(states)["state"] == "DELIVERED"
     assert _deliveries(cluster, unnamed["id"]) == [] and not receiver.received("/ok/unnamed")
+    assert wait_until("the workspace's webhook", lambda: event("/ok/home", done,
+                                                               "EXPERIMENT_STATE_CHANGE"),
+                      timeout=60, every=0.2)
+    assert _deliveries(cluster, elsewhere["id"]) == [] and not receiver.received("/ok/elsewhere")
     table = _det_ok(cluster, "webhook", "deliveries")
     assert "FAILED" in table and "DELIVERED" in table
 

@@ -30,7 +30,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS webhooks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE, url TEXT NOT NULL,
     webhook_type TEXT NOT NULL, mode TEXT NOT NULL, signing_key TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL, workspace_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS webhook_triggers (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,7 +56,7 @@ CREATE INDEX IF NOT EXISTS webhook_deliveries_by_webhook ON webhook_deliveries(w
 DELIVERY_STATES = ("QUEUED", "SENDING", "DELIVERED", "FAILED")
 #: The newest deliveries kept (older outcomes are forgotten as new ones are recorded).
 KEPT_DELIVERIES = 10_000
-_PUBLIC = "id, name, url, webhook_type, mode, created"
+_PUBLIC = "id, name, url, webhook_type, mode, created, workspace_id"
 
 
 class WebhookTables:
@@ -69,6 +69,10 @@ class WebhookTables:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            # a database from before workspaces (issue 59): its webhooks hear every one
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(webhooks)")}
+            if "workspace_id" not in columns:
+                conn.execute("ALTER TABLE webhooks ADD COLUMN workspace_id INTEGER")
 
     def _rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         with self.db.tx() as conn:  # its rows are sqlite3.Row (Database's row_factory)
@@ -77,14 +81,16 @@ class WebhookTables:
     # --- webhooks -------------------------------------------------------------------------
 
     def create_webhook(self, name: str, url: str, webhook_type: str, mode: str,
-                       signing_key: str, triggers: Iterable[tuple[str, dict[str, Any]]]) -> int:
-        """A webhook and its triggers, all or nothing; its id. ``sqlite3.IntegrityError``
-        when the name is taken."""
+                       signing_key: str, triggers: Iterable[tuple[str, dict[str, Any]]],
+                       workspace_id: int | None = None) -> int:
+        """A webhook and its triggers, all or nothing; its id. ``workspace_id``: the
+        workspace whose experiments it hears (None: every workspace's).
+        ``sqlite3.IntegrityError`` when the name is taken."""
         with self.db.tx() as conn:
             cur = conn.execute(
-                "INSERT INTO webhooks (name, url, webhook_type, mode, signing_key, created)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (name, url, webhook_type, mode, signing_key, time.time()))
+                "INSERT INTO webhooks (name, url, webhook_type, mode, signing_key, created,"
+                " workspace_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, url, webhook_type, mode, signing_key, time.time(), workspace_id))
             assert cur.lastrowid is not None  # an INSERT was executed on this cursor
             wid = int(cur.lastrowid)
             conn.executemany(
