@@ -38,6 +38,7 @@ from det_sdk.atomic import write_atomic
 from det_sdk.config import ExperimentConfig, parse_experiment_config, parse_job_config
 from det_sdk.config.storage import mask_config_secrets
 from det_sdk.master.accounts import Accounts
+from det_sdk.master.agent_users import AgentUsers
 from det_sdk.master.archive import decode_archive
 from det_sdk.master.checkpoints import Checkpoints
 from det_sdk.master.commands import Commands
@@ -118,6 +119,7 @@ class Master:
             on_stop_requested=self._preemption_changed, on_runnable=self._wake,
             on_job_ended=self._job_ended)
         # webhooks (issue 60): an experiment's state changes queue their events
+        self.agent_users = AgentUsers(self.store)  # link-with-agent-user (issue 59)
         self.webhooks = Webhooks(self.store, workspace_of=self._workspace_of,
                                  workspace_exists=lambda ws: self.store.workspace(ws) is not None)
         self.lifecycle.on_experiment_state = self.webhooks.experiment_state

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +28,12 @@ from tests.support import pid_gone
 pytestmark = pytest.mark.timeout(600)
 # the master's and the CLI's: the same on either Keras stack (but the Keras fit's test)
 neutral = pytest.mark.stack_neutral
+
+
+def _newest(cluster: Cluster) -> dict[str, Any]:
+    """The command made last (the highest id: `det cmd list` sorts by start time, as
+    Determined's, and a command queued earlier can start after it)."""
+    return max(cluster.det_json("cmd", "list"), key=lambda c: int(c["id"]))
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +97,7 @@ def test_run_follows_the_output_and_exits_with_the_commands_code(cluster: Cluste
                       "echo slots=$DET_SLOT_IDS")
     assert out.returncode == 0, out.stderr
     assert "HELLO THERE\n" in out.stdout and "slots=[]" in out.stdout
-    newest = cluster.det_json("cmd", "list")[-1]
+    newest = _newest(cluster)
     assert (newest["description"], newest["slots"]) == ("mine", 0)
     config = yaml.safe_load(cluster.det("cmd", "config", str(newest["id"])).stdout)
     assert config["hyperparameters"] == {"lr": 0.5} and config["resources"]["slots"] == 0
@@ -314,7 +321,7 @@ def test_100_mb_of_output_is_followed_in_bounded_memory(cluster: Cluster) -> Non
     # a follower of 100 MB holds a few pieces of 1 MiB, never the log (det's own baseline
     # is about 60 MB of Python, httpx and yaml)
     assert cli_kib < 150 * 1024, f"det cmd run peaked at {cli_kib} KiB"
-    cmd_id = cluster.det_json("cmd", "list")[-1]["id"]
+    cmd_id = _newest(cluster)["id"]
     code, tail_kib = _peak_kib([str(DET), "cmd", "logs", str(cmd_id), "--tail", "2"],
                                cluster.env, cluster.root / "tail.out")
     assert code == 0 and (cluster.root / "tail.out").read_bytes() == 2 * line
@@ -409,7 +416,7 @@ def test_keras_fit_in_a_command(cluster: Cluster) -> None:
     trial_ckpts = cluster.http().get(f"/api/v1/trials/{trial['id']}/checkpoints",
                                      params={"latest": "true"}).json()
     assert result["trial_uuid"] == trial_ckpts[0]["uuid"]
-    cmd_id = cluster.det_json("cmd", "list")[-1]["id"]
+    cmd_id = _newest(cluster)["id"]
     metrics = _command(cluster, cmd_id)["latest_metrics"]
     assert metrics["validation"]["epoch"] == 2 and "val_loss" in metrics["validation"]["metrics"]
     assert "validation (step 8): val_loss=" in cluster.det("cmd", "describe", str(cmd_id)).stdout

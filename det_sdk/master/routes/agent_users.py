@@ -13,7 +13,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from det_sdk.master.agent_users import AgentUsers
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import Dependency, Id, Principal
 
@@ -37,14 +36,13 @@ class AgentUserLink(BaseModel):
 def agent_users_router(master: Master, user: Dependency) -> APIRouter:
     """The route over ``master``; ``user``: the dependency admitting a user's token."""
     router = APIRouter()
-    links = AgentUsers(master.store)
 
     @router.put("/api/v1/users/{user_id}/agent-user")
     def link_agent_user(user_id: Id, body: AgentUserLink,
                         p: Principal = Depends(user)) -> dict[str, Any]:
         """Link the user to a Linux account: their trials and batch jobs run as it when
         the master runs as root (otherwise as the master's account)."""
-        return {"agent_user": links.link(user_id, body.agent_uid, body.agent_gid,
-                                         body.agent_user, body.agent_group)}
+        return {"agent_user": master.agent_users.link(user_id, body.agent_uid, body.agent_gid,
+                                                      body.agent_user, body.agent_group)}
 
     return router
