@@ -31,7 +31,7 @@ from harness.master import (
     wait_for_experiment,
     wait_until,
 )
-from tests.support import REPO
+from tests.support import HOROVOD_LAUNCH, REPO
 
 EXAMPLE = REPO / "examples" / "core_callback"
 
@@ -123,7 +123,7 @@ def _run_local(config: Path, runs: Path, processes: int = 1, *, horovodrun: bool
         env.pop(var, None)
     launch = [sys.executable, "-m", "det_sdk.launch.tensorflow"]
     if horovodrun:
-        launch = [str(HOROVODRUN), "-np", str(processes), "--gloo", *launch]
+        launch = [*HOROVOD_LAUNCH, "-np", str(processes), "--gloo", *launch]
     else:
         launch += ["--processes", str(processes)]
     # a process group of its own: past the timeout its workers go too (killing the

@@ -1,7 +1,10 @@
 """Data-parallel training under a real `horovodrun -np 2` (Gloo, this host, CPU).
 
 Each test launches the processes as a user would; the scripts in tests/scripts do
-the work and rank 0 writes what it found.
+the work and rank 0 writes what it found. The ``report`` run starts the user's own
+``horovodrun`` binary; the others, and the other modules' N-process runs, go through
+det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the master's
+way, without the probe that imports TensorFlow in a forked process on every launch).
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ import numpy as np
 import pytest
 
 from det_sdk.env import outside
-from tests.support import REPO, SCRIPTS, run_python
+from tests.support import HOROVOD_LAUNCH, REPO, SCRIPTS, run_python
 
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
 
 
-def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float = 240):
+def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float = 240,
+               launcher: list[str] | None = None):
+    """``script`` on ``np_`` processes under ``launcher`` (default HOROVOD_LAUNCH)."""
     full_env = outside(keep=["DET_RUNS_DIR"], TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
                        **env)
     return subprocess.run(
-        [str(HOROVODRUN), "-np", str(np_), "--gloo", sys.executable, str(script)],
+        [*(launcher or HOROVOD_LAUNCH), "-np", str(np_), "--gloo", sys.executable, str(script)],
         env=full_env, cwd=REPO, timeout=timeout, capture_output=True, text=True,
     )
 
@@ -44,8 +49,9 @@ def run_for_json(script: Path, env: dict[str, str], out: Path, processes: int,
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     d = tmp_path_factory.mktemp("hvd")
-    proc = horovodrun(SCRIPTS / "hvd_check.py",
-                      {"HVD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")})
+    proc = horovodrun(SCRIPTS / "hvd_check.py",  # the user's own `horovodrun` binary
+                      {"HVD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")},
+                      launcher=[str(HOROVODRUN)])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads((d / "out.json").read_text())
 

@@ -21,7 +21,7 @@ import pytest
 
 import det_sdk
 from det_sdk.env import outside
-from tests.support import REPO, SCRIPTS, run_python, wait_for_lock_holder
+from tests.support import HOROVOD_LAUNCH, REPO, SCRIPTS, run_python, wait_for_lock_holder
 
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 SCRIPT = SCRIPTS / "predict_stream.py"
@@ -39,7 +39,7 @@ def _env(out: Path, kind: str, runs: Path, sleep: float = 0.0, hold_at: int = 0
 def _command(np_: int) -> list[str]:
     if np_ == 1:
         return [sys.executable, str(SCRIPT)]
-    return [str(HOROVODRUN), "-np", str(np_), "--gloo", sys.executable, str(SCRIPT)]
+    return [*HOROVOD_LAUNCH, "-np", str(np_), "--gloo", sys.executable, str(SCRIPT)]
 
 
 def _kill_after(out: Path, parts: int, env: dict[str, str], np_: int) -> int:
