@@ -115,8 +115,12 @@ def hidden_workspaces(store: Any, p: Any) -> set[int]:
     """
     if not store.any_role_assignments() or p is None or p.admin:
         return set()
-    return {ws for ws in store.workspaces_with_roles()
-            if VIEW not in (workspace_permissions(store, p, ws) or ALL)}
+    out = set()
+    for ws in store.workspaces_with_roles():
+        perms = workspace_permissions(store, p, ws)
+        if perms is not None and VIEW not in perms:  # (empty: sees nothing there)
+            out.add(ws)
+    return out
 
 
 def may_create_in(store: Any, p: Any, project_id: int) -> None:
