@@ -11,6 +11,11 @@ values, not its shape):
 - a **task**'s token keeps its narrow rights: the routes marked ``TOKEN``, where the
   route itself holds it to its own trial and allocation (routes.common.own_trial).
 
+Roles (issue 59): :data:`ROLES` (det_sdk.master.roles) says what ClusterAdmin,
+WorkspaceAdmin, Editor and Viewer may do; :func:`role_check`, part of the same check,
+applies it to every route whose path names an experiment, trial, project or workspace,
+once that thing's workspace has a role assignment (roles are opt-in per workspace).
+
 A route missing from the table is refused (fail closed), and
 tests/integration/test_permissions.py walks the app's routes so that a new route
 without a rule fails the tests.
@@ -31,11 +36,12 @@ from fastapi import FastAPI, HTTPException, Request
 
 from det_sdk.master.core import Master
 from det_sdk.master.errors import RequestError
+from det_sdk.master.roles import ROLES  # what each role may do: one table (issue 59)
 from det_sdk.master.routes.common import Principal, authenticate
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.web import COOKIE
 
-__all__ = ["ADMIN", "PUBLIC", "RULES", "TOKEN", "USER", "Forbidden", "Owner", "Self",
+__all__ = ["ADMIN", "PUBLIC", "ROLES", "RULES", "TOKEN", "USER", "Forbidden", "Owner", "Self",
            "check", "may_change", "permission_dependency", "role_check", "route_rules",
            "rule_for"]
 
