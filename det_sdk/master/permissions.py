@@ -392,7 +392,7 @@ def role_check(master: Master, p: Principal | None, method: str,
     if perms is None:
         return False  # none such (the route's 404) or a workspace without roles
     if roles.VIEW not in perms:
-        raise roles.hidden(kind, ident)
+        raise roles.hidden_error(kind, ident)
     if method in ("GET", "HEAD"):
         return True
     need = roles.UPDATE_EXPERIMENT
@@ -447,6 +447,8 @@ def permission_dependency(master: Master, sessions: Sessions
         p = state.get("det_principal")
         if p is None:
             p = _ui_principal(master, sessions, request)
+            # the web UI's routes filter their lists by it (roles, issue 59)
+            request.scope.setdefault("state", {})["det_ui_principal"] = p
         if p is not None and p.kind == "user":  # a task keeps its narrow rights
             from starlette.concurrency import run_in_threadpool
 

@@ -21,10 +21,25 @@ from typing import Any
 
 from det_sdk.master.errors import InvalidRequest, NotFound
 
-__all__ = ["ALL", "ASSIGN_ROLES", "CREATE_EXPERIMENT", "ROLES", "ROLE_IDS",
-           "UPDATE_EXPERIMENT", "UPDATE_WORKSPACE", "VIEW", "hidden", "hidden_workspaces",
-           "is_cluster_admin", "may_create_in", "role_named",
-           "workspace_of", "workspace_permissions"]
+__all__ = [
+    "ALL",
+    "ASSIGN_ROLES",
+    "CREATE_EXPERIMENT",
+    "ROLES",
+    "ROLE_IDS",
+    "UPDATE_EXPERIMENT",
+    "UPDATE_WORKSPACE",
+    "VIEW",
+    "check_visible",
+    "hidden_error",
+    "hidden_workspaces",
+    "is_cluster_admin",
+    "may_create_in",
+    "role_named",
+    "visible_projects",
+    "workspace_of",
+    "workspace_permissions",
+]
 
 #: Determined's permission names, those det_sdk's routes check
 VIEW = "PERMISSION_TYPE_VIEW_WORKSPACE"
@@ -123,6 +138,34 @@ def hidden_workspaces(store: Any, p: Any) -> set[int]:
     return out
 
 
+def visible_projects(store: Any, p: Any, projects: list[int] | None) -> list[int] | None:
+    """``projects`` (None: all) less those in workspaces ``p`` may not see; None while
+    ``p`` may see every workspace (a list filter's argument, det_sdk.master.pages).
+
+    >>> from det_sdk.master.store import Store
+    >>> visible_projects(Store(":memory:"), None, None) is None
+    True
+    """
+    hidden = hidden_workspaces(store, p)
+    if not hidden:
+        return projects
+    return [pr["id"] for pr in store.projects() if pr["workspace_id"] not in hidden
+            and (projects is None or pr["id"] in projects)]
+
+
+def check_visible(store: Any, p: Any, kind: str, idents: list[int]) -> None:
+    """NotFound (as for none such) for the first of ``kind`` (experiment, trial)
+    ``idents`` that ``p`` may not see.
+
+    >>> from det_sdk.master.store import Store
+    >>> check_visible(Store(":memory:"), None, "experiment", [1])
+    """
+    hidden = hidden_workspaces(store, p)
+    for ident in idents if hidden else ():
+        if workspace_of(store, kind, str(ident)) in hidden:
+            raise hidden_error(kind, str(ident))
+
+
 def may_create_in(store: Any, p: Any, project_id: int) -> None:
     """Raise unless ``p`` may file an experiment in project ``project_id``: NotFound if
     they may not see its workspace, Forbidden naming the permission if they may see it
@@ -136,10 +179,10 @@ def may_create_in(store: Any, p: Any, project_id: int) -> None:
     if perms is None or CREATE_EXPERIMENT in perms:
         return
     if VIEW not in perms:
-        raise hidden("project", str(project_id))
+        raise hidden_error("project", str(project_id))
     raise Forbidden(f"user {p.username!r} lacks {CREATE_EXPERIMENT} on workspace {ws}")
 
 
-def hidden(kind: str, ident: str) -> NotFound:
+def hidden_error(kind: str, ident: str) -> NotFound:
     """The answer to a caller who may not see ``kind`` ``ident``: the same as none such."""
     return NotFound(f"no {kind} {ident}")

@@ -191,6 +191,14 @@ def test_the_route_table_walked_as_a_viewer_and_as_an_editor_of_another_workspac
     # lists show only what the caller may see
     assert [e["id"] for e in viewer.get("/api/v1/experiments").json()["experiments"]] == [exp]
     assert editor.get("/api/v1/experiments").json()["experiments"] == []
+    assert [e["id"] for e in viewer.get("/ui/api/experiments").json()["experiments"]] == [exp]
+    assert editor.get("/ui/api/experiments").json()["experiments"] == []
+    for url in ("/api/v1/compare", "/ui/api/compare"):
+        r = editor.get(url, params={"experiment_ids": exp})
+        assert r.status_code == 404 and r.json()["detail"] == f"no experiment {exp}", r.text
+        r = editor.get(url, params={"trial_ids": trial})
+        assert r.status_code == 404 and r.json()["detail"] == f"no trial {trial}", r.text
+        assert viewer.get(url, params={"experiment_ids": exp}).status_code == 200
     names = {w["name"] for w in editor.get("/api/v1/workspaces").json()["workspaces"]}
     assert names == {"Uncategorized", "elsewhere"}
     # the Editor may not hand out roles on a workspace it only edits; an admin may

@@ -71,11 +71,7 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
         if project_id is not None or workspace_id is not None:
             projects = [pr["id"] for pr in master.store.projects(workspace_id)
                         if project_id is None or pr["id"] == project_id]
-        hidden = roles.hidden_workspaces(master.store, p)  # roles (issue 59)
-        if hidden:
-            projects = [pr["id"] for pr in master.store.projects(workspace_id)
-                        if pr["workspace_id"] not in hidden
-                        and (projects is None or pr["id"] in projects)]
+        projects = roles.visible_projects(master.store, p, projects)  # roles (issue 59)
         return as_json(experiment_page(master, limit, cursor, archived, owners, projects))
 
     @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)
