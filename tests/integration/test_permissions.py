@@ -199,6 +199,16 @@ def test_the_route_table_walked_as_a_viewer_and_as_an_editor_of_another_workspac
         r = editor.get(url, params={"trial_ids": trial})
         assert r.status_code == 404 and r.json()["detail"] == f"no trial {trial}", r.text
         assert viewer.get(url, params={"experiment_ids": exp}).status_code == 200
+    # a checkpoint of a trial in the workspace: as none such to the Editor of another
+    uuid = "c0ffee00-0000-4000-8000-000000000001"
+    master.store.put_checkpoint({"uuid": uuid, "trial_id": trial, "steps_completed": 1,
+                                 "epoch": 0})
+    r = editor.get(f"/api/v1/checkpoints/{uuid}")
+    assert r.status_code == 404 and uuid in r.json()["detail"], r.text
+    assert editor.get("/api/v1/checkpoints").json()["checkpoints"] == []
+    assert [c["uuid"] for c in viewer.get("/api/v1/checkpoints").json()["checkpoints"]] == [
+        uuid]
+    assert viewer.get(f"/api/v1/checkpoints/{uuid}").status_code == 200
     names = {w["name"] for w in editor.get("/api/v1/workspaces").json()["workspaces"]}
     assert names == {"Uncategorized", "elsewhere"}
     # the Editor may not hand out roles on a workspace it only edits; an admin may
