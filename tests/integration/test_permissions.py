@@ -199,6 +199,12 @@ def test_the_route_table_walked_as_a_viewer_and_as_an_editor_of_another_workspac
         r = editor.get(url, params={"trial_ids": trial})
         assert r.status_code == 404 and r.json()["detail"] == f"no trial {trial}", r.text
         assert viewer.get(url, params={"experiment_ids": exp}).status_code == 200
+    r = editor.post("/api/v1/tensorboards", json={"experiment_ids": [exp]})
+    assert r.status_code == 404 and r.json()["detail"] == f"no experiment {exp}", r.text
+    r = editor.get("/ui/api/tensorboard-dirs", params={"experiment_ids": str(exp)})
+    assert r.status_code == 404 and r.json()["detail"] == f"no experiment {exp}", r.text
+    assert viewer.get("/ui/api/tensorboard-dirs",
+                      params={"experiment_ids": str(exp)}).status_code == 200
     # a checkpoint of a trial in the workspace: as none such to the Editor of another
     uuid = "c0ffee00-0000-4000-8000-000000000001"
     master.store.put_checkpoint({"uuid": uuid, "trial_id": trial, "steps_completed": 1,

@@ -180,6 +180,8 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
             ids = [int(x) for x in experiment_ids.split(",") if x.strip()]
         except ValueError:
             raise HTTPException(400, "experiment_ids: comma-separated integers") from None
+        roles.check_visible(master.store, request.scope.get("state", {}).get(
+            "det_ui_principal"), "experiment", ids)  # roles (issue 59)
         return json_response(request, views.tensorboard_dirs(ids))
 
     @router.post("/tensorboards", status_code=201)
