@@ -205,6 +205,16 @@ def test_the_route_table_walked_as_a_viewer_and_as_an_editor_of_another_workspac
     assert r.status_code == 404 and r.json()["detail"] == f"no experiment {exp}", r.text
     assert viewer.get("/ui/api/tensorboard-dirs",
                       params={"experiment_ids": str(exp)}).status_code == 200
+    # the queue and the running tasks leave out what the caller may not see
+    master.store.create_allocation({"id": "a9", "task_type": "TRIAL", "trial_id": trial,
+                                    "token": "task-token-9", "state": "RUNNING", "slots": 1,
+                                    "started": time.time()})
+    assert "a9" in {t["id"] for t in viewer.get("/api/v1/tasks").json()["tasks"]}
+    assert "a9" not in {t["id"] for t in editor.get("/api/v1/tasks").json()["tasks"]}
+    queue = admin.get("/api/v1/job-queue").json()["jobs"]
+    assert viewer.get("/api/v1/job-queue").json()["jobs"] == queue
+    assert (exp, "EXPERIMENT") not in {(j["id"], j["type"]) for j in
+                                       editor.get("/api/v1/job-queue").json()["jobs"]}
     # a checkpoint of a trial in the workspace: as none such to the Editor of another
     uuid = "c0ffee00-0000-4000-8000-000000000001"
     master.store.put_checkpoint({"uuid": uuid, "trial_id": trial, "steps_completed": 1,
