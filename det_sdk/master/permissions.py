@@ -1,8 +1,8 @@
 """Who may call each route: one table, :data:`RULES`, and one check, :func:`check`,
 run before every route by the app-wide dependency :func:`permission_dependency`.
 
-The rule until roles exist (issue 59; roles replace :func:`check`'s body and the table's
-values, not its shape):
+The rule wherever roles say nothing (every workspace without a role assignment, and
+everything that is in no workspace):
 
 - an **admin** may do everything;
 - any other **user** may see everything, and change (kill, pause, archive, delete, edit)
