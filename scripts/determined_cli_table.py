@@ -375,10 +375,18 @@ FORMS += [  # workspaces and projects (issue 59: docs/team.md)
     ("det project archive ws proj", "same", "takes no experiments while archived"),
     ("det project unarchive ws proj", "same", ""),
     ("det project list-experiments ws proj", "not built", "det project describe lists them"),
-    ("det rbac list-roles", "not built", "roles are not built yet (docs/team.md): admins and "
-                                         "owners decide"),
-    ("det rbac assign-role Viewer -u ann -w ws", "not built", "roles are not built yet"),
-    ("det rbac my-permissions", "not built", "roles are not built yet"),
+    ("det rbac list-roles", "same", "ClusterAdmin, WorkspaceAdmin, Editor, Viewer with their "
+                                    "permissions (docs/security.md)"),
+    ("det rbac list-roles --exclude-global-roles", "same", "ClusterAdmin left out"),
+    ("det rbac describe-role Editor", "same", "its permissions"),
+    ("det rbac assign-role Viewer -u ann -w ws", "same", "roles are opt-in per workspace "
+                                                         "(docs/team.md)"),
+    ("det rbac assign-role ClusterAdmin -u ann", "same", "without -w: cluster-wide"),
+    ("det rbac unassign-role Viewer -u ann -w ws", "same", ""),
+    ("det rbac my-permissions", "same", "the caller's roles and where"),
+    ("det rbac list-users-roles ann", "same", ""),
+    ("det rbac assign-role Viewer -g team -w ws", "refused", "no user groups: -u per user"),
+    ("det rbac list-groups-roles team", "refused", "no user groups"),
 ]
 
 

@@ -150,6 +150,7 @@ NOUNS = {
     "workspace": "det_sdk.cli.workspace_cmd",  # workspaces (issue 59)
     "project": "det_sdk.cli.project_cmd",  # projects (issue 59)
     "notebook": "det_sdk.cli.notebook_cmd",  # det notebook start (issue 58)
+    "rbac": "det_sdk.cli.rbac_cmd",  # roles (issue 59)
 }
 
 

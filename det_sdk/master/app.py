@@ -43,6 +43,7 @@ from det_sdk.master.routes.notebooks import notebooks_router
 from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
 from det_sdk.master.routes.queue import queue_router
+from det_sdk.master.routes.rbac import rbac_router
 from det_sdk.master.routes.shells import shells_router
 from det_sdk.master.routes.tasks import tasks_router
 from det_sdk.master.routes.tensorboards import tensorboards_router
@@ -101,6 +102,7 @@ def create_app(master: Master) -> FastAPI:
     app.router.routes.append(notebook_ws_route(master, sessions))
     app.include_router(queue_router(master, user))  # priority, weight, max_slots (issue 59)
     app.include_router(agent_users_router(master, user))  # link-with-agent-user (issue 59)
+    app.include_router(rbac_router(master, user))  # roles (issue 59)
     # the web UI (pages at /ui/, their data at /ui/api/): det_sdk.master.ui, issue 12
     app.include_router(ui_router(master, sessions))
     app.include_router(ui_data_router(master, sessions))

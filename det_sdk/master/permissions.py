@@ -1,8 +1,8 @@
 """Who may call each route: one table, :data:`RULES`, and one check, :func:`check`,
 run before every route by the app-wide dependency :func:`permission_dependency`.
 
-The rule until roles exist (issue 59; roles replace :func:`check`'s body and the table's
-values, not its shape):
+The rule wherever roles say nothing (every workspace without a role assignment, and
+everything that is in no workspace):
 
 - an **admin** may do everything;
 - any other **user** may see everything, and change (kill, pause, archive, delete, edit)
@@ -10,6 +10,11 @@ values, not its shape):
 - user management is for admins, except one's own password and ``whoami``;
 - a **task**'s token keeps its narrow rights: the routes marked ``TOKEN``, where the
   route itself holds it to its own trial and allocation (routes.common.own_trial).
+
+Roles (issue 59): :data:`ROLES` (det_sdk.master.roles) says what ClusterAdmin,
+WorkspaceAdmin, Editor and Viewer may do; :func:`role_check`, part of the same check,
+applies it to every route whose path names an experiment, trial, project or workspace,
+once that thing's workspace has a role assignment (roles are opt-in per workspace).
 
 A route missing from the table is refused (fail closed), and
 tests/integration/test_permissions.py walks the app's routes so that a new route
@@ -31,12 +36,14 @@ from fastapi import FastAPI, HTTPException, Request
 
 from det_sdk.master.core import Master
 from det_sdk.master.errors import RequestError
+from det_sdk.master.roles import ROLES  # what each role may do: one table (issue 59)
 from det_sdk.master.routes.common import Principal, authenticate
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.web import COOKIE
 
-__all__ = ["ADMIN", "PUBLIC", "RULES", "TOKEN", "USER", "Forbidden", "Owner", "Self",
-           "check", "may_change", "permission_dependency", "route_rules", "rule_for"]
+__all__ = ["ADMIN", "PUBLIC", "ROLES", "RULES", "TOKEN", "USER", "Forbidden", "Owner", "Self",
+           "check", "may_change", "permission_dependency", "role_check", "route_rules",
+           "rule_for"]
 
 #: anyone, no token (the route checks what it needs itself: sign-in, static files)
 PUBLIC = "public"
@@ -264,6 +271,13 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/projects/{project_id}/archive"): _PROJECT,
     ("POST", "/api/v1/projects/{project_id}/unarchive"): _PROJECT,
     ("POST", "/api/v1/experiments/{exp_id}/move"): _EXP,
+    # roles (issue 59): anyone lists them and sees who holds what; assigning is checked
+    # by the route (admins, ClusterAdmins, a workspace's WorkspaceAdmins and creator)
+    ("POST", "/api/v1/roles/search"): USER,
+    ("GET", "/api/v1/roles/search/by-user/{user_id}"): USER,
+    ("GET", "/api/v1/permissions/summary"): USER,
+    ("POST", "/api/v1/roles/add-assignments"): USER,
+    ("POST", "/api/v1/roles/remove-assignments"): USER,
 }
 
 
@@ -350,6 +364,60 @@ def check(master: Master, p: Principal | None, rule: Rule | None,
         may_change(p, owner if isinstance(owner, int) else None, f"{rule.kind} {ident}")
 
 
+#: a route's path parameter -> the kind of thing it names, whose workspace roles govern
+_SCOPED = {"exp_id": "experiment", "trial_id": "trial", "ws_id": "workspace",
+           "project_id": "project"}
+
+
+def role_check(master: Master, p: Principal | None, method: str,
+               params: dict[str, Any], route: str) -> bool:
+    """Roles' part of the one check (issue 59): True when a role grants the call (the
+    owner rule is then not asked), False when roles say nothing (the rules from before
+    roles decide); NotFound when ``p`` may not see the thing, Forbidden naming the
+    permission when ``p`` may see but not change it.
+
+    >>> role_check(None, None, "GET", {}, "/x")
+    False
+    """
+    from det_sdk.master import roles
+
+    if p is None or p.kind != "user" or p.admin:
+        return False
+    found = next(((k, str(params[n])) for n, k in _SCOPED.items() if n in params), None)
+    if found is None or not master.store.any_role_assignments():
+        return False
+    kind, ident = found
+    ws = roles.workspace_of(master.store, kind, ident)
+    perms = None if ws is None else roles.workspace_permissions(master.store, p, ws)
+    if perms is None:
+        return False  # none such (the route's 404) or a workspace without roles
+    if roles.VIEW not in perms:
+        raise roles.hidden_error(kind, ident)
+    if method in ("GET", "HEAD"):
+        return True
+    need = roles.UPDATE_EXPERIMENT
+    if kind in ("workspace", "project"):
+        need = (roles.CREATE_EXPERIMENT if route.endswith("/projects")
+                else roles.UPDATE_WORKSPACE)
+    if need in perms:
+        return True
+    raise Forbidden(f"user {p.username!r} lacks {need} on workspace {ws} for {kind} "
+                    f"{ident} (their roles there: see det rbac my-permissions)")
+
+
+def _with_cluster_admin(master: Master, p: Principal | None) -> Principal | None:
+    """``p`` as an admin when they hold ClusterAdmin (Determined's cluster role)."""
+    from dataclasses import replace
+
+    from det_sdk.master import roles
+
+    if (p is None or p.kind != "user" or p.admin
+            or not master.store.any_role_assignments()
+            or not roles.is_cluster_admin(master.store, p.user_id)):
+        return p
+    return replace(p, admin=True)
+
+
 def _ui_principal(master: Master, sessions: Sessions, request: Request) -> Principal | None:
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
@@ -379,6 +447,18 @@ def permission_dependency(master: Master, sessions: Sessions
         p = state.get("det_principal")
         if p is None:
             p = _ui_principal(master, sessions, request)
+            # the web UI's routes filter their lists by it (roles, issue 59)
+            request.scope.setdefault("state", {})["det_ui_principal"] = p
+        if p is not None and p.kind == "user":  # a task keeps its narrow rights
+            from starlette.concurrency import run_in_threadpool
+
+            # roles (issue 59): short SQLite reads, off the event loop
+            p = await run_in_threadpool(_with_cluster_admin, master, p)
+            if p is not None and p.admin:
+                state["det_principal"] = p
+            if await run_in_threadpool(role_check, master, p, request.method,
+                                       request.path_params, path):
+                return
         if rule == TOKEN or (rule == USER and p is not None and p.kind == "user"):
             return  # no lookup: the hot path (a task's reports) pays a dict lookup
         if isinstance(rule, Owner):

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from pydantic import Field
 
 from det_sdk import api
+from det_sdk.master import roles
 from det_sdk.master.compare import DEFAULT_POINTS, MAX_POINTS, MAX_TRIALS, MIN_POINTS, Comparer
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import Dependency, Principal
@@ -51,6 +52,12 @@ def compare_router(master: Master, user: Dependency, sessions: Sessions) -> APIR
     comparer = Comparer(master)
     auth = UiAuth(master, sessions)
 
+    def _visible(p: Principal | None, experiment_ids: list[int], trial_ids: list[int]
+                 ) -> None:
+        # roles (issue 59): one the caller may not see is answered as none such
+        roles.check_visible(master.store, p, "experiment", experiment_ids)
+        roles.check_visible(master.store, p, "trial", trial_ids)
+
     @router.get("/api/v1/compare", response_class=Response, responses=_DOC)
     def compare(request: Request, experiment_ids: ExperimentIds = [],  # noqa: B006
                 trial_ids: TrialIds = [], best: Best = None,  # noqa: B006
@@ -59,6 +66,7 @@ def compare_router(master: Master, user: Dependency, sessions: Sessions) -> APIR
         """Trials of several experiments side by side: their metric series,
         hyperparameters and configs, the rows that differ marked. More than
         `max_trials` trials chosen: 400, naming the limit."""
+        _visible(p, experiment_ids, trial_ids)
         return json_response(request, clean(comparer.compare(experiment_ids, trial_ids, best,
                                                              max_points)))
 
@@ -67,6 +75,8 @@ def compare_router(master: Master, user: Dependency, sessions: Sessions) -> APIR
                    trial_ids: TrialIds = [], best: Best = None,  # noqa: B006
                    max_points: MaxPoints = DEFAULT_POINTS) -> Response:
         auth.user(request)
+        _visible(request.scope.get("state", {}).get("det_ui_principal"), experiment_ids,
+                 trial_ids)
         return json_response(request, clean(comparer.compare(experiment_ids, trial_ids, best,
                                                              max_points)))
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
+from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.errors import NotFound
 from det_sdk.master.routes.common import Dependency, Id, Principal
@@ -74,8 +75,9 @@ def workspaces_router(master: Master, user: Dependency) -> APIRouter:
         """Every workspace by id (``name``: only that one; ``archived``: only the
         archived, or only the others)."""
         names = store.user_names()
+        hidden = roles.hidden_workspaces(store, p)  # roles (issue 59)
         return {"workspaces": [workspace_out(w, names) for w in store.workspaces()
-                               if (name is None or w["name"] == name)
+                               if w["id"] not in hidden and (name is None or w["name"] == name)
                                and (archived is None or w["archived"] == archived)]}
 
     @router.post("/api/v1/workspaces")

@@ -21,6 +21,7 @@ from det_sdk.master.store.database import hash_token
 from det_sdk.master.store.experiments import ExperimentTables
 from det_sdk.master.store.jobs import JobTables
 from det_sdk.master.store.metrics import MetricTables
+from det_sdk.master.store.roles import RoleTables
 from det_sdk.master.store.system_metrics import SystemMetricTables
 from det_sdk.master.store.tokens import TokenTables
 from det_sdk.master.store.trials import TrialTables
@@ -32,5 +33,6 @@ __all__ = ["Store", "hash_token"]
 class Store(ExperimentTables, TrialTables, JobTables, AllocationTables, MetricTables,
             CheckpointTables, TokenTables, CountTables,
             SystemMetricTables,
-            WorkspaceTables):  # workspaces and projects (issue 59)
+            WorkspaceTables,  # workspaces and projects (issue 59)
+            RoleTables):  # role assignments (issue 59)
     """Thin, typed access to the master's SQLite database."""

@@ -74,11 +74,12 @@ class Views:
 
     # --- experiments ----------------------------------------------------------------------
 
-    def experiments(self, limit: int = PAGE, cursor: str | None = None) -> dict[str, Any]:
+    def experiments(self, limit: int = PAGE, cursor: str | None = None,
+                    projects: list[int] | None = None) -> dict[str, Any]:
         """A page of the list, newest first (``det_sdk.master.pages``): ``experiments``,
-        ``total`` and ``next_cursor``."""
+        ``total`` and ``next_cursor``; ``projects``: only those in these (roles)."""
         now = time.time()
-        page = experiment_page(self.master, limit, cursor)
+        page = experiment_page(self.master, limit, cursor, projects=projects)
         rows = [{
             "id": e.id, "name": e.name, "state": e.state.value, "searcher": e.searcher,
             "metric": e.metric, "smaller_is_better": e.smaller_is_better,
