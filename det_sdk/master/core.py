@@ -59,6 +59,7 @@ from det_sdk.master.lifecycle import (
 from det_sdk.master.log_clock import LogClock
 from det_sdk.master.notebooks import Notebooks
 from det_sdk.master.resources import ResourceManager, make_resource_manager
+from det_sdk.master.roles import Roles
 from det_sdk.master.rows import AllocationRow, ExperimentRow, JobRow, TrialRow
 from det_sdk.master.scheduler import Scheduler
 from det_sdk.master.search import Search, planned_trials
@@ -66,6 +67,7 @@ from det_sdk.master.shells import Shells
 from det_sdk.master.store import Store, hash_token
 from det_sdk.master.tensorboards import Source, TensorBoards, tensorboard_dir
 from det_sdk.master.webhooks import Webhooks
+from det_sdk.master.workspaces import Workspaces
 from det_sdk.stages import DEFAULT_STAGE, split_group, stored_group
 
 __all__ = ["Master", "RequestError"]
@@ -120,6 +122,8 @@ class Master:
             on_job_ended=self._job_ended)
         # webhooks (issue 60): an experiment's state changes queue their events
         self.agent_users = AgentUsers(self.store)  # link-with-agent-user (issue 59)
+        self.workspaces = Workspaces(self.store)  # workspaces and projects (issue 59)
+        self.roles = Roles(self.store)  # who sees and changes what in them (issue 59)
         self.webhooks = Webhooks(self.store, workspace_of=self._workspace_of,
                                  workspace_exists=lambda ws: self.store.workspace(ws) is not None)
         self.lifecycle.on_experiment_state = self.webhooks.experiment_state

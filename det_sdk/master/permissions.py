@@ -387,8 +387,8 @@ def role_check(master: Master, p: Principal | None, method: str,
     if found is None or not master.store.any_role_assignments():
         return False
     kind, ident = found
-    ws = roles.workspace_of(master.store, kind, ident)
-    perms = None if ws is None else roles.workspace_permissions(master.store, p, ws)
+    ws = master.roles.workspace_of(kind, ident)
+    perms = None if ws is None else master.roles.workspace_permissions(p, ws)
     if perms is None:
         return False  # none such (the route's 404) or a workspace without roles
     if roles.VIEW not in perms:
@@ -409,11 +409,10 @@ def _with_cluster_admin(master: Master, p: Principal | None) -> Principal | None
     """``p`` as an admin when they hold ClusterAdmin (Determined's cluster role)."""
     from dataclasses import replace
 
-    from det_sdk.master import roles
 
     if (p is None or p.kind != "user" or p.admin
             or not master.store.any_role_assignments()
-            or not roles.is_cluster_admin(master.store, p.user_id)):
+            or not master.roles.is_cluster_admin(p.user_id)):
         return p
     return replace(p, admin=True)
 

@@ -20,16 +20,19 @@ from __future__ import annotations
 from typing import Any
 
 from det_sdk.master.errors import InvalidRequest, NotFound
+from det_sdk.master.store.roles import CLUSTER
 
 __all__ = [
     "ALL",
     "ASSIGN_ROLES",
+    "CLUSTER",
     "CREATE_EXPERIMENT",
     "ROLES",
     "ROLE_IDS",
     "UPDATE_EXPERIMENT",
     "UPDATE_WORKSPACE",
     "VIEW",
+    "Roles",
     "check_visible",
     "hidden_error",
     "hidden_workspaces",
@@ -186,3 +189,50 @@ def may_create_in(store: Any, p: Any, project_id: int) -> None:
 def hidden_error(kind: str, ident: str) -> NotFound:
     """The answer to a caller who may not see ``kind`` ``ident``: the same as none such."""
     return NotFound(f"no {kind} {ident}")
+
+
+class Roles:
+    """The role rules over the master's tables (its routes' and the permission check's
+    one way to them: ``Master.roles``); each method is this module's function of the
+    same name, or the store's assignment table's.
+
+    >>> from det_sdk.master.store import Store
+    >>> Roles(Store(":memory:")).hidden_workspaces(None)
+    set()
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def is_cluster_admin(self, user_id: int | None) -> bool:
+        return is_cluster_admin(self._store, user_id)
+
+    def workspace_permissions(self, p: Any, ws_id: int) -> frozenset[str] | None:
+        return workspace_permissions(self._store, p, ws_id)
+
+    def workspace_of(self, kind: str, ident: str) -> int | None:
+        return workspace_of(self._store, kind, ident)
+
+    def hidden_workspaces(self, p: Any) -> set[int]:
+        return hidden_workspaces(self._store, p)
+
+    def visible_projects(self, p: Any, projects: list[int] | None) -> list[int] | None:
+        return visible_projects(self._store, p, projects)
+
+    def check_visible(self, p: Any, kind: str, idents: list[int]) -> None:
+        check_visible(self._store, p, kind, idents)
+
+    def may_create_in(self, p: Any, project_id: int) -> None:
+        may_create_in(self._store, p, project_id)
+
+    def workspace(self, ws_id: int) -> dict[str, Any] | None:
+        return self._store.workspace(ws_id)
+
+    def roles_of(self, user_id: int) -> list[dict[str, Any]]:
+        return self._store.roles_of(user_id)
+
+    def assign_role(self, user_id: int, role: str, ws_id: int) -> bool:
+        return bool(self._store.assign_role(user_id, role, ws_id))
+
+    def unassign_role(self, user_id: int, role: str, ws_id: int) -> bool:
+        return bool(self._store.unassign_role(user_id, role, ws_id))

@@ -19,7 +19,7 @@ from typing import Any
 from det_sdk.master.errors import InvalidRequest, NotFound
 from det_sdk.master.store.workspaces import DEFAULT_PROJECT
 
-__all__ = ["project_for", "project_out", "workspace_out"]
+__all__ = ["Workspaces", "project_for", "project_out", "workspace_out"]
 
 
 def workspace_out(w: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
@@ -82,3 +82,58 @@ def project_for(store: Any, project_id: int | None, raw_config: Any) -> int:
     if found is None:
         raise NotFound(f"project: workspace {ws_name!r} has no project named {proj_name!r}")
     return int(store.open_project(found["id"])["id"])
+
+
+class Workspaces:
+    """The master's workspaces and projects (its routes' one way to them: ``Master
+    .workspaces``), over the store's tables (det_sdk.master.store.workspaces).
+
+    >>> from det_sdk.master.store import Store
+    >>> book = Workspaces(Store(":memory:"))
+    >>> book.workspace(1)["name"], book.project_for(None, {"name": "x"})
+    ('Uncategorized', 1)
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def workspace(self, ws_id: int) -> dict[str, Any] | None:
+        return self._store.workspace(ws_id)
+
+    def workspaces(self) -> list[dict[str, Any]]:
+        return self._store.workspaces()
+
+    def project(self, project_id: int) -> dict[str, Any] | None:
+        return self._store.project(project_id)
+
+    def projects(self, ws_id: int | None = None) -> list[dict[str, Any]]:
+        return self._store.projects(ws_id)
+
+    def user_names(self) -> dict[int, str]:
+        return self._store.user_names()
+
+    def create_workspace(self, name: str, owner_id: int | None) -> int:
+        return int(self._store.create_workspace(name, owner_id))
+
+    def delete_workspace(self, ws_id: int) -> None:
+        self._store.delete_workspace(ws_id)
+
+    def set_workspace_archived(self, ws_id: int, archived: bool) -> None:
+        self._store.set_workspace_archived(ws_id, archived)
+
+    def create_project(self, ws_id: int, name: str, description: str,
+                       owner_id: int | None) -> int:
+        return int(self._store.create_project(ws_id, name, description, owner_id))
+
+    def delete_project(self, project_id: int) -> None:
+        self._store.delete_project(project_id)
+
+    def set_project_archived(self, project_id: int, archived: bool) -> None:
+        self._store.set_project_archived(project_id, archived)
+
+    def move_experiment(self, exp_id: int, project_id: int) -> None:
+        self._store.move_experiment(exp_id, project_id)
+
+    def project_for(self, project_id: int | None, raw_config: Any) -> int:
+        """:func:`project_for` over this master's tables."""
+        return project_for(self._store, project_id, raw_config)

@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.experiment_admin import ExperimentAdmin, job_queue, running_tasks
 from det_sdk.master.experiment_continue import continue_experiment
@@ -119,18 +118,18 @@ def admin_router(master: Master, user: Dependency) -> APIRouter:
     def queue(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
         """The scheduler's queue: experiments and batch jobs waiting for or holding
         slots, first submitted first (`det job list`)."""
-        hidden = roles.hidden_workspaces(master.store, p)  # roles (issue 59)
+        hidden = master.roles.hidden_workspaces(p)  # roles (issue 59)
         return {"jobs": [j for j in job_queue(master) if not hidden or j["type"] != "EXPERIMENT"
-                         or roles.workspace_of(master.store, "experiment", str(j["id"]))
+                         or master.roles.workspace_of("experiment", str(j["id"]))
                          not in hidden]}
 
     @router.get("/api/v1/tasks")
     def tasks(p: Principal = Depends(user)) -> dict[str, list[dict[str, Any]]]:
         """The allocations running now: which trial or job, its state and slots."""
-        hidden = roles.hidden_workspaces(master.store, p)  # roles (issue 59)
+        hidden = master.roles.hidden_workspaces(p)  # roles (issue 59)
         return {"tasks": [t for t in running_tasks(master) if not hidden
                           or t["trial_id"] is None
-                          or roles.workspace_of(master.store, "trial", str(t["trial_id"]))
+                          or master.roles.workspace_of("trial", str(t["trial_id"]))
                           not in hidden]}
 
     return router

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from det_sdk import api
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.errors import NotFound
 from det_sdk.master.pages import checkpoint_page
@@ -42,12 +41,12 @@ def checkpoints_router(master: Master, principal: Dependency) -> APIRouter:
 
     def _hidden(p: Principal) -> set[int]:
         # roles (issue 59): a user's view; a task's token keeps its narrow rights
-        return roles.hidden_workspaces(master.store, p) if p.kind == "user" else set()
+        return master.roles.hidden_workspaces(p) if p.kind == "user" else set()
 
     def _seen(p: Principal, uuid: str) -> dict[str, Any]:
         info = master.checkpoint_info(uuid)
         hidden = _hidden(p)
-        if hidden and roles.workspace_of(master.store, "trial", str(info["trial_id"])) \
+        if hidden and master.roles.workspace_of("trial", str(info["trial_id"])) \
                 in hidden:
             raise NotFound(f"no checkpoint {uuid!r}")
         return info
@@ -62,7 +61,7 @@ def checkpoints_router(master: Master, principal: Dependency) -> APIRouter:
         if hidden:  # roles (issue 59): leave out what the caller may not see
             page.checkpoints = [
                 c for c in page.checkpoints
-                if roles.workspace_of(master.store, "trial", str(c.trial_id)) not in hidden]
+                if master.roles.workspace_of("trial", str(c.trial_id)) not in hidden]
         return as_json(page)
 
     @router.get("/{uuid}")

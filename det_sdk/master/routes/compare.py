@@ -15,7 +15,6 @@ from fastapi.responses import Response
 from pydantic import Field
 
 from det_sdk import api
-from det_sdk.master import roles
 from det_sdk.master.compare import DEFAULT_POINTS, MAX_POINTS, MAX_TRIALS, MIN_POINTS, Comparer
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import Dependency, Principal
@@ -55,8 +54,8 @@ def compare_router(master: Master, user: Dependency, sessions: Sessions) -> APIR
     def _visible(p: Principal | None, experiment_ids: list[int], trial_ids: list[int]
                  ) -> None:
         # roles (issue 59): one the caller may not see is answered as none such
-        roles.check_visible(master.store, p, "experiment", experiment_ids)
-        roles.check_visible(master.store, p, "trial", trial_ids)
+        master.roles.check_visible(p, "experiment", experiment_ids)
+        master.roles.check_visible(p, "trial", trial_ids)
 
     @router.get("/api/v1/compare", response_class=Response, responses=_DOC)
     def compare(request: Request, experiment_ids: ExperimentIds = [],  # noqa: B006

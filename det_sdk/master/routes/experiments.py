@@ -19,11 +19,9 @@ from det_sdk.config import (
     launch_warnings,
     parse_experiment_config,
 )
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.pages import experiment_detail, experiment_page, trial_page
 from det_sdk.master.routes.common import Cursor, Dependency, Id, Limit, Principal, as_json
-from det_sdk.master.workspaces import project_for
 
 __all__ = ["experiments_router"]
 
@@ -38,8 +36,8 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
     @router.post("/api/v1/experiments", status_code=201)
     def create_experiment(req: api.CreateExperimentRequest,
                           p: Principal = Depends(user)) -> api.CreateExperimentResponse:
-        project_id = project_for(master.store, req.project_id, req.config)  # issue 59
-        roles.may_create_in(master.store, p, project_id)  # roles (issue 59)
+        project_id = master.workspaces.project_for(req.project_id, req.config)  # issue 59
+        master.roles.may_create_in(p, project_id)  # roles (issue 59)
         exp_id = master.create_experiment(req.config, req.model_definition, req.activate,
                                           owner_id=p.user_id, project_id=project_id)
         # accepted: the config validated above; workspace and project are read (issue 59)
@@ -69,9 +67,9 @@ def experiments_router(master: Master, user: Dependency) -> APIRouter:
             owners = [ids[name] for name in users if name in ids]
         projects = None
         if project_id is not None or workspace_id is not None:
-            projects = [pr["id"] for pr in master.store.projects(workspace_id)
+            projects = [pr["id"] for pr in master.workspaces.projects(workspace_id)
                         if project_id is None or pr["id"] == project_id]
-        projects = roles.visible_projects(master.store, p, projects)  # roles (issue 59)
+        projects = master.roles.visible_projects(p, projects)  # roles (issue 59)
         return as_json(experiment_page(master, limit, cursor, archived, owners, projects))
 
     @router.get("/api/v1/experiments/{exp_id}", response_model=api.ExperimentInfo)

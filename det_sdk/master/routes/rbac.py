@@ -21,7 +21,6 @@ from det_sdk.master.core import Master
 from det_sdk.master.errors import InvalidRequest, NotFound
 from det_sdk.master.permissions import Forbidden
 from det_sdk.master.routes.common import Dependency, Id, Principal
-from det_sdk.master.store.roles import CLUSTER
 
 __all__ = ["AssignmentsRequest", "RoleAssignment", "RoleRef", "rbac_router"]
 
@@ -70,13 +69,13 @@ def _role_out(name: str) -> dict[str, Any]:
 def rbac_router(master: Master, user: Dependency) -> APIRouter:
     """The RBAC routes over ``master``."""
     router = APIRouter()
-    store = master.store
+    store = master.roles
     by_id = {i: name for name, i in roles.ROLE_IDS.items()}
 
     def _assignments(user_id: int) -> list[dict[str, Any]]:
         return [{"role": _role_out(a["role"]),
                  "scopeWorkspaceId": a["workspace_id"] or None,
-                 "scopeCluster": a["workspace_id"] == CLUSTER}
+                 "scopeCluster": a["workspace_id"] == roles.CLUSTER}
                 for a in store.roles_of(user_id)]
 
     def _checked(request: Request, p: Principal, body: AssignmentsRequest
@@ -91,19 +90,19 @@ def rbac_router(master: Master, user: Dependency) -> APIRouter:
             if role is None:
                 raise InvalidRequest(f"roleId: no role {a.roleAssignment.role.roleId}; the "
                                      f"roles are {roles.ROLE_IDS}")
-            ws = a.roleAssignment.scopeWorkspaceId or CLUSTER
-            if ws != CLUSTER and store.workspace(ws) is None:
+            ws = a.roleAssignment.scopeWorkspaceId or roles.CLUSTER
+            if ws != roles.CLUSTER and store.workspace(ws) is None:
                 raise NotFound(f"scopeWorkspaceId: no workspace {ws}")
-            if role == "ClusterAdmin" and ws != CLUSTER:
+            if role == "ClusterAdmin" and ws != roles.CLUSTER:
                 raise InvalidRequest("scopeWorkspaceId: ClusterAdmin is assigned "
                                      "cluster-wide only")
             if not p.admin:
-                found = None if ws == CLUSTER else store.workspace(ws)
-                perms = (roles.workspace_permissions(store, p, ws)
-                         if ws != CLUSTER else None)
+                found = None if ws == roles.CLUSTER else store.workspace(ws)
+                perms = (store.workspace_permissions(p, ws)
+                         if ws != roles.CLUSTER else None)
                 creator = found is not None and found.get("owner_id") == p.user_id
                 if not creator and (perms is None or roles.ASSIGN_ROLES not in perms):
-                    where = "cluster-wide" if ws == CLUSTER else f"on workspace {ws}"
+                    where = "cluster-wide" if ws == roles.CLUSTER else f"on workspace {ws}"
                     raise Forbidden(f"user {p.username!r} lacks {roles.ASSIGN_ROLES} "
                                     f"{where} (admins, ClusterAdmins and the workspace's "
                                     "WorkspaceAdmins and creator have it)")
@@ -139,7 +138,7 @@ def rbac_router(master: Master, user: Dependency) -> APIRouter:
         for uid, role, ws in _checked(request, p, body):
             if not store.unassign_role(uid, role, ws):
                 raise NotFound(f"user {uid} holds no {role} "
-                               + ("cluster-wide" if ws == CLUSTER else f"on workspace {ws}"))
+                               + ("cluster-wide" if ws == roles.CLUSTER else f"on workspace {ws}"))
         return {}
 
     return router

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from det_sdk import api
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import Dependency, Principal, read_log
 
@@ -40,8 +39,8 @@ def tensorboards_router(master: Master, user: Dependency) -> APIRouter:
         """Start TensorBoard over the trials' event files; STARTING until it serves (poll
         ``GET /api/v1/tensorboards/{id}``). 404 names an unknown experiment or trial."""
         # roles (issue 59): an experiment the caller may not see is as none such
-        roles.check_visible(master.store, p, "experiment", list(req.experiment_ids or []))
-        roles.check_visible(master.store, p, "trial", list(req.trial_ids or []))
+        master.roles.check_visible(p, "experiment", list(req.experiment_ids or []))
+        master.roles.check_visible(p, "trial", list(req.trial_ids or []))
         rec = master.start_tensorboard(req.experiment_ids, req.trial_ids, req.description,
                                        p.user_id)
         return {"tensorboard": info(rec)}

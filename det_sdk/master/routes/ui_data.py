@@ -16,7 +16,6 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from det_sdk.api import MAX_PAGE_LIMIT, STAGE_PATTERN
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.routes.common import checkpoint_download
 from det_sdk.master.security import Sessions
@@ -67,7 +66,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
         auth.user(request)
         # roles (issue 59): the caller's, found by the permission check
         who = request.scope.get("state", {}).get("det_ui_principal")
-        projects = roles.visible_projects(master.store, who, None)
+        projects = master.roles.visible_projects(who, None)
         return json_response(request, clean(views.experiments(limit, cursor, projects)))
 
     @router.get("/experiments/{exp_id}")
@@ -180,7 +179,7 @@ def ui_data_router(master: Master, sessions: Sessions) -> APIRouter:
             ids = [int(x) for x in experiment_ids.split(",") if x.strip()]
         except ValueError:
             raise HTTPException(400, "experiment_ids: comma-separated integers") from None
-        roles.check_visible(master.store, request.scope.get("state", {}).get(
+        master.roles.check_visible(request.scope.get("state", {}).get(
             "det_ui_principal"), "experiment", ids)  # roles (issue 59)
         return json_response(request, views.tensorboard_dirs(ids))
 

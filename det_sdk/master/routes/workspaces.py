@@ -2,7 +2,7 @@
 create), ``/api/v1/workspaces/{id}`` (get, delete), its ``archive``/``unarchive`` and
 ``projects`` (list, create), ``/api/v1/projects/{id}`` (get, delete) with its
 ``archive``/``unarchive``, and ``/api/v1/experiments/{id}/move``. Who may call which is
-det_sdk.master.permissions' table; the tables are det_sdk.master.store.workspaces.
+det_sdk.master.permissions' table; the tables are in the store's workspaces module.
 
 >>> # app.include_router(workspaces_router(master, user))
 """
@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from det_sdk import api
-from det_sdk.master import roles
 from det_sdk.master.core import Master
 from det_sdk.master.errors import NotFound
 from det_sdk.master.routes.common import Dependency, Id, Principal
@@ -55,7 +54,7 @@ def workspaces_router(master: Master, user: Dependency) -> APIRouter:
     """The workspaces' and projects' routes over ``master``; ``user``: the dependency
     admitting a user's token (det_sdk.master.routes.common.auth_dependencies)."""
     router = APIRouter()
-    store = master.store
+    store = master.workspaces
 
     def _workspace(ws_id: int) -> dict[str, Any]:
         found = store.workspace(ws_id)
@@ -75,7 +74,7 @@ def workspaces_router(master: Master, user: Dependency) -> APIRouter:
         """Every workspace by id (``name``: only that one; ``archived``: only the
         archived, or only the others)."""
         names = store.user_names()
-        hidden = roles.hidden_workspaces(store, p)  # roles (issue 59)
+        hidden = master.roles.hidden_workspaces(p)  # roles (issue 59)
         return {"workspaces": [workspace_out(w, names) for w in store.workspaces()
                                if w["id"] not in hidden and (name is None or w["name"] == name)
                                and (archived is None or w["archived"] == archived)]}
