@@ -30,8 +30,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["custom_data", "default_body", "log_default_body", "log_slack_body", "slack_body",
-           "test_body"]
+__all__ = [
+    "custom_data",
+    "default_body",
+    "log_default_body",
+    "log_slack_body",
+    "ping_body",
+    "slack_body",
+]
 
 
 def _experiment(exp: Mapping[str, Any], now: float, trial_id: int | None) -> dict[str, Any]:
@@ -71,11 +77,11 @@ def default_body(event_type: str, exp: Mapping[str, Any], *, now: float | None =
                   "event_data": data})
 
 
-def test_body(webhook_type: str, now: float | None = None) -> bytes:
+def ping_body(webhook_type: str, now: float | None = None) -> bytes:
     """What ``POST /api/v1/webhooks/{id}/test`` sends, as Determined: a COMPLETED
     condition with ``event_data: {"data": "test"}``, or Slack's ``test`` section.
 
-    >>> json.loads(test_body("SLACK"))["blocks"][0]["text"]["text"]
+    >>> json.loads(ping_body("SLACK"))["blocks"][0]["text"]["text"]
     'test'
     """
     if webhook_type == "SLACK":

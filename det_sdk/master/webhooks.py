@@ -59,8 +59,8 @@ from det_sdk.master.webhook_payloads import (
     default_body,
     log_default_body,
     log_slack_body,
+    ping_body,
     slack_body,
-    test_body,
 )
 
 __all__ = ["LEVELS", "MODES", "TRIGGER_TYPES", "WEBHOOK_TYPES", "Webhooks", "check_url",
@@ -318,7 +318,7 @@ class Webhooks:
         hook = self.tables.webhook(webhook_id, with_key=True)
         if hook is None:
             raise NotFound(f"no webhook {webhook_id}")
-        body = test_body(hook["webhook_type"])
+        body = ping_body(hook["webhook_type"])
         did = self.tables.add_delivery(webhook_id, str(uuid.uuid4()), "TEST", None)
         status, error = post_once(hook["url"], body, signed_headers(hook["signing_key"], body),
                                   self.deliverer.timeout)
