@@ -68,19 +68,9 @@ def exit_code_of(cmd: dict[str, Any]) -> int:
 def _config(args: Namespace) -> dict[str, Any]:
     """``--config-file``, ``--config`` over it, then the command's words (Determined's
     order: a config's own ``entrypoint`` wins), checked before anything is sent."""
-    from det_sdk.config import ConfigError, load_yaml_file
     from det_sdk.config.command import parse_command_config
 
-    config: dict[str, Any] = {}
-    if args.config_file:
-        loaded = load_yaml_file(args.config_file)
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"invalid command config {args.config_file}: expected a "
-                              f"mapping at the top level, got {type(loaded).__name__}")
-        config = loaded
-    config = common.parse_overrides(config, args.config)
+    config = common.task_config(args, "command")
     words = entrypoint(args.entrypoint)
     if not config.get("entrypoint"):
         if not words:

@@ -197,6 +197,27 @@ def read_config(path: str, kind: str) -> dict[str, Any]:
     return raw
 
 
+def task_config(args: Namespace, kind: str) -> dict[str, Any]:
+    """A command's, shell's or notebook's config (``kind``): ``--config-file``, then
+    ``--config`` over it, checked for its shape here (the master checks its fields).
+
+    >>> task_config(Namespace(config_file=None, config=["description=x"]), "shell")
+    {'description': 'x'}
+    """
+    from det_sdk.config import ConfigError, load_yaml_file
+
+    config: dict[str, Any] = {}
+    if args.config_file:
+        loaded = load_yaml_file(args.config_file)
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"invalid {kind} config {args.config_file}: expected a "
+                              f"mapping at the top level, got {type(loaded).__name__}")
+        config = loaded
+    return parse_overrides(config, args.config or [])
+
+
 def parse_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Determined's ``--config key.sub=value`` (the value read as YAML) applied to a
     config."""

@@ -97,28 +97,11 @@ def _open(args: Namespace, nb_id: int, browser: bool) -> int:
     return 0
 
 
-def _config(args: Namespace) -> dict[str, Any]:
-    """``--config-file``, then ``--config`` over it, checked for its shape here (the master
-    checks its fields)."""
-    from det_sdk.config import ConfigError, load_yaml_file
-
-    config: dict[str, Any] = {}
-    if args.config_file:
-        loaded = load_yaml_file(args.config_file)
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"invalid notebook config {args.config_file}: expected a "
-                              f"mapping at the top level, got {type(loaded).__name__}")
-        config = loaded
-    return common.parse_overrides(config, args.config)
-
-
 def start(args: Namespace) -> int:
     """Queue a notebook; unless ``-d``, wait for JupyterLab and open it."""
     import base64
 
-    config = _config(args)
+    config = common.task_config(args, "notebook")
     files = None
     if args.context is not None:
         files = base64.b64encode(common.pack_directory(args.context)).decode()

@@ -164,28 +164,11 @@ def _ssh(args: Namespace, shell_id: int) -> int:
     return code
 
 
-def _config(args: Namespace) -> dict[str, Any]:
-    """``--config-file``, then ``--config`` over it, checked for its shape here (the master
-    checks its fields)."""
-    from det_sdk.config import ConfigError, load_yaml_file
-
-    config: dict[str, Any] = {}
-    if args.config_file:
-        loaded = load_yaml_file(args.config_file)
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"invalid shell config {args.config_file}: expected a mapping "
-                              f"at the top level, got {type(loaded).__name__}")
-        config = loaded
-    return common.parse_overrides(config, args.config)
-
-
 def start(args: Namespace) -> int:
     """Queue a shell; unless ``-d``, open a session once its sshd listens."""
     import base64
 
-    config = _config(args)
+    config = common.task_config(args, "shell")
     files = None
     if args.context is not None:
         files = base64.b64encode(common.pack_directory(args.context)).decode()
