@@ -159,6 +159,12 @@ FORMS: list[tuple[str, str, str]] = [
     ("det user deactivate ann", "same", "admins only; their tokens and web UI sessions end at "
                                         "once"),
     ("det user rename ann anna", "same", "admins only; what they own stays theirs"),
+    ("det user edit ann --display-name Ann", "same", "admins, or the user for their own "
+                                                   "display name"),
+    ("det user edit ann --username anna --active false --admin true", "same",
+     "admins only; the fields given change together"),
+    ("det user edit ann --remote true", "refused", "no remote (SSO) users: every user signs in "
+                                                   "with a password"),
     ("det task list", "same", "what runs now: trial-N, job-N"),
     ("det slot list", "different", "one row per slot: the task holding it and its GPUs' "
                                    "use from the profiler (no agents: one host)"),

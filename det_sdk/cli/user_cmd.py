@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from argparse import Namespace
 
+from det_sdk.cli.common import refused
 from det_sdk.errors import UsageError
 
 TYPE_CHECKING = False
@@ -221,6 +222,28 @@ def user_rename(args: Namespace) -> int:
     return 0
 
 
+def _bool(text: str) -> bool:
+    """``(true|false)``, as Determined's flags (common loaded when a value is parsed)."""
+    from det_sdk.cli.common import bool_text
+
+    return bool_text(text)
+
+
+def user_edit(args: Namespace) -> int:
+    """Determined's ``det user edit NAME [--display-name D] [--username U] [--active
+    (true|false)] [--admin (true|false)]``: the fields given, in one change."""
+    given = {"Display Name": ("display_name", args.display_name),
+             "Active": ("active", args.activate), "Username": ("username", args.username),
+             "Admin": ("admin", args.admin)}
+    fields = {key: value for key, value in given.values() if value is not None}
+    if not fields:
+        raise UsageError("det user edit: no field provided; use 'det user edit -h' for usage")
+    _patch(args, args.target_user, **fields)
+    print("Changes made to the following fields: " +
+          ", ".join(name for name, (_, value) in given.items() if value is not None))
+    return 0
+
+
 def _name(help_text: str) -> dict[str, Any]:
     return {"help": help_text}
 
@@ -269,6 +292,16 @@ COMMANDS: dict[str, Any] = {
     "rename": (user_rename, "change a user's name (admins only)",
                [("target_user", _name("name of the user to rename")),
                 ("new_username", _name("their new name"))]),
+    "edit": (user_edit, "edit a user's fields (admins; your own display name)", [
+        ("target_user", _name("name of the user to edit")),
+        ("--display-name", {"help": "their new display name"}),
+        ("--username", {"help": "their new name"}),
+        ("--active", {"dest": "activate", "type": _bool, "metavar": "(true|false)",
+                      "help": "activate or deactivate them"}),
+        ("--admin", {"type": _bool, "metavar": "(true|false)",
+                     "help": "give or take admin rights"}),
+        ("--remote", refused("det_sdk has no remote (SSO) users: every user signs in with a "
+                             "password", takes_value=True))]),
     "link-with-agent-user": (user_link_with_agent_user, "run a user's tasks as a Linux "
                              "account when the master runs as root (admins only)", [
                                  ("det_username", _name("name of the user")),

@@ -129,6 +129,16 @@ def test_admins_manage_users_and_users_sign_in_by_password(
     # too short a password is refused naming the field
     out = c.det("user", "create", "shorty", "--password", "short")
     assert out.returncode == 1 and "password" in out.stderr and "8" in out.stderr
+    # det user edit (Determined's form): the fields given change together; none is refused
+    edited = ok(c.det("user", "edit", "ann", "--display-name", "Ann A.", "--admin", "false"))
+    assert edited.strip() == "Changes made to the following fields: Display Name, Admin"
+    assert _rows(ok(c.det("user", "list")))["2"][2] == "Ann A."
+    out = c.det("user", "edit", "ann")
+    assert out.returncode != 0 and "no field provided" in out.stderr
+    out = c.det("user", "edit", "ann", "--remote", "true")
+    assert out.returncode != 0 and "refused by det_sdk" in out.stderr
+    out = ann.det("user", "edit", "bob", "--display-name", "Bobby")
+    assert out.returncode == 1 and "403" in out.stderr
 
 
 def test_owners_are_listed_and_only_an_owner_or_an_admin_changes_a_thing(
