@@ -157,3 +157,44 @@ def test_roles_decide_who_sees_and_changes_what(c: Cluster, people: dict[str, Pe
     ok(c.det("user", "deactivate", "cat"))
     refused(cat.det("e", "list"), "401")
     refused(cat.det("rbac", "my-permissions"), "401")
+
+
+def test_the_client_and_the_web_ui_show_a_viewer_only_its_workspace(
+        c: Cluster, people: dict[str, Person]) -> None:
+    """The same roles seen through the Python client (as Determined's users call it) and
+    the web UI in Chromium: ann views "maps"; "text" has roles (bob edits it), not hers."""
+    from det_sdk.client import MasterError
+    from det_sdk.experimental.client import Determined
+
+    ok(c.det("workspace", "create", "maps"))
+    ok(c.det("workspace", "create", "text"))
+    maps = c.det_json("project", "create", "maps", "m1")["id"]
+    text = c.det_json("project", "create", "text", "t1")["id"]
+    in_maps, in_text = (paused(c, c.token, p).json()["id"] for p in (maps, text))
+    ok(c.det("rbac", "assign-role", "Viewer", "-u", "ann", "-w", "maps"))
+    ok(c.det("rbac", "assign-role", "Editor", "-u", "bob", "-w", "text"))
+
+    ann = Determined(c.url, user="ann", password=PASSWORDS["ann"])
+    seen = {e.id for e in ann.list_experiments()}
+    assert in_maps in seen and in_text not in seen
+    with pytest.raises(MasterError, match="404"):
+        ann.get_experiment(in_text).reload()
+    with pytest.raises(MasterError, match="403"):
+        ann.get_experiment(in_maps).kill()
+    bob = Determined(c.url, user="bob", password=PASSWORDS["bob"])
+    assert in_text in {e.id for e in bob.list_experiments()}
+
+    from harness.browser import missing_reason, open_browser, signed_in_context
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"page tests need headless Chromium: {reason}")
+    with open_browser() as browser:
+        context = signed_in_context(browser, c.url, people["ann"].token)
+        page = context.new_page()
+        page.goto(f"{c.url}/ui/#/experiments")
+        page.wait_for_selector(f'tr[data-id="{in_maps}"]', timeout=60_000)
+        assert page.locator(f'tr[data-id="{in_text}"]').count() == 0
+        page.goto(f"{c.url}/ui/#/experiments/{in_text}")
+        page.wait_for_selector("text=no experiment", timeout=60_000)
+        context.close()
