@@ -184,6 +184,26 @@ def test_the_client_and_the_web_ui_show_a_viewer_only_its_workspace(
     bob = Determined(c.url, user="bob", password=PASSWORDS["bob"])
     assert in_text in {e.id for e in bob.list_experiments()}
 
+    # a running trial in "text": its slot shows as held, not by what; its checkpoint
+    # cannot become ann's model version (the same 404 as none such)
+    fakes = Fakes(c, c.root / "control")
+    running = fakes.create(name="running-in-text", workspace="text", project="t1")
+    trial = fakes.trial_of(running)["id"]
+    fakes.wait_started(trial, timeout=120)
+    uuid = fakes.send(trial, "report") and fakes.send(trial, "checkpoint")["uuid"]
+    held = [s for s in people["ann"].json("slot", "list") if s["type"]]
+    assert held and all(s["task_id"] is None for s in held), held
+    assert f"trial-{trial}" in {s["task_id"] for s in c.det_json("slot", "list")}
+    ok(people["ann"].det("model", "create", "ann-model"))
+    with c.http(token=people["ann"].token) as http:
+        r = http.post("/api/v1/models/ann-model/versions", json={"checkpoint_uuid": uuid})
+        assert r.status_code == 404 and "no checkpoint" in r.text, r.text
+    ok(people["bob"].det("model", "create", "bob-model"))  # bob edits "text": he may
+    with c.http(token=people["bob"].token) as http:
+        r = http.post("/api/v1/models/bob-model/versions", json={"checkpoint_uuid": uuid})
+        assert r.status_code in (200, 201), r.text
+    ok(c.det("e", "kill", str(running)))
+
     from harness.browser import missing_reason, open_browser, signed_in_context
 
     reason = missing_reason()

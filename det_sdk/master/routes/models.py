@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from det_sdk.master.errors import NotFound
 from det_sdk.master.models import ModelRegistry
 from det_sdk.master.routes.common import Principal
 
@@ -56,7 +57,15 @@ def models_router(master: Any, user: Any) -> APIRouter:
         return registry.delete(ident)
 
     @router.post("/{ident}/versions")
-    def register_version(ident: str, body: RegisterVersion) -> dict[str, Any]:
+    def register_version(ident: str, body: RegisterVersion,
+                         p: Principal = Depends(user)) -> dict[str, Any]:
+        """A version of the model from a checkpoint the caller may see (roles, issue 59:
+        one of a workspace hidden from them is answered as none such)."""
+        hidden = master.roles.hidden_workspaces(p)
+        if hidden:
+            trial_id = master.checkpoint_info(body.checkpoint_uuid)["trial_id"]
+            if master.roles.workspace_of("trial", str(trial_id)) in hidden:
+                raise NotFound(f"no checkpoint {body.checkpoint_uuid!r}")
         return registry.register(ident, body.checkpoint_uuid)
 
     @router.get("/{ident}/versions")

@@ -125,6 +125,15 @@ def profiler_router(master: Master, principal: Dependency, user: Dependency,
     def slot_list(p: Principal = Depends(user)) -> dict[str, list[SlotRow]]:
         """The master's slots, who holds each (a trial's or a job's allocation) and,
         for a trial, its GPUs' use as its profiler last reported it (``det slot list``)."""
-        return {"slots": [SlotRow(**s) for s in sysmet.slots(master)]}
+        rows = sysmet.slots(master)
+        hidden = master.roles.hidden_workspaces(p)
+        for row in rows if hidden else ():
+            # roles (issue 59): a slot held by a trial of a workspace hidden from the
+            # caller shows as held, not by what
+            task = row["task_id"] or ""
+            if task.startswith("trial-") and \
+                    master.roles.workspace_of("trial", task[len("trial-"):]) in hidden:
+                row.update(allocation_id=None, task_id=None, gpus=None)
+        return {"slots": [SlotRow(**s) for s in rows]}
 
     return router
