@@ -21,7 +21,7 @@ import numpy as np
 from det_sdk.errors import DetSdkError
 
 __all__ = ["CALLBACK_STATE_COMMON", "METADATA_KEY", "STATE_VERSION", "CallbackStateError",
-           "callback_names", "decode", "encode"]
+           "StateKeeper", "callback_names", "decode", "encode"]
 
 # The attributes that hold a Keras callback's state between epochs (what its
 # ``on_train_begin`` resets or its ``__init__`` sets), by class name, on Keras 2 and 3
@@ -122,3 +122,78 @@ def callback_names(callbacks: Sequence[Any]) -> list[str]:
         names.append(f"{cls}[{seen.get(cls, 0)}]")
         seen[cls] = seen.get(cls, 0) + 1
     return names
+
+
+# --- keeping the state across model.fit calls and checkpoints -------------------------------
+
+
+class StateKeeper:
+    """What both engines' ``CallbackStates`` do alike, mixed in before Keras's
+    ``Callback``: take a checkpoint's entry (:meth:`restore`), give the entry to save
+    (:meth:`collect`), put the kept state back at ``on_train_begin`` (after the script's
+    callbacks reset theirs) and keep it at ``on_train_end`` for the next ``model.fit``
+    call. An engine says how a callback's state is read and set (:meth:`state_of`,
+    :meth:`set_state`); ``_named`` holds its (name, callback) pairs.
+
+    >>> class Counter:
+    ...     n = 0
+    >>> class Keeper(StateKeeper):
+    ...     def state_of(self, cb): return {"n": cb.n}
+    ...     def set_state(self, cb, state): cb.n = state["n"]
+    >>> keeper, cb = Keeper(), Counter()
+    >>> keeper.keep([("Counter", cb)])
+    >>> keeper.restore({"version": 1, "states": {"Counter": {"n": 3}}})
+    >>> keeper.on_train_begin()
+    >>> cb.n, keeper.collect()["states"]
+    (3, {'Counter': {'n': 3}})
+    """
+
+    def keep(self, named: Sequence[tuple[str, Any]]) -> None:
+        """Keep the state of ``named`` (name, callback) pairs, none carried yet."""
+        self._named = list(named)
+        self._carried: dict[str, Any] | None = None  # for the next on_train_begin
+        self._csv_cut: dict[str, int] = {}  # CSVLogger name -> bytes to cut its file to
+        self._started = False  # a model.fit call of this fit has begun
+
+    def state_of(self, cb: Any) -> dict[str, Any] | None:
+        """``cb``'s state as a checkpoint holds it (None: it has none)."""
+        raise NotImplementedError
+
+    def set_state(self, cb: Any, state: Mapping[str, Any]) -> None:
+        """Put ``state`` (of :meth:`state_of`) back into ``cb``."""
+        raise NotImplementedError
+
+    def restore(self, saved: Any) -> None:
+        """Take a checkpoint's ``"callbacks"`` entry, applied at the next
+        ``on_train_begin`` (one of another version, or none, leaves the callbacks fresh)."""
+        if not isinstance(saved, Mapping) or saved.get("version") != STATE_VERSION:
+            return  # written before callbacks' state was saved, or not by this det_sdk
+        states = saved.get("states")
+        if not isinstance(states, Mapping):
+            return
+        self._carried = {k: decode(v) for k, v in states.items()}
+        self._csv_cut = {name: int(s["csv_bytes"]) for name, s in self._carried.items()
+                         if isinstance(s, Mapping) and "csv_bytes" in s}
+
+    def collect(self) -> dict[str, Any]:
+        """The state a checkpoint saves: ``{"version": 1, "states": {name: encoded}}``."""
+        states = {}
+        for name, cb in self._named:
+            state = self.state_of(cb)
+            if state is not None:
+                states[name] = encode(state, name)
+        return {"version": STATE_VERSION, "states": states}
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._started = True
+        if self._carried is None:
+            return
+        for name, cb in self._named:
+            state = self._carried.get(name)
+            if isinstance(state, Mapping):
+                self.set_state(cb, state)
+        self._carried = None
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._carried = {name: state for name, cb in self._named
+                         if (state := self.state_of(cb)) is not None}

@@ -49,6 +49,7 @@ from det_sdk.keras._callback_codec import (
     METADATA_KEY,
     STATE_VERSION,
     CallbackStateError,
+    StateKeeper,
     callback_names,
     decode,
     encode,
@@ -141,14 +142,15 @@ def _resume_csv(cb: Any, nbytes: int) -> None:
     cb.append = True
 
 
-class CallbackStates(_compat.keras.callbacks.Callback):
+class CallbackStates(StateKeeper, _compat.keras.callbacks.Callback):
     """Save the user's callbacks' state, restore it on resume and between ``model.fit`` calls.
 
     Placed twice in the callback list: once before the user's callbacks
     (``phase="before"``: a CSVLogger appends to its file instead of starting it
     anew), once after them (``phase="after"``: what their ``on_train_begin`` reset
     is put back, and their state at each ``on_train_end`` is kept for the next
-    call). :meth:`collect` gives the state a checkpoint saves.
+    call: :class:`~det_sdk.keras._callback_codec.StateKeeper`). :meth:`collect` gives
+    the state a checkpoint saves.
 
     ``every`` is the whole list the script passed (names are counted over it);
     ``running`` those this process runs (file writers run on rank 0 only).
@@ -162,31 +164,14 @@ class CallbackStates(_compat.keras.callbacks.Callback):
         super().__init__()
         _refuse_inexact(every)
         ids = {id(cb) for cb in running}
-        self._named = [(name, cb) for name, cb in zip(callback_names(every), every)
-                       if id(cb) in ids]
-        self._carried: dict[str, Any] | None = None  # state for the next on_train_begin
-        self._csv_cut: dict[str, int] = {}  # CSVLogger name -> bytes to cut its file to
-        self._started = False  # a model.fit call of this fit has begun
+        self.keep([(name, cb) for name, cb in zip(callback_names(every), every)
+                   if id(cb) in ids])
 
-    def restore(self, saved: Any) -> None:
-        """Take a checkpoint's ``"callbacks"`` entry; applied at the next ``on_train_begin``."""
-        if not isinstance(saved, Mapping) or saved.get("version") != STATE_VERSION:
-            return  # written before callbacks' state was saved, or not by this det_sdk
-        states = saved.get("states")
-        if not isinstance(states, Mapping):
-            return
-        self._carried = {k: decode(v) for k, v in states.items()}
-        self._csv_cut = {name: int(s["csv_bytes"]) for name, s in self._carried.items()
-                         if isinstance(s, Mapping) and "csv_bytes" in s}
+    def state_of(self, cb: Any) -> dict[str, Any] | None:
+        return _state_of(cb)
 
-    def collect(self) -> dict[str, Any]:
-        """The state to save: ``{"version": 1, "states": {name: encoded state}}``."""
-        states = {}
-        for name, cb in self._named:
-            state = _state_of(cb)
-            if state is not None:
-                states[name] = encode(state, name)
-        return {"version": STATE_VERSION, "states": states}
+    def set_state(self, cb: Any, state: Mapping[str, Any]) -> None:
+        _set_state(cb, state)
 
     def before_user(self) -> _compat.keras.callbacks.Callback:
         """The callback that runs before the user's (see the class docstring)."""
@@ -200,20 +185,6 @@ class CallbackStates(_compat.keras.callbacks.Callback):
                 _resume_csv(cb, self._csv_cut.pop(name))
             elif self._started:
                 cb.append = True  # a later model.fit call of the same fit continues the file
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self._started = True
-        if self._carried is None:
-            return
-        for name, cb in self._named:
-            state = self._carried.get(name)
-            if isinstance(state, Mapping):
-                _set_state(cb, state)
-        self._carried = None
-
-    def on_train_end(self, logs: Any = None) -> None:
-        self._carried = {name: state for name, cb in self._named
-                         if (state := _state_of(cb)) is not None}
 
 
 def _refuse_inexact(callbacks: Sequence[Any]) -> None:

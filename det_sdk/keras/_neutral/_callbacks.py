@@ -27,10 +27,8 @@ import keras
 
 from det_sdk.keras._callback_codec import (
     CALLBACK_STATE_COMMON,
-    STATE_VERSION,
+    StateKeeper,
     callback_names,
-    decode,
-    encode,
 )
 
 __all__ = ["CallbackStates", "state_attributes"]
@@ -90,11 +88,12 @@ def _set_state(cb: Any, state: Mapping[str, Any]) -> None:
         setattr(cb, attr, value)
 
 
-class CallbackStates(keras.callbacks.Callback):
+class CallbackStates(StateKeeper, keras.callbacks.Callback):
     """Placed after the script's callbacks in each ``model.fit`` call: at
     ``on_train_begin`` (after theirs reset them) it puts back the state the previous call
-    ended with, or the checkpoint's; at ``on_train_end`` it keeps theirs for the next call.
-    :meth:`before` runs before them (a CSVLogger appends instead of starting anew).
+    ended with, or the checkpoint's; at ``on_train_end`` it keeps theirs for the next call
+    (:class:`~det_sdk.keras._callback_codec.StateKeeper`). :meth:`before` runs before
+    them (a CSVLogger appends instead of starting anew).
 
     ``callbacks`` is the script's whole list (the names count over it, alike on every
     process).
@@ -102,31 +101,13 @@ class CallbackStates(keras.callbacks.Callback):
 
     def __init__(self, callbacks: Sequence[Any]) -> None:
         super().__init__()
-        self._named = list(zip(callback_names(callbacks), callbacks))
-        self._carried: dict[str, Any] | None = None
-        self._csv_cut: dict[str, int] = {}
-        self._started = False
+        self.keep(list(zip(callback_names(callbacks), callbacks)))
 
-    def restore(self, saved: Any) -> None:
-        """Take a checkpoint's ``"callbacks"`` entry, applied at the next ``on_train_begin``
-        (one of another version, or none, leaves the callbacks fresh)."""
-        if not isinstance(saved, Mapping) or saved.get("version") != STATE_VERSION:
-            return
-        states = saved.get("states")
-        if not isinstance(states, Mapping):
-            return
-        self._carried = {k: decode(v) for k, v in states.items()}
-        self._csv_cut = {name: int(s["csv_bytes"]) for name, s in self._carried.items()
-                         if isinstance(s, Mapping) and "csv_bytes" in s}
+    def state_of(self, cb: Any) -> dict[str, Any] | None:
+        return _state_of(cb)
 
-    def collect(self) -> dict[str, Any]:
-        """The state a checkpoint saves: ``{"version": 1, "states": {name: encoded}}``."""
-        states = {}
-        for name, cb in self._named:
-            state = _state_of(cb)
-            if state is not None:
-                states[name] = encode(state, name)
-        return {"version": STATE_VERSION, "states": states}
+    def set_state(self, cb: Any, state: Mapping[str, Any]) -> None:
+        _set_state(cb, state)
 
     def before(self) -> keras.callbacks.Callback:
         """The callback to place before the script's."""
@@ -147,20 +128,6 @@ class CallbackStates(keras.callbacks.Callback):
                 cb.append = True
             elif self._started:
                 cb.append = True
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self._started = True
-        if self._carried is None:
-            return
-        for name, cb in self._named:
-            state = self._carried.get(name)
-            if isinstance(state, Mapping):
-                _set_state(cb, state)
-        self._carried = None
-
-    def on_train_end(self, logs: Any = None) -> None:
-        self._carried = {name: state for name, cb in self._named
-                         if (state := _state_of(cb)) is not None}
 
 
 class _Before(keras.callbacks.Callback):
