@@ -2,8 +2,9 @@
 
 data.sleep_per_epoch: seconds to wait at each epoch end (to catch it running)
 data.sleep_per_batch: seconds to wait after each batch (to pause it mid-epoch)
-data.hold_at: [epoch, batch, dir]: at that batch's end write dir/reached and wait for
-    dir/release (the test pauses meanwhile: a stop at a known batch, whatever the load)
+data.hold_at: [epoch, batch, dir(, seconds)]: at that batch's end write dir/reached and wait
+    for dir/release, at most seconds (120) (the test pauses meanwhile: a stop at a known
+    batch, whatever the load)
 data.fail_once_at_epoch: crash (exit 3) at that epoch's end, once per trial
 data.fail_rank: with fail_once_at_epoch, only this Horovod rank crashes
 data.fail_once_at_train_end: crash (exit 3) once per trial when model.fit ends, 3 s
@@ -53,7 +54,7 @@ class Steer(tf.keras.callbacks.Callback):
         hold = data.get("hold_at")
         if hold and [self.epoch, batch] == hold[:2]:
             Path(hold[2], "reached").write_text("x")
-            deadline = time.time() + 120
+            deadline = time.time() + (float(hold[3]) if len(hold) > 3 else 120)
             while not Path(hold[2], "release").exists() and time.time() < deadline:
                 time.sleep(0.05)
 

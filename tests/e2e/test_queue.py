@@ -166,10 +166,15 @@ def test_a_preempted_keras_trial_ends_bit_equal_to_one_run_alone(cluster: Cluste
     run alone beside it (priority 42, never preempted)."""
     common = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
               "reproducibility": {"experiment_seed": 42}}
-    full = create(cluster, cluster.write_config(
-        "alone", **common, data={"weights_out": str(cluster.root / "alone.npz")}))
-    hold = cluster.root / "hold"
+    # both trials hold a slot until the preemption is seen: the one run alone holds too
+    # (at epoch 2), or under load it could end first and free a slot that the high
+    # priority takes without preempting anything (seen in a fresh clone's CI run)
+    hold, hold_alone = cluster.root / "hold", cluster.root / "hold-alone"
     hold.mkdir()
+    hold_alone.mkdir()
+    full = create(cluster, cluster.write_config(
+        "alone", **common, data={"weights_out": str(cluster.root / "alone.npz"),
+                                 "hold_at": [2, 1, str(hold_alone), 600]}))
     low = create(cluster, cluster.write_config(
         "preempted", **common, resources={"priority": 50},
         data={"weights_out": str(cluster.root / "preempted.npz"),
@@ -181,6 +186,9 @@ def test_a_preempted_keras_trial_ends_bit_equal_to_one_run_alone(cluster: Cluste
     wait_until("the low trial to hear it must stop", lambda: "asks this trial to stop" in
                cluster.det("trial", "logs", str(low_trial)).stdout, timeout=120, every=0.5)
     (hold / "release").write_text("x")
+    wait_until("the trial run alone to hold", (hold_alone / "reached").exists, timeout=240,
+               every=0.2)
+    (hold_alone / "release").write_text("x")
     high_trial = fakes.trial_of(high)["id"]
     fakes.wait_started(high_trial, timeout=120)
     fakes.send(high_trial, "finish")
