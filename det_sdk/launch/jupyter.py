@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from det_sdk.launch.sshd import _end_all, _free_port, _listening, _subreaper
+from det_sdk.launch.ports import start_listening
+from det_sdk.launch.sshd import _end_all, _subreaper
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,20 +86,13 @@ def _report(info: ClusterInfo, nb_id: int, port: int, token: str) -> None:
 def _start(nb_id: int, token: str, runtime: Path) -> tuple[subprocess.Popen[bytes], int]:
     """JupyterLab, listening (a port taken between the pick and its bind: another)."""
     env = {**os.environ, "JUPYTER_TOKEN": token, "JUPYTER_RUNTIME_DIR": str(runtime)}
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, *jupyter_args(port, proxy_prefix(nb_id),
-                                                                Path.cwd())],
-                                stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + START_SECONDS
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _listening(port):
-                return proc, port
-            time.sleep(0.1)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    raise SystemExit("det notebook: JupyterLab did not start (its output is above)")
+    started = start_listening(
+        lambda port: subprocess.Popen([sys.executable, *jupyter_args(
+            port, proxy_prefix(nb_id), Path.cwd())], stdin=subprocess.DEVNULL, env=env),
+        START_SECONDS)
+    if started is None:
+        raise SystemExit("det notebook: JupyterLab did not start (its output is above)")
+    return started
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,14 +27,16 @@ import contextlib
 import os
 import random
 import socket
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from det_sdk.errors import DetSdkError, UsageError
 
-__all__ = ["HELD_S", "NoFreePortError", "ephemeral_range", "unused_port"]
+__all__ = ["HELD_S", "NoFreePortError", "ephemeral_range", "listening", "start_listening",
+           "unused_port"]
 
 #: how long a named port stays reserved for its listener (from naming to binding)
 HELD_S = 300.0
@@ -133,3 +135,38 @@ def unused_port(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
     raise NoFreePortError(f"no free port on {host or 'every interface'} between {_FLOOR} and "
                           f"{top + span} (where ip_local_port_range starts) with offsets "
                           f"{list(offsets)}, after {tries} tries")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port`` now.
+
+    >>> listening(unused_port())
+    False
+    """
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_listening(launch: Callable[[int], subprocess.Popen[bytes]], seconds: float,
+                    every: float = 0.1, tries: int = 5
+                    ) -> tuple[subprocess.Popen[bytes], int] | None:
+    """A server ``launch(port)`` starts, once it listens on 127.0.0.1: (its process, the
+    port); None if no try listened within ``seconds``. The port is one the kernel found
+    free just before: another process may take it before the server binds it, and the
+    server then ends or never listens, so each try picks anew (killing a try that hangs).
+    """
+    for _ in range(tries):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        proc = launch(port)
+        deadline = time.monotonic() + seconds
+        while proc.poll() is None and time.monotonic() < deadline:
+            if listening(port):
+                return proc, port
+            time.sleep(every)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return None

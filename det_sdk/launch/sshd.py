@@ -31,12 +31,13 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from det_sdk.launch.ports import start_listening
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -117,18 +118,6 @@ def _sshd() -> str:
     return str(Path(found).resolve())  # sshd re-executes itself: an absolute path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _descendants(root: int) -> list[int]:
     """Every process under ``root`` (by parent, read from /proc)."""
     parents: dict[int, int] = {}
@@ -187,20 +176,16 @@ def _report(info: ClusterInfo, shell_id: int, port: int, host_key: str, user: st
 def _start(folder: Path, user: str) -> tuple[subprocess.Popen[bytes], int]:
     """sshd, listening (a port taken between the pick and sshd's bind: another)."""
     sshd = _sshd()
-    for _ in range(5):
-        port = _free_port()
+
+    def launch(port: int) -> subprocess.Popen[bytes]:
         (folder / "sshd_config").write_text(sshd_config(folder, port, user))
-        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(folder / "sshd_config")],
+        return subprocess.Popen([sshd, "-D", "-e", "-f", str(folder / "sshd_config")],
                                 stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_SECONDS
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _listening(port):
-                return proc, port
-            time.sleep(0.05)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    raise SystemExit("det shell: sshd did not start (its output is above)")
+
+    started = start_listening(launch, START_SECONDS, every=0.05)
+    if started is None:
+        raise SystemExit("det shell: sshd did not start (its output is above)")
+    return started
 
 
 def main(argv: list[str] | None = None) -> int:
