@@ -287,3 +287,25 @@ def test_a_command_process_that_left_its_group_is_killed_too(cluster: Cluster) -
     wait_until("the stray to be killed", lambda: process_ended(pid), timeout=60, every=0.2)
     wait_until("the command to end", lambda: cluster.det_json("cmd", "describe", str(cmd_id))
                ["state"] == "TERMINATED", timeout=60, every=0.5)
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_master_down_ends_a_running_notebook_and_closes_its_port(cluster: Cluster) -> None:
+    """Last in the module: `det master down` (the cluster's down) with JupyterLab running."""
+    nb_id = _started(cluster, "--config", "resources.slots=0")
+    _ready(cluster, nb_id)
+    log = wait_until("JupyterLab's port in the log", lambda: (
+        lambda text: "JupyterLab listens on 127.0.0.1:" in text and text)(
+        cluster.det("notebook", "logs", str(nb_id)).stdout), timeout=60, every=0.5)
+    port = int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
+
+    def closed() -> bool:
+        with socket.socket() as s:
+            s.settimeout(2)
+            return s.connect_ex(("127.0.0.1", port)) != 0
+
+    assert not closed()
+    cluster.down()
+    wait_until("the notebook's port to close", closed, timeout=60, every=0.5)
+    cluster.up()
+    assert _nb(cluster, nb_id)["state"] == "TERMINATED"
