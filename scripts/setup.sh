@@ -113,6 +113,10 @@ if ! $PY -c "import det_sdk, pytest, xdist, ruff, fastapi, uvicorn" >/dev/null 2
   $PY -m pip install -q --no-build-isolation -e ".[dev,master]"
   touch "$VENV/.det_sdk_installed"
 fi
+# the tests' CPU record (DET_TEST_CPU): each Python process reports its own CPU at exit
+# while DET_TEST_CPU_DIR is set, and does nothing otherwise (scripts/cpu_probe)
+cp scripts/cpu_probe/det_cpu_probe.py scripts/cpu_probe/det_cpu_probe.pth \
+  "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"/
 # det notebook start (issue 58): JupyterLab for the notebooks' tests (the notebook extra)
 if ! $PY -c "import jupyterlab" >/dev/null 2>&1; then
   say "installing JupyterLab (det notebook)"

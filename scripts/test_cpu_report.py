@@ -11,6 +11,13 @@ under load. Record a run, then read it:
 ...         {"test": "a.py::y", "wall": 1, "cpu_self": 1, "cpu_children": 0}]
 >>> summed(rows, by_test=False)
 [('a.py', 2, 3.0, 6.0)]
+
+Where ``<record>.d`` holds what each Python process wrote at exit (scripts/cpu_probe,
+installed by setup.sh), a test's children count as the larger of what it reaped and what
+its processes wrote, so a daemon master's trials are counted:
+
+>>> with_tree([{"test": "a.py::x", "wall": 1, "cpu_self": 1, "cpu_children": 2}], {"a.py::x": 5.0})
+[{'test': 'a.py::x', 'wall': 1, 'cpu_self': 1, 'cpu_children': 5.0}]
 """
 
 from __future__ import annotations
@@ -34,6 +41,27 @@ def summed(rows: list[dict], by_test: bool) -> list[tuple[str, int, float, float
                   key=lambda row: -row[3])
 
 
+def tree_cpu(directory: Path) -> dict[str, float]:
+    """CPU seconds the processes of each test wrote under ``directory`` at exit."""
+    out: dict[str, float] = {}
+    if directory.is_dir():
+        for test in directory.iterdir():
+            total = 0.0
+            for f in test.glob("*.cpu"):
+                try:
+                    total += sum(float(x) for x in f.read_text().split())
+                except ValueError:  # a process that died mid-write
+                    continue
+            out[test.name.replace("~", "/")] = total
+    return out
+
+
+def with_tree(rows: list[dict], tree: dict[str, float]) -> list[dict]:
+    """Rows whose children's CPU is at least what their processes reported."""
+    return [{**r, "cpu_children": max(r["cpu_children"], tree.get(r["test"], 0.0))}
+            for r in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record", type=Path)
@@ -41,6 +69,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.record.read_text().splitlines() if line]
+    rows = with_tree(rows, tree_cpu(Path(str(args.record) + ".d")))
     table = summed(rows, args.tests)
     print(f"{'CPU s':>8} {'wall s':>8} {'tests':>5}  (total CPU {sum(r[3] for r in table):.0f} s)")
     for name, n, wall, cpu in table[:args.top]:

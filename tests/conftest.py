@@ -119,7 +119,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 # DET_TEST_CPU=<file> appends one JSON line per test: its wall time and the CPU of this
 # process and of the processes it reaped while the test ran (masters, trials, horovodrun
 # and their ranks: a child's CPU counts once it is reaped, with its own reaped children),
-# so a module's master counts in the test whose teardown stops it.
+# so a module's master counts in the test whose teardown stops it. A daemon (`det master
+# up`) is reaped by nobody: scripts/cpu_probe makes each Python process report its own.
 # `python scripts/test_cpu_report.py <file>` sums them by file.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
@@ -136,6 +137,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
+    # every Python process started while the test runs (a daemon master's trials too)
+    # writes its own CPU under this directory at exit (scripts/cpu_probe); the report
+    # reads them afterwards, since a module's master exits after its last test
+    tree = Path(record + ".d") / item.nodeid.replace("/", "~")
+    tree.mkdir(parents=True, exist_ok=True)
+    os.environ["DET_TEST_CPU_DIR"] = str(tree)
     start, (me0, kids0) = time.monotonic(), cpu()
     yield
     me1, kids1 = cpu()
