@@ -16,7 +16,8 @@ Where ``<record>.d`` holds what each Python process wrote at exit (scripts/cpu_p
 installed by setup.sh), a test's children count as the larger of what it reaped and what
 its processes wrote, so a daemon master's trials are counted:
 
->>> with_tree([{"test": "a.py::x", "wall": 1, "cpu_self": 1, "cpu_children": 2}], {"a.py::x": 5.0})
+>>> with_tree([{"test": "a.py::x", "wall": 1, "cpu_self": 1, "cpu_children": 2}],
+...           {("keras3", "a.py::x"): 5.0})
 [{'test': 'a.py::x', 'wall': 1, 'cpu_self': 1, 'cpu_children': 5.0}]
 """
 
@@ -41,25 +42,47 @@ def summed(rows: list[dict], by_test: bool) -> list[tuple[str, int, float, float
                   key=lambda row: -row[3])
 
 
-def tree_cpu(directory: Path) -> dict[str, float]:
-    """CPU seconds the processes of each test wrote under ``directory`` at exit."""
-    out: dict[str, float] = {}
+def tree_cpu(directory: Path) -> dict[tuple[str, str], float]:
+    """CPU seconds the processes of each (stack, test) wrote under ``directory`` at exit."""
+    out: dict[tuple[str, str], float] = {}
     if directory.is_dir():
-        for test in directory.iterdir():
+        for test in directory.glob("*/*"):
             total = 0.0
             for f in test.glob("*.cpu"):
                 try:
                     total += sum(float(x) for x in f.read_text().split())
                 except ValueError:  # a process that died mid-write
                     continue
-            out[test.name.replace("~", "/")] = total
+            out[(test.parent.name, test.name.replace("~", "/"))] = total
     return out
 
 
-def with_tree(rows: list[dict], tree: dict[str, float]) -> list[dict]:
+def with_tree(rows: list[dict], tree: dict[tuple[str, str], float]) -> list[dict]:
     """Rows whose children's CPU is at least what their processes reported."""
-    return [{**r, "cpu_children": max(r["cpu_children"], tree.get(r["test"], 0.0))}
+    return [{**r, "cpu_children": max(r["cpu_children"],
+                                      tree.get((r.get("stack", "keras3"), r["test"]), 0.0))}
             for r in rows]
+
+
+def spans(rows: list[dict]) -> list[tuple[str, str, float, float]]:
+    """(stack, file, start, end) of each file, in seconds from its stack's first test, by end.
+
+    >>> spans([{"test": "a.py::x", "start": 10.0, "wall": 2, "stack": "keras3"},
+    ...        {"test": "b.py::y", "start": 11.0, "wall": 5, "stack": "keras3"}])
+    [('keras3', 'a.py', 0.0, 2.0), ('keras3', 'b.py', 1.0, 6.0)]
+    """
+    first: dict[str, float] = {}
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if "start" not in r:
+            continue
+        stack = r.get("stack", "keras3")
+        first[stack] = min(first.get(stack, r["start"]), r["start"])
+        span = acc.setdefault((stack, r["test"].split("::")[0]), [r["start"], r["start"]])
+        span[0] = min(span[0], r["start"])
+        span[1] = max(span[1], r["start"] + r["wall"])
+    return sorted(((st, f, round(a - first[st], 1), round(b - first[st], 1))
+                   for (st, f), (a, b) in acc.items()), key=lambda x: (x[0], x[3]))
 
 
 def main() -> None:
@@ -67,13 +90,26 @@ def main() -> None:
     parser.add_argument("record", type=Path)
     parser.add_argument("--tests", action="store_true", help="by test instead of by file")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--stack", help="only this stack's tests (keras3, keras2)")
+    parser.add_argument("--last", type=int, default=0,
+                        help="also list the N files each stack ended with (its tail)")
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.record.read_text().splitlines() if line]
+    if args.stack:
+        rows = [r for r in rows if r.get("stack", "keras3") == args.stack]
     rows = with_tree(rows, tree_cpu(Path(str(args.record) + ".d")))
     table = summed(rows, args.tests)
     print(f"{'CPU s':>8} {'wall s':>8} {'tests':>5}  (total CPU {sum(r[3] for r in table):.0f} s)")
     for name, n, wall, cpu in table[:args.top]:
         print(f"{cpu:8.1f} {wall:8.1f} {n:5d}  {name}")
+    if args.last:
+        by_stack: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
+        for span in spans(rows):
+            by_stack[span[0]].append(span)
+        for stack, files in by_stack.items():
+            print(f"\n{stack}: the last {args.last} files to end (start, end s)")
+            for _, name, a, b in files[-args.last:]:
+                print(f"{a:8.0f} {b:8.0f}  {name}")
 
 
 if __name__ == "__main__":

@@ -140,14 +140,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # every Python process started while the test runs (a daemon master's trials too)
     # writes its own CPU under this directory at exit (scripts/cpu_probe); the report
     # reads them afterwards, since a module's master exits after its last test
-    tree = Path(record + ".d") / item.nodeid.replace("/", "~")
+    stack = os.environ.get("DET_TEST_STACK") or "keras3"  # one record may hold both stacks
+    tree = Path(record + ".d") / stack / item.nodeid.replace("/", "~")
     tree.mkdir(parents=True, exist_ok=True)
     os.environ["DET_TEST_CPU_DIR"] = str(tree)
     start, (me0, kids0) = time.monotonic(), cpu()
     yield
     me1, kids1 = cpu()
     with open(record, "a") as out:
+        # start (epoch s) and worker: the run's timeline, to see which files end a stack alone
         out.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - start, 2),
+                              "start": round(time.time() - (time.monotonic() - start), 1),
+                              "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                              "stack": stack,
                               "cpu_self": round(me1 - me0, 2),
                               "cpu_children": round(kids1 - kids0, 2)}) + "\n")
 
