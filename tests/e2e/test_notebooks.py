@@ -418,13 +418,17 @@ def test_a_cell_fits_a_keras_model_in_chromium(cluster: Cluster) -> None:
     # what the fit reported is the task's on the master (as a command's run); the reports
     # go from a thread of the kernel that never holds up training: they may land after
     # the cell's line
+    looks = []
+
     def reported() -> dict | None:
         with cluster.http() as http:
             cmd = http.get(f"/api/v1/commands/{nb_id}").json()["command"]
+        looks.append(cmd["latest_metrics"])
         return cmd if "val_loss" in cmd["latest_metrics"].get("validation", {}).get(
             "metrics", {}) else None
     wait_until("the fit's validation metrics on the master", reported, timeout=120,
                every=0.5)
+    print(f"the metrics were on the master at look {len(looks)}; the first saw {looks[0]}")
     # its checkpoint: in its run, kept with the notebook's files once it ends
     assert cluster.det("notebook", "kill", str(nb_id)).returncode == 0
     _ended(cluster, nb_id)

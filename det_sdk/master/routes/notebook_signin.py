@@ -58,7 +58,10 @@ def wants_page(scope: Scope) -> bool:
 
 class NotebookSignIn:
     """ASGI middleware: :func:`wants_page` without a live UI session is redirected to the
-    sign-in page, with the path it asked for as ``next``."""
+    sign-in page, with the path it asked for as ``next``.
+
+    >>> # app.add_middleware(NotebookSignIn, sessions=sessions)
+    """
 
     def __init__(self, app: Any, sessions: Sessions) -> None:
         self.app = app

@@ -29,7 +29,11 @@ MAX_NEXT = 2048
 
 
 class BadNext(DetSdkError, ValueError):
-    """A ``next`` that is not a path of this master."""
+    """A ``next`` that is not a path of this master.
+
+    >>> issubclass(BadNext, DetSdkError)
+    True
+    """
 
 
 def safe_next(value: str) -> str:
