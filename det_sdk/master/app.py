@@ -39,6 +39,7 @@ from det_sdk.master.routes.jobs import jobs_router
 from det_sdk.master.routes.logs import logs_router
 from det_sdk.master.routes.models import models_router
 from det_sdk.master.routes.notebook_proxy import notebook_proxy_router, notebook_ws_route
+from det_sdk.master.routes.notebook_signin import NotebookSignIn
 from det_sdk.master.routes.notebooks import notebooks_router
 from det_sdk.master.routes.profiler import profiler_router
 from det_sdk.master.routes.prom import prom_router
@@ -99,6 +100,8 @@ def create_app(master: Master) -> FastAPI:
     # det notebook start (issue 58): its API, and JupyterLab behind the master's proxy
     app.include_router(notebooks_router(master, principal, user))
     app.include_router(notebook_proxy_router(master))
+    # a browser not yet signed in that opens a notebook: to the sign-in page and back
+    app.add_middleware(NotebookSignIn, sessions=sessions)
     app.router.routes.append(notebook_ws_route(master, sessions))
     app.include_router(queue_router(master, user))  # priority, weight, max_slots (issue 59)
     app.include_router(agent_users_router(master, user))  # link-with-agent-user (issue 59)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import html
 import urllib.parse
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from det_sdk.master.accounts import TooManyAttempts, Unauthenticated
 from det_sdk.master.core import Master
 from det_sdk.master.security import Sessions
+from det_sdk.master.ui.next_path import BadNext, safe_next
 from det_sdk.master.ui.web import (
     COOKIE,
     SignInCodes,
@@ -55,40 +56,56 @@ def ui_router(master: Master, sessions: Sessions) -> APIRouter:
         return static.response(request, "index.html")
 
     @router.get("/ui/signin")
-    def signin_page(request: Request, code: str | None = None) -> Response:
+    def signin_page(request: Request, code: str | None = None,
+                    next_path: str | None = Query(None, alias="next")) -> Response:
+        # next: where a browser sent here by a notebook's link goes back (issue 58)
+        try:
+            back = None if next_path is None else safe_next(next_path)
+        except BadNext as err:
+            return signin_html(html.escape(str(err)), 400)
         if code is not None:
             token = codes.redeem(code)
             if token is None or not master.is_user_token(token):
                 return signin_html("That sign-in link was used already or has expired: run "
-                                   "<code>det ui</code> again, or paste your token.", 401)
-            return auth.with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
-        return signin_html(None, 200)
+                                   "<code>det ui</code> again, or paste your token.", 401,
+                                   back)
+            return auth.with_cookie(RedirectResponse(back or "/ui/", status_code=303), token,
+                                    request)
+        return signin_html(None, 200, back)
 
     @router.post("/ui/signin")
     async def signin(request: Request) -> Response:
         form = urllib.parse.parse_qs((await small_body(request)).decode("utf-8", "replace"))
+        try:  # checked first: a refused next signs nobody in (no session half-made)
+            back = None if "next" not in form else safe_next(form["next"][0])
+        except BadNext as err:
+            return signin_html(html.escape(str(err)), 400)
         if "username" in form:  # by name and password (issue 59), limited as the API's
-            return await run_in_threadpool(_password_signin, request, form)
+            return await run_in_threadpool(_password_signin, request, form, back)
         token = (form.get("token") or [""])[0].strip()
         if master.is_user_token(token):
-            return auth.with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
+            return auth.with_cookie(RedirectResponse(back or "/ui/", status_code=303), token,
+                                    request)
         if token and master.allocation_by_token(token) is not None:
-            return signin_html("That is a task's token: only a user token signs in.", 403)
+            return signin_html("That is a task's token: only a user token signs in.", 403,
+                               back)
         return signin_html("Unknown token. <code>det ui</code> prints a sign-in link; the "
-                           "token is in <code>~/.det/credentials.json</code>.", 401)
+                           "token is in <code>~/.det/credentials.json</code>.", 401, back)
 
-    def _password_signin(request: Request, form: dict[str, list[str]]) -> Response:
+    def _password_signin(request: Request, form: dict[str, list[str]],
+                         back: str | None = None) -> Response:
         username = (form.get("username") or [""])[0].strip()
         password = (form.get("password") or [""])[0]
         address = request.client.host if request.client else "unknown"
         try:
             token, _ = master.accounts.login(username, password, address, ui=True)
         except TooManyAttempts as err:
-            return signin_html(html.escape(str(err)), 429)
+            return signin_html(html.escape(str(err)), 429, back)
         except Unauthenticated:
             return signin_html("Wrong user name or password (or the user is "
-                               "deactivated).", 401)
-        return auth.with_cookie(RedirectResponse("/ui/", status_code=303), token, request)
+                               "deactivated).", 401, back)
+        return auth.with_cookie(RedirectResponse(back or "/ui/", status_code=303), token,
+                                request)
 
     @router.post("/ui/signout")
     def signout(request: Request) -> Response:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
 import json
 import math
 import os
@@ -221,8 +222,12 @@ class UiAuth:
         return response
 
 
-def signin_html(message: str | None, status: int) -> HTMLResponse:
+def signin_html(message: str | None, status: int, next_path: str | None = None
+                ) -> HTMLResponse:
     note = f'<p class="error" id="signin-error">{message}</p>' if message else ""
+    # where the browser goes once signed in (a path of this master: ui.next_path checks it)
+    back = (f'<input type="hidden" name="next" value="{html.escape(next_path)}">'
+            if next_path else "")
     return HTMLResponse(status_code=status, content=f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Sign in · det_sdk</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -232,14 +237,14 @@ def signin_html(message: str | None, status: int) -> HTMLResponse:
 <p>Sign in with your user name and password, run <code>det ui</code> for a link that
 signs you in, or paste your user token.</p>
 {note}
-<form method="post" action="/ui/signin">
+<form method="post" action="/ui/signin">{back}
 <label>User name <input type="text" name="username" id="username" autocomplete="username"
  required autofocus></label>
 <label>Password <input type="password" name="password" id="password"
  autocomplete="current-password" required></label>
 <button type="submit" id="signin-password">Sign in</button>
 </form>
-<form method="post" action="/ui/signin">
+<form method="post" action="/ui/signin">{back}
 <label>User token <input type="password" name="token" id="token" autocomplete="off"
  required></label>
 <button type="submit" id="signin">Sign in</button>
