@@ -14,7 +14,14 @@ and config run as 2 processes under ``torchrun`` on this host for the reference.
 - PyTorch on 2 slots spread over 2 nodes (a master submitting with
   ``--ntasks-per-node=1``) the same;
 - JAX on 2 slots over 2 nodes, paused mid-epoch and activated (a new Slurm job resumes
-  the checkpoint), ends bit-equal to the uninterrupted one-node trial.
+  the checkpoint), ends bit-equal to the uninterrupted one-node trial;
+- every rank imports the det_sdk the master runs (the master's ``PYTHONPATH`` reaches
+  the job's ranks).
+
+All five runs start together (one module fixture): the module takes about as long as
+its longest run, not their sum. Two bugs these found, fixed: rank 0 of a PyTorch group
+over several nodes could not reach its own store (det_sdk.collectives.torch), and a
+Slurm job's ranks lost the master's ``PYTHONPATH`` (det_sdk.master.resources.slurm).
 """
 
 from __future__ import annotations
@@ -52,7 +59,10 @@ def _keras3() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _keras3(), reason="JAX and PyTorch need Keras 3")
+# the module's runs happen in its first test's set-up: the simulated cluster's start, two
+# masters, five runs at once on a loaded machine; bounded above the suite's 300 s default
+pytestmark = [pytest.mark.skipif(not _keras3(), reason="JAX and PyTorch need Keras 3"),
+              pytest.mark.timeout(900)]
 
 __all__ = ["slurm_conf"]  # the session's simulated cluster (tests/e2e/test_slurm.py)
 
