@@ -109,7 +109,11 @@ def _rendezvous_via_horovod(env: Mapping[str, str], rank: int, size: int, local_
 
     if rank == 0:
         host = own_address(addr, local_only)
-        server = tdist.TCPStore(host if local_only else "", 0, world_size=size, is_master=True,
+        # the server listens on every interface whatever ``host`` is; ``host`` is where
+        # rank 0's own client connects, so it must be an address (an empty one, once
+        # passed here for "every interface", made rank 0 fail to reach its own store on
+        # every multi-node start: Slurm's, horovodrun's over hosts)
+        server = tdist.TCPStore(host, 0, world_size=size, is_master=True,
                                 timeout=datetime.timedelta(seconds=timeout),
                                 wait_for_workers=False)
         kv.set("master", f"{host}:{server.port}")

@@ -215,10 +215,13 @@ def test_fit_refuses_bad_lengths(npz: Path, tmp_path: Path) -> None:
             trainer.fit()
 
 
-def test_under_horovodrun_rank_0_publishes_a_store_already_listening() -> None:
+@pytest.mark.parametrize("local_only", [True, False])
+def test_under_horovodrun_rank_0_publishes_a_store_already_listening(local_only: bool) -> None:
     """Rank 0's group store is bound before its address reaches horovodrun's key-value store:
     a port found free and bound later was once taken in between by another trial on the host
-    (that trial failed at start, "Address already in use")."""
+    (that trial failed at start, "Address already in use"). Ranks on several hosts
+    (``local_only=False``: Slurm over nodes) too: rank 0 once could not reach its own store
+    there."""
     import http.server
     import socket
     import threading
@@ -254,11 +257,11 @@ def test_under_horovodrun_rank_0_publishes_a_store_already_listening() -> None:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         env = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1])}
-        host, port, store = _rendezvous_via_horovod(env, 0, 2, True, timeout=10)
+        host, port, store = _rendezvous_via_horovod(env, 0, 2, local_only, timeout=10)
         assert reachable == [True] and store is not None and port == store.port
         store.set("k", "v")  # rank 1 reads the address and connects to rank 0's store
-        assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[:2] == (host, port)
-        assert _rendezvous_via_horovod(env, 1, 2, True, timeout=10)[2].get("k") == b"v"
+        assert _rendezvous_via_horovod(env, 1, 2, local_only, timeout=10)[:2] == (host, port)
+        assert _rendezvous_via_horovod(env, 1, 2, local_only, timeout=10)[2].get("k") == b"v"
         server.shutdown()
 
 

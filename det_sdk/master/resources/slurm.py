@@ -264,8 +264,12 @@ class SlurmManager(ResourceManager):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path, script = self._job_files(workdir, alloc_id)
         spec = {
+            # the job gets the master's environment from sbatch; only PYTHONPATH goes in
+            # the base too, so that the task's (with det_sdk's `determined` names after it)
+            # extends the master's instead of replacing it (a user's modules, a checkout)
             "env": {k: v for k, v in process_env(env, self.master_url, token, alloc_id,
-                                                 task_type, base={}).items() if k != "PATH"},
+                                                 task_type, base=_python_path()).items()
+                    if k != "PATH"},
             # Determined's startup-hook.sh, if any, sourced first (in each rank's shell)
             "entrypoint": hook_prefix(workdir) + entrypoint,
             "exit_file": str(exit_file(workdir, alloc_id)),
@@ -443,6 +447,18 @@ class SlurmManager(ResourceManager):
             _run(["scancel", "--full", "--signal=KILL", job_id])
         except SlurmError:
             _run(["scancel", job_id])  # one that waits cannot be signalled: cancel it
+
+
+def _python_path() -> dict[str, str]:
+    """The master's ``PYTHONPATH``, as a task environment's base (empty where unset).
+
+    >>> import os
+    >>> _python_path() == ({"PYTHONPATH": os.environ["PYTHONPATH"]}
+    ...                    if "PYTHONPATH" in os.environ else {})
+    True
+    """
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": path} if path else {}
 
 
 def _submit_env() -> dict[str, str]:
