@@ -32,7 +32,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
 from det_sdk.errors import ArgumentTypeError
-from det_sdk.master.security import ABSOLUTE_SECONDS, Sessions
+from det_sdk.master.security import Sessions
 
 __all__ = ["ACTION_HEADER", "COOKIE", "SignInCodes", "StaticFiles", "UiAuth", "clean",
            "http_url", "json_response", "signin_html", "small_body"]
@@ -216,7 +216,8 @@ class UiAuth:
         """Sign in: a new session (any session the browser had before ends)."""
         self.sessions.revoke(request.cookies.get(COOKIE))
         response.set_cookie(COOKIE, self.sessions.create(token), httponly=True,
-                            samesite="strict", path="/", max_age=ABSOLUTE_SECONDS,
+                            samesite="strict", path="/",
+                            max_age=int(self.sessions.absolute),
                             secure=request.url.scheme == "https")
         return response
 
