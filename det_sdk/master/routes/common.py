@@ -90,7 +90,7 @@ class Principal:
 
 
 class SessionExpired(DetSdkError, HTTPException):
-    """A user token past its lifetime (det_sdk.master.store.users.TOKEN_LIFETIME): 401
+    """A user token past its lifetime (``det master up --token-lifetime``, 7 days): 401
     saying so, and how to sign in again (routes outside ``/api/`` pass it on as is)."""
 
     def __init__(self, user: Mapping[str, Any], lifetime: float) -> None:
