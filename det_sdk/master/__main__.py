@@ -27,6 +27,8 @@ def _user_token(master: Master, data_dir: Path) -> None:
     if path.exists():
         master.store.add_user_token(path.read_text().strip())
         return
+    # a new token replaces the old: the file was deleted to end it (docs/security.md)
+    master.store.end_master_tokens()
     token = master.user_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:

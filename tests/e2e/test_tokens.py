@@ -148,3 +148,15 @@ def test_the_prometheus_scrape_counts_only_what_its_caller_may_see(c: Cluster) -
     # cat's lists agree with cat's count
     with c.http(token=cat) as http:
         assert http.get(f"/api/v1/experiments/{r.json()['id']}").status_code == 404
+
+
+def test_deleting_user_token_and_restarting_replaces_the_masters_own_token(
+        c: Cluster) -> None:
+    old = c.token
+    c.down()
+    (c.data_dir / "user.token").unlink()
+    c.up()
+    assert c.token != old  # `det master up` saved the new one for the CLI
+    assert me(c, old).status_code == 401
+    assert me(c, c.token).json()["user"]["username"] == "determined"
+    assert "determined" in ok(c.det("user", "whoami"))

@@ -42,6 +42,20 @@ class TokenTables(UserTables):
         self._forget(gone)
         return len(gone)
 
+    def end_master_tokens(self) -> int:
+        """End the master's own tokens (`det master up`'s, ``user_id`` NULL) and the UI
+        sessions they opened; how many. The master calls it before it makes a new one,
+        when the data directory's ``user.token`` is gone: deleting that file and
+        restarting is how the token is replaced."""
+        with self.tx() as db:
+            gone = [r[0] for r in db.execute(
+                "SELECT token FROM user_tokens WHERE user_id IS NULL")]
+            db.execute("DELETE FROM ui_sessions WHERE token IN (SELECT token FROM user_tokens"
+                       " WHERE user_id IS NULL)")
+            db.execute("DELETE FROM user_tokens WHERE user_id IS NULL")
+        self._forget(gone)
+        return len(gone)
+
     # --- web UI sessions (det_sdk.master.security.Sessions): ids and tokens hashed ------
 
     def create_ui_session(self, key: str, token_hash: str, now: float) -> None:
