@@ -234,7 +234,15 @@ class UserTables(Database):
 
     def expired_token_user(self, hashed: str) -> dict[str, Any] | None:
         """The user whose token ``hashed`` is past its lifetime (None: it is not, or is
-        no token): who is told their session expired."""
+        no token): who is told their session expired.
+
+        >>> from det_sdk.master.store import Store
+        >>> s = Store(":memory:")
+        >>> s.add_user_token("t0k", user_id=s.create_user("ann", admin=False, password=None))
+        >>> s.token_lifetime = 0.0  # every sign-in over at once
+        >>> s.token_user(hash_token("t0k")), s.expired_token_user(hash_token("t0k"))["username"]
+        (None, 'ann')
+        """
         entry = self._token_entry(hashed)
         if entry is None or not self._expired(entry):
             return None
