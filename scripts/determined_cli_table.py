@@ -153,8 +153,10 @@ FORMS: list[tuple[str, str, str]] = [
     ("det user create ann", "same", "a password asked twice on a terminal; elsewhere none set "
                                     "(the user signs in once an admin sets one)"),
     ("det user create ann --admin --password P", "same", "admins only; at least 8 characters"),
-    ("det user change-password", "same", "your own"),
-    ("det user change-password ann", "same", "an admin's call"),
+    ("det user change-password", "same", "your own; your other tokens and web UI sessions "
+                                         "end, this terminal signs in again with the new one"),
+    ("det user change-password ann", "same", "an admin's call; ann's tokens and web UI "
+                                             "sessions end"),
     ("det user activate ann", "same", "admins only"),
     ("det user deactivate ann", "same", "admins only; their tokens and web UI sessions end at "
                                         "once"),

@@ -164,6 +164,17 @@ def _add_task_commands(sub: argparse._SubParsersAction,
         _add_verbs(p, importlib.import_module(module).COMMANDS, "action")
 
 
+def _token_lifetime(text: str) -> str:
+    """``--token-lifetime``, checked here (the master parses it again at start)."""
+    from det_sdk.durations import parse_duration
+
+    try:
+        parse_duration(text, "--token-lifetime")
+    except DetSdkError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def _add_master_commands(sub: argparse._SubParsersAction) -> None:
     master_cmd = "det_sdk.cli.master_cmd"
     p = sub.add_parser("master", help="run the embedded master on this machine")
@@ -185,6 +196,10 @@ def _add_master_commands(sub: argparse._SubParsersAction) -> None:
                     help="how queued work shares the slots: by resources.priority, with "
                          "preemption (default, as Determined's), or fair share between "
                          "users by resources.weight")
+    up.add_argument("--token-lifetime", type=_token_lifetime, metavar="DURATION",
+                    help="how long a user's sign-in (det user login, the web UI) lasts: "
+                         "168h, 7d, 30m, 90s... (default 7d, as Determined's sessions; "
+                         "the master's own token, det master up's, lasts)")
     slurm = up.add_argument_group("slurm", "with --resource-manager slurm")
     slurm.add_argument("--partition", help="the partition to submit to (default: Slurm's)")
     slurm.add_argument("--account", help="the account to charge")

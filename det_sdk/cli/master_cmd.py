@@ -127,6 +127,8 @@ def master_up(args: Namespace) -> int:
             command += [f"--{name}", getattr(args, name)]
     command += [f"--slurm-option={o}" for o in getattr(args, "slurm_option", None) or []]
     command += ["--scheduler", getattr(args, "scheduler", None) or "priority"]
+    if getattr(args, "token_lifetime", None):
+        command += ["--token-lifetime", args.token_lifetime]
     proc = subprocess.Popen(
         command,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -42,9 +42,12 @@ def _me(client: Any, url: str) -> dict[str, Any]:
     try:
         return dict(client.request("GET", "/api/v1/me")["user"])
     except MasterError as err:
+        if err.status == 401 and "expired" in str(err):
+            raise UsageError(f"{url}: {err}") from None  # the master says who and how
         if err.status in (401, 403):
-            raise UsageError(f"the master at {url} refuses the saved token (signed out, or "
-                             "the user is deactivated): det user login NAME") from None
+            raise UsageError(f"the master at {url} refuses the saved token (signed out, "
+                             "expired, or the user is deactivated): det user login NAME"
+                             ) from None
         raise
 
 
@@ -76,7 +79,7 @@ def _user_id(client: Any, name: str) -> int:
 def user_login(args: Namespace) -> int:
     """``det user login [NAME]``: sign in; the new token is saved for this master. With
     the saved token already that user's (and no ``DET_PASS``), nothing to ask."""
-    from det_sdk.client import MasterClient, MasterError, load_token, save_token
+    from det_sdk.client import MasterClient, MasterError, load_token
     from det_sdk.env import setting
 
     token = load_token(args.master)
@@ -97,21 +100,7 @@ def user_login(args: Namespace) -> int:
             raise UsageError("det user login NAME: name the user (no terminal to ask)")
         username = input("Username: ").strip()
     password = _password(f"Password for user '{username}': ")
-    anonymous = MasterClient(args.master, None)
-    try:
-        out = anonymous.request("POST", "/api/v1/auth/login",
-                                json={"username": username, "password": password})
-    except MasterError as err:
-        if err.status == 401:
-            raise UsageError(f"login as {username!r} refused: wrong name or password, or "
-                             "the user is deactivated") from None
-        if err.status == 429:
-            raise UsageError(str(err)) from None
-        raise
-    finally:
-        anonymous.close()
-    save_token(args.master, out["token"])
-    print(f"Authenticated as {out['user']['username']}.")
+    print(f"Authenticated as {_sign_in(args.master, username, password)['username']}.")
     return 0
 
 
@@ -197,7 +186,32 @@ def user_change_password(args: Namespace) -> int:
         raise UsageError("passwords do not match")
     user_id = me["id"] if name == me["username"] else _user_id(client, name)
     client.request("POST", f"/api/v1/users/{user_id}/password", json={"password": password})
+    if name == me["username"]:
+        # the change ended every token of this user, the saved one too: sign in again
+        # with the new password, as Determined's CLI does, so this terminal stays in
+        _sign_in(args.master, name, password)
     return 0
+
+
+def _sign_in(master: str, username: str, password: str) -> dict[str, Any]:
+    """A new token of ``username`` from the master at ``master``, saved for it; the user."""
+    from det_sdk.client import MasterClient, MasterError, save_token
+
+    anonymous = MasterClient(master, None)
+    try:
+        out = anonymous.request("POST", "/api/v1/auth/login",
+                                json={"username": username, "password": password})
+    except MasterError as err:
+        if err.status == 401:
+            raise UsageError(f"login as {username!r} refused: wrong name or password, or "
+                             "the user is deactivated") from None
+        if err.status == 429:
+            raise UsageError(str(err)) from None
+        raise
+    finally:
+        anonymous.close()
+    save_token(master, out["token"])
+    return dict(out["user"])
 
 
 def _patch(args: Namespace, name: str, **fields: Any) -> None:

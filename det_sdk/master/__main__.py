@@ -27,10 +27,23 @@ def _user_token(master: Master, data_dir: Path) -> None:
     if path.exists():
         master.store.add_user_token(path.read_text().strip())
         return
+    # a new token replaces the old: the file was deleted to end it (docs/security.md)
+    master.store.end_master_tokens()
     token = master.user_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
+
+
+def _lifetime(text: str) -> float:
+    """``--token-lifetime``'s value in seconds (argparse's usage error otherwise)."""
+    from det_sdk.durations import parse_duration
+    from det_sdk.errors import UsageError
+
+    try:
+        return parse_duration(text, "--token-lifetime")
+    except UsageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--account")
     parser.add_argument("--slurm-option", action="append", default=[])
     parser.add_argument("--scheduler", choices=POLICIES, default="priority")
+    # how long a user token signs in (Determined's session: 7 days); "168h", "7d", "90s"
+    parser.add_argument("--token-lifetime", type=_lifetime, default=None)
     args = parser.parse_args(argv)
 
     from det_sdk._extras import require_master
@@ -83,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     master.launcher.task_umask = task_umask
     master.scheduler.policy = args.scheduler  # det_sdk.master.queue: priority or fair_share
+    if args.token_lifetime is not None:  # before the app: its UI sessions last as long
+        master.store.token_lifetime = args.token_lifetime
     _user_token(master, args.data_dir)
     master.start()
     slots = master.launcher.slots

@@ -129,9 +129,20 @@ class Accounts:
             self.limiter.failed(username, address)
             raise Unauthenticated("invalid username or password (or the user is deactivated)")
         self.limiter.succeeded(username)
+        self.store.prune_expired_tokens()  # each sign-in sweeps the long-expired ones
         token = secrets.token_urlsafe(32)
         self.store.add_user_token(token, user["id"], ui=ui)
         return token, user
+
+    def expired(self, token: str) -> tuple[dict[str, Any], float] | None:
+        """``(its user, the lifetime)`` when ``token`` is a user token past its lifetime
+        (``det master up --token-lifetime``); None otherwise.
+
+        >>> Accounts(Store(":memory:")).expired("no such token") is None
+        True
+        """
+        user = self.store.expired_token_user(hash_token(token))
+        return None if user is None else (user, self.store.token_lifetime)
 
     def logout(self, token: str) -> bool:
         """End ``token`` (and the UI sessions it opened); False for the master's own token

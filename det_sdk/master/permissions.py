@@ -37,7 +37,7 @@ from fastapi import FastAPI, HTTPException, Request
 from det_sdk.master.core import Master
 from det_sdk.master.errors import RequestError
 from det_sdk.master.roles import ROLES  # what each role may do: one table (issue 59)
-from det_sdk.master.routes.common import Principal, authenticate
+from det_sdk.master.routes.common import Principal, SessionExpired, authenticate
 from det_sdk.master.security import Sessions
 from det_sdk.master.ui.web import COOKIE
 
@@ -422,6 +422,8 @@ def _ui_principal(master: Master, sessions: Sessions, request: Request) -> Princ
     if header.lower().startswith("bearer "):
         try:
             p = authenticate(master, header)
+        except SessionExpired:
+            raise  # outside /api/ too (a Prometheus scrape), the holder learns to sign in
         except HTTPException:
             return None
         return p if p.kind == "user" else None

@@ -16,7 +16,7 @@ dashboard's series exist before anything reaches that state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +38,15 @@ class State:
     jobs: Mapping[str, int]
 
 
-def state_of(master: Any) -> State:
-    """The state of ``master`` (a ``det_sdk.master.core.Master``) now."""
+def state_of(master: Any, hidden: Collection[int] = ()) -> State:
+    """The state of ``master`` (a ``det_sdk.master.core.Master``) now, as seen by a caller
+    who may not see workspaces ``hidden`` (roles, issue 59): their experiments and trials
+    are not counted. Slots and generic jobs are the cluster's (in no workspace), counted
+    whole, as `det slot list` and `det job list` show them to every user."""
     total = master.launcher.slots
     return State(slots_total=total, slots_used=total - master.launcher.free_slots(),
-                 experiments=master.store.state_counts("experiments"),
-                 trials=master.store.state_counts("trials"),
+                 experiments=master.store.state_counts("experiments", hidden),
+                 trials=master.store.state_counts("trials", hidden),
                  jobs=master.store.state_counts("jobs"))
 
 

@@ -14,7 +14,8 @@ lets that CDN and the page's one inline script (by hash) in; it holds no data.
 
 ``Sessions``: the UI's cookie holds a random session id, never the user token. The
 database keeps the id's SHA-256 only (reading the file hands out no working session).
-A session ends after ``IDLE_SECONDS`` without a request, ``ABSOLUTE_SECONDS`` after
+A session ends after ``IDLE_SECONDS`` without a request, the user tokens' lifetime
+(``ABSOLUTE_SECONDS`` unless `det master up --token-lifetime` says otherwise) after
 sign-in, at sign-out (deleted server-side), or when the user token that opened it is
 no longer known. Sessions live in the master's SQLite store, so a master restart keeps
 them (within their lifetime).
@@ -119,11 +120,14 @@ class Sessions:
     """
 
     def __init__(self, store: Store, idle: float = IDLE_SECONDS,
-                 absolute: float = ABSOLUTE_SECONDS,
+                 absolute: float | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.idle = idle
-        self.absolute = absolute
+        # None: as long as a user token signs in (`det master up --token-lifetime`;
+        # ABSOLUTE_SECONDS, Determined's 7 days, by default), so a cookie outlives no token
+        self.absolute = float(getattr(store, "token_lifetime", ABSOLUTE_SECONDS)
+                              if absolute is None else absolute)
         self._clock = clock
         self._lock = threading.Lock()
         # hashed id -> (hashed user token, created, last use, last use stored)

@@ -39,6 +39,7 @@ __all__ = [
     "Id",
     "Limit",
     "Principal",
+    "SessionExpired",
     "as_json",
     "auth_dependencies",
     "authenticate",
@@ -88,11 +89,25 @@ class Principal:
     admin: bool = False
 
 
+class SessionExpired(DetSdkError, HTTPException):
+    """A user token past its lifetime (``det master up --token-lifetime``, 7 days): 401
+    saying so, and how to sign in again (routes outside ``/api/`` pass it on as is)."""
+
+    def __init__(self, user: Mapping[str, Any], lifetime: float) -> None:
+        from det_sdk.durations import describe
+
+        name = user["username"]
+        super().__init__(401, f"the session of user {name!r} expired (a sign-in lasts "
+                              f"{describe(lifetime)}): sign in again with "
+                              f"`det user login {name}`")
+
+
 def authenticate(master: Master, header: str) -> Principal:
     """Who a request's ``Authorization`` header is; HTTPException 401 if nobody.
 
     A task token works while its allocation runs: once the process has exited, its
-    token is refused (S5).
+    token is refused (S5); it is no user session and has no lifetime of its own. A user
+    token past its lifetime is refused with :class:`SessionExpired`.
     """
     if not header.lower().startswith("bearer "):
         raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)")
@@ -103,6 +118,9 @@ def authenticate(master: Master, header: str) -> Principal:
                          admin=user["admin"])
     alloc = master.allocation_by_token(token)
     if alloc is None:
+        expired = master.accounts.expired(token)
+        if expired is not None:
+            raise SessionExpired(*expired)
         raise HTTPException(401, "unknown token")
     if alloc["state"] != api.AllocationState.RUNNING.value:
         raise HTTPException(401, f"the token of allocation {alloc['id']} ended with its task")

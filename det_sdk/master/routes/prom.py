@@ -1,7 +1,9 @@
 """``/prom/det-state-metrics`` (Determined's path): the master's state for a Prometheus
 scrape (``det_sdk.master.prom``). A scraper authenticates as the API's callers do, with
 the user's token as a bearer token (Prometheus' ``authorization: {credentials_file: ...}``);
-a task's token is refused.
+a task's token is refused. What the caller may not see (a workspace whose roles hide it)
+is not counted: Determined counts every workspace for any signed-in user; det_sdk's counts
+follow its lists.
 
 >>> # app.include_router(prom_router(master, user))
 """
@@ -28,7 +30,9 @@ def prom_router(master: Master, user: Dependency) -> APIRouter:
 
     @router.get("/prom/det-state-metrics", response_class=Response, responses=_DOC)
     def det_state_metrics(p: Principal = Depends(user)) -> Response:
-        """Slots, the queue, experiments, trials and jobs by state, as Prometheus gauges."""
-        return Response(render(state_of(master)), media_type=CONTENT_TYPE)
+        """Slots, the queue, experiments, trials and jobs by state, as Prometheus gauges:
+        only the experiments and trials the caller may see (roles, issue 59)."""
+        hidden = master.roles.hidden_workspaces(p)
+        return Response(render(state_of(master, hidden)), media_type=CONTENT_TYPE)
 
     return router

@@ -10,6 +10,8 @@ from det_sdk.master.store.users import UserTables
 
 __all__ = ["TokenTables"]
 
+_KEPT_EXPIRED = 30 * 86400.0  # how long an expired token is still recognized as one
+
 
 class TokenTables(UserTables):
     """The ``user_tokens`` and ``ui_sessions`` tables (each token a user's:
@@ -23,6 +25,50 @@ class TokenTables(UserTables):
     def is_user_token_hash(self, hashed: str) -> bool:
         """Whether ``hashed`` (``hash_token`` of a token) is an active user's token."""
         return self.token_user(hashed) is not None
+
+    def prune_expired_tokens(self, now: float | None = None) -> int:
+        """Forget user tokens over a month past their lifetime; how many. Until then an
+        expired token is still known, so that its holder is told it expired (and by
+        whom to sign in again) rather than that it is unknown.
+
+        >>> from det_sdk.master.store import Store
+        >>> s = Store(":memory:")
+        >>> s.add_user_token("t0k", user_id=s.create_user("ann", admin=False, password=None))
+        >>> s.prune_expired_tokens(), s.prune_expired_tokens(time.time() + 40 * 86400)
+        (0, 1)
+        """
+        cutoff = (time.time() if now is None else now) - self.token_lifetime - _KEPT_EXPIRED
+        with self.tx() as db:
+            gone = [r[0] for r in db.execute(
+                "SELECT token FROM user_tokens WHERE user_id IS NOT NULL AND created < ?",
+                (cutoff,))]
+            db.execute("DELETE FROM ui_sessions WHERE token IN (SELECT token FROM user_tokens"
+                       " WHERE user_id IS NOT NULL AND created < ?)", (cutoff,))
+            db.execute("DELETE FROM user_tokens WHERE user_id IS NOT NULL AND created < ?",
+                       (cutoff,))
+        self._forget(gone)
+        return len(gone)
+
+    def end_master_tokens(self) -> int:
+        """End the master's own tokens (`det master up`'s, ``user_id`` NULL) and the UI
+        sessions they opened; how many. The master calls it before it makes a new one,
+        when the data directory's ``user.token`` is gone: deleting that file and
+        restarting is how the token is replaced.
+
+        >>> from det_sdk.master.store import Store
+        >>> s = Store(":memory:")
+        >>> s.add_user_token("own")
+        >>> s.end_master_tokens(), s.is_user_token("own")
+        (1, False)
+        """
+        with self.tx() as db:
+            gone = [r[0] for r in db.execute(
+                "SELECT token FROM user_tokens WHERE user_id IS NULL")]
+            db.execute("DELETE FROM ui_sessions WHERE token IN (SELECT token FROM user_tokens"
+                       " WHERE user_id IS NULL)")
+            db.execute("DELETE FROM user_tokens WHERE user_id IS NULL")
+        self._forget(gone)
+        return len(gone)
 
     # --- web UI sessions (det_sdk.master.security.Sessions): ids and tokens hashed ------
 

@@ -32,12 +32,17 @@ from typing import Any
 from det_sdk.master.errors import Conflict, InvalidRequest, NotFound
 from det_sdk.master.store.database import Database, hash_token
 
-__all__ = ["FIRST_ADMIN", "FIRST_ADMIN_NAME", "UserTables"]
+__all__ = ["FIRST_ADMIN", "FIRST_ADMIN_NAME", "TOKEN_LIFETIME", "UserTables"]
 
 #: the id of the first admin (the user of `det master up`'s token)
 FIRST_ADMIN = 1
 #: its name: the one det_sdk's single user always answered to
 FIRST_ADMIN_NAME = "determined"
+
+#: how long a user token signs in after it was handed out: Determined's user session
+#: (``SessionDuration``, 7 days). `det master up --token-lifetime` sets another. The
+#: master's own token (`det master up`'s, in the data directory) is no session: it lasts.
+TOKEN_LIFETIME = 7 * 24 * 3600.0
 
 _USER_FIELDS = ("username", "admin", "active", "password", "display_name")
 
@@ -53,7 +58,9 @@ class UserTables(Database):
         super().__init__(path)
         self._users_lock = threading.Lock()
         self._users_by_id: dict[int, dict[str, Any]] | None = None
-        self._token_uids: dict[str, int] = {}  # hash_token(token) -> user id
+        # hash_token(token) -> (user id, when it was handed out; None: the master's own)
+        self._token_uids: dict[str, tuple[int, float | None]] = {}
+        self.token_lifetime = TOKEN_LIFETIME  # seconds; the master sets it at start
         # bumped by every change: a read that raced a change does not fill the cache
         # with what it read before (lock order: the database's lock, then this one)
         self._users_gen = self._tokens_gen = 0
@@ -107,7 +114,9 @@ class UserTables(Database):
 
     def update_user(self, user_id: int, **fields: Any) -> None:
         """Set some of ``username``, ``admin``, ``active``, ``password`` (a hash) and
-        ``display_name``. Deactivating a user also ends its tokens and UI sessions."""
+        ``display_name``. Deactivating a user, or setting their password, also ends
+        their tokens and UI sessions (as Determined's, the password's sessions: whoever
+        knew the old one is out)."""
         unknown = set(fields) - set(_USER_FIELDS)
         if unknown:
             raise InvalidRequest(f"not a user's field: {sorted(unknown)}")
@@ -122,10 +131,11 @@ class UserTables(Database):
             for key, value in fields.items():
                 value = int(value) if key in ("admin", "active") else value
                 db.execute(f"UPDATE users SET {key} = ? WHERE id = ?", (value, user_id))
-            if fields.get("active") is False:
+            ends = fields.get("active") is False or fields.get("password") is not None
+            if ends:
                 self._revoke_user(db, user_id)
         self._users_changed()
-        if fields.get("active") is False:
+        if ends:
             self._tokens_changed(lambda uid: uid == user_id)
 
     def owner_or_first(self, owner_id: int | None) -> int:
@@ -191,24 +201,52 @@ class UserTables(Database):
     def _tokens_changed(self, gone: Any, hashed: str | None = None) -> None:
         with self._users_lock:
             self._tokens_gen += 1
-            self._token_uids = {h: u for h, u in self._token_uids.items()
-                                if h != hashed and not gone(u)}
+            self._token_uids = {h: e for h, e in self._token_uids.items()
+                                if h != hashed and not gone(e[0])}
 
-    def token_user(self, hashed: str) -> dict[str, Any] | None:
-        """The active user ``hashed`` (``hash_token`` of a token) signs in; None: none."""
+    def _token_entry(self, hashed: str) -> tuple[int, float | None] | None:
+        """(user id, when handed out; None: the master's own token) of ``hashed``."""
         with self._users_lock:
-            uid, gen = self._token_uids.get(hashed), self._tokens_gen
-        if uid is None:
-            found = self._one("SELECT COALESCE(user_id, ?) AS uid FROM user_tokens"
-                              " WHERE token = ?", FIRST_ADMIN, hashed)
+            entry, gen = self._token_uids.get(hashed), self._tokens_gen
+        if entry is None:
+            found = self._one("SELECT COALESCE(user_id, ?) AS uid, created,"
+                              " user_id IS NULL AS own FROM user_tokens WHERE token = ?",
+                              FIRST_ADMIN, hashed)
             if found is None:
                 return None
-            uid = int(found["uid"])
+            entry = (int(found["uid"]), None if found["own"] else float(found["created"]))
             with self._users_lock:
                 if gen == self._tokens_gen:
-                    self._token_uids[hashed] = uid
-        user = self.user(uid)
+                    self._token_uids[hashed] = entry
+        return entry
+
+    def _expired(self, entry: tuple[int, float | None]) -> bool:
+        return entry[1] is not None and time.time() - entry[1] >= self.token_lifetime
+
+    def token_user(self, hashed: str) -> dict[str, Any] | None:
+        """The active user ``hashed`` (``hash_token`` of a token) signs in; None: none
+        (unknown, ended, past its lifetime, or its user deactivated)."""
+        entry = self._token_entry(hashed)
+        if entry is None or self._expired(entry):
+            return None
+        user = self.user(entry[0])
         return user if user is not None and user["active"] else None
+
+    def expired_token_user(self, hashed: str) -> dict[str, Any] | None:
+        """The user whose token ``hashed`` is past its lifetime (None: it is not, or is
+        no token): who is told their session expired.
+
+        >>> from det_sdk.master.store import Store
+        >>> s = Store(":memory:")
+        >>> s.add_user_token("t0k", user_id=s.create_user("ann", admin=False, password=None))
+        >>> s.token_lifetime = 0.0  # every sign-in over at once
+        >>> s.token_user(hash_token("t0k")), s.expired_token_user(hash_token("t0k"))["username"]
+        (None, 'ann')
+        """
+        entry = self._token_entry(hashed)
+        if entry is None or not self._expired(entry):
+            return None
+        return self.user(entry[0])
 
     def is_master_token(self, hashed: str) -> bool:
         """Whether ``hashed`` is the master's own token (`det master up`'s)."""

@@ -3,8 +3,8 @@
 Every ``/ui/api/`` call and the app page need a signed-in user: the session cookie,
 or ``Authorization: Bearer <user token>`` (what ``det ui`` and scripts use). The
 cookie holds a random session id (``det_sdk.master.security.Sessions``: 12 hours idle,
-7 days at most, revoked server-side at sign-out, kept across master restarts), never
-the user token; HttpOnly (page scripts never see it), SameSite=Strict, Path=/.
+the token lifetime (7 days) at most, revoked server-side at sign-out, kept across master
+restarts), never the user token; HttpOnly (page scripts never see it), SameSite=Strict, Path=/.
 Requests that change state, sign-out included, also need the ``X-Det-UI`` header,
 which a page of another origin (another port of 127.0.0.1 is same-site, so its
 requests do carry the cookie) cannot send without a CORS preflight this server never
@@ -33,7 +33,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
 from det_sdk.errors import ArgumentTypeError
-from det_sdk.master.security import ABSOLUTE_SECONDS, Sessions
+from det_sdk.master.security import Sessions
 
 __all__ = ["ACTION_HEADER", "COOKIE", "SignInCodes", "StaticFiles", "UiAuth", "clean",
            "http_url", "json_response", "signin_html", "small_body"]
@@ -217,7 +217,8 @@ class UiAuth:
         """Sign in: a new session (any session the browser had before ends)."""
         self.sessions.revoke(request.cookies.get(COOKIE))
         response.set_cookie(COOKIE, self.sessions.create(token), httponly=True,
-                            samesite="strict", path="/", max_age=ABSOLUTE_SECONDS,
+                            samesite="strict", path="/",
+                            max_age=int(self.sessions.absolute),
                             secure=request.url.scheme == "https")
         return response
 
