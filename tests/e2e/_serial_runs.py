@@ -9,10 +9,11 @@ process) do not come here.
 Usage: ``SERIAL_SPEC=SPEC.json python tests/e2e/_serial_runs.py``, SPEC a JSON list of
 ``{"script": path, "env": {name: value}, "stdout": path}``: each script runs as
 ``__main__`` with ``env`` added to the environment (and taken out again after), its
-standard output written to ``stdout`` (``{rank}`` in it: this process's Horovod rank,
-under ``horovodrun``); a run that returns (or exits 0) then writes ``stdout + ".done"``,
-so that a run after it may fail on purpose and the ones before still be known to have
-ended well. A run that fails ends the process (non-zero).
+standard output written to ``stdout`` (without one: the process's own, where a test reads
+what the script printed). In a path, ``{rank}`` is this process's Horovod rank (under
+``horovodrun``). A run that returns (or exits 0) then writes an empty file ``done``
+(default ``stdout + ".done"``), so that a run after it may fail on purpose and the ones
+before still be known to have ended well. A run that fails ends the process (non-zero).
 
 >>> import json, subprocess, sys, tempfile
 >>> d = Path(tempfile.mkdtemp())
@@ -46,14 +47,18 @@ def run_all(spec: list[dict]) -> None:
         before = {k: os.environ.get(k) for k in run["env"]}
         os.environ.update(run["env"])
         try:
-            stdout = run["stdout"].replace("{rank}", os.environ.get("HOROVOD_RANK", "0"))
-            with open(stdout, "w") as out, contextlib.redirect_stdout(out):
+            rank = os.environ.get("HOROVOD_RANK", "0")
+            stdout = run.get("stdout")
+            with contextlib.ExitStack() as stack:
+                if stdout:
+                    stack.enter_context(contextlib.redirect_stdout(
+                        stack.enter_context(open(stdout.replace("{rank}", rank), "w"))))
                 try:
                     runpy.run_path(run["script"], run_name="__main__")
                 except SystemExit as end:  # a script's sys.exit(main()): on to the next
                     if end.code not in (None, 0):
                         raise
-            Path(stdout + ".done").write_text("")
+            Path((run.get("done") or f"{stdout}.done").replace("{rank}", rank)).write_text("")
         finally:
             for k, v in before.items():
                 if v is None:
