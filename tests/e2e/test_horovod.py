@@ -1,10 +1,11 @@
 """Data-parallel training under a real `horovodrun -np 2` (Gloo, this host, CPU).
 
 Each test launches the processes as a user would; the scripts in tests/scripts do
-the work and rank 0 writes what it found. The ``report`` run starts the user's own
-``horovodrun`` binary; the others, and the other modules' N-process runs, go through
-det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the master's
-way, without the probe that imports TensorFlow in a forked process on every launch).
+the work and rank 0 writes what it found. The runs that need no launch of their own
+(references, hvd_check's ``report``, hvd_guard's cases) share one (``launches``), of the
+user's own ``horovodrun`` binary; the others, and the other modules' N-process runs, go
+through det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the
+master's way, without the probe that imports TensorFlow in a forked process on every launch).
 """
 
 from __future__ import annotations
