@@ -2,7 +2,7 @@
 
 Each test launches the processes as a user would; the scripts in tests/scripts do
 the work and rank 0 writes what it found. The runs that need no launch of their own
-(references, hvd_check's ``report``, hvd_guard's cases) share one (``launches``), of the
+(references, hvd_check's ``report``) share one (``launches``), of the
 user's own ``horovodrun`` binary; the others, and the other modules' N-process runs, go
 through det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the
 master's way, without the probe that imports TensorFlow in a forked process on every launch).
@@ -62,8 +62,9 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> Launches:
     * the user's own ``horovodrun -np 2`` binary: the uninterrupted tiny_train.py
       (``full/``, the pause test's reference) and callbacks_train.py (``cb_full/``),
       first, as a fresh process runs them; tiny_train.py without dropout (``two/``);
-      gan_train.py (``gan2/``); hvd_check.py (``hvd/``, ``report``'s); then hvd_guard.py's
-      cases (``guard/``, ``guarded``'s: last, since its rank 1 fails the launch on purpose);
+      gan_train.py (``gan2/``); hvd_check.py (``hvd/``, ``report``'s). Not hvd_guard.py
+      (``guarded``): after these runs, its XLA case logged no "XLA (jit_compile) turned
+      off" (seen 2026-11-29, not explained yet), so it keeps a launch of its own;
     * one process: tiny_train.py without dropout (``one/``) and gan_train.py (``gan1/``).
 
     Its folder, the 2-process launch's output and exit status (the 1-process launch's
@@ -73,8 +74,7 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> Launches:
     tiny = str(SCRIPTS / "tiny_train.py")
 
     def run(name: str, script: str, **env: str) -> dict:
-        # no stdout files: all the runs print and log to the launch's output (a handler
-        # set up by one run holds the stdout it started with; the guard tests read it)
+        # no stdout files: what the runs print stays in the launch's output, as it was
         (d / name).mkdir()
         return {"script": script, "stdout": None, "done": str(d / name / "out{rank}.done"),
                 "env": {"DET_RUNS_DIR": str(d / name / "runs"), **env}}
@@ -84,9 +84,7 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> Launches:
         run("cb_full", str(SCRIPTS / "callbacks_train.py"), CB_OUT=str(d / "cb_full")),
         run("two", tiny, TINY_DROPOUT="0", TINY_HISTORY_OUT=str(d / "two" / "h.json")),
         run("gan2", str(SCRIPTS / "gan_train.py"), GAN_OUT=str(d / "gan2" / "out.json")),
-        run("hvd", str(SCRIPTS / "hvd_check.py"), HVD_OUT=str(d / "hvd" / "out.json")),
-        run("guard", str(SCRIPTS / "hvd_guard.py"), GUARD_CASE="unwrapped,xla,float8,bypass",
-            GUARD_THEN_RANK_FAILS="1", GUARD_OUT=str(d / "guard" / "out.json"))]
+        run("hvd", str(SCRIPTS / "hvd_check.py"), HVD_OUT=str(d / "hvd" / "out.json"))]
     one = [run("one", tiny, TINY_DROPOUT="0", TINY_HISTORY_OUT=str(d / "one" / "h.json")),
            run("gan1", str(SCRIPTS / "gan_train.py"), GAN_OUT=str(d / "gan1" / "out.json"))]
     (d / "two.json").write_text(json.dumps(two))
@@ -212,14 +210,18 @@ def test_gan_with_two_wrapped_optimizers_averages_exactly(launches: Launches) ->
 
 
 @pytest.fixture(scope="module")
-def guarded(launches: Launches) -> tuple[dict, str, int]:
-    """hvd_guard.py's cases in turn on 2 processes (fresh models, one run, the last of
-    ``launches``'), then rank 1 raising while rank 0 trains: what rank 0 recorded per
-    case, the launch's output and its exit status. A hang would end in TimeoutExpired,
-    not a result."""
-    d, output, returncode = launches
-    assert (d / "guard" / "out.json").exists(), output[-3000:]
-    return json.loads((d / "guard" / "out.json").read_text()), output, returncode
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, int]:
+    """One ``horovodrun -np 2`` of hvd_guard.py's three cases in turn (fresh models, one
+    run), then rank 1 raising while rank 0 trains: what rank 0 recorded per case, the
+    run's output and its exit status. A hang would end in TimeoutExpired, not a result."""
+    d = tmp_path_factory.mktemp("guard")
+    # the default bound (240 s): the work of 4 runs that had 120 s each
+    proc = horovodrun(SCRIPTS / "hvd_guard.py", {
+        "GUARD_CASE": "unwrapped,xla,float8,bypass", "GUARD_THEN_RANK_FAILS": "1",
+        "GUARD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")})
+    output = proc.stdout + proc.stderr
+    assert (d / "out.json").exists(), output[-3000:]
+    return json.loads((d / "out.json").read_text()), output, proc.returncode
 
 
 def test_a_failing_rank_fails_the_run_without_hanging(guarded: tuple[dict, str, int]) -> None:
