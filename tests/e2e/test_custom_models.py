@@ -23,6 +23,8 @@ from tests.support import SCRIPTS, run_python
 
 sys.path.insert(0, str(SCRIPTS))
 SCRIPT = SCRIPTS / "custom_models.py"
+SERIAL = Path(__file__).with_name("_serial_runs.py")
+VAE = {"custom_model": "vae", "custom_rows": "49"}  # the VAE test's runs
 
 
 def _run(tmp: Path, name: str, processes: int, **env: str) -> dict:
@@ -37,11 +39,38 @@ def _run(tmp: Path, name: str, processes: int, **env: str) -> dict:
     return json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One ``horovodrun -np 2`` of tests/e2e/_serial_runs.py for the runs that need not be
+    launches of their own (each cost ~6 s of CPU a process): the uninterrupted VAE
+    (``whole.json``, the resume's reference: first, as a fresh process runs it) then the
+    Distiller (``two.json``). Its folder and, where it failed, its output."""
+    if not HOROVODRUN.exists():
+        pytest.skip("horovodrun not installed")
+    tmp = tmp_path_factory.mktemp("two")
+    spec = [{"script": str(SCRIPT), "stdout": str(tmp / f"{name}{{rank}}.out"),
+             "env": {"CUSTOM_OUT": str(tmp / f"{name}.json"), "DET_RUNS_DIR": str(tmp / name),
+                     **{k.upper(): v for k, v in env.items()}}}
+            for name, env in (("whole", VAE), ("two", {"custom_model": "distiller",
+                                                       "custom_batch": "4"}))]
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    proc = horovodrun(SERIAL, {"SERIAL_SPEC": str(tmp / "spec.json")}, timeout=400)
+    return tmp, "" if proc.returncode == 0 else proc.stdout[-3000:] + proc.stderr[-4000:]
+
+
+def _two(two_processes: tuple[Path, str], name: str) -> dict:
+    tmp, failed = two_processes
+    assert not failed, failed
+    return json.loads((tmp / f"{name}.json").read_text())
+
+
 @pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
-def test_distiller_on_two_processes_trains_and_reports_as_one(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)  # the first holds two_processes' launch too
+def test_distiller_on_two_processes_trains_and_reports_as_one(
+        tmp_path: Path, two_processes: tuple[Path, str]) -> None:
     # x, y = data unpacks on every rank (no sample weights added); 2 x 4 rows = 1 x 8.
     one = _run(tmp_path, "one", 1, custom_model="distiller", custom_batch="8")
-    two = _run(tmp_path, "two", 2, custom_model="distiller", custom_batch="4")
+    two = _two(two_processes, "two")
     assert two["size"] == 2 and one["size"] == 1
     for a, b in zip(one["weights"], two["weights"]):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
@@ -52,12 +81,13 @@ def test_distiller_on_two_processes_trains_and_reports_as_one(tmp_path: Path) ->
 
 
 @pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+@pytest.mark.timeout(600)  # the first holds two_processes' launch too
 def test_vae_x_only_on_two_processes_with_a_padding_step_resumes_exactly(
-        tmp_path: Path) -> None:
+        tmp_path: Path, two_processes: tuple[Path, str]) -> None:
     # 49 rows, 2 x 8 per step: the last step has one row, rank 1 trains on padding
     # (its gradients zeroed) without sample weights reaching train_step.
-    common = {"custom_model": "vae", "custom_rows": "49"}
-    whole = _run(tmp_path, "whole", 2, **common)
+    common = VAE
+    whole = _two(two_processes, "whole")
     assert whole["size"] == 2 and not any(whole["tuples_seen"])
     _run(tmp_path, "stop", 2, det_runs="stopped", custom_stop_epoch="0", **common)
     rows = [json.loads(line) for line in

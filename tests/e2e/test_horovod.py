@@ -1,10 +1,11 @@
 """Data-parallel training under a real `horovodrun -np 2` (Gloo, this host, CPU).
 
 Each test launches the processes as a user would; the scripts in tests/scripts do
-the work and rank 0 writes what it found. The ``report`` run starts the user's own
-``horovodrun`` binary; the others, and the other modules' N-process runs, go through
-det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the master's
-way, without the probe that imports TensorFlow in a forked process on every launch).
+the work and rank 0 writes what it found. The runs that need no launch of their own
+(references, hvd_check's ``report``) share one (``launches``), of the
+user's own ``horovodrun`` binary; the others, and the other modules' N-process runs, go
+through det_sdk.launch.horovodrun (tests.support.HOROVOD_LAUNCH: the same launcher code, the
+master's way, without the probe that imports TensorFlow in a forked process on every launch).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from det_sdk.env import outside
 from tests.support import HOROVOD_LAUNCH, REPO, SCRIPTS, run_python
 
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
-pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+pytestmark = [pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed"),
+              # whichever test asks first for ``launches`` runs them in its own time
+              pytest.mark.timeout(900)]
 
 
 def horovodrun(script: Path, env: dict[str, str], np_: int = 2, timeout: float = 240,
@@ -46,14 +49,69 @@ def run_for_json(script: Path, env: dict[str, str], out: Path, processes: int,
     return json.loads(out.read_text())
 
 
+SERIAL = Path(__file__).with_name("_serial_runs.py")
+#: ``launches``: its folder, the 2-process launch's output and its exit status
+Launches = tuple[Path, str, int]
+
+
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    d = tmp_path_factory.mktemp("hvd")
-    proc = horovodrun(SCRIPTS / "hvd_check.py",  # the user's own `horovodrun` binary
-                      {"HVD_OUT": str(d / "out.json"), "DET_RUNS_DIR": str(d / "runs")},
-                      launcher=[str(HOROVODRUN)])
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads((d / "out.json").read_text())
+def launches(tmp_path_factory: pytest.TempPathFactory) -> Launches:
+    """The module's runs that need no launch of their own (each launch cost ~6 s of CPU a
+    process), in two launches of tests/e2e/_serial_runs.py, one run after another:
+
+    * the user's own ``horovodrun -np 2`` binary: the uninterrupted tiny_train.py
+      (``full/``, the pause test's reference) and callbacks_train.py (``cb_full/``),
+      first, as a fresh process runs them; tiny_train.py without dropout (``two/``);
+      gan_train.py (``gan2/``); hvd_check.py (``hvd/``, ``report``'s). Not hvd_guard.py
+      (``guarded``): after these runs, its XLA case logged no "XLA (jit_compile) turned
+      off" (seen 2026-11-29, not explained yet), so it keeps a launch of its own;
+    * one process: tiny_train.py without dropout (``one/``) and gan_train.py (``gan1/``).
+
+    Its folder, the 2-process launch's output and exit status (the 1-process launch's
+    output is in ``one.failed`` where it failed). Each run that ended well left
+    ``out<rank>.done`` in its folder."""
+    d = tmp_path_factory.mktemp("launches")
+    tiny = str(SCRIPTS / "tiny_train.py")
+
+    def run(name: str, script: str, **env: str) -> dict:
+        # no stdout files: what the runs print stays in the launch's output, as it was
+        (d / name).mkdir()
+        return {"script": script, "stdout": None, "done": str(d / name / "out{rank}.done"),
+                "env": {"DET_RUNS_DIR": str(d / name / "runs"), **env}}
+
+    two = [
+        run("full", tiny, TINY_WEIGHTS_OUT=str(d / "full" / "w.npz")),
+        run("cb_full", str(SCRIPTS / "callbacks_train.py"), CB_OUT=str(d / "cb_full")),
+        run("two", tiny, TINY_DROPOUT="0", TINY_HISTORY_OUT=str(d / "two" / "h.json")),
+        run("gan2", str(SCRIPTS / "gan_train.py"), GAN_OUT=str(d / "gan2" / "out.json")),
+        run("hvd", str(SCRIPTS / "hvd_check.py"), HVD_OUT=str(d / "hvd" / "out.json"))]
+    one = [run("one", tiny, TINY_DROPOUT="0", TINY_HISTORY_OUT=str(d / "one" / "h.json")),
+           run("gan1", str(SCRIPTS / "gan_train.py"), GAN_OUT=str(d / "gan1" / "out.json"))]
+    (d / "two.json").write_text(json.dumps(two))
+    (d / "one.json").write_text(json.dumps(one))
+    # the bound: the work of 7 launches that had 240 s each (a hang ends in TimeoutExpired)
+    proc = horovodrun(SERIAL, {"SERIAL_SPEC": str(d / "two.json")}, timeout=600,
+                      launcher=[str(HOROVODRUN)])  # the user's own `horovodrun` binary
+    single = run_python(SERIAL, {"SERIAL_SPEC": str(d / "one.json")}, timeout=600)
+    if single.returncode:
+        (d / "one.failed").write_text(single.stdout[-3000:] + single.stderr[-3000:])
+    return d, proc.stdout + proc.stderr, proc.returncode
+
+
+def _ended_well(launches: Launches, name: str, ranks: int = 2) -> Path:
+    """``launches``' run ``name``'s folder, once each of its ``ranks`` processes ended it
+    well (returned, or exited 0)."""
+    d, output, _ = launches
+    failed = d / "one.failed"
+    for rank in range(ranks):
+        assert (d / name / f"out{rank}.done").exists(), (
+            failed.read_text() if ranks == 1 and failed.exists() else output[-6000:])
+    return d / name
+
+
+@pytest.fixture(scope="module")
+def report(launches: Launches) -> dict:
+    return json.loads((_ended_well(launches, "hvd") / "out.json").read_text())
 
 
 def test_two_processes_shard_the_data(report: dict) -> None:
@@ -102,30 +160,23 @@ def test_evaluate_equals_one_process_on_all_data(report: dict) -> None:
     np.testing.assert_allclose(report["evaluate"], report["evaluate_reference"], rtol=1e-6)
 
 
-def test_loss_curve_matches_one_process(tmp_path: Path) -> None:
+def test_loss_curve_matches_one_process(launches: Launches) -> None:
     """Global batch 16 on 2 processes (8 each) vs 16 on one: the same updates.
 
     Without dropout, the only differences are float summation order in the averaged
     gradients and metrics, and the last batch of each epoch (200 % 16 = 8 rows, 4
     per process: even, so also the same). Tolerance: 1e-4 relative over 4 epochs.
     """
-    env = {"TINY_DROPOUT": "0", "TINY_HISTORY_OUT": str(tmp_path / "h.json")}
-    one = run_python(SCRIPTS / "tiny_train.py", {**env, "DET_RUNS_DIR": str(tmp_path / "1")})
-    assert one.returncode == 0, one.stderr[-3000:]
-    h1 = json.loads((tmp_path / "h.json").read_text())
-    two = horovodrun(SCRIPTS / "tiny_train.py", {**env, "DET_RUNS_DIR": str(tmp_path / "2")})
-    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
-    h2 = json.loads((tmp_path / "h.json").read_text())
+    h1 = json.loads((_ended_well(launches, "one", 1) / "h.json").read_text())
+    h2 = json.loads((_ended_well(launches, "two") / "h.json").read_text())
     for key in ("loss", "val_loss", "accuracy", "val_accuracy"):
         np.testing.assert_allclose(h2[key], h1[key], rtol=1e-4, err_msg=key)
     assert h1["loss"][-1] < h1["loss"][0]  # it did learn
 
 
-def test_pause_at_epoch_boundary_resumes_exactly(tmp_path: Path) -> None:
+def test_pause_at_epoch_boundary_resumes_exactly(tmp_path: Path, launches: Launches) -> None:
     """SIGTERM reaches rank 0 only; both stop together, one checkpoint, exact resume."""
-    full = horovodrun(SCRIPTS / "tiny_train.py", {
-        "DET_RUNS_DIR": str(tmp_path / "full"), "TINY_WEIGHTS_OUT": str(tmp_path / "full.npz")})
-    assert full.returncode == 0, full.stderr[-3000:]
+    full_npz = _ended_well(launches, "full") / "w.npz"  # uninterrupted
 
     runs = str(tmp_path / "paused")
     stopped = horovodrun(SCRIPTS / "tiny_train.py", {
@@ -139,26 +190,18 @@ def test_pause_at_epoch_boundary_resumes_exactly(tmp_path: Path) -> None:
     resumed = horovodrun(SCRIPTS / "tiny_train.py", {
         "DET_RUNS_DIR": runs, "DET_RESUME": "1", "TINY_WEIGHTS_OUT": str(tmp_path / "r.npz")})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    a, b = np.load(tmp_path / "full.npz"), np.load(tmp_path / "r.npz")
+    a, b = np.load(full_npz), np.load(tmp_path / "r.npz")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
 
 
-def _gan(tmp_path: Path, processes: int) -> dict:
-    out = tmp_path / f"gan{processes}.json"
-    env = {"GAN_OUT": str(out), "DET_RUNS_DIR": str(tmp_path / f"runs{processes}")}
-    proc = (horovodrun(SCRIPTS / "gan_train.py", env) if processes > 1
-            else run_python(SCRIPTS / "gan_train.py", env))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
-def test_gan_with_two_wrapped_optimizers_averages_exactly(tmp_path: Path) -> None:
+def test_gan_with_two_wrapped_optimizers_averages_exactly(launches: Launches) -> None:
     """A custom train_step applying two wrapped optimizers (Adam; SGD with momentum):
     2 processes end bit-identical and follow 1 process's loss curve at the same
     global batch (Horovod's own optimizer averages nothing here on Keras 3, and
     nothing on Keras 2 either, since it averages only inside minimize)."""
-    one, two = _gan(tmp_path, 1), _gan(tmp_path, 2)
+    one = json.loads((_ended_well(launches, "gan1", 1) / "out.json").read_text())
+    two = json.loads((_ended_well(launches, "gan2") / "out.json").read_text())
     assert two["processes"] == 2 and two["ranks_identical"]
     for key in ("d_loss", "g_loss", "val_d_loss"):
         np.testing.assert_allclose(two["history"][key], one["history"][key], rtol=1e-4,
@@ -241,16 +284,14 @@ def test_float8_training_is_refused_naming_its_overwritten_variables(
     assert "Train the float8 model on one process" in output  # the user sees it
 
 
-def test_callbacks_state_resumes_on_two_processes(tmp_path: Path) -> None:
+def test_callbacks_state_resumes_on_two_processes(tmp_path: Path, launches: Launches) -> None:
     """EarlyStopping, ModelCheckpoint, ReduceLROnPlateau, CSVLogger and a user's callback
     (get_state/set_state) on 2 processes: interrupted and resumed, rank 0's checkpointed
     state is restored on both ranks; the run equals an uninterrupted one."""
     script = SCRIPTS / "callbacks_train.py"
-    full_out, cut_out = tmp_path / "full", tmp_path / "cut"
-    full_out.mkdir()
+    full_out = _ended_well(launches, "cb_full")  # uninterrupted
+    cut_out = tmp_path / "cut"
     cut_out.mkdir()
-    full = horovodrun(script, {"DET_RUNS_DIR": str(full_out / "runs"), "CB_OUT": str(full_out)})
-    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
     expected = json.loads((full_out / "rank0.json").read_text())
     n = len(expected["epochs"])
     assert 3 <= n < 40  # EarlyStopping ended it: its state matters across the resume

@@ -20,7 +20,11 @@ from tests.e2e.test_horovod import HOROVODRUN, horovodrun
 from tests.support import SCRIPTS, run_python
 
 SCRIPT = SCRIPTS / "keras_io_shapes.py"
-pytestmark = pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+SERIAL = Path(__file__).with_name("_serial_runs.py")
+ALL = "gan,shuffled,nocall,addloss"  # one_and_two's shapes
+pytestmark = [pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed"),
+              # the first test holds the module fixtures' 2 launches (3 runs) too
+              pytest.mark.timeout(600)]
 
 
 def _run(tmp: Path, name: str, processes: int, shapes: str, **env: str):
@@ -32,16 +36,35 @@ def _run(tmp: Path, name: str, processes: int, shapes: str, **env: str):
 
 
 @pytest.fixture(scope="module")
-def one_and_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+def two_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """One ``horovodrun -np 2`` of tests/e2e/_serial_runs.py (a launch of their own each
+    cost ~6 s of CPU a process): the 2-process run of ``one_and_two`` (``n2``), then the
+    unseeded arrays' (``unseeded``: last, since it fails the launch on purpose). Its
+    folder, output and exit status; each run that ended well left ``<name><rank>.done``."""
+    tmp = tmp_path_factory.mktemp("two")
+    # no stdout files: what the scripts print stays the launch's (the tests read it there)
+    spec = [{"script": str(SCRIPT), "stdout": None, "done": str(tmp / f"{name}{{rank}}.done"),
+             "env": {"SHAPES": shapes, "SHAPES_OUT": str(tmp / f"{name}.json"),
+                     "DET_RUNS_DIR": str(tmp / name), **env}}
+            for name, shapes, env in (("n2", ALL, {}),
+                                      ("unseeded", "shuffled", {"SHAPES_UNSEEDED": "1"}))]
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    proc = horovodrun(SERIAL, {"SERIAL_SPEC": str(tmp / "spec.json")}, timeout=500)
+    return tmp, proc.stdout + proc.stderr, proc.returncode
+
+
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory: pytest.TempPathFactory,
+                two_launch: tuple[Path, str, int]) -> tuple[dict, dict]:
     tmp = tmp_path_factory.mktemp("shapes")
-    runs = []
-    for n in (1, 2):
-        # the GAN first: its first model, as in a run of the GAN alone, so the 2-process run's
-        # GAN is also the uninterrupted reference of the stop-and-resume test below
-        proc, out = _run(tmp, f"n{n}", n, "gan,shuffled,nocall,addloss")
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-        runs.append(out)
-    return runs[0], runs[1]
+    # the GAN first: its first model, as in a run of the GAN alone, so the 2-process run's
+    # GAN is also the uninterrupted reference of the stop-and-resume test below
+    proc, one = _run(tmp, "n1", 1, ALL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    two_dir, output, _ = two_launch
+    for rank in (0, 1):  # n2 ended well on both processes
+        assert (two_dir / f"n2{rank}.done").exists(), output[-7000:]
+    return one, json.loads((two_dir / "n2.json").read_text())
 
 
 def test_data_shuffled_with_numpy_before_wrap_data_is_sharded_disjointly(one_and_two) -> None:
@@ -76,10 +99,12 @@ def test_without_batch_size_two_processes_step_by_keras_32_rows_in_all(one_and_t
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
 
 
-def test_arrays_that_differ_between_ranks_are_refused_naming_the_fix(tmp_path: Path) -> None:
-    proc, out = _run(tmp_path, "unseeded", 2, "shuffled", SHAPES_UNSEEDED="1")
-    assert proc.returncode != 0 and out is None
-    text = proc.stdout + proc.stderr
+def test_arrays_that_differ_between_ranks_are_refused_naming_the_fix(
+        two_launch: tuple[Path, str, int]) -> None:
+    two_dir, text, returncode = two_launch
+    out = two_dir / "unseeded.json"
+    assert returncode != 0 and not out.exists()
+    assert not (two_dir / "unseeded0.done").exists()
     assert "wrap_data: x differs between the 2 processes" in text
     assert "seeded generator" in text
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ import pytest
 from tests.support import REPO, SCRIPTS, run_python
 
 TINY = SCRIPTS / "tiny_train.py"
+SERIAL = Path(__file__).with_name("_serial_runs.py")
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -130,55 +132,95 @@ def _tensorboard_scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
     return out
 
 
-def _uninterrupted(d: Path, kind: str) -> tuple[dict[str, np.ndarray], dict[str, list]]:
-    """Final weights and History of an uninterrupted 4-epoch run of ``kind``'s input, run
-    under ``d``. Each is read by its kind's test alone: run there (a module fixture ran all
-    three in the first test, under its time limit with that test's own runs)."""
-    proc = run_python(TINY, {"DET_RUNS_DIR": str(d), "TINY_INPUT": kind,
-                             "TINY_WEIGHTS_OUT": str(d / "w.npz"),
-                             "TINY_HISTORY_OUT": str(d / "h.json")})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "epochs run: [0, 1, 2, 3]" in proc.stdout
-    return dict(np.load(d / "w.npz")), json.loads((d / "h.json").read_text())
+KINDS = {
+    "sequence": ("1:7",),
+    # tf.data: the iterator's state is saved with the checkpoint (its shuffles too),
+    # and a reshuffling validation set validates the rows it would have
+    "dataset": ("1:7",),
+    # numpy: stopped mid-epoch, resumed and stopped again at an epoch's end, resumed to
+    # the end (both kinds of stop and both kinds of resume in one run)
+    "numpy": ("1:5", "2"),
+}
 
 
-@pytest.mark.parametrize(
-    ("kind", "stops", "resumed_epochs"),
-    [("sequence", ("1:7",), "[1, 2, 3]"),
-     # tf.data: the iterator's state is saved with the checkpoint (its shuffles too),
-     # and a reshuffling validation set validates the rows it would have
-     ("dataset", ("1:7",), "[1, 2, 3]"),
-     # numpy: stopped mid-epoch, resumed and stopped again at an epoch's end, resumed to
-     # the end (both kinds of stop and both kinds of resume in one run)
-     ("numpy", ("1:5", "2"), "[3]")],
-)
+@dataclass
+class KindRuns:
+    """One input kind's runs under ``dir``: each stop's process with the last checkpoint
+    row after it, then the resume's process."""
+
+    dir: Path
+    stops: list[tuple[subprocess.CompletedProcess[str], dict]]
+    resumed: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def sigterm_runs(tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[dict[str, KindRuns], subprocess.CompletedProcess[str]]:
+    """Each kind stopped by SIGTERM and resumed, each run a process of its own (a real
+    signal ends the process; a resume starts a fresh one); then, in one process for all
+    kinds (tests/e2e/_serial_runs.py; a process of their own cost ~6 s of CPU apiece),
+    what is not about its process: each finished run resumed again (``again.out``,
+    ``h2.json``) and each kind's uninterrupted reference (``full/``). Nothing asserted
+    here: each kind's test asserts on its own runs."""
+    tmp = tmp_path_factory.mktemp("sigterm")
+    runs: dict[str, KindRuns] = {}
+    serial: list[dict] = []
+    for kind, stops in KINDS.items():
+        d = tmp / kind
+        env = {"DET_RUNS_DIR": str(d / "runs"), "TINY_INPUT": kind}
+        stopped = []
+        for i, stop_at in enumerate(stops):
+            proc = run_python(TINY, {**env, "TINY_STOP_AT": stop_at,
+                                     **({"DET_RESUME": "1"} if i else {})})
+            ckpts = d / "runs" / "1" / "checkpoints.jsonl"
+            stopped.append((proc, _jsonl(ckpts)[-1] if ckpts.exists() else {}))
+        resumed = run_python(TINY, {**env, "DET_RESUME": "1",
+                                    "TINY_WEIGHTS_OUT": str(d / "w.npz"),
+                                    "TINY_HISTORY_OUT": str(d / "h.json")})
+        runs[kind] = KindRuns(d, stopped, resumed)
+        serial += [
+            {"script": str(TINY), "stdout": str(d / "again.out"),
+             "env": {**env, "DET_RESUME": "1", "TINY_HISTORY_OUT": str(d / "h2.json")}},
+            {"script": str(TINY), "stdout": str(d / "full.out"),
+             "env": {"DET_RUNS_DIR": str(d / "full"), "TINY_INPUT": kind,
+                     "TINY_WEIGHTS_OUT": str(d / "full" / "w.npz"),
+                     "TINY_HISTORY_OUT": str(d / "full" / "h.json")}}]
+    (tmp / "serial.json").write_text(json.dumps(serial))
+    shared = run_python(SERIAL, {"SERIAL_SPEC": str(tmp / "serial.json")}, timeout=300)
+    return runs, shared
+
+
+@pytest.mark.timeout(1200)  # the first test runs sigterm_runs' 8 processes
+@pytest.mark.parametrize(("kind", "resumed_epochs"),
+                         [("sequence", "[1, 2, 3]"), ("dataset", "[1, 2, 3]"),
+                          ("numpy", "[3]")])
 def test_sigterm_then_resume_equals_uninterrupted(
-    tmp_path: Path, kind: str, stops: tuple[str, ...], resumed_epochs: str
+    sigterm_runs: tuple[dict[str, KindRuns], subprocess.CompletedProcess[str]], kind: str,
+    resumed_epochs: str
 ) -> None:
-    full_weights, full_history = _uninterrupted(tmp_path / "full", kind)
-    runs = tmp_path / "runs"
-    env = {"DET_RUNS_DIR": str(runs), "TINY_INPUT": kind}
+    all_runs, shared = sigterm_runs
+    run = all_runs[kind]
+    # the uninterrupted run's final weights and History
+    assert shared.returncode == 0, shared.stderr[-3000:]
+    assert "epochs run: [0, 1, 2, 3]" in (run.dir / "full.out").read_text()
+    full_weights = dict(np.load(run.dir / "full" / "w.npz"))
+    full_history = json.loads((run.dir / "full" / "h.json").read_text())
+
     cut: set[int] = set()  # epochs a stop cut in the middle
-    for i, stop_at in enumerate(stops):
-        stopped = run_python(TINY, {**env, "TINY_STOP_AT": stop_at,
-                                    **({"DET_RESUME": "1"} if i else {})})
+    for stop_at, (stopped, last) in zip(KINDS[kind], run.stops, strict=True):
         assert stopped.returncode == 0, stopped.stderr[-3000:]  # SIGTERM: checkpoint, exit 0
         assert "stopped by SIGTERM" in stopped.stderr
         assert "epochs run" not in stopped.stdout  # fit did not return: the process ended
 
         epoch, _, batch = stop_at.partition(":")
-        ckpts = _jsonl(runs / "1" / "checkpoints.jsonl")
-        last = ckpts[-1]
         expect = (int(epoch), int(batch)) if batch else (int(epoch) + 1, 0)
         assert (last["epoch"], last["batch"]) == expect
         cut |= {int(epoch)} if batch else set()
 
-    resumed = run_python(TINY, {**env, "DET_RESUME": "1",
-                                "TINY_WEIGHTS_OUT": str(tmp_path / "w.npz"),
-                                "TINY_HISTORY_OUT": str(tmp_path / "h.json")})
+    resumed = run.resumed
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"epochs run: {resumed_epochs}" in resumed.stdout
-    weights = np.load(tmp_path / "w.npz")
+    weights = np.load(run.dir / "w.npz")
     for k, full in full_weights.items():
         np.testing.assert_array_equal(weights[k], full)
 
@@ -186,20 +228,17 @@ def test_sigterm_then_resume_equals_uninterrupted(
     # epoch's validation (same weights), and the training averages of every epoch, those
     # a stop cut in two included (the metrics' state is saved with the checkpoint)
     assert "history epochs: [0, 1, 2, 3]" in resumed.stdout
-    history = json.loads((tmp_path / "h.json").read_text())
+    history = json.loads((run.dir / "h.json").read_text())
     assert sorted(history) == sorted(full_history)
     for k in full_history:
         assert history[k] == full_history[k], (k, sorted(cut))
 
     # a finished run resumed again trains nothing and still returns its History
-    again = run_python(TINY, {**env, "DET_RESUME": "1",
-                              "TINY_HISTORY_OUT": str(tmp_path / "h2.json")})
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "epochs run: []" in again.stdout
-    assert json.loads((tmp_path / "h2.json").read_text())["val_loss"] == history["val_loss"]
+    assert "epochs run: []" in (run.dir / "again.out").read_text()
+    assert json.loads((run.dir / "h2.json").read_text())["val_loss"] == history["val_loss"]
 
     # one metrics row per group and step, however the run was interrupted
-    rows = _jsonl(runs / "1" / "metrics.jsonl")
+    rows = _jsonl(run.dir / "runs" / "1" / "metrics.jsonl")
     keys = [(r["group"], r["steps_completed"]) for r in rows]
     assert len(keys) == len(set(keys)) == 8
 

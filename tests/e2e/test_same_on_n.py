@@ -146,6 +146,8 @@ def test_preprocessing_adapted_on_shard_batched_data_sees_the_global_batches(
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+# stack-neutral: before fit, det_sdk.keras._policy's handler (no Keras code) ends the run
+@pytest.mark.stack_neutral
 @pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])
 def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(tmp_path: Path, sig: str,
                                                              code: int) -> None:
