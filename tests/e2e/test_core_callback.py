@@ -36,6 +36,8 @@ from tests.support import HOROVOD_LAUNCH, REPO
 EXAMPLE = REPO / "examples" / "core_callback"
 
 
+# det_sdk.core's and the launcher's own code: no Keras runs (TensorFlow is not imported)
+@pytest.mark.stack_neutral
 def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None:
     code = ("import sys, det_sdk as det; det.core.init; import det_sdk.launch.tensorflow; "
             "print('tensorflow' in sys.modules)")
