@@ -134,16 +134,37 @@ def test_two_processes_stopped_and_resumed_on_pytorch_are_bit_equal(
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("target", ["torch", "tensorflow"])
-def test_a_jax_checkpoint_loads_on_another_backend(target: str,
-                                                   tmp_path_factory: pytest.TempPathFactory
-                                                   ) -> None:
-    ref_dir, (_, _, predictions) = reference("jax", "1", tmp_path_factory)
-    out = ref_dir / f"loaded_{target}"
-    done = run_python(LOAD, {"KERAS_BACKEND": target, "DET_RUNS_DIR": str(ref_dir / "runs"),
-                             "OUT": str(out)}, cwd=ref_dir, timeout=180)
+def _load(runs_dir: Path, target: str, trials: list[int]) -> dict[int, np.ndarray]:
+    """Each of ``trials``' latest checkpoints (runs under ``runs_dir``) loaded by one
+    process on ``target``: its predictions by trial."""
+    out = runs_dir.parent / f"loaded_{target}"
+    done = run_python(LOAD, {"KERAS_BACKEND": target, "DET_RUNS_DIR": str(runs_dir),
+                             "OUT": str(out), "LOAD_TRIALS": ",".join(map(str, trials))},
+                      cwd=runs_dir.parent, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
+    return {t: np.load(f"{out}_{t}.npy") for t in trials}
+
+
+# five processes (the reference's, maybe already run, TensorFlow's training, three loads):
+# the two tests they were took up to 75 s each under CI's load, past 300 s together on a
+# machine loaded 12-fold
+@pytest.mark.timeout(600)
+def test_checkpoints_load_on_the_other_backends(tmp_path_factory: pytest.TempPathFactory
+                                                ) -> None:
+    """A checkpoint trained on JAX loads on PyTorch and TensorFlow; one trained on
+    TensorFlow loads on JAX and PyTorch (the PyTorch process loads both: one start-up)."""
+    ref_dir, (_, jax_meta, jax_predictions) = reference("jax", "1", tmp_path_factory)
+    trained = _run(ref_dir, "tensorflow", "tf", EPOCHS="1")  # a run of its own in ref's runs
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    _, tf_meta, tf_predictions = _result(ref_dir, "tf")
+    on_jax, on_tf = jax_meta["trial_id"], tf_meta["trial_id"]
+    assert on_jax != on_tf
+    expected = {on_jax: jax_predictions, on_tf: tf_predictions}
+    for target, trials in (("torch", [on_jax, on_tf]), ("tensorflow", [on_jax]),
+                           ("jax", [on_tf])):
+        for trial, got in _load(ref_dir / "runs", target, trials).items():
+            np.testing.assert_allclose(got, expected[trial], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"trial {trial} on {target}")
 
 
 def test_mixed_float16_on_two_pytorch_processes_equals_one(tmp_path: Path) -> None:

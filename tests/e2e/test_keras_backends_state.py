@@ -1,5 +1,6 @@
 """Keras 3 on JAX and PyTorch (issue 57's leftovers): the script's callbacks' state across a
-stop and resume, and a checkpoint trained on TensorFlow loaded on JAX and PyTorch. Real
+stop and resume, and mixed precision on 2 processes and across a resume (a checkpoint
+trained on TensorFlow loaded on JAX and PyTorch: tests/e2e/test_keras_backends.py). Real
 processes running tests/scripts/keras_backend_fit.py on the real backends (CPU)."""
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_keras_backends import BACKENDS, LOAD, _result, _run
-from tests.support import run_python
+from tests.e2e.test_keras_backends import _result, _run
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")
@@ -45,18 +45,6 @@ def test_callbacks_state_survives_a_stop_and_resume(backend: str, tmp_path: Path
     assert meta["learning_rate"] == ref_meta["learning_rate"]
     for a, b in zip(weights, ref_w):
         np.testing.assert_array_equal(a, b)
-
-
-def test_a_tensorflow_checkpoint_loads_on_jax_and_pytorch(tmp_path: Path) -> None:
-    trained = _run(tmp_path, "tensorflow", "tf", EPOCHS="1")
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    _, _, predictions = _result(tmp_path, "tf")
-    for target in BACKENDS:
-        out = tmp_path / f"loaded_{target}"
-        done = run_python(LOAD, {"KERAS_BACKEND": target, "DET_RUNS_DIR": str(tmp_path / "runs"),
-                                 "OUT": str(out)}, cwd=tmp_path, timeout=180)
-        assert done.returncode == 0, done.stderr[-3000:]
-        np.testing.assert_allclose(np.load(f"{out}.npy"), predictions, rtol=1e-5, atol=1e-6)
 
 
 def _streamed(tmp: Path, name: str) -> np.ndarray:

@@ -174,6 +174,8 @@ def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+# the page renders what the master recorded: the Keras stack is only the workload's
+@pytest.mark.stack_neutral
 def test_the_trial_page_shows_the_stages_and_each_ones_series(cluster, staged_trial) -> None:
     """Headless Chromium: the trial page lists the stages; picking one charts its series."""
     from harness.browser import missing_reason, open_browser, signed_in_context
