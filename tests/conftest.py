@@ -68,6 +68,9 @@ SECOND_STACKS = {"keras2"}
 # place after them; one at a time (no xdist) nothing is reordered.
 LONGEST_FIRST = [
     "test_cluster.py", "test_cluster_faults.py", "test_ui.py", "test_slurm.py",
+    # round 6 stop 5: Slurm's JAX/PyTorch trials (~270 s alone, one Slurm and 2 masters)
+    # and the notebooks' 8 tests (JupyterLab, Chromium, 3 idle timeouts: 400-790 s loaded)
+    "test_notebooks.py", "test_slurm_backends.py",
     "test_lifecycle_stateful.py", "test_checkpoint_writes.py", "test_horovod.py",
     "test_same_on_n.py", "test_search.py", "test_huge_checkpoint.py",
     "test_pytorch_cluster.py", "test_stages.py", "test_core_callback.py",
