@@ -179,6 +179,23 @@ def rank_died(cluster: Cluster) -> int:
     return exp_id
 
 
+# (before the pause test: the rank_died fixture is made in this test's time, the
+# pause test's own is its paused trial's)
+def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster, rank_died: int) -> None:
+    """Rank 1 of 2 exits with an error after its second epoch: the whole trial restarts
+    from a checkpoint and completes, with one metric value per step."""
+    trial = _trial(cluster, rank_died)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    allocs = _allocations(cluster, trial["id"])
+    assert len(allocs) == 2 and allocs[0]["exit_code"] != 0 and allocs[1]["exit_code"] == 0
+    epochs = [c["epoch"] for c in _checkpoints(cluster, trial["id"])]
+    assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
+    keys = _metric_keys(cluster, trial["id"])
+    assert len(keys) == len(set(keys)) == 6
+    assert sorted(keys) == sorted((g, HVD_STEPS * e) for e in range(1, HVD_EPOCHS + 1)
+                                  for g in ("training", "validation"))
+
+
 def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
         cluster: Cluster, rank_died: int) -> None:
     epochs, steps, common = HVD_EPOCHS, HVD_STEPS, HVD  # rank_died's: hvd-full.npz
@@ -246,21 +263,6 @@ def test_a_trial_relaunched_from_its_final_checkpoint_completes(cluster: Cluster
     assert validation == [(10, 1), (20, 2)]
     logs = cluster.det("trial", "logs", str(trial["id"])).stdout
     assert "final val_loss" in logs and "epochs [0, 1]" in logs
-
-
-def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster, rank_died: int) -> None:
-    """Rank 1 of 2 exits with an error after its second epoch: the whole trial restarts
-    from a checkpoint and completes, with one metric value per step."""
-    trial = _trial(cluster, rank_died)
-    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
-    allocs = _allocations(cluster, trial["id"])
-    assert len(allocs) == 2 and allocs[0]["exit_code"] != 0 and allocs[1]["exit_code"] == 0
-    epochs = [c["epoch"] for c in _checkpoints(cluster, trial["id"])]
-    assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
-    keys = _metric_keys(cluster, trial["id"])
-    assert len(keys) == len(set(keys)) == 6
-    assert sorted(keys) == sorted((g, HVD_STEPS * e) for e in range(1, HVD_EPOCHS + 1)
-                                  for g in ("training", "validation"))
 
 
 # --- the root cause as the trial's error (issue 23) --------------------------------------
