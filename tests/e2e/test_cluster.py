@@ -116,18 +116,15 @@ def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
     assert trial["steps_completed"] == 20
 
 
-def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None:
-    config = cluster.write_config("crash", searcher={
-        "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
-        data={"fail_once_at_epoch": 1})
-    exp_id = create(cluster, config)
-    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = describe(cluster, exp_id)["trials"]
+def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster,
+                                                       five_epochs: int) -> None:
+    (trial,) = describe(cluster, five_epochs)["trials"]  # crashed once, after epoch 2
     assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
     with cluster.http() as http:
         rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
     keys = [(r["group"], r["steps_completed"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 6  # one value per group and step
+    assert len(keys) == len(set(keys)) == 10  # one value per group and step
+    assert trial["steps_completed"] == 50  # and it trained to its length
 
 
 @pytest.mark.parametrize(
@@ -308,12 +305,15 @@ FIVE_EPOCHS = {"searcher": {"name": "single", "metric": "val_loss", "max_length"
 
 @pytest.fixture(scope="module")
 def five_epochs(cluster: Cluster) -> int:
-    """One uninterrupted 5-epoch trial (seed 42), run once for two tests: its checkpoints
-    are the retention policy's (latest 2, best 1), its final weights (full.npz) the ones
-    a paused and activated trial of the same config must end with. (Retention deletes
-    checkpoints, never changes what the trial trains.)"""
+    """One 5-epoch trial (seed 42) that crashes once, after its second epoch, and is
+    restarted from its checkpoint: run once for three tests. The crash test's restart;
+    its checkpoints are the retention policy's (latest 2, best 1); its final weights
+    (full.npz) the ones a paused and activated trial of the same config must end with (a
+    trial resumed from its checkpoint, by a restart or by a pause, trains the bits of one
+    run uninterrupted; retention deletes checkpoints, never changes what it trains)."""
     config = cluster.write_config(
-        "retention", **FIVE_EPOCHS, data={"weights_out": str(cluster.root / "full.npz")},
+        "retention", **FIVE_EPOCHS, data={"weights_out": str(cluster.root / "full.npz"),
+                                          "fail_once_at_epoch": 1},
         checkpoint_storage={"save_trial_latest": 2, "save_trial_best": 1})
     exp_id = create(cluster, config)
     out = cluster.det("experiment", "wait", str(exp_id))
