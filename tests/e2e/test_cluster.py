@@ -28,8 +28,10 @@ from harness.master import (
     create,
     describe,
     free_port,
+    trial_logs,
     wait_until,
 )
+from tests.e2e._suite3_reads import checkpoints, experiment_count
 from tests.support import REPO
 
 # Stack-neutral: the master's scheduling, restarts and retention; the Keras trial's own
@@ -114,18 +116,15 @@ def test_two_slots_run_horovod_and_checkpoint_once(cluster: Cluster) -> None:
     assert trial["steps_completed"] == 20
 
 
-def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None:
-    config = cluster.write_config("crash", searcher={
-        "name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
-        data={"fail_once_at_epoch": 1})
-    exp_id = create(cluster, config)
-    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = describe(cluster, exp_id)["trials"]
+def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster,
+                                                       five_epochs: int) -> None:
+    (trial,) = describe(cluster, five_epochs)["trials"]  # crashed once, after epoch 2
     assert trial["restarts"] == 1 and trial["state"] == "COMPLETED"
     with cluster.http() as http:
         rows = http.get(f"/api/v1/trials/{trial['id']}/metrics").json()
     keys = [(r["group"], r["steps_completed"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 6  # one value per group and step
+    assert len(keys) == len(set(keys)) == 10  # one value per group and step
+    assert trial["steps_completed"] == 50  # and it trained to its length
 
 
 @pytest.mark.parametrize(
@@ -141,7 +140,8 @@ def test_a_crashing_trial_restarts_from_its_checkpoint(cluster: Cluster) -> None
 )
 def test_invalid_configs_are_refused_with_their_field(cluster: Cluster, overrides: dict,
                                                       expected: str) -> None:
-    before = len(json.loads(cluster.det("experiment", "list", "--json").stdout))
+    # counted in this process: the subject is `det experiment create`'s refusal
+    before = experiment_count(cluster)
     config = cluster.write_config("bad", **overrides)
     if overrides.get("entrypoint_script", "x") is None:
         raw = yaml.safe_load(config.read_text())
@@ -150,7 +150,7 @@ def test_invalid_configs_are_refused_with_their_field(cluster: Cluster, override
     out = cluster.det("experiment", "create", str(config), str(MODEL_DIR))
     assert out.returncode != 0
     assert expected in out.stderr
-    assert len(json.loads(cluster.det("experiment", "list", "--json").stdout)) == before
+    assert experiment_count(cluster) == before
 
 
 def test_missing_model_directory(cluster: Cluster) -> None:
@@ -192,7 +192,7 @@ def _link(name: str, target: str, hard: bool = False) -> tarfile.TarInfo:
 def test_crafted_archives_are_refused(cluster: Cluster, members: list, expected: str) -> None:
     uploads = cluster.data_dir / "uploads" / "experiments"
     before = sorted(uploads.iterdir()) if uploads.exists() else []
-    n_before = len(json.loads(cluster.det("experiment", "list", "--json").stdout))
+    n_before = experiment_count(cluster)
     config = {"entrypoint_script": "python3 train.py"}
     with cluster.http() as http:
         r = http.post("/api/v1/experiments",
@@ -201,7 +201,7 @@ def test_crafted_archives_are_refused(cluster: Cluster, members: list, expected:
     assert expected in r.json()["detail"]
     after = sorted(uploads.iterdir()) if uploads.exists() else []
     assert after == before  # nothing written
-    assert len(json.loads(cluster.det("experiment", "list", "--json").stdout)) == n_before
+    assert experiment_count(cluster) == n_before
 
 
 def test_archive_over_the_size_limit(cluster: Cluster) -> None:
@@ -236,8 +236,7 @@ def test_master_killed_while_a_trial_runs(cluster: Cluster) -> None:
         "name": "single", "metric": "val_loss", "max_length": {"epochs": 6}},
         data={"sleep_per_epoch": 1.0})
     exp_id = create(cluster, config)
-    wait_until("a checkpoint and an epoch", lambda: json.loads(
-        cluster.det("checkpoint", "list", "--json").stdout) and describe(
+    wait_until("a checkpoint and an epoch", lambda: checkpoints(cluster) and describe(
         cluster, exp_id)["trials"][0]["epoch"] >= 1, timeout=120, every=0.5)
     master_pid = int((cluster.data_dir / "master.pid").read_text())
     os.kill(master_pid, 9)  # no goodbye
@@ -300,13 +299,31 @@ def test_unreachable_master_is_a_clear_error(cluster: Cluster) -> None:
     assert out.returncode == 1 and f"no master answers at {nowhere}" in out.stderr
 
 
-def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> None:
-    common = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}},
-              "reproducibility": {"experiment_seed": 42}}
-    full = cluster.write_config("full", **common, data={
-        "weights_out": str(cluster.root / "full.npz")})
-    assert cluster.det("experiment", "wait", str(create(cluster, full))).returncode == 0
+FIVE_EPOCHS = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 5}},
+               "reproducibility": {"experiment_seed": 42}}
 
+
+@pytest.fixture(scope="module")
+def five_epochs(cluster: Cluster) -> int:
+    """One 5-epoch trial (seed 42) that crashes once, after its second epoch, and is
+    restarted from its checkpoint: run once for three tests. The crash test's restart;
+    its checkpoints are the retention policy's (latest 2, best 1); its final weights
+    (full.npz) the ones a paused and activated trial of the same config must end with (a
+    trial resumed from its checkpoint, by a restart or by a pause, trains the bits of one
+    run uninterrupted; retention deletes checkpoints, never changes what it trains)."""
+    config = cluster.write_config(
+        "retention", **FIVE_EPOCHS, data={"weights_out": str(cluster.root / "full.npz"),
+                                          "fail_once_at_epoch": 1},
+        checkpoint_storage={"save_trial_latest": 2, "save_trial_best": 1})
+    exp_id = create(cluster, config)
+    out = cluster.det("experiment", "wait", str(exp_id))
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    return exp_id
+
+
+def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster,
+                                                         five_epochs: int) -> None:
+    common = FIVE_EPOCHS  # the uninterrupted run's (five_epochs: full.npz)
     hold = cluster.root / "hold"
     hold.mkdir()
     paused = cluster.write_config("paused", **common, data={
@@ -318,7 +335,8 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
         time.sleep(0.2)
     assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
     trial_id = describe(cluster, exp_id)["trials"][0]["id"]
-    while "asks this trial to stop" not in cluster.det("trial", "logs", str(trial_id)).stdout:
+    # the log read in this process (a `det trial logs` per poll: ~0.3 s of CPU each)
+    while "asks this trial to stop" not in trial_logs(cluster, trial_id):
         assert time.time() < deadline  # the trial has heard: it stops after this batch
         time.sleep(0.2)
     (hold / "release").write_text("x")
@@ -333,20 +351,16 @@ def test_pause_mid_epoch_then_activate_continues_exactly(cluster: Cluster) -> No
     assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
     assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
     (trial,) = describe(cluster, exp_id)["trials"]
-    assert trial["restarts"] == 0 and trial["steps_completed"] == 30
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 50
     a, b = np.load(cluster.root / "full.npz"), np.load(cluster.root / "paused.npz")
+    assert list(a) == list(b) and list(a)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster) -> None:
-    config = cluster.write_config(
-        "retention", searcher={"name": "single", "metric": "val_loss",
-                               "max_length": {"epochs": 5}},
-        checkpoint_storage={"save_trial_latest": 2, "save_trial_best": 1})
-    exp_id = create(cluster, config)
-    assert cluster.det("experiment", "wait", str(exp_id)).returncode == 0
-    (trial,) = describe(cluster, exp_id)["trials"]
+def test_retention_keeps_exactly_what_the_policy_says(cluster: Cluster,
+                                                       five_epochs: int) -> None:
+    (trial,) = describe(cluster, five_epochs)["trials"]
     with cluster.http() as http:
         metrics = http.get(f"/api/v1/trials/{trial['id']}/metrics",
                            params={"group": "validation"}).json()

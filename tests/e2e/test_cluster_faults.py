@@ -156,18 +156,49 @@ def test_trial_that_dies_while_the_master_is_down_restarts(cluster: Cluster) -> 
     _assert_one_value_per_step(cluster, trial_id, epochs)
 
 
+HVD_EPOCHS, HVD_STEPS = 3, 5  # global batch 32: 5 steps per epoch
+HVD = {"searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": HVD_EPOCHS}},
+       "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 32},
+       "resources": {"slots_per_trial": 2},
+       "reproducibility": {"experiment_seed": 42}}
+
+
+@pytest.fixture(scope="module")
+def rank_died(cluster: Cluster) -> int:
+    """A 2-slot trial whose rank 1 exits with an error once, after its second epoch; the
+    trial restarts from its checkpoint and completes. Run once for two tests: the restart's
+    own, and the Horovod pause's, which must end with these final weights (hvd-full.npz):
+    a trial resumed from its checkpoint, by a pause or by a restart, trains the bits of
+    one run uninterrupted."""
+    config = cluster.write_config(
+        "rank-dies", **HVD, data={"fail_once_at_epoch": 1, "fail_rank": 1,
+                                  "weights_out": str(cluster.root / "hvd-full.npz")})
+    exp_id = create(cluster, config)
+    out = cluster.det("experiment", "wait", str(exp_id), timeout=400)
+    assert out.returncode == 0, cluster.det("experiment", "logs", str(exp_id)).stdout[-3000:]
+    return exp_id
+
+
+# (before the pause test: the rank_died fixture is made in this test's time, the
+# pause test's own is its paused trial's)
+def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster, rank_died: int) -> None:
+    """Rank 1 of 2 exits with an error after its second epoch: the whole trial restarts
+    from a checkpoint and completes, with one metric value per step."""
+    trial = _trial(cluster, rank_died)
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    allocs = _allocations(cluster, trial["id"])
+    assert len(allocs) == 2 and allocs[0]["exit_code"] != 0 and allocs[1]["exit_code"] == 0
+    epochs = [c["epoch"] for c in _checkpoints(cluster, trial["id"])]
+    assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
+    keys = _metric_keys(cluster, trial["id"])
+    assert len(keys) == len(set(keys)) == 6
+    assert sorted(keys) == sorted((g, HVD_STEPS * e) for e in range(1, HVD_EPOCHS + 1)
+                                  for g in ("training", "validation"))
+
+
 def test_horovod_paused_at_an_epoch_end_then_activated_continues_exactly(
-        cluster: Cluster) -> None:
-    epochs, steps = 2, 5  # global batch 32: 5 steps per epoch
-    common = {"searcher": {"name": "single", "metric": "val_loss",
-                           "max_length": {"epochs": epochs}},
-              "hyperparameters": {"learning_rate": 0.05, "global_batch_size": 32},
-              "resources": {"slots_per_trial": 2},
-              "reproducibility": {"experiment_seed": 42}}
-    full = cluster.write_config("hvd-full", **common, data={
-        "weights_out": str(cluster.root / "hvd-full.npz")})
-    out = cluster.det("experiment", "wait", str(create(cluster, full)), timeout=DEADLINE)
-    assert out.returncode == 0, out.stderr
+        cluster: Cluster, rank_died: int) -> None:
+    epochs, steps, common = HVD_EPOCHS, HVD_STEPS, HVD  # rank_died's: hvd-full.npz
 
     # Two processes decide to stop together every 10 batches and at each epoch end.
     # With 5 steps per epoch the first epoch's end comes before the first 10-batch
@@ -232,25 +263,6 @@ def test_a_trial_relaunched_from_its_final_checkpoint_completes(cluster: Cluster
     assert validation == [(10, 1), (20, 2)]
     logs = cluster.det("trial", "logs", str(trial["id"])).stdout
     assert "final val_loss" in logs and "epochs [0, 1]" in logs
-
-
-def test_one_horovod_rank_dying_restarts_the_trial(cluster: Cluster) -> None:
-    """Rank 1 of 2 exits with an error after epoch 1: the whole trial restarts from the
-    checkpoint of that epoch and completes, with one metric value per step."""
-    config = cluster.write_config(
-        "rank-dies", resources={"slots_per_trial": 2}, data={"fail_once_at_epoch": 1,
-                                                              "fail_rank": 1},
-        searcher={"name": "single", "metric": "val_loss", "max_length": {"epochs": 3}})
-    exp_id = create(cluster, config)
-    assert cluster.det("experiment", "wait", str(exp_id), timeout=400).returncode == 0
-    trial = _trial(cluster, exp_id)
-    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
-    allocs = _allocations(cluster, trial["id"])
-    assert len(allocs) == 2 and allocs[0]["exit_code"] != 0 and allocs[1]["exit_code"] == 0
-    epochs = [c["epoch"] for c in _checkpoints(cluster, trial["id"])]
-    assert epochs == [1, 2, 3]  # resumed after epoch 1's checkpoint, not from the start
-    keys = _metric_keys(cluster, trial["id"])
-    assert len(keys) == len(set(keys)) == 6
 
 
 # --- the root cause as the trial's error (issue 23) --------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.master import DET, Cluster, running_cluster, wait_until
+from harness.master import DET, Cluster, describe, running_cluster, wait_until
 from tests.e2e.test_slurm import slurm_conf, slurm_master  # noqa: F401  (a fixture)
 from tests.support import pid_gone
 
@@ -263,9 +263,10 @@ def test_a_failing_startup_hook_ends_a_trial(cluster: Cluster) -> None:
     out = cluster.det("e", "create", str(config), str(model))
     assert out.returncode == 0, out.stderr
     exp_id = int(out.stdout.split()[-1])
+    # polled in this process (a `det e describe` per poll: ~0.3 s of CPU)
     exp = wait_until("the experiment to end", lambda: (lambda e: e if e["state"] in (
-        "COMPLETED", "ERROR", "CANCELED") else None)(cluster.det_json("e", "describe", str(
-            exp_id))), timeout=120, every=0.3)
+        "COMPLETED", "ERROR", "CANCELED") else None)(describe(cluster, exp_id)),
+        timeout=120, every=0.3)
     assert exp["state"] == "ERROR"
     log = cluster.det("e", "logs", str(exp_id)).stdout
     assert "trial-hook-output" in log and "startup-hook.sh failed (exit status 5)" in log
