@@ -59,8 +59,11 @@ class Cluster:
 
     def det(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run ``det ARGS`` against this master (in ``root``)."""
-        return subprocess.run([str(DET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)
+        # the tests' CPU record (DET_TEST_CPU) moves this directory from test to test: a
+        # det call reports to the test that makes it, not to the one that started the master
+        probe = {k: v for k, v in os.environ.items() if k == "DET_TEST_CPU_DIR"}
+        return subprocess.run([str(DET), *args], env={**self.env, **probe}, capture_output=True,
+                              text=True, timeout=timeout, cwd=self.root)
 
     def det_json(self, *args: str) -> Any:
         """``det ARGS --json``, parsed; a failure raises with det's message."""
