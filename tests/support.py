@@ -7,6 +7,7 @@ in a fresh Python process as a user would, and reading a JSON-lines file.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -148,3 +149,16 @@ def wait_for_lock_holder(lock: Path, bound: float = 60.0) -> None:
             f"process {pid} (holding {lock.name}) still runs {bound:.0f} s after its "
             "launcher was killed")
         time.sleep(0.05)
+
+
+def keras3_installed() -> bool:
+    """Whether Keras 3 is installed, read from its metadata (importing Keras would import a
+    framework): the JAX and PyTorch backends' tests skip on the Keras 2 stack.
+
+    >>> isinstance(keras3_installed(), bool)
+    True
+    """
+    try:
+        return int(importlib.metadata.version("keras").split(".")[0]) >= 3
+    except importlib.metadata.PackageNotFoundError:
+        return False

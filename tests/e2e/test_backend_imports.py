@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import re
@@ -24,17 +23,11 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, SCRIPTS, run_python
+from tests.support import REPO, SCRIPTS, keras3_installed, run_python
 
 SCRIPT = SCRIPTS / "backend_imports.py"
 OTHER = {"jax": "torch", "torch": "jax"}  # each neutral backend, and the other's framework
 
-
-def _keras3() -> bool:
-    try:
-        return int(importlib.metadata.version("keras").split(".")[0]) >= 3
-    except importlib.metadata.PackageNotFoundError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     envs = {"tensorflow": {"PYTHONPATH": str(REPO), "KERAS_BACKEND": "tensorflow",
                            "BACKEND_IMPORTS_RUNS_DIR": str(tmp / "tensorflow")}}
     for backend in OTHER:
-        if _keras3() and importlib.util.find_spec(backend) is not None:
+        if keras3_installed() and importlib.util.find_spec(backend) is not None:
             envs[backend] = {"PYTHONPATH": str(REPO), "KERAS_BACKEND": backend,
                              "BACKEND_IMPORTS_HIDE": "tensorflow,horovod",
                              "BACKEND_IMPORTS_FIT": "1",

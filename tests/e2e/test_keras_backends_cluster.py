@@ -17,7 +17,6 @@ master's (before Python started: Keras reads it once, at import).
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import shutil
 from collections.abc import Iterator
@@ -38,18 +37,9 @@ from harness.master import (
     wait_for_experiment,
     wait_until,
 )
-from tests.support import SCRIPTS, assert_arrays_equal
+from tests.support import SCRIPTS, assert_arrays_equal, keras3_installed
 
-
-def _keras3() -> bool:
-    """Keras 3 installed (read from its metadata: importing it here would import TensorFlow)."""
-    try:
-        return int(importlib.metadata.version("keras").split(".")[0]) >= 3
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _keras3(), reason="JAX and PyTorch need Keras 3")
+pytestmark = pytest.mark.skipif(not keras3_installed(), reason="JAX and PyTorch need Keras 3")
 
 SCRIPT = SCRIPTS / "keras_backend_cluster.py"
 BATCHES_PER_EPOCH = 13  # 200 rows in global batches of 16

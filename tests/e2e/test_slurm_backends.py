@@ -26,7 +26,6 @@ Slurm job's ranks lost the master's ``PYTHONPATH`` (det_sdk.master.resources.slu
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import shutil
@@ -48,20 +47,18 @@ from harness.master import (
     wait_until,
 )
 from tests.e2e.test_slurm import SlurmCluster, slurm_conf, slurm_master
-from tests.support import REPO, SCRIPTS, assert_arrays_equal, launched_env, launcher_argv
-
-
-def _keras3() -> bool:
-    """Keras 3 installed (read from its metadata: importing it would import a framework)."""
-    try:
-        return int(importlib.metadata.version("keras").split(".")[0]) >= 3
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
+from tests.support import (
+    REPO,
+    SCRIPTS,
+    assert_arrays_equal,
+    keras3_installed,
+    launched_env,
+    launcher_argv,
+)
 
 # the module's runs happen in its first test's set-up: the simulated cluster's start, two
 # masters, five runs at once on a loaded machine; bounded above the suite's 300 s default
-pytestmark = [pytest.mark.skipif(not _keras3(), reason="JAX and PyTorch need Keras 3"),
+pytestmark = [pytest.mark.skipif(not keras3_installed(), reason="JAX and PyTorch need Keras 3"),
               pytest.mark.timeout(900)]
 
 __all__ = ["slurm_conf"]  # the session's simulated cluster (tests/e2e/test_slurm.py)
