@@ -463,25 +463,32 @@ def test_a_command_process_that_left_its_group_is_killed_too(cluster: Cluster) -
                ["state"] == "TERMINATED", timeout=60, every=0.5)
 
 
-@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
-def test_master_down_ends_a_running_notebook_and_closes_its_port(cluster: Cluster) -> None:
-    """`det master down` (the cluster's down) with JupyterLab running (near the end of the
-    module: the master is started again)."""
+def _ready_slotless(cluster: Cluster) -> tuple[int, int]:
+    """A notebook without a slot, ready: its id and JupyterLab's port (from its log)."""
     nb_id = _started(cluster, "--config", "resources.slots=0")
     _ready(cluster, nb_id)
     log = wait_until("JupyterLab's port in the log", lambda: (
         lambda text: "JupyterLab listens on 127.0.0.1:" in text and text)(
         cluster.det("notebook", "logs", str(nb_id)).stdout), timeout=60, every=0.5)
-    port = int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
+    return nb_id, int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
 
-    def closed() -> bool:
-        with socket.socket() as s:
-            s.settimeout(2)
-            return s.connect_ex(("127.0.0.1", port)) != 0
 
-    assert not closed()
+def _closed(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:``port``."""
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.stack_neutral  # the master, the CLI and JupyterLab: no Keras
+def test_master_down_ends_a_running_notebook_and_closes_its_port(cluster: Cluster) -> None:
+    """`det master down` (the cluster's down) with JupyterLab running (near the end of the
+    module: the master is started again)."""
+    nb_id, port = _ready_slotless(cluster)
+
+    assert not _closed(port)
     cluster.down()
-    wait_until("the notebook's port to close", closed, timeout=60, every=0.5)
+    wait_until("the notebook's port to close", lambda: _closed(port), timeout=60, every=0.5)
     cluster.up()
     assert _nb(cluster, nb_id)["state"] == "TERMINATED"
 
@@ -497,31 +504,21 @@ def test_a_master_killed_with_sigkill_leaves_no_notebook_running(cluster: Cluste
 
     from tests.support import pid_gone, process_ended
 
-    nb_id = _started(cluster, "--config", "resources.slots=0")
-    _ready(cluster, nb_id)
-    log = wait_until("JupyterLab's port in the log", lambda: (
-        lambda text: "JupyterLab listens on 127.0.0.1:" in text and text)(
-        cluster.det("notebook", "logs", str(nb_id)).stdout), timeout=60, every=0.5)
-    port = int(log.split("JupyterLab listens on 127.0.0.1:", 1)[1].split()[0])
+    nb_id, port = _ready_slotless(cluster)
     lab = [p.pid for p in psutil.process_iter(["cmdline"])
            if f"--ServerApp.port={port}" in (p.info["cmdline"] or [])]
     assert len(lab) == 1, lab  # JupyterLab's own process
 
-    def closed() -> bool:
-        with socket.socket() as s:
-            s.settimeout(2)
-            return s.connect_ex(("127.0.0.1", port)) != 0
-
     master = int((cluster.data_dir / "master.pid").read_text().split()[0])
     os.kill(master, signal.SIGKILL)
     wait_until("the master to die", lambda: pid_gone(master), timeout=60)
-    assert not closed() and not process_ended(lab[0])  # the crash left JupyterLab running
+    assert not _closed(port) and not process_ended(lab[0])  # the crash left JupyterLab running
     (cluster.data_dir / "master.pid").unlink(missing_ok=True)
     cluster.up()
     ended = _ended(cluster, nb_id, timeout=90)
     assert ended["exit_status"] == "the master restarted", ended
     wait_until("JupyterLab to end", lambda: process_ended(lab[0]), timeout=60, every=0.5)
-    wait_until("the notebook's port to close", closed, timeout=60, every=0.5)
+    wait_until("the notebook's port to close", lambda: _closed(port), timeout=60, every=0.5)
     with cluster.http() as http:
         r = http.get(f"/proxy/notebooks/{nb_id}/api/status")
         assert r.status_code == 409 and "jupyter" not in r.text.lower()
