@@ -89,9 +89,15 @@ class Principal:
     admin: bool = False
 
 
-class SessionExpired(DetSdkError, HTTPException):
+class SessionExpired(DetSdkError, HTTPException, PermissionError):
     """A user token past its lifetime (``det master up --token-lifetime``, 7 days): 401
-    saying so, and how to sign in again (routes outside ``/api/`` pass it on as is)."""
+    saying so, and how to sign in again (routes outside ``/api/`` pass it on as is).
+    A PermissionError by kind, as every det_sdk error keeps a builtin base.
+
+    >>> e = SessionExpired({"username": "ann"}, 7 * 86400)
+    >>> (e.status_code, isinstance(e, PermissionError), str(e) == e.detail)
+    (401, True, True)
+    """
 
     def __init__(self, user: Mapping[str, Any], lifetime: float) -> None:
         from det_sdk.durations import describe
@@ -100,6 +106,9 @@ class SessionExpired(DetSdkError, HTTPException):
         super().__init__(401, f"the session of user {name!r} expired (a sign-in lasts "
                               f"{describe(lifetime)}): sign in again with "
                               f"`det user login {name}`")
+
+    def __str__(self) -> str:  # OSError's would read the constructor's arguments
+        return str(self.detail)
 
 
 def authenticate(master: Master, header: str) -> Principal:
