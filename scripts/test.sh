@@ -20,9 +20,11 @@
 # worker (its module's master and fixtures stay shared by its tests).
 # --stack all warns when its tests (lint and pytest, both stacks, set-up excluded) take
 # longer than DET_TEST_TARGET seconds (default 2100, 35 minutes, the project's standard)
-# and fails past DET_TEST_BUDGET (default 3900, 65 minutes, so that growth fails CI the
+# and fails past DET_TEST_BUDGET (default 4320, 72 minutes, so that growth fails CI the
 # day it happens, before CI's 90 minutes, which also hold a fresh clone's set-up of
-# 8-15 minutes: 15 + 65 = 80). It was 3300 until issue 57 added the JAX and PyTorch
+# 8-15 minutes: 15 + 72 = 87). It was 3900 (65 minutes) until round 6's stop 5, whose
+# fresh clone's tests took about 3,750 s with the notebooks', Slurm backends' and tokens'
+# tests added (docs/benchmarks.md, Tests): too near a gate CI's own run could cross. It was 3300 until issue 57 added the JAX and PyTorch
 # engine's tests (about 300 s of one core) to a suite a quiet fresh clone ran in 2,953 s:
 # over 40 minutes either way, which docs/benchmarks.md (Tests) says and the next cuts must
 # fix. It was 2400 (issue 45's line) until a session's machine ran the same
@@ -54,7 +56,7 @@ if [ "$STACK" = all ]; then
   keras3_s=$((SECONDS - start))
   bash "$0" --stack keras2 ${ARGS[@]+"${ARGS[@]}"} || status=$?
   took=$((SECONDS - start))
-  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-3900}
+  target=${DET_TEST_TARGET:-2100} budget=${DET_TEST_BUDGET:-4320}
   echo "[test all] tests took ${took} s (keras3 ${keras3_s} s, keras2 $((took - keras3_s)) s):" \
     "target ${target} s, budget ${budget} s"
   # Past the target (35 minutes, the project's standard) a warning; past the budget a
