@@ -34,6 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PORT = HERE / "_hvd_synthetic_port.py"
+PROFILED = HERE / "_profiled.py"
 MIRROR = Path("/work/.mirror/horovod+horovod/repo")
 ORIGINAL = "examples/tensorflow2/tensorflow2_keras_synthetic_benchmark.py"
 
@@ -60,12 +61,16 @@ def original_text(path: str | None, image_size: int) -> str:
     return text
 
 
-def run(script: Path, extra: list[str], args: argparse.Namespace) -> float:
+def run(script: Path, extra: list[str], args: argparse.Namespace,
+        profile: Path | None = None) -> float:
+    """One ``horovodrun`` of ``script``: its total images/s (each rank profiled into
+    ``profile``'s ``.rank<R>.prof`` files if given)."""
     horovodrun = Path(sys.executable).with_name("horovodrun")
     common = ["--batch-size", str(args.batch_size), "--num-batches-per-iter", str(args.batches),
               "--num-iters", str(args.iters)] + (["--fp16-allreduce"] if args.fp16_allreduce
                                                  else [])
-    cmd = [str(horovodrun), "-np", str(args.np), "--gloo", sys.executable, str(script),
+    wrap = [str(PROFILED), str(profile)] if profile else []
+    cmd = [str(horovodrun), "-np", str(args.np), "--gloo", sys.executable, *wrap, str(script),
            *common, *extra]
     with tempfile.TemporaryDirectory() as work:  # the port's run directory lands here
         out = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
@@ -73,6 +78,38 @@ def run(script: Path, extra: list[str], args: argparse.Namespace) -> float:
     if out.returncode:
         raise SystemExit(f"{cmd} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     return total_img_sec(out.stdout)
+
+
+# what rank 0's profile is summed into: (label, what a function's file and name contain)
+_PARTS = (
+    ("fit, in all", ("", "fit")),
+    ("the training steps (TensorFlow's compiled function)", ("", "train_function")),
+    ("det_sdk's callbacks' hooks, summed", ("/det_sdk/", "on_*")),
+    ("checkpoints written", ("det_sdk/keras/_fit_run", "save")),
+    ("the script's callbacks (the timing)", ("", "on_epoch_end")),
+)
+
+
+def where_time_went(prof: Path) -> str:
+    """Rank 0's time by part (cumulative seconds; parts overlap where they nest), then the
+    20 det_sdk functions of most cumulative time."""
+    import pstats
+
+    stats = pstats.Stats(str(prof))
+    table = stats.stats  # type: ignore[attr-defined]  # {(file, line, name): (..., ct, ...)}
+    lines = [f"  {prof.name}:"]
+    for label, (in_file, name) in _PARTS:
+        if name.endswith("*"):  # hooks that do not nest: summed
+            top = sum(v[3] for (f, _, fn), v in table.items()
+                      if in_file in f and fn.startswith(name[:-1]))
+        else:  # the outermost call
+            top = max((v[3] for (f, _, fn), v in table.items()
+                       if in_file in f and fn == name), default=0.0)
+        lines.append(f"    {label}: {top:.1f} s")
+    ours = sorted(((v[3], f"{f.split('det_sdk/', 1)[-1]}:{fn}") for (f, _, fn), v
+                   in table.items() if "/det_sdk/" in f), reverse=True)[:20]
+    lines += [f"    {ct:8.2f} s  {where}" for ct, where in ours]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -85,6 +122,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="instead of the rounds: one run of each side under cProfile, "
+                             "then where rank 0's time went (DIR keeps the profiles)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         original = Path(tmp) / "original.py"
@@ -94,6 +134,13 @@ def main() -> None:
                  "port, no checkpoints": (PORT, ["--image-size", str(args.image_size),
                                                  "--checkpoints", "off"])}
         names = list(sides)
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            for n in names:
+                stem = args.profile / n.replace(", ", "-").replace(" ", "-")
+                print(f"{n}: {run(*sides[n], args, stem):.1f} img/s (profiled)", flush=True)
+                print(where_time_went(stem.with_name(stem.name + ".rank0.prof")), flush=True)
+            return
         ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
