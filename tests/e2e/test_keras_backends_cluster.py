@@ -21,10 +21,8 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from harness.master import (
     Cluster,
@@ -37,12 +35,14 @@ from harness.master import (
     wait_for_experiment,
     wait_until,
 )
+from tests.e2e._backend_trials import backend_config, checkpoints, completed, last_arrays
 from tests.support import SCRIPTS, assert_arrays_equal, keras3_installed
 
 pytestmark = pytest.mark.skipif(not keras3_installed(), reason="JAX and PyTorch need Keras 3")
 
 SCRIPT = SCRIPTS / "keras_backend_cluster.py"
 BATCHES_PER_EPOCH = 13  # 200 rows in global batches of 16
+TIMEOUT = 240  # one trial's bound
 
 
 @pytest.fixture(scope="module")
@@ -61,32 +61,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _config(path: Path, backend: str, slots: int, max_length: dict[str, int],
-            **data: Any) -> Path:
-    cfg = {
-        "name": path.stem,
-        "hyperparameters": {"learning_rate": 0.01, "global_batch_size": 16},
-        "searcher": {"name": "single", "metric": "val_loss", "max_length": max_length},
-        "entrypoint_script": "python3 train.py",
-        "max_restarts": 0,
-        "resources": {"slots_per_trial": slots},
-        "reproducibility": {"experiment_seed": 7},
-        "environment": {"environment_variables": [f"KERAS_BACKEND={backend}"]},
-        "checkpoint_storage": {"save_trial_latest": 100},
-        "data": data,
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def _completed(cluster: Cluster, exp: int) -> dict:
-    with logs_on_failure(cluster, exp):
-        info = wait_for_experiment(cluster, exp, "the experiment", timeout=240)
-        (trial,) = info["trials"]
-        assert info["state"] == trial["state"] == "COMPLETED", trial.get("last_error")
-    return trial
-
-
 def _trial(cluster: Cluster, trial_id: int) -> dict:
     """`det trial describe --json`: the trial with its metric reports."""
     out = cluster.det_json("trial", "describe", str(trial_id))
@@ -94,34 +68,23 @@ def _trial(cluster: Cluster, trial_id: int) -> dict:
     return out
 
 
-def _checkpoints(cluster: Cluster, trial_id: int) -> list[dict]:
-    rows = cluster.det_json("checkpoint", "list", "--trial", str(trial_id))
-    return sorted(rows, key=lambda c: c["steps_completed"])
-
-
 def _validations(trial: dict) -> list[tuple[int, dict[str, float]]]:
     return [(m["steps_completed"], m["metrics"]) for m in trial["metrics"]
             if m["group"] == "validation"]
-
-
-def _last_arrays(cluster: Cluster, trial_id: int) -> dict[str, list[Any]]:
-    """The trial's last checkpoint's arrays by group (model, optimizer, each process's
-    random and metric states), read from the master's checkpoint storage."""
-    from det_sdk.keras._format import read_arrays
-
-    return read_arrays(Path(_checkpoints(cluster, trial_id)[-1]["path"]))
 
 
 def test_jax_two_slots_paused_mid_epoch_and_activated_ends_bit_equal(
         cluster: Cluster, model_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("jax")
     length = {"batches": 20}  # epoch 0 whole, then 7 batches of epoch 1
-    full = create(cluster, _config(tmp_path / "full.yaml", "jax", 2, length), model_dir)
+    full = create(cluster, backend_config(tmp_path / "full.yaml", "jax", slots=2,
+                                          max_length=length), model_dir)
     hold = tmp_path / "hold"
     hold.mkdir()
     # both processes wait at epoch 0's 5th batch until the pause has reached the trial
-    paused = create(cluster, _config(tmp_path / "paused.yaml", "jax", 2, length,
-                                     hold_at=[0, 4, str(hold)]), model_dir)
+    paused = create(cluster, backend_config(tmp_path / "paused.yaml", "jax", slots=2,
+                                            max_length=length, hold_at=[0, 4, str(hold)]),
+                    model_dir)
     with logs_on_failure(cluster, paused):
         wait_until("the paused trial to hold at batch 5", (hold / "reached").exists,
                    timeout=240, every=0.2)
@@ -132,14 +95,14 @@ def test_jax_two_slots_paused_mid_epoch_and_activated_ends_bit_equal(
                    timeout=60, every=0.2)
         (hold / "release").touch()
         wait_for_experiment(cluster, paused, "the pause", timeout=120, states=("PAUSED",))
-        stopped_at = _checkpoints(cluster, t["id"])
+        stopped_at = checkpoints(cluster, t["id"])
         assert len(stopped_at) == 1  # the stop's checkpoint, inside epoch 0
         assert 5 <= stopped_at[0]["steps_completed"] < BATCHES_PER_EPOCH
         assert stopped_at[0]["keras_backend"] == "jax"
         logs = trial_logs(cluster, t["id"])
         assert "stopped by the master" in logs and "KERAS_BACKEND_RAN jax" in logs
         assert cluster.det("experiment", "activate", str(paused)).returncode == 0
-    t_paused, t_full = _completed(cluster, paused), _completed(cluster, full)
+    t_paused, t_full = completed(cluster, paused, TIMEOUT), completed(cluster, full, TIMEOUT)
 
     assert t_paused["restarts"] == t_full["restarts"] == 0
     a, b = _trial(cluster, t_full["id"]), _trial(cluster, t_paused["id"])
@@ -151,10 +114,10 @@ def test_jax_two_slots_paused_mid_epoch_and_activated_ends_bit_equal(
         assert [s for s, _ in vals] == [BATCHES_PER_EPOCH, 20]
         assert all("val_loss" in m and "val_accuracy" in m for _, m in vals)
         assert trial["best_metric"] == min(m["val_loss"] for _, m in vals)
-        last = _checkpoints(cluster, trial["id"])[-1]
+        last = checkpoints(cluster, trial["id"])[-1]
         assert (last["steps_completed"], last["epoch"], last["batch"]) == (20, 1, 7)
     assert _validations(a) == _validations(b)
-    full_arrays, paused_arrays = _last_arrays(cluster, a["id"]), _last_arrays(cluster, b["id"])
+    full_arrays, paused_arrays = last_arrays(cluster, a["id"]), last_arrays(cluster, b["id"])
     # the model, the optimizer, and both processes' random and metric states
     assert set(full_arrays) == set(paused_arrays) == {
         "model", "optimizer:0", "rng:0", "rng:1", "metrics:0", "metrics:1"}
@@ -165,9 +128,9 @@ def test_jax_two_slots_paused_mid_epoch_and_activated_ends_bit_equal(
 def test_torch_from_the_configs_environment_is_the_backend_shown(
         cluster: Cluster, model_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    exp = create(cluster, _config(tmp_path / "torch.yaml", "torch", 1, {"epochs": 2}),
-                 model_dir)
-    t = _completed(cluster, exp)
+    exp = create(cluster, backend_config(tmp_path / "torch.yaml", "torch", slots=1,
+                                         max_length={"epochs": 2}), model_dir)
+    t = completed(cluster, exp, TIMEOUT)
     assert "KERAS_BACKEND_RAN torch" in trial_logs(cluster, t["id"])
     trial = _trial(cluster, t["id"])
     assert trial["keras_backend"] == "torch"
@@ -183,7 +146,7 @@ def test_torch_from_the_configs_environment_is_the_backend_shown(
         row = lines[header + 1]
         assert row.split()[0] == str(t["id"]) and row[column:].split()[0] == "torch", text
 
-    last = _checkpoints(cluster, t["id"])[-1]
+    last = checkpoints(cluster, t["id"])[-1]
     assert last["keras_backend"] == "torch"
     described = cluster.det("checkpoint", "describe", last["uuid"]).stdout
     assert "keras_backend: torch" in described, described

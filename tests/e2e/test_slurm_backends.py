@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from harness.master import (
     create,
@@ -46,6 +45,7 @@ from harness.master import (
     wait_for_experiment,
     wait_until,
 )
+from tests.e2e._backend_trials import arrays, backend_config, checkpoints, completed, last_arrays
 from tests.e2e.test_slurm import SlurmCluster, slurm_conf, slurm_master
 from tests.support import (
     REPO,
@@ -66,6 +66,8 @@ __all__ = ["slurm_conf"]  # the session's simulated cluster (tests/e2e/test_slur
 SCRIPT = SCRIPTS / "keras_backend_cluster.py"
 BATCHES_PER_EPOCH = 13  # 200 rows in global batches of 16, the last one 8 rows
 WHICH_DET_SDK = "import det_sdk; print(\"DET_SDK_AT\", det_sdk.__file__)"
+# which det_sdk each rank imports, then the script
+ENTRYPOINT = f"python3 -c '{WHICH_DET_SDK}' && python3 train.py"
 TIMEOUT = 420  # one trial's bound: JAX's and torch's imports, 2 ranks, on a loaded machine
 
 
@@ -95,48 +97,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(path: Path, backend: str, **data: Any) -> Path:
-    """A 2-slot, one-epoch experiment of the script on ``backend``; its seed fixed, as the
-    local run reads it too (``DET_CONFIG``)."""
-    cfg = {
-        "name": path.stem,
-        "hyperparameters": {"learning_rate": 0.01, "global_batch_size": 16},
-        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"epochs": 1}},
-        # which det_sdk each rank imports, then the script
-        "entrypoint_script": f"python3 -c '{WHICH_DET_SDK}' && python3 train.py",
-        "max_restarts": 0,
-        "resources": {"slots_per_trial": 2},
-        "reproducibility": {"experiment_seed": 7},
-        "environment": {"environment_variables": [f"KERAS_BACKEND={backend}"]},
-        "checkpoint_storage": {"save_trial_latest": 100},
-        "data": data,
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def _completed(cluster: SlurmCluster, exp: int) -> dict:
-    with logs_on_failure(cluster, exp):
-        info = wait_for_experiment(cluster, exp, "the experiment", timeout=TIMEOUT)
-        (trial,) = info["trials"]
-        assert info["state"] == trial["state"] == "COMPLETED", trial.get("last_error")
-    return trial
-
-
-def _checkpoints(cluster: SlurmCluster, trial_id: int) -> list[dict]:
-    rows = cluster.det_json("checkpoint", "list", "--trial", str(trial_id))
-    return sorted(rows, key=lambda c: c["steps_completed"])
-
-
-def _arrays(path: Path) -> dict[str, list[np.ndarray]]:
-    """A checkpoint's arrays by group: the model, the optimizer, each rank's random and
-    metric states."""
-    from det_sdk.keras._format import read_arrays
-
-    return read_arrays(path)
-
-
-def _last_arrays(cluster: SlurmCluster, trial_id: int) -> dict[str, list[np.ndarray]]:
-    return _arrays(Path(_checkpoints(cluster, trial_id)[-1]["path"]))
+    """A 2-slot, one-epoch experiment of the script on ``backend`` whose ranks first say
+    which det_sdk they import."""
+    return backend_config(path, backend, entrypoint=ENTRYPOINT, **data)
 
 
 def _start_local(backend: str, model_dir: Path, tmp: Path) -> subprocess.Popen[bytes]:
@@ -161,7 +124,7 @@ def _local_arrays(proc: subprocess.Popen[bytes], backend: str, tmp: Path
     (run,) = (tmp / "runs").iterdir()
     rows = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
     assert rows[-1]["steps_completed"] == BATCHES_PER_EPOCH, rows[-1]
-    return _arrays(run / "checkpoints" / rows[-1]["uuid"])
+    return arrays(run / "checkpoints" / rows[-1]["uuid"])
 
 
 def _assert_trains_what_two_local_processes_train(slurm: dict[str, list[np.ndarray]],
@@ -186,14 +149,14 @@ def _job_of(cluster: SlurmCluster, trial_id: int) -> str:
 
 
 def _trial_result(cluster: SlurmCluster, exp: int) -> dict:
-    trial = _completed(cluster, exp)
+    trial = completed(cluster, exp, TIMEOUT)
     log = trial_logs(cluster, trial["id"])
     described = cluster.det_json("trial", "describe", str(trial["id"]))
     return {"trial": trial, "log": log, "jobs": _jobs(log),
             "validations": [(m["steps_completed"], m["metrics"]) for m in described["metrics"]
                             if m["group"] == "validation"],
-            "last": _checkpoints(cluster, trial["id"])[-1],
-            "arrays": _last_arrays(cluster, trial["id"])}
+            "last": checkpoints(cluster, trial["id"])[-1],
+            "arrays": last_arrays(cluster, trial["id"])}
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +188,7 @@ def runs(one_node: SlurmCluster, two_nodes: SlurmCluster, model_dir: Path,
             (hold / "release").touch()
             wait_for_experiment(two_nodes, paused, "the pause", timeout=TIMEOUT,
                                 states=("PAUSED",))
-            stopped = _checkpoints(two_nodes, t["id"])
+            stopped = checkpoints(two_nodes, t["id"])
             assert two_nodes.det("experiment", "activate", str(paused)).returncode == 0
         out = {"jax": _trial_result(one_node, jax_full),
                "torch": _trial_result(two_nodes, torch_exp),
