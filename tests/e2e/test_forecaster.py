@@ -79,6 +79,7 @@ def uninterrupted(cluster: Cluster, on_cluster: Callable[[int], dict]) -> dict:
     return result
 
 
+@pytest.mark.timeout(600)  # the first holds the master's start and the 1-slot trial
 def test_early_stopping_ends_the_uninterrupted_run(uninterrupted: dict) -> None:
     # the scenario is one where the callbacks' state matters: stopped well before 30
     assert 3 <= len(uninterrupted["epochs"]) < 30
@@ -102,6 +103,7 @@ def test_sigterm_and_resume_train_what_the_uninterrupted_run_did(
 
 
 @pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
+@pytest.mark.timeout(600)  # the first to ask for the 2-slot trial holds its launch
 def test_two_processes_train_as_one(on_cluster: Callable[[int], dict],
                                     uninterrupted: dict) -> None:
     """tf.data windows sharded over 2 processes: each step's union is one process's batch

@@ -69,6 +69,7 @@ def staged_trial(cluster) -> int:
     return t["id"]
 
 
+@pytest.mark.timeout(600)  # the first holds the staged trial's 3 launches and pause
 def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
                                                                       staged_trial) -> None:
     """The teacher and baseline train their own epochs, the student (init(searched_stage=
