@@ -21,15 +21,25 @@ from harness.master import create, trial_logs, wait_until
 from tests.e2e.test_horovod import HOROVODRUN, horovodrun
 from tests.support import SCRIPTS, read_jsonl
 
+#: the staged trial at its pause: its state, its log and its stages then
+paused_in_the_baseline: dict = {}
+
 
 @pytest.fixture(scope="module")
 def staged_trial(cluster) -> int:
     """A finished trial on a real master (1 slot) whose script has three stages, the
-    student searched; it crashed once in the student stage. Its id."""
+    student searched; it crashed once in the student stage, and was paused in the middle
+    of the baseline (after the searched stage) and activated. Its id; what the pause left
+    is in ``paused_in_the_baseline``. (One trial for both stories: each trial launched is
+    a TensorFlow process.)"""
+    hold = cluster.root / "stages-hold"
+    hold.mkdir()
     config = cluster.write_config(
         "stages", searcher={"name": "single", "metric": "val_loss",
                             "max_length": {"epochs": 3}},
-        data={"teacher_epochs": 2, "baseline_epochs": 1, "crash_in_student_at_epoch": 1},
+        # the baseline holds after its third batch until the trial has heard the pause
+        data={"teacher_epochs": 2, "baseline_epochs": 1, "crash_in_student_at_epoch": 1,
+              "baseline_hold": str(hold)},
         resources={"slots_per_trial": 1}, checkpoint_storage={"save_trial_latest": 1,
                                                               "save_trial_best": 0})
     exp_id = create(cluster, config, Path(__file__).parents[1] / "stages_model")
@@ -38,12 +48,28 @@ def staged_trial(cluster) -> int:
             exp = http.get(f"/api/v1/experiments/{exp_id}").json()
             return exp["trials"][0] if exp["trials"] else None
 
+        wait_until("the baseline's held batch", (hold / "reached").exists, timeout=300,
+                   every=0.2)
+        assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
+        trial_id = trial()["id"]
+        wait_until("the trial to hear the pause",
+                   lambda: "asks this trial to stop" in trial_logs(cluster, trial_id),
+                   timeout=60)
+        (hold / "release").write_text("x")
+        t = wait_until("the trial to stop", lambda: (t := trial())["state"] in (
+            "PAUSED", "COMPLETED", "ERROR", "CANCELED") and t, timeout=120, every=0.2)
+        paused_in_the_baseline.update(
+            state=t["state"], logs=cluster.det("trial", "logs", str(trial_id)).stdout,
+            stages=http.get(f"/api/v1/trials/{trial_id}").json()["stages"])
+        if t["state"] == "PAUSED":
+            assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
         t = wait_until("the trial to end", lambda: (t := trial()) and t["state"] in (
             "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
     assert t["state"] == "COMPLETED", cluster.det("trial", "logs", str(t["id"])).stdout[-3000:]
     return t["id"]
 
 
+@pytest.mark.timeout(600)  # the first holds the staged trial's 3 launches and pause
 def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
                                                                       staged_trial) -> None:
     """The teacher and baseline train their own epochs, the student (init(searched_stage=
@@ -112,41 +138,21 @@ def test_on_the_cluster_the_searched_stage_trains_the_searcher_length(cluster,
 
 
 def test_a_pause_in_a_fit_after_the_searched_one_pauses_and_activate_finishes_it(
-        cluster) -> None:
+        cluster, staged_trial) -> None:
     """Issue 36: the searcher's work is done (the student) when the baseline is paused; the
     trial acknowledges the stop, so its exit is a pause (it ended COMPLETED with the
     baseline cut short before); activated, it finishes the baseline."""
-    config = cluster.write_config(
-        "stages-pause", searcher={"name": "single", "metric": "val_loss",
-                                  "max_length": {"epochs": 1}},
-        data={"teacher_epochs": 1, "baseline_epochs": 40, "baseline_epoch_sleep": 0.25},
-        resources={"slots_per_trial": 1})
-    exp_id = create(cluster, config, Path(__file__).parents[1] / "stages_model")
+    paused = paused_in_the_baseline
+    assert paused["state"] == "PAUSED", paused
+    assert "stopped by the master (pause or kill)" in paused["logs"]
+    at_pause = {s["name"]: s for s in paused["stages"]}
+    assert at_pause["student"]["state"] == "COMPLETED"  # the searcher's work was done
+    # the baseline, the last stage then, cut short by the pause
+    assert list(at_pause)[-1] == "baseline" and at_pause["baseline"]["state"] == "PAUSED"
     with cluster.http() as http:
-        def trial():
-            exp = http.get(f"/api/v1/experiments/{exp_id}").json()
-            return exp["trials"][0] if exp["trials"] else None
-
-        def in_baseline():
-            t = trial()
-            rows = http.get("/api/v1/checkpoints", params={"trial_id": t["id"]}).json() \
-                if t else {"checkpoints": []}
-            return any(c["stage"] == "baseline" for c in rows["checkpoints"])
-
-        wait_until("a baseline checkpoint", in_baseline, timeout=300, every=0.5)
-        assert cluster.det("experiment", "pause", str(exp_id)).returncode == 0
-        t = wait_until("the trial to stop", lambda: (t := trial())["state"] in (
-            "PAUSED", "COMPLETED", "ERROR") and t, timeout=120, every=0.5)
-        assert t["state"] == "PAUSED", t
-        logs = cluster.det("trial", "logs", str(t["id"])).stdout
-        assert "stopped by the master (pause or kill)" in logs
-        assert cluster.det("experiment", "activate", str(exp_id)).returncode == 0
-        t = wait_until("the trial to end", lambda: (t := trial())["state"] in (
-            "COMPLETED", "ERROR", "CANCELED") and t, timeout=300, every=0.5)
-        assert t["state"] == "COMPLETED"
-        info = http.get(f"/api/v1/trials/{t['id']}").json()
-        stages = {s["name"]: (s["epoch"], s["state"]) for s in info["stages"]}
-        assert stages["baseline"] == (40, "COMPLETED")  # finished, not cut short
+        info = http.get(f"/api/v1/trials/{staged_trial}").json()
+    stages = {s["name"]: (s["epoch"], s["state"]) for s in info["stages"]}
+    assert stages["baseline"] == (1, "COMPLETED")  # finished, not cut short
 
 
 def test_stages_under_horovodrun_resume_bit_equal(tmp_path: Path) -> None:

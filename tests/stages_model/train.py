@@ -2,7 +2,8 @@
 student trained on its outputs (``student``: the searched stage, named in init), then a
 baseline (``baseline``). data.teacher_epochs / data.baseline_epochs: their lengths;
 data.crash_in_student_at_epoch: exit 3 at that student epoch's end, once per trial;
-data.baseline_epoch_sleep: seconds each baseline epoch ends with (time to pause in it)."""
+data.baseline_hold: a directory: after the baseline's first epoch's third batch write
+DIR/reached and wait (up to 120 s) for DIR/release (the test pauses the trial meanwhile)."""
 
 import os
 import time
@@ -58,9 +59,21 @@ class CrashOnce(tf.keras.callbacks.Callback):
             os._exit(3)
 
 
-class Slow(tf.keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        time.sleep(float(data.get("baseline_epoch_sleep", 0)))
+class Hold(tf.keras.callbacks.Callback):
+    """Holds the baseline after its first epoch's third batch until the test has paused the
+    trial: a pause that lands in the middle of the baseline for sure, without epochs that
+    only buy time."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        hold = data.get("baseline_hold")
+        if hold and (self.epoch, batch) == (0, 2):
+            Path(hold, "reached").write_text("x")
+            deadline = time.monotonic() + 120
+            while not Path(hold, "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
 
 teacher, student, baseline = model(16), model(4), model(4)
@@ -70,4 +83,4 @@ soft = context.predict(teacher, xs, verbose=0)
 context.fit(student, xs, soft, batch_size=16, epochs=100, validation_data=(xv, yv),
             verbose=0, callbacks=[CrashOnce()], stage="student")
 context.fit(baseline, xs, ys, batch_size=16, epochs=data["baseline_epochs"],
-            validation_data=(xv, yv), verbose=0, stage="baseline", callbacks=[Slow()])
+            validation_data=(xv, yv), verbose=0, stage="baseline", callbacks=[Hold()])
