@@ -43,8 +43,11 @@ def _run(tmp: Path, name: str, processes: int, **env: str) -> dict:
 def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One ``horovodrun -np 2`` of tests/e2e/_serial_runs.py for the runs that need not be
     launches of their own (each cost ~6 s of CPU a process): the uninterrupted VAE
-    (``whole.json``, the resume's reference: first, as a fresh process runs it) then the
-    Distiller (``two.json``). Its folder and, where it failed, its output."""
+    (``whole.json``, the resume's reference: first, as a fresh process runs it), the
+    Distiller (``two.json``), then the VAE stopped by SIGTERM after its first epoch
+    (``stopped/``: last, since a stop closes the context and ends with ``SystemExit(0)``;
+    its resume is a launch of its own, in the test). Its folder and, where it failed,
+    its output."""
     if not HOROVODRUN.exists():
         pytest.skip("horovodrun not installed")
     tmp = tmp_path_factory.mktemp("two")
@@ -52,7 +55,8 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
              "env": {"CUSTOM_OUT": str(tmp / f"{name}.json"), "DET_RUNS_DIR": str(tmp / name),
                      **{k.upper(): v for k, v in env.items()}}}
             for name, env in (("whole", VAE), ("two", {"custom_model": "distiller",
-                                                       "custom_batch": "4"}))]
+                                                       "custom_batch": "4"}),
+                              ("stopped", {**VAE, "custom_stop_epoch": "0"}))]
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = horovodrun(SERIAL, {"SERIAL_SPEC": str(tmp / "spec.json")}, timeout=400)
     return tmp, "" if proc.returncode == 0 else proc.stdout[-3000:] + proc.stderr[-4000:]
@@ -83,17 +87,20 @@ def test_distiller_on_two_processes_trains_and_reports_as_one(
 @pytest.mark.skipif(not HOROVODRUN.exists(), reason="horovodrun not installed")
 @pytest.mark.timeout(600)  # the first holds two_processes' launch too
 def test_vae_x_only_on_two_processes_with_a_padding_step_resumes_exactly(
-        tmp_path: Path, two_processes: tuple[Path, str]) -> None:
+        two_processes: tuple[Path, str]) -> None:
     # 49 rows, 2 x 8 per step: the last step has one row, rank 1 trains on padding
     # (its gradients zeroed) without sample weights reaching train_step.
     common = VAE
     whole = _two(two_processes, "whole")
     assert whole["size"] == 2 and not any(whole["tuples_seen"])
-    _run(tmp_path, "stop", 2, det_runs="stopped", custom_stop_epoch="0", **common)
+    two_dir, _ = two_processes  # the stop: the launch's last run, ended well (exit 0)
+    assert all((two_dir / f"stopped{rank}.out.done").exists() for rank in (0, 1))
+    assert not (two_dir / "stopped.json").exists()  # it ended in fit: no report
     rows = [json.loads(line) for line in
-            (tmp_path / "stopped" / "1" / "checkpoints.jsonl").read_text().splitlines()]
+            (two_dir / "stopped" / "1" / "checkpoints.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1]  # stopped after the first epoch
-    resumed = _run(tmp_path, "resumed", 2, det_runs="stopped", det_resume="1", **common)
+    # the resume: a fresh launch (as a user's rerun), from the stopped run's checkpoint
+    resumed = _run(two_dir, "resumed", 2, det_runs="stopped", det_resume="1", **common)
     for a, b in zip(whole["weights"], resumed["weights"]):
         np.testing.assert_array_equal(a, b)
     # The training is bit-equal (above). The loss metric is a float32 sum of losses

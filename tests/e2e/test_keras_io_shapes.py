@@ -38,15 +38,17 @@ def _run(tmp: Path, name: str, processes: int, shapes: str, **env: str):
 @pytest.fixture(scope="module")
 def two_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     """One ``horovodrun -np 2`` of tests/e2e/_serial_runs.py (a launch of their own each
-    cost ~6 s of CPU a process): the 2-process run of ``one_and_two`` (``n2``), then the
-    unseeded arrays' (``unseeded``: last, since it fails the launch on purpose). Its
-    folder, output and exit status; each run that ended well left ``<name><rank>.done``."""
+    cost ~6 s of CPU a process): the 2-process run of ``one_and_two`` (``n2``), the GAN
+    stopped by SIGTERM (``stopped``: it ends with ``SystemExit(0)``, so the launch goes on;
+    its resume is a fresh launch, in the test), then the unseeded arrays' (``unseeded``:
+    last, since it fails the launch on purpose). Its folder, output and exit status; each
+    run that ended well left ``<name><rank>.done``."""
     tmp = tmp_path_factory.mktemp("two")
     # no stdout files: what the scripts print stays the launch's (the tests read it there)
     spec = [{"script": str(SCRIPT), "stdout": None, "done": str(tmp / f"{name}{{rank}}.done"),
              "env": {"SHAPES": shapes, "SHAPES_OUT": str(tmp / f"{name}.json"),
                      "DET_RUNS_DIR": str(tmp / name), **env}}
-            for name, shapes, env in (("n2", ALL, {}),
+            for name, shapes, env in (("n2", ALL, {}), ("stopped", "gan", {"SHAPES_STOP": "1,3"}),
                                       ("unseeded", "shuffled", {"SHAPES_UNSEEDED": "1"}))]
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = horovodrun(SERIAL, {"SERIAL_SPEC": str(tmp / "spec.json")}, timeout=500)
@@ -110,12 +112,15 @@ def test_arrays_that_differ_between_ranks_are_refused_naming_the_fix(
 
 
 def test_a_gan_stopped_on_an_epochs_last_batch_resumes_both_optimizers_on_two(
-        one_and_two, tmp_path: Path) -> None:
+        one_and_two, two_launch: tuple[Path, str, int]) -> None:
     _, whole = one_and_two  # uninterrupted: its GAN ran first, as the GAN alone runs here
-    proc, out = _run(tmp_path, "stopped", 2, "gan", SHAPES_STOP="1,3")
-    assert proc.returncode == 0 and out is None, proc.stderr[-4000:]
-    assert "stopped by SIGTERM at epoch 2, batch 0" in proc.stderr  # after epoch 1's end
-    proc, resumed = _run(tmp_path, "stopped", 2, "gan", DET_RESUME="latest")
+    two_dir, text, _ = two_launch  # the stop: a run of the launch, after n2 (exit 0 on both)
+    for rank in (0, 1):
+        assert (two_dir / f"stopped{rank}.done").exists(), text[-7000:]
+    assert not (two_dir / "stopped.json").exists()  # it ended in fit: no report
+    assert "stopped by SIGTERM at epoch 2, batch 0" in text  # after epoch 1's end
+    # the resume: a fresh launch (as a user's rerun), from the stopped run's checkpoint
+    proc, resumed = _run(two_dir, "stopped", 2, "gan", DET_RESUME="latest")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     assert resumed["gan"]["d_loss"] == whole["gan"]["d_loss"]
     for a, b in zip(whole["gan"]["state"], resumed["gan"]["state"]):

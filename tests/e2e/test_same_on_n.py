@@ -10,10 +10,16 @@ and an unwrapped dataset alike on every process are refused, and preprocessing a
 wrapped data equals one process's.
 
 This module's other half, the tests that start no process: tests/integration/test_same_on_n.py.
+
+Each process that imports TensorFlow costs ~6 s of CPU before it trains: the one-process
+reference and the two stops before fit (tests/scripts/stop_before_fit.py) share one
+process (tests/e2e/_serial_runs.py), as ``one_process`` says.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,25 +29,51 @@ from tests.e2e.test_horovod import HOROVODRUN, run_for_json
 from tests.support import SCRIPTS, run_python
 
 SCRIPT = SCRIPTS / "hvd_same_on_n.py"
+STOP = SCRIPTS / "stop_before_fit.py"
+SERIAL = Path(__file__).with_name("_serial_runs.py")
 N = 33
 
 
-def _run(tmp: Path, processes: int) -> dict:
-    env = {"SAME_DIR": str(tmp), "SAME_OUT": str(tmp / "out.json"),
-           "DET_RUNS_DIR": str(tmp / "runs")}
-    return run_for_json(SCRIPT, env, tmp / "out.json", processes)
+def _env(tmp: Path) -> dict[str, str]:
+    return {"SAME_DIR": str(tmp), "SAME_OUT": str(tmp / "out.json"),
+            "DET_RUNS_DIR": str(tmp / "runs")}
 
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory: pytest.TempPathFactory) -> dict:
     if not HOROVODRUN.exists():
         pytest.skip("horovodrun not installed")
-    return _run(tmp_path_factory.mktemp("two"), 2)
+    tmp = tmp_path_factory.mktemp("two")
+    return run_for_json(SCRIPT, _env(tmp), tmp / "out.json", 2)
 
 
 @pytest.fixture(scope="module")
-def one(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run(tmp_path_factory.mktemp("one"), 1)
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> tuple[
+        Path, subprocess.CompletedProcess[str]]:
+    """One process running, one after another: stop_before_fit.py stopped by SIGTERM
+    (``TERM/``; first, as a fresh process runs it; it ends with ``SystemExit(0)``, so the
+    process goes on), the one-process reference (``same/``: only the sections the tests
+    compare with it, ``SAME_REFERENCE=1``), then stop_before_fit.py stopped by SIGINT
+    (``INT/``; last: its ``SystemExit(130)`` ends the process). Each run's standard output
+    is ``<name>.out``; each that ended well (exit 0) left ``<name>.out.done``. The folder
+    and the process."""
+    tmp = tmp_path_factory.mktemp("one")
+    spec = [{"script": str(STOP), "stdout": str(tmp / f"{sig}.out"),
+             "env": {"DET_RUNS_DIR": str(tmp / sig), "STOP_SIGNAL": sig}}
+            for sig in ("TERM", "INT")]
+    spec.insert(1, {"script": str(SCRIPT), "stdout": str(tmp / "same.out"),
+                    "env": {**_env(tmp / "same"), "SAME_REFERENCE": "1"}})
+    for name in ("TERM", "INT", "same"):
+        (tmp / name).mkdir()
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    return tmp, run_python(SERIAL, {"SERIAL_SPEC": str(tmp / "spec.json")}, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def one(one_process: tuple[Path, subprocess.CompletedProcess[str]]) -> dict:
+    tmp, proc = one_process
+    assert (tmp / "same.out.done").exists(), proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((tmp / "same" / "out.json").read_text())
 
 
 def test_arrays_derived_from_wrapped_views_train_every_sample_once(two: dict) -> None:
@@ -149,14 +181,19 @@ def test_preprocessing_adapted_on_shard_batched_data_sees_the_global_batches(
 # stack-neutral: before fit, det_sdk.keras._policy's handler (no Keras code) ends the run
 @pytest.mark.stack_neutral
 @pytest.mark.parametrize(("sig", "code"), [("TERM", 0), ("INT", 130)])
-def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(tmp_path: Path, sig: str,
-                                                             code: int) -> None:
-    proc = run_python(SCRIPTS / "stop_before_fit.py",
-                      {"DET_RUNS_DIR": str(tmp_path), "STOP_SIGNAL": sig}, timeout=60)
-    assert proc.returncode == code, proc.stderr[-3000:]
-    assert "run 1" in proc.stdout and "not reached" not in proc.stdout
+def test_a_signal_before_fit_exits_cleanly_and_leaves_no_run(
+        one_process: tuple[Path, subprocess.CompletedProcess[str]], sig: str,
+        code: int) -> None:
+    tmp, proc = one_process
+    if code == 0:  # SystemExit(0) (or None): the run ended well, the process went on
+        assert (tmp / f"{sig}.out.done").exists(), proc.stderr[-3000:]
+    else:  # the process's last run: its exit status is the process's
+        assert proc.returncode == code and not (tmp / f"{sig}.out.done").exists(), (
+            proc.stderr[-3000:])
+    stdout = (tmp / f"{sig}.out").read_text()
+    assert "run 1" in stdout and "not reached" not in stdout
     assert f"stopped by SIG{sig} before training; run 1 removed" in proc.stderr
-    assert not (tmp_path / "1").exists()
+    assert not (tmp / sig / "1").exists()
 
 
 def test_a_position_embeddings_sparse_rows_train_as_on_one_process(two: dict, one: dict) -> None:
