@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.heartbeat import Heartbeat
-from tests.integration.test_master_disk_work import Cluster
+
+# and its fixture, ``cluster``
+from tests.integration.test_master_disk_work import Cluster, cluster_fixture  # noqa: F401
 
 # Stack-neutral: this module tests the master; no Keras.
 pytestmark = pytest.mark.stack_neutral
@@ -40,14 +40,6 @@ pytestmark = pytest.mark.stack_neutral
 KEPT_FILES = 3_000
 CHECKPOINT_FILES = 1_000
 BOUND_S = 0.100
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    with c.http:
-        yield c
-    c.master.wait_disk_work(60)
 
 
 def _p99(latencies: list[float]) -> float:

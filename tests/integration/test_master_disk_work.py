@@ -118,8 +118,9 @@ class Cluster:
         self.master.scheduler.on_exit(self.master.store.allocation(alloc["id"]), code)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster")
+def cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
+    """A master and its app for each test; its disk work waited for after."""
     c = Cluster(tmp_path)
     with c.http:
         yield c
