@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 __all__ = ["Heartbeat"]
 
@@ -59,8 +58,7 @@ class Heartbeat:
             time.sleep(PERIOD_S)
         return self
 
-    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType]
-                 ) -> None:
+    def __exit__(self, *exc: object) -> None:
         assert self._proc is not None
         self._proc.kill()
         self._proc.wait(30)
