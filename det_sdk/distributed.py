@@ -172,25 +172,14 @@ class Processes(ABC):
         must apply the same optimizers in the same order. ``compression="fp16"`` sends
         dense float gradients as float16 (Horovod's ``Compression.fp16``; nothing to
         send on one process). ``weight``: this process's weight (a scalar tensor, the
-        rows of its batch) by which ``grads`` were multiplied; the result is then
-        ``sum(grads_i) / sum(weight_i)``, a weighted average (one process: ``grads``
-        divided by ``weight``).
+        rows of its batch); the result is then the weighted average
+        ``sum(weight_i * grads_i) / sum(weight_i)`` (one process: its own gradients).
 
         >>> SingleProcess().average_gradients([3.0]), SingleProcess().average_gradients(
         ...     [6.0], weight=2.0)
-        ([3.0], [3.0])
+        ([3.0], [6.0])
         """
-        if weight is None:
-            return grads
-
-        def divided(g: Any) -> Any:  # TensorFlow's operators: no import of it here
-            if g is None:
-                return None
-            if hasattr(g, "indices"):  # IndexedSlices: its values divided
-                return type(g)(g.values / weight, g.indices, g.dense_shape)
-            return g / weight
-
-        return [divided(g) for g in grads]
+        return grads
 
     def broadcast_variables(self, variables: list[Any], root: int = 0) -> None:
         """Set ``tf.Variable``s on every process to ``root``'s values (nothing on one)."""

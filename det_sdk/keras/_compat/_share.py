@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 __all__ = ["AverageFn", "MixinBase", "batch_rows", "combined", "count_rows", "divided_loss",
-           "gradient_share", "leading_rows", "shared", "weigh_alike"]
+           "gradient_share", "leading_rows", "scaled", "shared", "weigh_alike"]
 
 if TYPE_CHECKING:
     # The averaging mixins stand before an optimizer class in its MRO: typed as Any, their
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 else:
     MixinBase = object
 
-#: Takes a step's gradients (None for variables without one) and, as ``weight=``, this
-#: process's weight in their average (None: all alike); returns them averaged over all
-#: processes.
+#: Takes a step's gradients, this process's own (None for variables without one), and, as
+#: ``weight=``, this process's weight in their average (None: all alike); returns their
+#: weighted average over all processes, ``sum(w_i g_i) / sum(w_i)``.
 AverageFn = Callable[..., list[Any]]
 
 _gradient_share: Any = None
@@ -117,7 +117,7 @@ def shared(grads: list[Any]) -> list[Any]:
     """``grads``, each times :func:`gradient_share` (IndexedSlices: their values)."""
     share = gradient_share()
 
-    return [_times(g, share) for g in grads]
+    return [scaled(g, share) for g in grads]
 
 
 # --- a loss-scaled step's loss divided by the process count ---------------------------------
@@ -151,14 +151,19 @@ def combined(opt: Any, grads: list[Any]) -> list[Any]:
     rows = batch_rows()
     # 0 rows: a model whose steps do not count them (every process weighs alike)
     weight = gradient_share() * tf.where(rows > 0.0, rows, tf.ones_like(rows))
-    averaged = opt._det_average([_times(g, weight) for g in grads], weight=weight)
+    averaged = opt._det_average(list(grads), weight=weight)
     if not getattr(opt, "_det_loss_divided", False):
         return list(averaged)
     opt._det_loss_divided = False
-    return [_times(g, float(opt._det_divide_loss_by)) for g in averaged]
+    return [scaled(g, float(opt._det_divide_loss_by)) for g in averaged]
 
 
-def _times(g: Any, factor: Any) -> Any:
+def scaled(g: Any, factor: Any) -> Any:
+    """``g`` times ``factor`` (IndexedSlices: their values; None stays None).
+
+    >>> float(scaled(tf.constant(3.0), 2.0))
+    6.0
+    """
     if g is None:
         return None
     if isinstance(g, tf.IndexedSlices):
