@@ -59,29 +59,35 @@ E2E = TESTS / "e2e"
 SECOND_STACKS = {"keras2"}
 
 
-# scripts/test.sh runs tests/integration and tests/e2e 3 at a time (pytest-xdist, `-n 3
+# scripts/test.sh runs tests/integration and tests/e2e 4 at a time (pytest-xdist, `-n 4
 # --dist loadfile --no-loadscope-reorder`): whole files go to the workers, in collection
 # order, as workers free up. The files that take longest go first, so that none of them
-# starts late and runs alone at the end (test_cluster, test_cluster_faults, test_ui,
-# test_checkpoint_writes measured: docs/benchmarks.md, Tests; the others ranked by what
-# they start: Slurm, masters restarted, horovodrun runs). A file not listed keeps its
-# place after them; one at a time (no xdist) nothing is reordered.
+# starts late and runs alone at the end. A file not listed keeps its place after them;
+# one at a time (no xdist) nothing is reordered.
+#
+# Among them, files that mostly wait (on masters, Slurm, JupyterLab, restarts: CPU under
+# 0.4 of their wall time) alternate with files that mostly compute (horovodrun's
+# TensorFlow ranks), each kind longest first: until round 6 the four that started were
+# all waiters (test_cluster, test_cluster_faults, test_ui, test_slurm), and the first
+# 330 s of a fresh clone's Keras 3 pass used 0.2-0.6 of the 2 cores (round 6 stop 5's
+# clone, its DET_TEST_CPU record: docs/benchmarks.md, Tests).
 LONGEST_FIRST = [
-    "test_cluster.py", "test_cluster_faults.py", "test_ui.py", "test_slurm.py",
-    # round 6 stop 5: Slurm's JAX/PyTorch trials (~270 s alone, one Slurm and 2 masters)
-    # and the notebooks' 8 tests (JupyterLab, Chromium, 3 idle timeouts: 400-790 s loaded)
-    "test_notebooks.py", "test_slurm_backends.py",
-    "test_lifecycle_stateful.py", "test_checkpoint_writes.py", "test_horovod.py",
-    "test_same_on_n.py", "test_search.py", "test_huge_checkpoint.py",
-    "test_pytorch_cluster.py", "test_stages.py", "test_core_callback.py",
-    "test_local_training.py", "test_security.py",
-    # measured 2026-11-29 (/tmp/cpu_main.jsonl, a whole-suite DET_TEST_CPU record): files
-    # of 170-520 s of wall time that, unlisted, started after every listed one and ran
-    # alone at a stack's end (test_mixed_precision, 354 s on Keras 2, the longest there
-    # after test_horovod; test_keras_backends, 519 s on Keras 3)
-    "test_keras_backends.py", "test_mixed_precision.py", "test_forecaster.py",
-    "test_object_stores.py", "test_pytorch.py", "test_predict_stream.py",
-    "test_keras_io_shapes.py", "test_custom_models.py", "test_job_steering.py",
+    # (waiter, computer) pairs
+    "test_slurm.py", "test_horovod.py",
+    "test_cluster_faults.py", "test_keras_backends.py",
+    "test_notebooks.py", "test_mixed_precision.py",
+    "test_cluster.py", "test_pytorch_cluster.py",
+    "test_local_training.py", "test_slurm_backends.py",
+    "test_object_stores.py", "test_core_callback.py",
+    "test_lifecycle_stateful.py", "test_same_on_n.py",
+    "test_checkpoint_writes.py", "test_keras_backends_state.py",
+    "test_ui.py", "test_stages.py",
+    "test_master_openapi.py", "test_forecaster.py",
+    "test_commands.py", "test_search.py",
+    "test_huge_checkpoint.py", "test_pytorch.py",
+    "test_job_steering.py", "test_keras_io_shapes.py",
+    "test_security.py", "test_custom_models.py",
+    "test_predict_stream.py",
 ]
 
 
