@@ -156,6 +156,15 @@ def test_fp16_compression_keeps_the_ranks_identical_and_close_to_uncompressed(
     assert 0 < report["compression_fp16_gap"] < 1e-2
 
 
+def test_alike_rows_take_the_plain_average_and_uneven_rows_the_weighted_one(
+        report: dict) -> None:
+    # the weighting's two passes over the gradients run only where the processes' rows
+    # differ (issue 56 item 9); a weighted average of alike rows would have other bits
+    assert report["average_weighted_bits_differ"]
+    assert report["average_alike_is_plain"] and report["average_alike_none_stays"]
+    assert report["average_uneven_is_weighted"]
+
+
 def test_evaluate_equals_one_process_on_all_data(report: dict) -> None:
     np.testing.assert_allclose(report["evaluate"], report["evaluate_reference"], rtol=1e-6)
 
