@@ -45,6 +45,9 @@ def _run(tmp: Path, name: str, processes: int, **env: str) -> tuple[dict, dict]:
     return json.loads(out.read_text()), {k: state[k] for k in state}
 
 
+# nine TensorFlow launches one after the other (each bounded at 400 s): 147 s in a fresh
+# clone, 253 s and over the suite's 300 s default beside a fresh clone with a busy loop
+@pytest.mark.timeout(900)
 def test_mixed_precision_on_two_processes_equals_one_and_resumes_exactly(
         tmp_path: Path) -> None:
     cases = ",".join((*CASES, "f16_rows"))
