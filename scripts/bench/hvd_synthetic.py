@@ -15,7 +15,7 @@ Keras 3 the original's ``DistributedOptimizer`` averages nothing and its callbac
 (docs/migrating.md), so run it on the Keras 2 stack::
 
     .venv-keras2/bin/python scripts/bench/hvd_synthetic.py [--rounds 3] [--np 2]
-        [--image-size 32] [--iters 5] [--batches 10] [--fp16-allreduce]
+        [--image-size 32] [--iters 5] [--batches 10] [--fp16-allreduce] [--without-bare-port]
 
 >>> total_img_sec("Iter #1: 50.0 img/sec per CPU\\nTotal img/sec on 2 CPU(s): 118.4 +-3.1\\n")
 118.4
@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--without-bare-port", action="store_true",
+                        help="leave out the port without checkpoints (rounds of two runs)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="instead of the rounds: one run of each side under cProfile, "
                              "then where rank 0's time went (DIR keeps the profiles)")
@@ -133,6 +135,8 @@ def main() -> None:
                  "port": (PORT, ["--image-size", str(args.image_size)]),
                  "port, no checkpoints": (PORT, ["--image-size", str(args.image_size),
                                                  "--checkpoints", "off"])}
+        if args.without_bare_port:
+            del sides["port, no checkpoints"]
         names = list(sides)
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
