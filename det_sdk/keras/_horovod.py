@@ -117,8 +117,8 @@ class HorovodProcesses(Processes):
         # docs/benchmarks.md) are skipped. One small collective of the weights' largest
         # and smallest (the smallest as the largest of its negation) decides the branch
         # alike on every process; it depends on the weight alone, not on the gradients,
-        # so TensorFlow runs it while the step's backward pass computes. Where the rows
-        # are a power of two both branches give the same bits.
+        # so TensorFlow may run it before the backward pass ends. Where the rows are a
+        # power of two both branches give the same bits.
         hvd = self._hvd
         top, neg_bottom = hvd.grouped_allreduce(
             [tf.reshape(w, [1]), tf.reshape(-w, [1])], op=hvd.Max)
