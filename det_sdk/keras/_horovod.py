@@ -22,9 +22,15 @@ from det_sdk.keras._compat._share import scaled
 from det_sdk.keras._watchdog import Watchdog, collective_site, collective_timeout
 from det_sdk.ranks import horovodrun
 
-__all__ = ["HorovodProcesses"]
+__all__ = ["SKIP_WEIGHTING_FROM", "HorovodProcesses"]
 
 T = TypeVar("T")
+
+#: From this many gradient values a step asks the processes whether their rows are alike
+#: and, if so, skips the weighted average's two passes over the gradients; below it the
+#: passes cost less than the question, one more collective in every step
+#: (scripts/bench/weighted_average.py, docs/benchmarks.md).
+SKIP_WEIGHTING_FROM = 1 << 20
 
 
 class HorovodProcesses(Processes):
@@ -111,14 +117,21 @@ class HorovodProcesses(Processes):
         if w is None or not dense or any(isinstance(grads[i], tf.IndexedSlices)
                                          for i in dense):
             return self._weighted(grads, compression, w)
-        # Every full global batch gives each process the same rows: the weighted average
-        # is then the plain one, and its two passes over the gradients (times the weight,
-        # then divided by the mean weight: about 1.3% each of a ResNet50 step on CPU,
-        # docs/benchmarks.md) are skipped. One small collective of the weights' largest
-        # and smallest (the smallest as the largest of its negation) decides the branch
-        # alike on every process; it depends on the weight alone, not on the gradients,
-        # so TensorFlow may run it before the backward pass ends. Where the rows are a
-        # power of two both branches give the same bits.
+        if sum(_values(grads[i]) for i in dense) < SKIP_WEIGHTING_FROM:
+            return self._weighted(grads, compression, w)
+        return self._alike_or_weighted(grads, dense, compression, w)
+
+    def _alike_or_weighted(self, grads: list[Any], dense: list[int],
+                           compression: str | None, w: Any) -> list[Any]:
+        """The plain average where every process has the same weight, else the weighted.
+
+        Every full global batch gives each process the same rows: the weighted average is
+        then the plain one, and its two passes over the gradients (times the weight, then
+        divided by the mean weight) can be skipped. One small collective of the weights'
+        largest and smallest (the smallest as the largest of its negation) decides the
+        branch alike on every process; it needs no gradient, so TensorFlow may run it
+        before the backward pass ends. Where the rows are a power of two both branches
+        give the same bits."""
         hvd = self._hvd
         top, neg_bottom = hvd.grouped_allreduce(
             [tf.reshape(w, [1]), tf.reshape(-w, [1])], op=hvd.Max)
@@ -206,6 +219,12 @@ class HorovodProcesses(Processes):
 
 # det.core's public class counts it among its own for isinstance, as SingleProcess
 DistributedContext.register(HorovodProcesses)
+
+
+def _values(g: Any) -> int:
+    """How many values a dense gradient holds (0 where its shape is not known: such a
+    step keeps the weighted average)."""
+    return g.shape.num_elements() or 0
 
 
 def _divided(g: Any, by: Any) -> Any:

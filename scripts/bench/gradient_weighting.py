@@ -4,11 +4,13 @@ det_sdk's TensorFlow engine averages N processes' gradients weighted by the rows
 one's batch (``sum(w_i g_i) / sum(w_i)``: an uneven last global batch trains as on one
 process). Done plainly that is two passes over every gradient per step, one times the
 weight before Horovod's allreduce and one divided by the mean weight after it; since
-issue 56 item 9 they run only at a step whose processes' rows differ, and a full global
-batch takes Horovod's plain average. This measures, side by side in one process, the
-gradient computation of one ResNet50 step (Horovod's synthetic benchmark's model, at
-``--image-size``) against each of those passes, in rounds, and prints each pass as a
-fraction of the step (the median over rounds)::
+issue 56 item 9 a model of at least ``SKIP_WEIGHTING_FROM`` gradient values runs them
+only at a step whose processes' rows differ, and a full global batch takes Horovod's
+plain average (scripts/bench/weighted_average.py times the question that decides).
+This measures, side by side in one process, the gradient computation of one ResNet50
+step (Horovod's synthetic benchmark's model, at ``--image-size``) against each of those
+passes, in rounds, and prints each pass as a fraction of the step (the median over
+rounds)::
 
     .venv-keras2/bin/python scripts/bench/gradient_weighting.py [--rounds 5] [--image-size 32]
 

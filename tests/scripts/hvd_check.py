@@ -133,26 +133,33 @@ for name, compression in (("none", None), ("fp16", hvd.Compression.fp16)):
 report["compression_fp16_gap"] = float(max(np.abs(a - b).max() for a, b in
                                            zip(compressed["none"], compressed["fp16"])))
 
-# The gradients' weighted average (issue 56 item 9): processes whose rows are alike take
-# Horovod's plain average, bit for bit, not the weighted formula's two passes (3 rows, not
-# a power of two: ((3 g0 + 3 g1) / 2) / 3 has other bits than (g0 + g1) / 2); rows that
-# differ take the weighted one. Each rank makes both ranks' gradients, to know the answers.
+# The gradients' weighted average (issue 56 item 9): from SKIP_WEIGHTING_FROM gradient
+# values, processes whose rows are alike take Horovod's plain average, bit for bit, not
+# the weighted formula's two passes (3 rows, not a power of two: ((3 g0 + 3 g1) / 2) / 3
+# has other bits than (g0 + g1) / 2); rows that differ take the weighted one; a smaller
+# step keeps the weighted one without asking. Each rank makes both ranks' gradients.
 if dist.size == 2:
-    g0, g1 = (np.random.default_rng(100 + r).normal(size=64).astype("float32") for r in (0, 1))
+    from det_sdk.keras._horovod import SKIP_WEIGHTING_FROM
 
     @tf.function
-    def averaged(weight):
-        return dist.average_gradients([tf.constant((g0, g1)[dist.rank]), None], weight=weight)
+    def averaged(weight, mine):  # in a step the gradients are the graph's tensors
+        return dist.average_gradients([mine, None], weight=weight)
 
     half, three, five = np.float32(0.5), np.float32(3), np.float32(5)
-    plain, alike = (g0 + g1) * half, averaged(tf.constant(3.0))
-    report["average_alike_is_plain"] = bool(np.array_equal(alike[0].numpy(), plain))
-    report["average_alike_none_stays"] = alike[1] is None
-    report["average_weighted_bits_differ"] = bool(
-        not np.array_equal(((g0 * three + g1 * three) * half) / three, plain))
-    uneven = averaged(tf.constant(3.0 if dist.rank == 0 else 5.0))[0].numpy()
-    report["average_uneven_is_weighted"] = bool(
-        np.array_equal(uneven, ((g0 * three + g1 * five) * half) / np.float32(4)))
+    for size, name in ((SKIP_WEIGHTING_FROM, "large"), (64, "small")):
+        g0, g1 = (np.random.default_rng(100 + r).normal(size=size).astype("float32")
+                  for r in (0, 1))
+        mine = tf.constant((g0, g1)[dist.rank])
+        plain, weighted = (g0 + g1) * half, ((g0 * three + g1 * three) * half) / three
+        alike = averaged(tf.constant(3.0), mine)
+        report[f"average_{name}_weighted_bits_differ"] = bool(not np.array_equal(weighted, plain))
+        report[f"average_{name}_alike_is_plain"] = bool(np.array_equal(alike[0].numpy(), plain))
+        report[f"average_{name}_alike_is_weighted"] = bool(
+            np.array_equal(alike[0].numpy(), weighted))
+        report[f"average_{name}_none_stays"] = alike[1] is None
+        uneven = averaged(tf.constant(3.0 if dist.rank == 0 else 5.0), mine)[0].numpy()
+        report[f"average_{name}_uneven_is_weighted"] = bool(
+            np.array_equal(uneven, ((g0 * three + g1 * five) * half) / np.float32(4)))
 
 if dist.is_chief and os.environ.get("HVD_OUT"):
     with open(os.environ["HVD_OUT"], "w") as f:
