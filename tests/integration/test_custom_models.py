@@ -163,9 +163,16 @@ def test_a_stateful_random_op_in_a_nested_function_is_found() -> None:
 def test_a_padding_step_zeroes_this_process_gradients_and_a_share_of_one_changes_nothing(
         ) -> None:
     # What replaced the weight-0 padding row in numpy batches: the averaging optimizer
-    # scales this process's gradients by its share (0 at a step on padding only).
-    opt = _compat.averaging_optimizer(keras.optimizers.SGD(0.5), average=lambda g, weight=None: g,
-                                      processes=1)
+    # gives the average this process's share (0 at a step on padding only) as its weight.
+    weights = []
+
+    def average(grads, weight=None):
+        # the contract (_compat.AverageFn): each process's own gradients and its weight,
+        # averaged as sum(w_i g_i) / sum(w_i), 0 where no process has weight; one here
+        weights.append(float(weight))
+        return [tf.math.divide_no_nan(g * weight, weight) for g in grads]
+
+    opt = _compat.averaging_optimizer(keras.optimizers.SGD(0.5), average=average, processes=1)
     plain = keras.optimizers.SGD(0.5)
     var, ref = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 2.0])
     grads = tf.constant([0.1, 0.3])
@@ -178,5 +185,6 @@ def test_a_padding_step_zeroes_this_process_gradients_and_a_share_of_one_changes
         opt.apply_gradients([(grads, var)])
         plain.apply_gradients([(grads, ref)])
         np.testing.assert_array_equal(var.numpy(), ref.numpy())  # bit-equal
+        assert weights == [0.0, 1.0]  # the share times the rows (none counted here: 1)
     finally:
         share.assign(1.0)
