@@ -114,10 +114,9 @@ class HorovodProcesses(Processes):
         # average (the rows of its batch).
         w = None if weight is None else tf.cast(weight, tf.float32)
         dense = [i for i, g in enumerate(grads) if g is not None]
-        if w is None or not dense or any(isinstance(grads[i], tf.IndexedSlices)
-                                         for i in dense):
-            return self._weighted(grads, compression, w)
-        if sum(_values(grads[i]) for i in dense) < SKIP_WEIGHTING_FROM:
+        if (w is None or not dense
+                or any(isinstance(grads[i], tf.IndexedSlices) for i in dense)
+                or sum(_values(grads[i]) for i in dense) < SKIP_WEIGHTING_FROM):
             return self._weighted(grads, compression, w)
         return self._alike_or_weighted(grads, dense, compression, w)
 

@@ -9,7 +9,7 @@ divided by the rows of all: ``sum(rows_i * g_i) / sum(rows_i)``, which is the pl
 average where the rows are equal (exactly so for a power of two) and one process's
 update where they are not. The rows are read from the batch by :func:`count_rows`.
 
->>> float(shared([tf.constant(2.0)])[0])
+>>> float(scaled(tf.constant(2.0), gradient_share()))  # a share of 1.0: unchanged
 2.0
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 __all__ = ["AverageFn", "MixinBase", "batch_rows", "combined", "count_rows", "divided_loss",
-           "gradient_share", "leading_rows", "scaled", "shared", "weigh_alike"]
+           "gradient_share", "leading_rows", "scaled", "weigh_alike"]
 
 if TYPE_CHECKING:
     # The averaging mixins stand before an optimizer class in its MRO: typed as Any, their
@@ -111,13 +111,6 @@ def count_rows(model: Any) -> bool:
     object.__setattr__(model, "train_step", train_step)
     batch_rows()  # made now, outside any traced step
     return True
-
-
-def shared(grads: list[Any]) -> list[Any]:
-    """``grads``, each times :func:`gradient_share` (IndexedSlices: their values)."""
-    share = gradient_share()
-
-    return [scaled(g, share) for g in grads]
 
 
 # --- a loss-scaled step's loss divided by the process count ---------------------------------
