@@ -22,24 +22,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
+
+from _timing import per_call
 
 
 def fraction(steps: list[float], passes: list[float]) -> float:
     """The median over rounds of one pass's time over the step's."""
     return statistics.median(p / s for s, p in zip(steps, passes))
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> float:
-    """Seconds per call of ``fn`` (its result read back, so that the work is done)."""
-    fn()
-    start = time.perf_counter()
-    for _ in range(repeat):
-        out = fn()
-    float(out[0].numpy().ravel()[0])
-    return (time.perf_counter() - start) / repeat
 
 
 def main() -> None:
@@ -77,9 +67,9 @@ def main() -> None:
 
     steps, multiplies, divides = [], [], []
     for _ in range(args.rounds):  # alternating, so that a slower minute touches all three
-        steps.append(timed(step, args.repeat))
-        multiplies.append(timed(times_weight, args.repeat * 10))
-        divides.append(timed(divided, args.repeat * 10))
+        steps.append(per_call(step, args.repeat))
+        multiplies.append(per_call(times_weight, args.repeat * 10))
+        divides.append(per_call(divided, args.repeat * 10))
     values = sum(int(tf.size(g)) for g in grads)
     print(f"ResNet50 at {size}x{size}, batch {args.batch_size}: {len(grads)} gradients, "
           f"{values:,} values; a step's gradients {statistics.median(steps) * 1e3:.0f} ms")

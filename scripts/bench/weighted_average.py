@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
-from typing import Any
+
+from _timing import per_call
 
 
 def sizes(smallest: int, largest: int) -> list[int]:
@@ -32,16 +31,6 @@ def sizes(smallest: int, largest: int) -> list[int]:
     while out[-1] < largest:
         out.append(out[-1] * 2)
     return out
-
-
-def per_call(fn: Callable[[], Any], calls: int) -> float:
-    """Seconds per call of ``fn``, its result read back."""
-    fn()
-    start = time.perf_counter()
-    for _ in range(calls):
-        out = fn()
-    float(out[0][0].numpy())
-    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
