@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -42,19 +43,52 @@ def summed(rows: list[dict], by_test: bool) -> list[tuple[str, int, float, float
                   key=lambda row: -row[3])
 
 
+def probe_line(text: str) -> tuple[float, str]:
+    """A probe file's CPU seconds and the frameworks its process had loaded (``-``: none;
+    files of before the frameworks were written have none).
+
+    >>> probe_line("1.5 0.25 tensorflow,jax")
+    (1.75, 'tensorflow,jax')
+    >>> probe_line("1.0 0.5")
+    (1.5, '-')
+    """
+    fields = text.split()
+    return float(fields[0]) + float(fields[1]), (fields[2] if len(fields) > 2 else "-")
+
+
+def probes(directory: Path) -> Iterator[tuple[str, str, float, str]]:
+    """(stack, test, CPU s, frameworks) of each process that wrote under ``directory``."""
+    if not directory.is_dir():
+        return
+    for test in directory.glob("*/*"):
+        for f in test.glob("*.cpu"):
+            try:
+                cpu, frameworks = probe_line(f.read_text())
+            except (ValueError, IndexError):  # a process that died mid-write
+                continue
+            yield test.parent.name, test.name.replace("~", "/"), cpu, frameworks
+
+
 def tree_cpu(directory: Path) -> dict[tuple[str, str], float]:
     """CPU seconds the processes of each (stack, test) wrote under ``directory`` at exit."""
-    out: dict[tuple[str, str], float] = {}
-    if directory.is_dir():
-        for test in directory.glob("*/*"):
-            total = 0.0
-            for f in test.glob("*.cpu"):
-                try:
-                    total += sum(float(x) for x in f.read_text().split())
-                except ValueError:  # a process that died mid-write
-                    continue
-            out[(test.parent.name, test.name.replace("~", "/"))] = total
-    return out
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for stack, test, cpu, _ in probes(directory):
+        out[(stack, test)] += cpu
+    return dict(out)
+
+
+def framework_processes(directory: Path, stack: str | None) -> dict[str, Counter[str]]:
+    """Per test file, how many of its processes loaded each framework (TensorFlow's import
+    alone is 3-5 s of CPU): where fewer processes would save most.
+
+    >>> framework_processes(Path("/nonexistent"), None)
+    {}
+    """
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for st, test, _, frameworks in probes(directory):
+        if stack is None or st == stack:
+            out[test.split("::")[0]].update(frameworks.split(","))
+    return dict(out)
 
 
 def with_tree(rows: list[dict], tree: dict[tuple[str, str], float]) -> list[dict]:
@@ -91,17 +125,25 @@ def main() -> None:
     parser.add_argument("--tests", action="store_true", help="by test instead of by file")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--stack", help="only this stack's tests (keras3, keras2)")
+    parser.add_argument("--frameworks", action="store_true",
+                        help="also count each file's processes by the framework they loaded")
     parser.add_argument("--last", type=int, default=0,
                         help="also list the N files each stack ended with (its tail)")
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.record.read_text().splitlines() if line]
     if args.stack:
         rows = [r for r in rows if r.get("stack", "keras3") == args.stack]
-    rows = with_tree(rows, tree_cpu(Path(str(args.record) + ".d")))
+    tree = Path(str(args.record) + ".d")
+    rows = with_tree(rows, tree_cpu(tree))
     table = summed(rows, args.tests)
-    print(f"{'CPU s':>8} {'wall s':>8} {'tests':>5}  (total CPU {sum(r[3] for r in table):.0f} s)")
+    counts = framework_processes(tree, args.stack) if args.frameworks else {}
+    extra = "  tf jax torch" if args.frameworks else ""
+    print(f"{'CPU s':>8} {'wall s':>8} {'tests':>5}{extra}  (total CPU "
+          f"{sum(r[3] for r in table):.0f} s)")
     for name, n, wall, cpu in table[:args.top]:
-        print(f"{cpu:8.1f} {wall:8.1f} {n:5d}  {name}")
+        c = counts.get(name.split("::")[0], Counter())
+        cols = f"  {c['tensorflow']:2d} {c['jax']:3d} {c['torch']:5d}" if args.frameworks else ""
+        print(f"{cpu:8.1f} {wall:8.1f} {n:5d}{cols}  {name}")
     if args.last:
         by_stack: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
         for span in spans(rows):

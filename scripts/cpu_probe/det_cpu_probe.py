@@ -6,8 +6,10 @@ nobody reaps, so its trials, commands and launchers were not counted at all (a w
 file of cluster tests recorded 38 CPU s where the machine spent about 130). setup.sh
 installs this module with a ``.pth`` line into each venv: every Python process imports
 it at start-up, and it does nothing unless DET_TEST_CPU_DIR is set, in which case it
-writes ``<user> <sys>`` (its own CPU seconds, not its children's: each child writes
-its own) to ``$DET_TEST_CPU_DIR/<pid>-<ns>.cpu`` at exit. A process killed by a signal
+writes ``<user> <sys> <frameworks>`` (its own CPU seconds, not its children's: each
+child writes its own; then which of TensorFlow, JAX and PyTorch it had imported, comma
+separated, or ``-``) to ``$DET_TEST_CPU_DIR/<pid>-<ns>.cpu`` at exit: a framework's
+import is most of a short process's CPU, so the report counts them. A process killed by a signal
 that Python does not handle writes nothing (an undercount, never a double count).
 Processes that are not Python (Chromium, sshd, Slurm's daemons) are not counted.
 
@@ -20,7 +22,20 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
+
+#: the frameworks whose import the report counts (the module names)
+FRAMEWORKS = ("tensorflow", "jax", "torch")
+
+
+def loaded() -> str:
+    """The frameworks this process imported, comma separated, or ``-``.
+
+    >>> loaded() in ("-",) or all(f in FRAMEWORKS for f in loaded().split(","))
+    True
+    """
+    return ",".join(f for f in FRAMEWORKS if f in sys.modules) or "-"
 
 
 def _write(directory: str) -> None:
@@ -28,7 +43,7 @@ def _write(directory: str) -> None:
     try:
         with open(os.path.join(directory, f"{os.getpid()}-{time.monotonic_ns()}.cpu"),
                   "w") as out:
-            out.write(f"{user:.3f} {system:.3f}\n")
+            out.write(f"{user:.3f} {system:.3f} {loaded()}\n")
     except OSError:  # the test's directory is gone: nothing to report to
         pass
 
