@@ -43,6 +43,11 @@ class Backend:
     #: True when training updates the variables' buffers in place (PyTorch): a checkpoint
     #: written in the background copies them first; JAX makes new arrays each step
     updates_in_place = False
+    #: True when the processes of a step may hold different numbers of rows (PyTorch:
+    #: each process's loss is weighted by its share of the step's rows, so a last global
+    #: batch N does not divide trains as on one process); False when a step is one program
+    #: over equal parts of the global batch (JAX), where such a batch is refused
+    uneven_rows = False
 
     def processes(self) -> Processes:
         """The processes of this run, from the launcher's environment (one: ``SingleProcess``)."""
@@ -91,6 +96,10 @@ class Backend:
 
     def check_optimizer(self, model: Any, dist: Processes) -> None:
         """Before the first step: refuse an optimizer that would train N processes wrong."""
+
+    def step_rows(self, model: Any, dist: Processes, rows: int | None) -> None:
+        """Before each step: the rows of its global batch, over every process (None: not
+        known, a PyDataset's, whose batches are always cut equally)."""
 
     def sync(self, model: Any) -> None:
         """Put the training step's current values into the model's variables."""

@@ -15,6 +15,28 @@ by batch.
 (3, 3)
 >>> b[2][0][:, 0].tolist()
 [8.0, 9.0]
+
+A last global batch of arrays that N does not divide is cut into parts one row apart
+(the first ones a row more) where the backend weighs each process's gradient by its rows
+(``uneven=True``: PyTorch); where a step is one program over equal parts (JAX) it is
+refused before the first step, naming the rows to use:
+
+>>> from det_sdk.errors import UsageError
+>>> class Two(SingleProcess):
+...     def __init__(self, rank): self.rank, self.size = rank, 2
+>>> data = (np.arange(11.0)[:, None], np.arange(11.0))
+>>> parts = [EpochBatches.of(data, batch_size=3, dist=Two(r), seed=1, shuffle=False,
+...                          uneven=True) for r in (0, 1)]
+>>> [p[1][1].tolist() for p in parts], [parts[0].global_rows(i) for i in (0, 1)]
+([[6.0, 7.0, 8.0], [9.0, 10.0]], [6, 5])
+>>> for rows, uneven in ((11, False), (7, True)):  # JAX's case; a process without a row
+...     try:
+...         EpochBatches.of((np.zeros((rows, 1)),), batch_size=3, dist=Two(0), seed=1,
+...                         uneven=uneven)
+...     except UsageError as err:
+...         print(str(err)[13:77])
+11 rows in global batches of 6 leave 5 rows in the last one, whi
+7 rows in global batches of 6 leave 1 rows in the last one, fewe
 """
 
 from __future__ import annotations
@@ -28,7 +50,12 @@ import numpy as np
 from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 
-__all__ = ["EpochBatches", "as_arrays", "rows_of", "split_xy", "take_rows", "wrap_data"]
+__all__ = ["DEFAULT_BATCH_SIZE", "EpochBatches", "as_arrays", "rows_of", "split_xy",
+           "take_rows", "wrap_data"]
+
+
+#: ``fit``'s rows per process and step without ``batch_size``: Keras's default
+DEFAULT_BATCH_SIZE = 32
 
 
 def as_arrays(data: Any, what: str) -> Any:
@@ -128,20 +155,31 @@ class EpochBatches(keras.utils.PyDataset):
     """
 
     def __init__(self, source: Any, *, batches_per_epoch: int, batch_for: Any,
-                 epoch: int = 0, first: int = 0, last: int | None = None) -> None:
+                 epoch: int = 0, first: int = 0, last: int | None = None,
+                 rows: tuple[int, int] | None = None) -> None:
         super().__init__(workers=1, use_multiprocessing=False)
         self._source = source
         self.batches_per_epoch = batches_per_epoch
         self._batch_for = batch_for  # (epoch, index) -> batch
         self.epoch, self.first = epoch, first
         self.last = batches_per_epoch if last is None else last
+        self._rows = rows  # arrays: (a full global batch's rows, the last one's)
+
+    def global_rows(self, index: int) -> int | None:
+        """The rows of global batch ``index`` of an epoch, over every process (None: a
+        PyDataset's, not known before it is read)."""
+        if self._rows is None:
+            return None
+        return self._rows[1] if index == self.batches_per_epoch - 1 else self._rows[0]
 
     @classmethod
     def of(cls, data: Any, *, batch_size: int | None, dist: Processes, seed: int,
            shuffle: bool = True, epoch: int = 0, first: int = 0,
-           last: int | None = None) -> EpochBatches:
+           last: int | None = None, uneven: bool = False) -> EpochBatches:
         """The batches of ``data``: a tuple ``(x, y[, sample_weight])`` of arrays, or a
-        ``PyDataset`` (whose batches are global ones, each cut between the processes)."""
+        ``PyDataset`` (whose batches are global ones, each cut between the processes).
+        ``uneven``: the last global batch of arrays may be cut into parts one row apart
+        (the backend weighs each process's gradient by its rows)."""
         if isinstance(data, keras.utils.PyDataset):
             n = len(data)
 
@@ -151,7 +189,7 @@ class EpochBatches(keras.utils.PyDataset):
             return cls(data, batches_per_epoch=n, batch_for=from_dataset, epoch=epoch,
                        first=first, last=last)
         if batch_size is None:
-            batch_size = 32  # Keras's default
+            batch_size = DEFAULT_BATCH_SIZE
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ArgumentTypeError(f"context.fit: batch_size must be a positive int, got "
                                     f"{batch_size!r}")
@@ -159,7 +197,13 @@ class EpochBatches(keras.utils.PyDataset):
         global_batch = batch_size * dist.size
         n = -(-rows // global_batch)
         tail = rows - (n - 1) * global_batch
-        if tail % dist.size:
+        if tail < dist.size:
+            raise UsageError(
+                f"context.fit: {rows} rows in global batches of {global_batch} leave "
+                f"{tail} rows in the last one, fewer than the {dist.size} processes (each "
+                f"must have a row in every step). Use {rows - tail} rows, or a global batch "
+                "size that leaves at least one row per process")
+        if tail % dist.size and not uneven:
             raise UsageError(
                 f"context.fit: {rows} rows in global batches of {global_batch} leave "
                 f"{tail} rows in the last one, which {dist.size} processes cannot share "
@@ -177,12 +221,14 @@ class EpochBatches(keras.utils.PyDataset):
                 orders.clear()
                 orders[ep] = order
             idx = order[i * global_batch:(i + 1) * global_batch]
-            share = len(idx) // dist.size
-            mine = idx[dist.rank * share:(dist.rank + 1) * share]
+            # equal parts; a last batch N does not divide: the first `extra` a row more
+            share, extra = divmod(len(idx), dist.size)
+            start = dist.rank * share + min(dist.rank, extra)
+            mine = idx[start:start + share + (dist.rank < extra)]
             return tuple(take_rows(part, mine) for part in data)
 
         return cls(data, batches_per_epoch=n, batch_for=from_arrays, epoch=epoch,
-                   first=first, last=last)
+                   first=first, last=last, rows=(global_batch, tail))
 
     def __len__(self) -> int:
         return self.last - self.first

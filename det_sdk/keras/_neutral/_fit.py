@@ -185,6 +185,8 @@ class FitDriver(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self._timer is not None:
             self._timer.batch_start()
+        if self.dist.size > 1 and self.data is not None:
+            self.backend.step_rows(self.model, self.dist, self.data.global_rows(self.state.batch))
         if self._pending_random is not None:
             self.backend.set_random_state(self._pending_random)
             self._pending_random = None

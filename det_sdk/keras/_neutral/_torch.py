@@ -5,17 +5,20 @@ Keras has no distribution for PyTorch yet (keras-team/keras #21190). The process
 Gloo on CPUs, NCCL on GPUs); Keras's PyTorch trainer computes each process's gradients
 and calls ``optimizer.apply(grads, variables)``, where the optimizer
 ``context.wrap_optimizer`` marked sums them over the processes first, each process's
-loss having been divided by their number (:func:`_combine_gradients`). Every process
-holds the same number of rows per step (``_data`` refuses batches that cannot be split
-so), so the sum is the gradient of the mean over the global batch: one process's step,
-to float round-off.
+loss having been divided by their number (:func:`_combine_gradients`). Where every
+process holds the same rows per step the sum is the gradient of the mean over the global
+batch: one process's step, to float round-off. A last global batch the processes do not
+divide is cut into parts one row apart; there each process's loss is weighted by its
+share of the batch's rows instead (its rows over all of them), so that every row weighs
+in the sum as in one process's mean, float16 loss scales included: that step too is one
+process's.
 
 Each process's metric states count its own rows: the engine sums them over the processes
 before it reads them. Dropout draws per process: each process's random state has its
 rank folded in, so the processes' masks differ as one process's do between rows.
 
->>> BACKEND.name, BACKEND.metrics_per_process
-('torch', True)
+>>> BACKEND.name, BACKEND.metrics_per_process, BACKEND.uneven_rows
+('torch', True, True)
 """
 
 from __future__ import annotations
@@ -32,6 +35,32 @@ __all__ = ["BACKEND", "TorchBackend"]
 
 _WRAPPED = "_det_sdk_wrapped"  # wrap_optimizer saw it
 _COMBINED = "_det_sdk_combined"  # its step combines the processes' gradients
+_ROWS = "_det_sdk_rows"  # the StepRows its step reads
+
+
+class StepRows:
+    """This process's share of the rows of the step about to be trained, where the
+    processes' shares differ (a last global batch they do not divide); else None."""
+
+    def __init__(self) -> None:
+        self.share: float | None = None
+
+    def set(self, rows: int | None, rank: int, size: int) -> None:
+        """The step's global batch holds ``rows`` rows, cut as ``_data`` cuts them (the
+        first ``rows % size`` processes a row more).
+
+        >>> s = StepRows(); s.set(11, 0, 2); s.share
+        0.5454545454545454
+        >>> s.set(11, 1, 2); s.share
+        0.45454545454545453
+        >>> s.set(16, 1, 2); s.share is None
+        True
+        """
+        if rows is None or rows % size == 0:
+            self.share = None
+            return
+        mine = rows // size + (rank < rows % size)
+        self.share = mine / rows
 
 
 class TorchBackend(Backend):
@@ -40,6 +69,7 @@ class TorchBackend(Backend):
     name = "torch"
     metrics_per_process = True
     updates_in_place = True
+    uneven_rows = True
 
     def process_group(self) -> Processes:
         from det_sdk.collectives.torch import TorchDistributed
@@ -71,6 +101,11 @@ class TorchBackend(Backend):
         # wrapped one: the sum must come before its check for inf/nan gradients, or one
         # process would skip a step another takes)
         _combine_gradients(optimizer, dist.size)
+
+    def step_rows(self, model: Any, dist: Processes, rows: int | None) -> None:
+        step: StepRows | None = getattr(model.optimizer, _ROWS, None)
+        if step is not None:
+            step.set(rows, dist.rank, dist.size)
 
     def seed_rank(self, model: Any, dist: Processes) -> None:
         if dist.size == 1:
@@ -119,6 +154,11 @@ def _combine_gradients(optimizer: Any, size: int) -> None:
     and every process sees the same sum when the optimizer checks it for overflow. A step
     that never called ``scale_loss`` (a custom ``train_step``) has its gradients averaged.
     With a power of two processes the division is exact.
+
+    In a step whose processes hold different rows (:class:`StepRows`) each process's
+    loss is multiplied by its share of the rows instead of divided by their number (or,
+    without ``scale_loss``, its gradients by its share times their number, before the
+    average): every row then weighs 1/rows, as in one process's mean.
     """
     import torch
     import torch.distributed as tdist
@@ -126,17 +166,21 @@ def _combine_gradients(optimizer: Any, size: int) -> None:
     if getattr(optimizer, _COMBINED, False):
         return
     scale_loss, apply = optimizer.scale_loss, optimizer.apply
+    rows = StepRows()
     divided = [False]  # scale_loss ran for the step being applied
 
     def shared_scale_loss(loss: Any) -> Any:
         divided[0] = True
-        return scale_loss(loss) / size
+        share = rows.share
+        return scale_loss(loss) / size if share is None else scale_loss(loss) * share
 
     def combined_apply(grads: Any, trainable_variables: Any = None) -> Any:
         grads = list(grads)
         present = [i for i, g in enumerate(grads) if g is not None]
         if present:
             flat = torch.cat([grads[i].reshape(-1) for i in present])
+            if not divided[0] and rows.share is not None:
+                flat *= rows.share * size
             tdist.all_reduce(flat)  # a sum; bounded by the group's timeout
             if not divided[0]:
                 flat /= size
@@ -149,6 +193,7 @@ def _combine_gradients(optimizer: Any, size: int) -> None:
         return apply(grads, trainable_variables)
 
     optimizer.scale_loss, optimizer.apply = shared_scale_loss, combined_apply
+    setattr(optimizer, _ROWS, rows)
     setattr(optimizer, _COMBINED, True)
 
 

@@ -158,7 +158,7 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
     state.callback_states = states
     callbacks = [states.before(), *callbacks, states]
     first = _data.EpochBatches.of(data, batch_size=batch_size, dist=dist, seed=policy.seed,
-                                  shuffle=bool(shuffle))
+                                  shuffle=bool(shuffle), uneven=backend.uneven_rows)
     batches = first.batches_per_epoch
     lengths = _lengths(core, epochs, state, policy)
     history = keras.callbacks.History()
@@ -177,7 +177,7 @@ def run_fit(core: Context, backend: Backend, policy: TrainingPolicy, hparams: HP
                 x = _data.EpochBatches.of(data, batch_size=batch_size, dist=dist,
                                           seed=policy.seed, shuffle=bool(shuffle),
                                           epoch=stretch.epoch, first=stretch.first,
-                                          last=stretch.last)
+                                          last=stretch.last, uneven=backend.uneven_rows)
                 driver = FitDriver(core=core, backend=backend, policy=policy, hparams=hparams,
                                    state=state, stretch=stretch, batches_per_epoch=batches,
                                    stop_reason=stop_signal, data=x,
