@@ -155,7 +155,11 @@ def _get(env: Mapping[str, str], key: str, deadline: float) -> Any:
         time.sleep(0.1)
 
 
-def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
+def _horovod_env(env: Mapping[str, str]) -> tuple[dict[str, str], socket.socket | None]:
+    """Worker ``rank``'s environment, and on rank 0 the chief's listening socket, which
+    the caller must hold open until it execs the script: its descriptor is the one
+    ``DET_TF_COLLECTIVE_FD`` names (a socket left to the garbage collector closes, and the
+    published port would be free for any process to take before the script binds it)."""
     ranks = horovodrun.read(env)
     assert ranks is not None  # main() calls this under horovodrun only
     rank, size = ranks.rank, ranks.size
@@ -173,7 +177,7 @@ def _horovod_env(env: Mapping[str, str]) -> dict[str, str]:
     every = [mine if r == rank else _get(env, str(r), deadline) for r in range(size)]
     chief = every[0]
     return _worker_env(env, [w["addr"] for w in every], rank, chief["collective"],
-                       chief["token"], listener)
+                       chief["token"], listener), listener
 
 
 # --- --processes N: spawn the workers here -------------------------------------------------
@@ -229,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("det_sdk.launch.tensorflow: --processes is for runs off horovodrun; under "
                   "horovodrun each of its processes is one worker", file=sys.stderr)
             return 2
-        env = _horovod_env(os.environ)
+        # held until exec: the script inherits its descriptor
+        env, _held = _horovod_env(os.environ)
     elif processes > 1:
         return _spawn(processes, script)
     else:

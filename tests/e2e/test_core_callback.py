@@ -90,6 +90,16 @@ def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert sorted(out.stdout.split("\n")[:2]) == ["0 [0, 10] None", "1 [0, 10] None"], out
+    # the same under horovodrun (as a 2-slot trial runs it): each rank's launcher meets
+    # the others in Horovod's rendezvous, and rank 0's socket must stay open through its
+    # exec (a fresh clone's Keras 2 trial once found its port taken: the launcher had
+    # dropped the socket, so the port was free to any process until the script bound it)
+    out = subprocess.run([*HOROVOD_LAUNCH, "-np", "2", "--gloo", sys.executable, "-m",
+                          "det_sdk.launch.tensorflow", "--", sys.executable, "-c", allgather],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"{rank} [0, 10] None" in out.stdout, out.stdout[-3000:]
 
 
 def _example_config(cluster: Cluster, name: str, npz: Path, **overrides: object) -> Path:
