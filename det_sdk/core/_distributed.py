@@ -289,8 +289,11 @@ class TFWorkers(DistributedContext):
             rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank,
             local_size=ranks.local_size, cross_rank=ranks.cross_rank,
             cross_size=ranks.cross_size, chief_ip=ranks.chief_addr, pub_port=ranks.chief_port,
-            token=tf_config.collective_token(environ), timeout_s=_CONNECT_TIMEOUT,
-            listener=listener)
+            # the port is the one named (the launcher's, or the chief worker's + 1): no
+            # task offset on top, or the workers would knock where the chief's inherited
+            # socket does not listen
+            port_offset=0, token=tf_config.collective_token(environ),
+            timeout_s=_CONNECT_TIMEOUT, listener=listener)
 
     def __repr__(self) -> str:
         return f"TFWorkers(rank={self.rank}, size={self.size})"

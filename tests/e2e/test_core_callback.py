@@ -90,13 +90,16 @@ def test_core_and_launcher_import_no_tensorflow_and_bad_input_is_named() -> None
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert sorted(out.stdout.split("\n")[:2]) == ["0 [0, 10] None", "1 [0, 10] None"], out
-    # the same under horovodrun (as a 2-slot trial runs it): each rank's launcher meets
-    # the others in Horovod's rendezvous, and rank 0's socket must stay open through its
-    # exec (a fresh clone's Keras 2 trial once found its port taken: the launcher had
-    # dropped the socket, so the port was free to any process until the script bound it)
+    # the same under horovodrun, as a 2-slot trial runs it, with the task's port offset a
+    # trial has: each rank's launcher meets the others in Horovod's rendezvous; rank 0's
+    # socket stays open through its exec (a fresh clone's Keras 2 trial once found its
+    # port taken: the launcher had dropped the socket, so the port was free to any
+    # process until the script bound it), and the other ranks knock on that very port
+    # (with the offset added on top they waited at another one until their timeout)
     out = subprocess.run([*HOROVOD_LAUNCH, "-np", "2", "--gloo", sys.executable, "-m",
                           "det_sdk.launch.tensorflow", "--", sys.executable, "-c", allgather],
-                         capture_output=True, text=True, env=env, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         env={**env, "DET_UNIQUE_PORT_OFFSET": "7"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for rank in (0, 1):
         assert f"{rank} [0, 10] None" in out.stdout, out.stdout[-3000:]
