@@ -50,12 +50,23 @@ import numpy as np
 from det_sdk.distributed import Processes
 from det_sdk.errors import ArgumentTypeError, UsageError
 
-__all__ = ["DEFAULT_BATCH_SIZE", "EpochBatches", "as_arrays", "rows_of", "split_xy",
-           "take_rows", "wrap_data"]
+__all__ = ["DEFAULT_BATCH_SIZE", "EpochBatches", "as_arrays", "part_of", "rows_of",
+           "split_xy", "take_rows", "wrap_data"]
 
 
 #: ``fit``'s rows per process and step without ``batch_size``: Keras's default
 DEFAULT_BATCH_SIZE = 32
+
+
+def part_of(rows: int, rank: int, size: int) -> tuple[int, int]:
+    """Where process ``rank``'s part of a global batch of ``rows`` starts, and its rows:
+    equal parts, or, where ``size`` does not divide ``rows``, the first ones a row more.
+
+    >>> [part_of(11, r, 2) for r in (0, 1)]
+    [(0, 6), (6, 5)]
+    """
+    share, extra = divmod(rows, size)
+    return rank * share + min(rank, extra), share + (rank < extra)
 
 
 def as_arrays(data: Any, what: str) -> Any:
@@ -221,10 +232,8 @@ class EpochBatches(keras.utils.PyDataset):
                 orders.clear()
                 orders[ep] = order
             idx = order[i * global_batch:(i + 1) * global_batch]
-            # equal parts; a last batch N does not divide: the first `extra` a row more
-            share, extra = divmod(len(idx), dist.size)
-            start = dist.rank * share + min(dist.rank, extra)
-            mine = idx[start:start + share + (dist.rank < extra)]
+            start, count = part_of(len(idx), dist.rank, dist.size)
+            mine = idx[start:start + count]
             return tuple(take_rows(part, mine) for part in data)
 
         return cls(data, batches_per_epoch=n, batch_for=from_arrays, epoch=epoch,

@@ -59,8 +59,9 @@ class StepRows:
         if rows is None or rows % size == 0:
             self.share = None
             return
-        mine = rows // size + (rank < rows % size)
-        self.share = mine / rows
+        from det_sdk.keras._neutral._data import part_of
+
+        self.share = part_of(rows, rank, size)[1] / rows
 
 
 class TorchBackend(Backend):
